@@ -1,0 +1,29 @@
+# One-command entry points. Each target creates the virtual environment on first use.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: demo test lint bench bench-compare clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)  ## run the main job on bundled example data, no servers
+	$(BIN)/vflcrypto demo
+
+test: $(STAMP)  ## lint and run the whole test suite
+	$(BIN)/ruff check vflcrypto protocols tests bench
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)  ## pytest-benchmark suites for the primitives (not part of CI)
+	$(BIN)/python -m pytest bench -q --benchmark-only
+
+bench-compare: $(STAMP)  ## side-by-side throughput against phe, TenSEAL and HEU
+	$(BIN)/vflcrypto bench gradients
+
+clean:
+	rm -rf $(VENV) .pytest_cache .benchmarks build *.egg-info

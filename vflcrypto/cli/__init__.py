@@ -1,0 +1,62 @@
+"""The ``vflcrypto`` command line: the entry-point layer.
+
+Each sub-command lives in its own module under :mod:`vflcrypto.cli` and exposes
+``register(subparsers)``. The entry-point layer sits *above* both :mod:`vflcrypto`
+primitives and :mod:`protocols`; it is the only part of the ``vflcrypto`` package that
+imports protocols, and it does so lazily inside command handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ..errors import VflError
+
+__all__ = ["main"]
+
+COMMAND_MODULES = (
+    "vflcrypto.cli.demo",
+    "vflcrypto.cli.align",
+    "vflcrypto.cli.train",
+    "vflcrypto.cli.audit",
+    "vflcrypto.cli.bench",
+    "vflcrypto.cli.certs",
+    "vflcrypto.cli.party",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vflcrypto",
+        description="Privacy-preserving cryptographic protocols for vertical federated learning.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # command not built yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except VflError as exc:
+        print(f"vflcrypto: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vflcrypto: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

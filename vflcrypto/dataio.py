@@ -1,0 +1,214 @@
+"""Reading party tables from CSV, atomic output files, splits and pickle-free model files.
+
+Every party reads only its own file. IDs are kept as the exact strings of the file (the
+canonical encoding used by PSI lives in :mod:`vflcrypto.psi`); features must be numeric
+(an empty cell is NaN; protocols decide whether NaN is allowed). Output files are written
+atomically: to a temporary file in the same directory, flushed, then renamed, so a
+failure never leaves a half-written file that looks complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import InputDataError
+
+__all__ = [
+    "PartyTable",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "load_model",
+    "read_party_csv",
+    "require_same_ids",
+    "save_model",
+    "train_test_split",
+    "write_csv_atomic",
+]
+
+
+@dataclass(frozen=True)
+class PartyTable:
+    """One party's rows: IDs, numeric feature columns, and optionally a label column."""
+
+    ids: tuple[str, ...]
+    columns: tuple[str, ...]
+    X: np.ndarray
+    label: np.ndarray | None = None
+    label_name: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, rows: Sequence[int] | np.ndarray) -> PartyTable:
+        """The table restricted to ``rows`` (in that order)."""
+        idx = np.asarray(rows, dtype=np.int64)
+        return PartyTable(
+            ids=tuple(self.ids[i] for i in idx),
+            columns=self.columns,
+            X=self.X[idx],
+            label=None if self.label is None else self.label[idx],
+            label_name=self.label_name,
+        )
+
+
+def _parse_float(text: str, where: str) -> float:
+    text = text.strip()
+    if text == "" or text.lower() in {"na", "nan", "null"}:
+        return float("nan")
+    try:
+        return float(text)
+    except ValueError:
+        raise InputDataError(f"{where}: {text[:20]!r} is not a number") from None
+
+
+def read_party_csv(
+    path: str | os.PathLike[str],
+    id_column: str,
+    *,
+    label: str | None = None,
+    features: Sequence[str] | None = None,
+    allow_nan: bool = True,
+) -> PartyTable:
+    """Read a party's CSV: the ID column, a label (if named) and numeric features.
+
+    ``features`` defaults to every column except the ID and the label. Raises
+    :class:`InputDataError` naming the file, row and column of the first bad cell.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputDataError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputDataError(f"{path}: line {line} is not valid UTF-8") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise InputDataError(f"{path} is empty (no header)") from None
+    header = [h.strip() for h in header]
+    if id_column not in header:
+        raise InputDataError(f"{path}: no ID column {id_column!r} (columns: {header})")
+    if label is not None and label not in header:
+        raise InputDataError(f"{path}: no label column {label!r}")
+    if features is None:
+        features = [h for h in header if h not in (id_column, label)]
+    missing = [f for f in features if f not in header]
+    if missing:
+        raise InputDataError(f"{path}: missing feature columns {missing}")
+    id_i = header.index(id_column)
+    feat_i = [header.index(f) for f in features]
+    label_i = header.index(label) if label is not None else None
+    ids: list[str] = []
+    rows: list[list[float]] = []
+    labels: list[float] = []
+    for line_no, row in enumerate(reader, start=2):
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise InputDataError(f"{path}: line {line_no} has {len(row)} fields, header has {len(header)}")
+        ids.append(row[id_i])
+        rows.append([_parse_float(row[i], f"{path}: line {line_no}, column {header[i]!r}") for i in feat_i])
+        if label_i is not None:
+            labels.append(_parse_float(row[label_i], f"{path}: line {line_no}, label"))
+    X = np.asarray(rows, dtype=np.float64).reshape(len(ids), len(feat_i))
+    if not allow_nan and np.isnan(X).any():
+        r, c = np.argwhere(np.isnan(X))[0]
+        raise InputDataError(f"{path}: line {r + 2}, column {features[c]!r} is missing")
+    y = None
+    if label_i is not None:
+        y = np.asarray(labels, dtype=np.float64)
+        if np.isnan(y).any():
+            raise InputDataError(f"{path}: label missing on line {int(np.argmax(np.isnan(y))) + 2}")
+    return PartyTable(tuple(ids), tuple(features), X, y, label)
+
+
+def require_same_ids(tables: Sequence[PartyTable], names: Sequence[str]) -> None:
+    """For pre-aligned inputs: every table must list the same IDs in the same order."""
+    first = tables[0]
+    for name, t in zip(names[1:], tables[1:], strict=True):
+        if len(t) != len(first):
+            raise InputDataError(f"{name} has {len(t)} rows, {names[0]} has {len(first)}: not aligned")
+        if t.ids != first.ids:
+            row = next(i for i, (a, b) in enumerate(zip(first.ids, t.ids, strict=True)) if a != b)
+            raise InputDataError(f"{name} row {row} has a different ID than {names[0]}: not aligned")
+
+
+def train_test_split(n: int, test_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic row split (not secret: every party must derive the same split)."""
+    if not 0.0 <= test_fraction < 1.0:
+        raise InputDataError("test fraction must be in [0, 1)")
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = int(round(n * test_fraction))
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+# --------------------------------------------------------------------------- atomic output
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_csv_atomic(path: str | os.PathLike[str], header: Sequence[str],
+                     rows: Iterable[Sequence[Any]]) -> None:
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+# --------------------------------------------------------------------------- model files
+
+
+def save_model(path: str | os.PathLike[str], meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Save a party's model as one ``.npz`` (no pickle): JSON metadata plus numeric arrays."""
+    buf = io.BytesIO()
+    payload = {f"a_{k}": np.asarray(v) for k, v in arrays.items()}
+    for v in payload.values():
+        if v.dtype == object:
+            raise TypeError("object arrays cannot be saved without pickle")
+    meta_bytes = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
+    np.savez(buf, __meta__=meta_bytes, **payload)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_model(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Load a file written by :func:`save_model` (``allow_pickle=False``)."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as data:
+            meta = json.loads(bytes(data["__meta__"]).decode("utf-8"))
+            arrays = {k[2:]: data[k] for k in data.files if k.startswith("a_")}
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputDataError(f"{path} is not a vflcrypto model file: {exc}") from None
+    return meta, arrays

@@ -1,0 +1,79 @@
+"""One exception hierarchy for vflcrypto.
+
+Every error raised on purpose by the library derives from :class:`VflError`, so a caller
+can catch everything the library means to raise with one clause. The classes are flat
+and specific (in the spirit of ``cryptography.exceptions.InvalidTag``). Messages about
+secret data stay terse so they cannot serve as oracles; messages about public structure
+(frame sizes, message kinds, row counts) say exactly what was wrong.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CiphertextError",
+    "DecodeError",
+    "EncodingError",
+    "EncodingOverflowError",
+    "InputDataError",
+    "InsecureParameterError",
+    "KeyMismatchError",
+    "PeerDisconnectedError",
+    "PeerTimeoutError",
+    "ProtocolError",
+    "UndeclaredMessageError",
+    "VflError",
+]
+
+
+class VflError(Exception):
+    """Base class of every error vflcrypto raises deliberately."""
+
+
+class InsecureParameterError(VflError, ValueError):
+    """A security parameter below the accepted minimum (key size, mask bits, ...).
+
+    Tests opt in to small parameters explicitly (``allow_insecure=True``).
+    """
+
+
+class KeyMismatchError(VflError):
+    """An operation mixes values under different keys, or a ciphertext names an unknown key."""
+
+
+class CiphertextError(VflError, ValueError):
+    """A ciphertext is not a valid element of the ciphertext space (range or unit check)."""
+
+
+class EncodingError(VflError, ValueError):
+    """A value cannot be encoded (NaN, infinity, wrong dtype, inconsistent layout)."""
+
+
+class EncodingOverflowError(EncodingError):
+    """A value, or a result of homomorphic arithmetic, exceeds the encodable range.
+
+    Raised instead of ever wrapping around silently.
+    """
+
+
+class DecodeError(VflError, ValueError):
+    """A frame or message could not be decoded: truncated, oversized, tampered or malformed."""
+
+
+class ProtocolError(VflError):
+    """The peer broke the protocol: unexpected message kind, order, version, mode or run."""
+
+
+class UndeclaredMessageError(ProtocolError):
+    """A message kind without a leakage declaration was sent or received."""
+
+
+class PeerTimeoutError(VflError, TimeoutError):
+    """A peer did not answer within the deadline (a stalled party never causes a hang)."""
+
+
+class PeerDisconnectedError(VflError, ConnectionError):
+    """A peer closed its channel or failed before the expected message arrived."""
+
+
+class InputDataError(VflError, ValueError):
+    """A party's input data is unusable: duplicate or empty IDs, mismatched rows, NaN, ..."""

@@ -1,0 +1,355 @@
+"""Leakage declarations for message kinds, and the audit of a transcript against them.
+
+Every message that crosses a party boundary is declared once, beside its dataclass::
+
+    @declare(
+        "linreg.masked_gradient",
+        sender="passive", receiver="coordinator",
+        protection=(Protection.CIPHERTEXT, Protection.MASKED), key_owner="coordinator",
+        hiding_bits=40,
+        reveals="gradient + uniform mask; independent of the gradient",
+    )
+    @dataclass(frozen=True)
+    class MaskedGradient:
+        values: PaillierVector
+
+:func:`declare` registers the class with :mod:`vflcrypto.wire` (so it can cross the
+wire at all) and records its :class:`Declaration`. A :class:`~vflcrypto.runtime.Channel`
+refuses to send or accept a kind without one, and checks that the sending and receiving
+roles match it. :func:`audit` joins a :class:`~vflcrypto.runtime.Transcript` with the
+declarations and reports, per role, every message received, its protection, what it
+reveals and its bytes. :func:`render_security_md` regenerates the per-protocol tables in
+SECURITY.md from the declarations, so the document cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import UndeclaredMessageError
+from .wire import register_message
+
+if TYPE_CHECKING:
+    from .runtime import Transcript
+
+__all__ = [
+    "AuditOutcome",
+    "AuditReport",
+    "AuditRow",
+    "Declaration",
+    "EmpiricalFinding",
+    "Protection",
+    "audit",
+    "declaration_for",
+    "declarations",
+    "declare",
+    "markdown_table",
+    "protocols",
+    "render_security_md",
+]
+
+T = TypeVar("T")
+
+
+class Protection(enum.Enum):
+    """How a message's content is protected *from its receiver*."""
+
+    PUBLIC = "public"  # meant to be known (public keys, parameters, sizes)
+    PLAINTEXT = "plaintext"  # sensitive value sent in the clear
+    CIPHERTEXT = "ciphertext"  # encrypted; see key_owner for who can decrypt
+    MASKED = "masked"  # additively masked; see hiding_bits
+    AGGREGATE = "aggregate"  # only a sum over many rows or parties
+    BLINDED = "blinded"  # pseudorandom blinding of IDs (PSI)
+    SHUFFLED = "shuffled"  # order carries no information
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What one message kind is and what its receiver can learn from it."""
+
+    kind: str
+    protocol: str
+    message: str
+    sender: tuple[str, ...]
+    receiver: tuple[str, ...]
+    protection: tuple[Protection, ...]
+    reveals: str
+    key_owner: str | None = None
+    hiding_bits: int | None = None
+
+    @property
+    def protection_label(self) -> str:
+        parts = []
+        for p in self.protection:
+            if p is Protection.CIPHERTEXT and self.key_owner:
+                parts.append(f"ciphertext (key: {self.key_owner})")
+            elif p is Protection.MASKED and self.hiding_bits is not None:
+                parts.append(f"masked ({self.hiding_bits}-bit hiding)")
+            else:
+                parts.append(p.value)
+        return " + ".join(parts)
+
+    def allows(self, sender_role: str, receiver_role: str) -> bool:
+        return sender_role in self.sender and receiver_role in self.receiver
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "protocol": self.protocol,
+            "message": self.message,
+            "sender": list(self.sender),
+            "receiver": list(self.receiver),
+            "protection": [p.value for p in self.protection],
+            "key_owner": self.key_owner,
+            "hiding_bits": self.hiding_bits,
+            "reveals": self.reveals,
+        }
+
+
+_declarations: dict[str, Declaration] = {}
+_lock = threading.Lock()
+
+
+def _as_tuple(value: str | Iterable[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def declare(
+    kind: str,
+    *,
+    sender: str | Iterable[str],
+    receiver: str | Iterable[str],
+    protection: Protection | Iterable[Protection],
+    reveals: str,
+    key_owner: str | None = None,
+    hiding_bits: int | None = None,
+) -> Callable[[type[T]], type[T]]:
+    """Class decorator: make a frozen dataclass a wire message with a leakage declaration.
+
+    ``kind`` is ``"<protocol>.<name>"``; ``sender``/``receiver`` are role names;
+    ``reveals`` says, in one sentence, what the receiver can learn.
+    """
+    if "." not in kind:
+        raise ValueError(f"message kind {kind!r} must be '<protocol>.<name>'")
+    prot = (protection,) if isinstance(protection, Protection) else tuple(protection)
+    if not prot or not reveals.strip():
+        raise ValueError(f"declaration of {kind!r} needs a protection and what it reveals")
+    if Protection.CIPHERTEXT in prot and key_owner is None:
+        raise ValueError(f"ciphertext message {kind!r} must name its key owner")
+    if Protection.MASKED in prot and hiding_bits is None:
+        raise ValueError(f"masked message {kind!r} must state its hiding in bits")
+
+    def wrap(cls: type[T]) -> type[T]:
+        register_message(cls, kind)
+        decl = Declaration(
+            kind=kind,
+            protocol=kind.split(".", 1)[0],
+            message=cls.__name__,
+            sender=_as_tuple(sender),
+            receiver=_as_tuple(receiver),
+            protection=prot,
+            reveals=" ".join(reveals.split()),
+            key_owner=key_owner,
+            hiding_bits=hiding_bits,
+        )
+        with _lock:
+            _declarations[kind] = decl
+        cls.__leakage__ = decl  # type: ignore[attr-defined]
+        return cls
+
+    return wrap
+
+
+def declaration_for(kind: str) -> Declaration:
+    """The declaration of ``kind``; :class:`UndeclaredMessageError` if there is none."""
+    with _lock:
+        decl = _declarations.get(kind)
+    if decl is None:
+        raise UndeclaredMessageError(f"message kind {kind!r} has no leakage declaration")
+    return decl
+
+
+def declarations(protocol: str | None = None) -> list[Declaration]:
+    """All declarations (of one protocol), in registration order."""
+    with _lock:
+        decls = list(_declarations.values())
+    return [d for d in decls if protocol is None or d.protocol == protocol]
+
+
+def protocols() -> list[str]:
+    """Names of the protocols that have declared messages, in registration order."""
+    return list(dict.fromkeys(d.protocol for d in declarations()))
+
+
+# --------------------------------------------------------------------------- audit
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One message kind as seen by one receiving party."""
+
+    receiver: str
+    receiver_role: str
+    sender: str
+    kind: str
+    count: int
+    bytes: int
+    protection: str
+    reveals: str
+    declared: bool
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """Per receiving party: every message kind it received, how protected, what it reveals."""
+
+    rows: tuple[AuditRow, ...]
+
+    @property
+    def undeclared(self) -> list[AuditRow]:
+        return [r for r in self.rows if not r.declared]
+
+    def check(self) -> None:
+        """Raise :class:`UndeclaredMessageError` if any received message was undeclared."""
+        if self.undeclared:
+            kinds = sorted({r.kind for r in self.undeclared})
+            raise UndeclaredMessageError(f"undeclared message kinds in transcript: {kinds}")
+
+    def for_party(self, party: str) -> list[AuditRow]:
+        return [r for r in self.rows if r.receiver == party]
+
+    def kinds_received(self, party: str) -> set[str]:
+        return {r.kind for r in self.for_party(party)}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for r in self.rows:
+            party = out.setdefault(r.receiver, {"role": r.receiver_role, "received": []})
+            party["received"].append(
+                {
+                    "kind": r.kind,
+                    "from": r.sender,
+                    "count": r.count,
+                    "bytes": r.bytes,
+                    "protection": r.protection,
+                    "reveals": r.reveals,
+                    "declared": r.declared,
+                }
+            )
+        return {"parties": out}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def to_text(self) -> str:
+        lines: list[str] = []
+        for party in dict.fromkeys(r.receiver for r in self.rows):
+            rows = self.for_party(party)
+            lines.append(f"{party} ({rows[0].receiver_role}) received:")
+            for r in rows:
+                mark = "" if r.declared else "  ** UNDECLARED **"
+                lines.append(
+                    f"  {r.kind:<32} from {r.sender:<14} x{r.count:<4} {r.bytes:>12,} B  "
+                    f"[{r.protection}]{mark}"
+                )
+                lines.append(f"      reveals: {r.reveals}")
+        return "\n".join(lines) if lines else "(no messages)"
+
+
+def audit(transcript: Transcript) -> AuditReport:
+    """Join the received messages of ``transcript`` with their declarations."""
+    grouped: dict[tuple[str, str, str, str], list[int]] = {}
+    for e in transcript.received():
+        key = (e.receiver, e.receiver_role, e.sender, e.kind)
+        acc = grouped.setdefault(key, [0, 0])
+        acc[0] += 1
+        acc[1] += e.nbytes
+    rows = []
+    for (receiver, role, sender, kind), (count, nbytes) in grouped.items():
+        try:
+            decl = declaration_for(kind)
+            rows.append(AuditRow(receiver, role, sender, kind, count, nbytes,
+                                 decl.protection_label, decl.reveals, True))
+        except UndeclaredMessageError:
+            rows.append(AuditRow(receiver, role, sender, kind, count, nbytes,
+                                 "?", "UNDECLARED", False))
+    return AuditReport(tuple(rows))
+
+
+@dataclass(frozen=True)
+class EmpiricalFinding:
+    """A measured leakage: what ``observer`` could infer, against a baseline.
+
+    E.g. a feature party's label-recovery accuracy (``value``) against the majority-class
+    rate (``baseline``).
+    """
+
+    observer: str
+    name: str
+    value: float
+    baseline: float | None
+    description: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"observer": self.observer, "name": self.name, "value": self.value,
+                "baseline": self.baseline, "description": self.description}
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    """What ``vflcrypto audit NAME`` prints: declared leakage per role plus measured leakage."""
+
+    protocol: str
+    report: AuditReport
+    findings: tuple[EmpiricalFinding, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, **self.report.to_dict(),
+                "empirical": [f.to_dict() for f in self.findings]}
+
+    def to_text(self) -> str:
+        lines = [f"Leakage audit: {self.protocol}", "", self.report.to_text()]
+        if self.findings:
+            lines += ["", "Empirical checks:"]
+            for f in self.findings:
+                base = "" if f.baseline is None else f" (baseline {f.baseline:.4g})"
+                lines.append(f"  [{f.observer}] {f.name}: {f.value:.4g}{base}")
+                lines.append(f"      {f.description}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- SECURITY.md
+
+
+def markdown_table(protocol: str) -> str:
+    """The per-message leakage table of ``protocol`` as Markdown."""
+    lines = [
+        "| message | sender → receiver | protection | what the receiver can learn |",
+        "|---|---|---|---|",
+    ]
+    for d in declarations(protocol):
+        route = f"{'/'.join(d.sender)} → {'/'.join(d.receiver)}"
+        reveals = d.reveals.replace("|", "\\|")
+        lines.append(f"| `{d.kind}` | {route} | {d.protection_label} | {reveals} |")
+    return "\n".join(lines)
+
+
+_BLOCK = re.compile(
+    r"(<!-- BEGIN leakage:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END leakage:(?P=name) -->)",
+    re.DOTALL,
+)
+
+
+def render_security_md(text: str) -> str:
+    """Replace every ``<!-- BEGIN leakage:P -->…<!-- END leakage:P -->`` block by P's table."""
+
+    def repl(m: re.Match[str]) -> str:
+        return f"{m.group(1)}{markdown_table(m.group('name'))}\n{m.group(4)}"
+
+    return _BLOCK.sub(repl, text)
