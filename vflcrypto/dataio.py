@@ -152,7 +152,7 @@ def train_test_split(n: int, test_fraction: float, seed: int = 0) -> tuple[np.nd
     if not 0.0 <= test_fraction < 1.0:
         raise InputDataError("test fraction must be in [0, 1)")
     order = np.random.default_rng(seed).permutation(n)
-    n_test = int(round(n * test_fraction))
+    n_test = round(n * test_fraction)
     return np.sort(order[n_test:]), np.sort(order[:n_test])
 
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .runtime import Transcript
 
 __all__ = [
+    "PERFECT",
     "AuditOutcome",
     "AuditReport",
     "AuditRow",
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+PERFECT = "perfect"  #: ``hiding_bits`` of a mask drawn uniformly from the whole group
 
 
 class Protection(enum.Enum):
@@ -81,7 +84,7 @@ class Declaration:
     protection: tuple[Protection, ...]
     reveals: str
     key_owner: str | None = None
-    hiding_bits: int | None = None
+    hiding_bits: int | str | None = None
 
     @property
     def protection_label(self) -> str:
@@ -89,6 +92,8 @@ class Declaration:
         for p in self.protection:
             if p is Protection.CIPHERTEXT and self.key_owner:
                 parts.append(f"ciphertext (key: {self.key_owner})")
+            elif p is Protection.MASKED and self.hiding_bits == PERFECT:
+                parts.append("masked (uniform: perfect hiding)")
             elif p is Protection.MASKED and self.hiding_bits is not None:
                 parts.append(f"masked ({self.hiding_bits}-bit hiding)")
             else:
@@ -128,13 +133,17 @@ def declare(
     protection: Protection | Iterable[Protection],
     reveals: str,
     key_owner: str | None = None,
-    hiding_bits: int | None = None,
+    hiding_bits: int | str | None = None,
 ) -> Callable[[type[T]], type[T]]:
     """Class decorator: make a frozen dataclass a wire message with a leakage declaration.
 
     ``kind`` is ``"<protocol>.<name>"``; ``sender``/``receiver`` are role names;
-    ``reveals`` says, in one sentence, what the receiver can learn.
+    ``reveals`` says, in one sentence, what the receiver can learn. ``hiding_bits`` is the
+    statistical hiding of a mask in bits, or :data:`PERFECT` for a mask uniform over the
+    whole group (e.g. uniform mod n under Paillier).
     """
+    if hiding_bits is not None and hiding_bits != PERFECT and not isinstance(hiding_bits, int):
+        raise ValueError(f"hiding_bits of {kind!r} must be an int or PERFECT")
     if "." not in kind:
         raise ValueError(f"message kind {kind!r} must be '<protocol>.<name>'")
     prot = (protection,) if isinstance(protection, Protection) else tuple(protection)

@@ -1,0 +1,35 @@
+"""SECURITY.md's per-protocol leakage tables are generated from the declarations and must match."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vflcrypto.cli.audit import load_all_protocols
+from vflcrypto.leakage import declarations, markdown_table, render_security_md
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_security_md_tables_match_declarations() -> None:
+    load_all_protocols()
+    text = (ROOT / "SECURITY.md").read_text(encoding="utf-8")
+    assert render_security_md(text) == text, (
+        "SECURITY.md is out of date: run `vflcrypto audit --security-md SECURITY.md`"
+    )
+
+
+def test_every_protocol_with_declarations_has_a_table() -> None:
+    loaded = load_all_protocols()
+    text = (ROOT / "SECURITY.md").read_text(encoding="utf-8")
+    protocols = {d.protocol for d in declarations() if not d.protocol.startswith("test")}
+    for proto in protocols:
+        assert f"<!-- BEGIN leakage:{proto} -->" in text, f"SECURITY.md lacks the {proto} table"
+    assert loaded or not protocols
+
+
+def test_markdown_table_lists_every_kind() -> None:
+    load_all_protocols()
+    for proto in {d.protocol for d in declarations()}:
+        table = markdown_table(proto)
+        for d in declarations(proto):
+            assert f"`{d.kind}`" in table
