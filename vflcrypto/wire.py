@@ -49,6 +49,7 @@ __all__ = [
     "Codec",
     "DecodeContext",
     "Frame",
+    "IntVector",
     "KeyRing",
     "decode_frame",
     "decode_value",
@@ -196,7 +197,7 @@ def message_type(kind: str) -> type:
 def _default(obj: Any) -> Any:
     codec = _codecs_by_type.get(type(obj))
     if codec is not None:
-        payload = msgpack.packb([codec.tag, codec.encode(obj)], default=_default, use_bin_type=True)
+        payload = msgpack.packb([codec.tag, codec.encode(obj)], default=_default, use_bin_type=True, strict_types=True)
         return msgpack.ExtType(_EXT_CODEC, payload)
     if isinstance(obj, np.ndarray):
         if obj.dtype.str not in _ALLOWED_DTYPES:
@@ -324,7 +325,7 @@ def _coerce(value: Any, tp: Any, ctx: DecodeContext, where: str) -> Any:
             return tuple(_coerce(v, args[0], ctx, f"{where}[{i}]") for i, v in enumerate(value))
         if len(args) != len(value):
             raise DecodeError(f"{where}: expected {len(args)} items, got {len(value)}")
-        return tuple(_coerce(v, a, ctx, f"{where}[{i}]") for i, (v, a) in enumerate(zip(args, value, strict=True)))
+        return tuple(_coerce(v, a, ctx, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
     if origin is list:
         (arg,) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -378,7 +379,7 @@ def _build_dataclass(cls: type[M], value: Any, ctx: DecodeContext, where: str) -
 def encode_value(obj: Any) -> bytes:
     """Encode a message-field value (or a whole dataclass) to msgpack bytes."""
     try:
-        return msgpack.packb(obj, default=_default, use_bin_type=True)
+        return msgpack.packb(obj, default=_default, use_bin_type=True, strict_types=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ProtocolError(f"value cannot be encoded: {exc}") from None
 
@@ -448,3 +449,39 @@ def decode_frame(
     cls = message_type(kind)
     message = _build_dataclass(cls, fields, ctx or DecodeContext(), kind)
     return Frame(kind=kind, seq=seq, run_id=run_id, message=message)
+
+
+# --------------------------------------------------------------------------- big integers
+
+
+class IntVector(tuple):  # type: ignore[type-arg]
+    """An immutable vector of arbitrary-size integers that can cross the wire.
+
+    msgpack integers stop at 64 bits; decrypted masked values, masks and shares are
+    ~2048-bit numbers. They travel as one fixed-width big-endian two's-complement block
+    (width = the widest value), so every element costs the same number of bytes.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, values: typing.Iterable[int] = ()) -> IntVector:
+        return super().__new__(cls, (int(v) for v in values))
+
+
+def _encode_intvector(vec: IntVector) -> list[Any]:
+    width = max((max(v.bit_length() for v in vec) + 8) // 8, 1) if vec else 1
+    return [len(vec), width, b"".join(v.to_bytes(width, "big", signed=True) for v in vec)]
+
+
+def _decode_intvector(value: Any, ctx: DecodeContext) -> IntVector:
+    if not (isinstance(value, list) and len(value) == 3):
+        raise DecodeError("malformed integer vector")
+    count, width, block = value
+    if not (isinstance(count, int) and isinstance(width, int) and isinstance(block, bytes)):
+        raise DecodeError("malformed integer vector")
+    if count < 0 or width < 1 or count * width != len(block):
+        raise DecodeError("integer vector length does not match its header")
+    return IntVector(int.from_bytes(block[i * width:(i + 1) * width], "big", signed=True) for i in range(count))
+
+
+register_codec(Codec("int.vec", IntVector, _encode_intvector, _decode_intvector))
