@@ -9,14 +9,14 @@ STAMP   = $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,flower]'  # flower: the Flower App's tests/scripts
 	touch $(STAMP)
 
 demo: $(STAMP)  ## run the main job on bundled example data, no servers
 	$(BIN)/vflcrypto demo
 
 test: $(STAMP)  ## lint and run the whole test suite
-	$(BIN)/ruff check vflcrypto protocols tests bench
+	$(BIN)/ruff check vflcrypto protocols tests bench flower
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)  ## pytest-benchmark suites for the primitives (not part of CI)

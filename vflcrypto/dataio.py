@@ -28,6 +28,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "load_model",
+    "read_csv_strings",
     "read_party_csv",
     "require_same_ids",
     "save_model",
@@ -71,6 +72,38 @@ def _parse_float(text: str, where: str) -> float:
         raise InputDataError(f"{where}: {text[:20]!r} is not a number") from None
 
 
+def read_csv_strings(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], list[tuple[int, tuple[str, ...]]]]:
+    """A CSV file as its header and ``(line number, cells)`` rows, every cell a verbatim string.
+
+    Raises :class:`InputDataError` for an unreadable or empty file, non-UTF-8 bytes (with
+    the line number) and rows whose field count differs from the header's. Blank lines
+    are skipped; header names are stripped of surrounding white space, cells are not.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputDataError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputDataError(f"{path}: line {line} is not valid UTF-8") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = tuple(h.strip() for h in next(reader))
+    except StopIteration:
+        raise InputDataError(f"{path} is empty (no header)") from None
+    rows = []
+    for line_no, row in enumerate(reader, start=2):
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise InputDataError(f"{path}: line {line_no} has {len(row)} fields, header has {len(header)}")
+        rows.append((line_no, tuple(row)))
+    return header, rows
+
+
 def read_party_csv(
     path: str | os.PathLike[str],
     id_column: str,
@@ -85,23 +118,9 @@ def read_party_csv(
     :class:`InputDataError` naming the file, row and column of the first bad cell.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputDataError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputDataError(f"{path}: line {line} is not valid UTF-8") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise InputDataError(f"{path} is empty (no header)") from None
-    header = [h.strip() for h in header]
+    header, records = read_csv_strings(path)
     if id_column not in header:
-        raise InputDataError(f"{path}: no ID column {id_column!r} (columns: {header})")
+        raise InputDataError(f"{path}: no ID column {id_column!r} (columns: {list(header)})")
     if label is not None and label not in header:
         raise InputDataError(f"{path}: no label column {label!r}")
     if features is None:
@@ -115,11 +134,7 @@ def read_party_csv(
     ids: list[str] = []
     rows: list[list[float]] = []
     labels: list[float] = []
-    for line_no, row in enumerate(reader, start=2):
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise InputDataError(f"{path}: line {line_no} has {len(row)} fields, header has {len(header)}")
+    for line_no, row in records:
         ids.append(row[id_i])
         rows.append([_parse_float(row[i], f"{path}: line {line_no}, column {header[i]!r}") for i in feat_i])
         if label_i is not None:

@@ -34,7 +34,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from .encoding import decode_fixed
 from .errors import EncodingError, EncodingOverflowError, InsecureParameterError, ProtocolError
+from .paillier import PaillierVector
 
 __all__ = [
     "PRG_EXTRA_BITS",
@@ -42,6 +44,7 @@ __all__ = [
     "STAT_SECURITY_BITS",
     "additive_shares",
     "agree_seed",
+    "mask_ciphertexts",
     "mask_fixed",
     "pairwise_mask",
     "pairwise_masks",
@@ -55,6 +58,7 @@ __all__ = [
     "uniform_mask_mod",
     "uniform_mod",
     "unmask_fixed",
+    "unmask_residues",
 ]
 
 STAT_SECURITY_BITS = 40
@@ -260,3 +264,37 @@ def signed_pairwise_mask(my_name: str, peer_name: str, seed: bytes, length: int,
         raise ProtocolError("a party has no pairwise mask with itself")
     masks = pairwise_masks(seed, length, modulus)
     return masks if my_name < peer_name else [(-m) % modulus for m in masks]
+
+
+# --------------------------------------------------------------------------- masks under encryption
+
+
+def mask_ciphertexts(vec: PaillierVector) -> tuple[PaillierVector, list[int]]:
+    """``[[v + R]]`` with ``R`` uniform mod n, re-randomized; returns the masked vector and ``R``.
+
+    This is how a party lets the key holder decrypt a value it must not see (a gradient):
+    the key holder decrypts ``v + R mod n``, which is uniform and independent of ``v``
+    (perfect hiding), and hands it back; only the masking party can remove ``R`` with
+    :func:`unmask_residues`. ``R`` is added to the raw residue (multiplying by
+    ``g^R = 1 + R·n``) because a uniform residue is not a valid *signed* encoding; the
+    fixed-point scale of ``vec`` is kept. Unpacked vectors only.
+    """
+    if vec.packing is not None:
+        raise EncodingError("mask a packed vector slot by slot (not supported)")
+    pk = vec.public_key
+    n, nsq = int(pk.n), int(pk.nsquare)
+    masks = uniform_mod(n, len(vec))
+    cts = [int(c) * (1 + m * n) % nsq for c, m in zip(vec.ciphertexts(), masks, strict=True)]
+    return PaillierVector.from_ciphertexts(pk, cts, frac_bits=vec.frac_bits).rerandomize(), masks
+
+
+def unmask_residues(values: Sequence[int], masks: Sequence[int], modulus: int, frac_bits: int) -> np.ndarray:
+    """Remove the masks of :func:`mask_ciphertexts` from decrypted values and decode them.
+
+    ``values`` are the key holder's decryptions (any representative mod n); overflow of
+    the underlying value is still detected by :func:`~vflcrypto.encoding.decode_fixed`.
+    """
+    if len(values) != len(masks):
+        raise ProtocolError(f"{len(values)} masked values returned for {len(masks)} masks")
+    n = int(modulus)
+    return decode_fixed([(int(v) - int(m)) % n for v, m in zip(values, masks, strict=True)], frac_bits, n)

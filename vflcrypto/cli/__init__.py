@@ -19,6 +19,7 @@ __all__ = ["main"]
 
 COMMAND_MODULES = (
     "vflcrypto.cli.demo",
+    "vflcrypto.cli.examples",
     "vflcrypto.cli.align",
     "vflcrypto.cli.train",
     "vflcrypto.cli.audit",

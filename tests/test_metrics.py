@@ -1,0 +1,40 @@
+"""The numpy metrics agree with scikit-learn's."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from vflcrypto.metrics import accuracy, log_loss, r2_score, rmse, roc_auc
+from vflcrypto.progress import Progress
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_metrics_match_sklearn(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 300)
+    score = np.round(rng.random(300), 2)  # rounding creates ties
+    assert roc_auc(y, score) == pytest.approx(skm.roc_auc_score(y, score), abs=1e-12)
+    assert log_loss(y, score) == pytest.approx(skm.log_loss(y, np.clip(score, 1e-15, 1 - 1e-15)), rel=1e-9)
+    assert accuracy(y, score) == pytest.approx(skm.accuracy_score(y, score >= 0.5))
+    t, p = rng.standard_normal(100), rng.standard_normal(100)
+    assert rmse(t, p) == pytest.approx(np.sqrt(skm.mean_squared_error(t, p)))
+    assert r2_score(t, p) == pytest.approx(skm.r2_score(t, p))
+
+
+def test_auc_of_one_class_is_nan() -> None:
+    assert np.isnan(roc_auc(np.ones(5), np.arange(5.0)))
+
+
+def test_progress_is_silent_unless_a_terminal() -> None:
+    buf = io.StringIO()
+    with Progress("work", 10, stream=buf) as p:
+        p.advance(10)
+    assert buf.getvalue() == ""
+    buf = io.StringIO()
+    with Progress("work", 10, stream=buf, enabled=True) as p:
+        p.advance(10)
+    assert "10/10" in buf.getvalue()
