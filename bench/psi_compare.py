@@ -1,0 +1,167 @@
+"""PSI benchmark: our ECDH-PSI and keyed-hash PSI against openmined-psi, same IDs, one run.
+
+Each contender runs in its own subprocess (so peak memory is its own): the parent reads
+the child's ``ru_maxrss`` from ``os.wait4``; the child reports its wall time, CPU time
+(itself plus its reaped pool workers), bytes on the wire and the intersection size.
+
+* ``ecdh``/``hash``: :func:`protocols.alignment.run_local`, mode ``both`` (both parties
+  learn the rows), both parties in one process sharing the process pool (so memory is
+  for BOTH parties together; a single party needs about half). Pool start-up is measured
+  separately (``pool_start_s``) and excluded from ``wall_s``.
+* ``openmined``: openmined-psi 2.x (P-256, C++), client/server with
+  ``reveal_intersection=True``, GCS setup at fpr 1e-9: only the CLIENT learns the
+  intersection (one direction; both-learn would need a second run).
+
+Usage::
+
+    .venv/bin/python bench/psi_compare.py                    # 100k x 100k, 50% overlap
+    .venv/bin/python bench/psi_compare.py --sizes 100000 1000000
+    .venv/bin/python bench/psi_compare.py --sizes 2000 --json  # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTENDERS = ("ecdh", "hash", "openmined")
+
+
+def make_ids(n: int, overlap: float) -> tuple[list[str], list[str]]:
+    """Deterministic IDs: left ``user-0..n-1``; right shares ``overlap·n`` of them."""
+    shift = n - round(overlap * n)
+    return [f"user-{i}" for i in range(n)], [f"user-{i}" for i in range(shift, shift + n)]
+
+
+def _cpu() -> float:
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def _workers_usage(ex: Any) -> tuple[float, int]:
+    """CPU seconds and max peak RSS (KiB) of the pool's worker processes (Linux /proc)."""
+    cpu, rss = 0.0, 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in list(getattr(ex, "_processes", None) or {}):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu += (int(stat[11]) + int(stat[12])) / tick
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    rss = max(rss, int(line.split()[1]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return cpu, rss
+
+
+def run_worker(contender: str, n: int, overlap: float) -> dict[str, Any]:
+    """One contender in this process; returns its measurements."""
+    left, right = make_ids(n, overlap)
+    out: dict[str, Any] = {"contender": contender, "n": n}
+    if contender in ("ecdh", "hash"):
+        sys.path.insert(0, str(ROOT))
+        from protocols.alignment import ACTIVE, PASSIVE, run_local
+        from vflcrypto import parallel
+
+        t = time.perf_counter()
+        ex = parallel.get_executor()
+        if ex is not None:
+            list(ex.map(abs, range(parallel.worker_count() * 4)))
+        out["pool_start_s"] = round(time.perf_counter() - t, 3)
+        cpu0, t0 = _cpu(), time.perf_counter()
+        run = run_local(left, right, protocol=contender, mode="both")
+        out["wall_s"] = time.perf_counter() - t0
+        ra, rp = run.results[ACTIVE], run.results[PASSIVE]
+        assert [left[i] for i in ra.rows] == [right[i] for i in rp.rows]
+        out["intersection"] = ra.size
+        out["bytes"] = run.transcript.total_bytes
+        # Pool workers are forkserver children (not ours): read their CPU and peak RSS from /proc.
+        wcpu, wrss = _workers_usage(ex)
+        out["cpu_s"] = _cpu() - cpu0 + wcpu
+        out["worker_rss_kib"] = wrss
+        out["learns"] = "both"
+    elif contender == "openmined":
+        import private_set_intersection.python as om
+
+        cpu0, t0 = _cpu(), time.perf_counter()
+        server = om.server.CreateWithNewKey(True)
+        client = om.client.CreateWithNewKey(True)
+        setup = server.CreateSetupMessage(1e-9, len(left), right, om.DataStructure.GCS)
+        request = client.CreateRequest(left)
+        response = server.ProcessRequest(request)
+        inter = client.GetIntersection(setup, response)
+        out["wall_s"] = time.perf_counter() - t0
+        out["cpu_s"] = _cpu() - cpu0
+        out["intersection"] = len(inter)
+        out["bytes"] = sum(len(m.SerializeToString()) for m in (setup, request, response))
+        out["learns"] = "client only"
+    else:
+        raise SystemExit(f"unknown contender {contender}")
+    out.setdefault("worker_rss_kib", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    return out
+
+
+def run_contender(contender: str, n: int, overlap: float) -> dict[str, Any]:
+    """Run one contender in a subprocess and add its peak RSS (``os.wait4``)."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--worker", contender, "--n", str(n), "--overlap", str(overlap)],
+        stdout=subprocess.PIPE, cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    data = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        return {"contender": contender, "n": n, "error": f"exit code {proc.returncode}"}
+    result = json.loads(data)
+    result["peak_rss_mib"] = round(usage.ru_maxrss / 1024, 1)
+    result["worker_peak_rss_mib"] = round(result.pop("worker_rss_kib") / 1024, 1)
+    return result
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[100_000], help="IDs per party")
+    p.add_argument("--overlap", type=float, default=0.5)
+    p.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--worker", choices=CONTENDERS, help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(run_worker(args.worker, args.n, args.overlap)))
+        return []
+    results = []
+    for n in args.sizes:
+        for c in args.contenders:
+            r = run_contender(c, n, args.overlap)
+            results.append(r)
+            if not args.json:
+                if "error" in r:
+                    print(f"{n:>9,} {c:<10} {r['error']}", flush=True)
+                    continue
+                print(f"{n:>9,} x {n:<9,} {c:<10} wall {r['wall_s']:7.2f} s  cpu {r['cpu_s']:7.2f} s  "
+                      f"{r['bytes'] / 2**20:8.1f} MiB  peak RSS {r['peak_rss_mib']:7.1f} MiB "
+                      f"(workers {r['worker_peak_rss_mib']:.0f})  |I|={r['intersection']:,}  "
+                      f"learns: {r['learns']}", flush=True)
+        by = {r["contender"]: r for r in results if r.get("n") == n and "wall_s" in r}
+        if not args.json and "ecdh" in by:
+            if "openmined" in by:
+                print(f"  openmined / ecdh wall: {by['openmined']['wall_s'] / by['ecdh']['wall_s']:.2f}x")
+            if "hash" in by:
+                print(f"  ecdh / hash wall: {by['ecdh']['wall_s'] / by['hash']['wall_s']:.1f}x")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""``vflcrypto align``: files written, same order, --json, reveal modes, clean errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from vflcrypto.cli import main
+
+
+def _write(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    left = _write(tmp_path / "bank.csv", ["id", "income", "note"],
+                  [["A-1", "10", "x"], ["B-2", "20", "café"], ["007", "30", ""], ["D-4", "40", "q"]])
+    right = _write(tmp_path / "shop.csv", ["cust", "visits"],
+                   [["D-4", "4"], ["007", "7"], ["Z-9", "9"], ["A-1", "1"]])
+    return left, right
+
+
+def _read(path: Path) -> list[list[str]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.reader(fh))
+
+
+@pytest.mark.parametrize("protocol", ["ecdh", "hash"])
+def test_align_both_writes_files_and_json(files: tuple[Path, Path], tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str], protocol: str) -> None:
+    left, right = files
+    out = tmp_path / "out"
+    code = main(["align", "--left", str(left), "--right", str(right), "--id-column", "id",
+                 "--right-id-column", "cust", "--protocol", protocol, "--out-dir", str(out), "--json"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert {"protocol", "left_size", "right_size", "intersection", "bytes_sent", "seconds"} <= set(summary)
+    assert (summary["protocol"], summary["left_size"], summary["right_size"], summary["intersection"]) \
+        == (protocol, 4, 4, 3)
+    assert summary["bytes_sent"] > 0
+    lrows, rrows = _read(out / "bank.aligned.csv"), _read(out / "shop.aligned.csv")
+    assert lrows[0] == ["id", "income", "note"] and rrows[0] == ["cust", "visits"]
+    assert [r[0] for r in lrows[1:]] == [r[0] for r in rrows[1:]]
+    assert sorted(r[0] for r in lrows[1:]) == ["007", "A-1", "D-4"]
+    assert ["007", "30", ""] in lrows  # verbatim: leading zeros and empty cells kept
+    assert not list(out.glob(".*.part"))
+
+
+def test_align_left_and_size_modes(files: tuple[Path, Path], tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    left, right = files
+    base = ["align", "--left", str(left), "--right", str(right), "--id-column", "id",
+            "--right-id-column", "cust", "--json"]
+    assert main([*base, "--reveal", "left", "--out-dir", str(tmp_path / "l")]) == 0
+    assert json.loads(capsys.readouterr().out)["intersection"] == 3
+    assert [p.name for p in (tmp_path / "l").iterdir()] == ["bank.aligned.csv"]
+    assert main([*base, "--reveal", "size", "--out-dir", str(tmp_path / "s")]) == 0
+    assert json.loads(capsys.readouterr().out)["intersection"] == 3
+    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").iterdir())
+
+
+def test_align_text_output(files: tuple[Path, Path], tmp_path: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    left, right = files
+    assert main(["align", "--left", str(left), "--right", str(right), "--id-column", "id",
+                 "--right-id-column", "cust", "--out-dir", str(tmp_path / "o")]) == 0
+    assert "intersection: 3" in capsys.readouterr().out
+
+
+def test_non_utf8_and_duplicates_are_clean_errors(tmp_path: Path, files: tuple[Path, Path],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _, right = files
+    bad = tmp_path / "bad.csv"
+    bad.write_bytes(b"id,v\nA-1,1\nB\xff2,2\n")
+    assert main(["align", "--left", str(bad), "--right", str(right), "--id-column", "id",
+                 "--right-id-column", "cust", "--out-dir", str(tmp_path / "o")]) == 2
+    assert "line 3 is not valid UTF-8" in capsys.readouterr().err
+    dup = _write(tmp_path / "dup.csv", ["id"], [["a"], ["b"], ["a"]])
+    args = ["align", "--left", str(dup), "--right", str(right), "--id-column", "id",
+            "--right-id-column", "cust", "--out-dir", str(tmp_path / "o")]
+    assert main(args) == 2
+    assert "line 4: duplicate ID (first seen at line 2)" in capsys.readouterr().err
+    assert main([*args, "--keep-first"]) == 0
+    assert main(["align", "--left", str(dup), "--right", str(right), "--id-column", "nope",
+                 "--out-dir", str(tmp_path / "o")]) == 2
+    assert "no ID column 'nope'" in capsys.readouterr().err

@@ -1,0 +1,164 @@
+"""vflcrypto.psi primitives: ID hygiene, X25519 commutativity, hostile points, keyed hashing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vflcrypto import psi
+from vflcrypto.errors import InputDataError, ProtocolError
+
+# --------------------------------------------------------------------------- ID hygiene
+
+
+def test_nfc_nfd_variants_are_one_id() -> None:
+    assert psi.canonical_id("e\u0301") == psi.canonical_id("\u00e9") == "é".encode()
+
+
+def test_int_and_decimal_string_are_one_id_but_leading_zero_is_not() -> None:
+    assert psi.canonical_id(1) == psi.canonical_id("1") == b"1"
+    assert psi.canonical_id(np.int64(-7)) == b"-7"
+    assert psi.canonical_id("01") != psi.canonical_id(1)
+
+
+@pytest.mark.parametrize("bad", [True, 1.0, None, ("a",)])
+def test_other_types_are_refused(bad: object) -> None:
+    with pytest.raises(InputDataError, match="ID of type"):
+        psi.canonical_id(bad)
+
+
+def test_no_silent_stripping() -> None:
+    assert psi.canonical_id(" a ") == b" a "
+    assert psi.canonical_id(" a ", strip=True) == b"a"
+    with pytest.raises(InputDataError, match="empty ID"):
+        psi.canonical_id("  ", strip=True)
+
+
+def test_non_utf8_bytes_rejected_with_row_number() -> None:
+    with pytest.raises(InputDataError, match=r"row 2: ID is not valid UTF-8"):
+        psi.canonicalize_ids([b"ok", "fine", b"\xff\xfe"])
+
+
+def test_duplicates_error_names_rows_or_keep_first() -> None:
+    with pytest.raises(InputDataError, match=r"row 3: duplicate ID \(first seen at row 1\)"):
+        psi.canonicalize_ids(["a", "1", "b", 1])
+    c = psi.canonicalize_ids(["a", "1", "b", 1, "e\u0301", "\u00e9"], duplicates="keep_first")
+    assert c.encoded == (b"a", b"1", b"b", "é".encode())
+    assert c.rows.tolist() == [0, 1, 2, 4]
+    assert c.n_input == 6
+
+
+def test_row_label_and_offset_for_csv_lines() -> None:
+    with pytest.raises(InputDataError, match=r"line 4: duplicate ID \(first seen at line 2\)"):
+        psi.canonicalize_ids(["x", "y", "x"], row_label="line", first_row=2)
+
+
+def test_empty_input_is_valid() -> None:
+    c = psi.canonicalize_ids([])
+    assert len(c) == 0 and c.rows.dtype == np.int64
+
+
+# --------------------------------------------------------------------------- ECDH
+
+
+def test_blinding_commutes() -> None:
+    ka, kb = psi.generate_secret(), psi.generate_secret()
+    ids = [b"alice", b"bob", "zoë".encode()]
+    via_a = psi.reblind_points(kb, psi.blind_ids(ka, ids))
+    via_b = psi.reblind_points(ka, psi.blind_ids(kb, ids))
+    assert via_a == via_b
+    assert len(via_a) == 3 * psi.DIGEST_BYTES
+    other = psi.reblind_points(kb, psi.blind_ids(ka, [b"carol"]))
+    assert other not in {via_a[i : i + 12] for i in range(0, 36, 12)}
+
+
+def test_blinding_is_randomised_per_secret() -> None:
+    ids = [b"alice"]
+    assert psi.blind_ids(psi.generate_secret(), ids) != psi.blind_ids(psi.generate_secret(), ids)
+
+
+@pytest.mark.parametrize("u", [0, 1, 2**255 - 20])  # small order (0, 1) and order-2 point p-1
+def test_small_order_peer_points_rejected(u: int) -> None:
+    with pytest.raises(ProtocolError, match="small-order"):
+        psi.reblind_points(psi.generate_secret(), u.to_bytes(32, "little"))
+
+
+def test_non_canonical_and_truncated_points_rejected() -> None:
+    with pytest.raises(ProtocolError, match="non-canonical"):
+        psi.reblind_points(psi.generate_secret(), (2**255 - 19).to_bytes(32, "little"))
+    with pytest.raises(ProtocolError, match="32-byte"):
+        psi.reblind_points(psi.generate_secret(), b"\x09" * 31)
+
+
+def test_hash_to_small_order_point_retries_with_next_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = psi.hash_to_u
+
+    def fake(id_bytes: bytes, counter: int = 0) -> bytes:
+        return bytes(32) if counter == 0 else real(id_bytes, counter)  # u = 0: all-zero output
+
+    ka, kb = psi.generate_secret(), psi.generate_secret()
+    monkeypatch.setattr(psi, "hash_to_u", fake)
+    a = psi.reblind_points(kb, psi.blind_ids(ka, [b"x"]))
+    b = psi.reblind_points(ka, psi.blind_ids(kb, [b"x"]))
+    assert a == b
+
+
+def test_blind_stream_matches_serial_and_order() -> None:
+    k = psi.generate_secret()
+    ids = [str(i).encode() for i in range(10)]
+    order = psi.random_permutation(10)
+    blocks = list(psi.blind_stream(k, ids, order, chunk_size=4))
+    assert [len(b) // 32 for b in blocks] == [4, 4, 2]
+    assert b"".join(blocks) == psi.blind_ids(k, [ids[i] for i in order])
+
+
+def test_random_permutation() -> None:
+    p = psi.random_permutation(1000)
+    assert sorted(p.tolist()) == list(range(1000))
+    assert p.tolist() != list(range(1000))
+    assert len(psi.random_permutation(0)) == 0
+
+
+def test_match_digests_orders_by_digest() -> None:
+    own = psi.digests_to_array(b"".join(bytes([b]) * 12 for b in (5, 1, 9, 3)))
+    peer = psi.digests_to_array(b"".join(bytes([b]) * 12 for b in (3, 9, 7)))
+    assert psi.match_digests(own, peer).tolist() == [3, 2]
+    assert psi.match_digests(own[:0], peer).tolist() == []
+
+
+def test_digests_with_trailing_zero_bytes_compare_exactly() -> None:
+    a = psi.digests_to_array(b"\x01" + bytes(11))
+    b = psi.digests_to_array(b"\x01" + bytes(10) + b"\x02")
+    assert psi.match_digests(a, b).tolist() == []
+    assert psi.match_digests(a, a).tolist() == [0]
+
+
+def test_collision_bound() -> None:
+    assert psi.collision_bound(10**7, 10**7) < 2e-15
+
+
+# --------------------------------------------------------------------------- keyed hash
+
+
+def test_authenticated_key_agreement_and_keyed_digests() -> None:
+    ida, idb = psi.IdentityKey.generate(), psi.IdentityKey.generate()
+    ea, eb = psi.EphemeralKey(), psi.EphemeralKey()
+    sig = ida.sign(b"hello-a" + ea.public_bytes)
+    psi.verify_identity(ida.public_bytes, sig, b"hello-a" + ea.public_bytes)
+    with pytest.raises(ProtocolError, match="pinned identity"):
+        psi.verify_identity(idb.public_bytes, sig, b"hello-a" + ea.public_bytes)
+    with pytest.raises(ProtocolError, match="pinned identity"):
+        psi.verify_identity(ida.public_bytes, sig, b"hello-a" + eb.public_bytes)
+    ka = psi.derive_psi_key(ea.exchange(eb.public_bytes), b"transcript")
+    kb = psi.derive_psi_key(eb.exchange(ea.public_bytes), b"transcript")
+    assert ka == kb
+    assert psi.derive_psi_key(ea.exchange(eb.public_bytes), b"other") != ka
+    ids = [b"a", b"b"]
+    assert psi.keyed_digests(ka, ids) == psi.keyed_digests(kb, ids)
+    assert psi.keyed_digests(ka, ids) != psi.keyed_digests(bytes(32), ids)
+    assert "secret" in repr(ea) and ida.fingerprint in repr(ida)
+
+
+def test_ephemeral_exchange_rejects_small_order() -> None:
+    with pytest.raises(ProtocolError, match="small order"):
+        psi.EphemeralKey().exchange(bytes(32))
