@@ -1,0 +1,83 @@
+"""``vflcrypto train linreg``: JSON output, alignment, saved models, clean errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocols import linear_regression as lr
+from vflcrypto.cli import main
+from vflcrypto.dataio import read_party_csv, write_csv_atomic
+
+
+def _write(tmp: Path, *, shuffle_passive: bool = False, extra: bool = False) -> tuple[Path, Path]:
+    active, passives = lr.synthetic_split(n_rows=80, p_active=2, p_passive=(2,), seed=12)
+    a_rows = [[i, y, *x] for i, y, x in zip(active.ids, active.label, active.X.tolist(),
+                                             strict=True)]
+    p_rows = [[i, *x] for i, x in zip(passives[0].ids, passives[0].X.tolist(), strict=True)]
+    if shuffle_passive:
+        p_rows = [p_rows[i] for i in np.random.default_rng(0).permutation(len(p_rows))]
+    if extra:
+        p_rows.append(["not-in-active", 1.0, 2.0])
+    a_path, p_path = tmp / "active.csv", tmp / "passive.csv"
+    write_csv_atomic(a_path, ["ID", "target", *active.columns], a_rows)
+    write_csv_atomic(p_path, ["ID", *passives[0].columns], p_rows)
+    return a_path, p_path
+
+
+BASE = ["train", "linreg", "--id-column", "ID", "--label", "target", "--key-bits", "512",
+        "--allow-insecure", "--epochs", "50", "--lr", "0.1"]
+
+
+def test_json_output_with_test_fraction(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, p = _write(tmp_path)
+    code = main([*BASE, "--active", str(a), "--passive", str(p), "--aligned",
+                 "--test-fraction", "0.25", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"rmse", "r2", "epochs", "seconds", "bytes_sent"} <= set(out)
+    assert out["evaluated_on"] == "test" and out["rows"] == {"train": 60, "test": 20}
+    assert out["r2"] > 0.8 and out["rmse"] < 0.3
+    assert {"active", "passive-0", "coordinator"} <= set(out["bytes_sent"])
+
+
+def test_alignment_runs_first_and_models_predict_later(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    a, p = _write(tmp_path, shuffle_passive=True, extra=True)
+    model_dir = tmp_path / "models"
+    code = main([*BASE, "--active", str(a), "--passive", str(p), "--json",
+                 "--model-dir", str(model_dir)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bytes_sent"]["alignment"] > 0 and out["r2"] > 0.8
+    assert sorted(f.name for f in model_dir.iterdir()) == ["active.npz", "passive-0.npz"]
+    # later: predict for aligned query rows with the saved per-party models
+    at = read_party_csv(a, "ID", label="target")
+    pt = read_party_csv(p, "ID")
+    order = {i: k for k, i in enumerate(pt.ids)}
+    pt = pt.take([order[i] for i in at.ids])
+    pred, _ = lr.predict_local(model_dir, [at, pt], key_bits=512, allow_insecure=True)
+    assert float(np.sqrt(np.mean((pred - at.label) ** 2))) < 0.5
+
+
+def test_misaligned_files_with_aligned_flag_fail_cleanly(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, p = _write(tmp_path, shuffle_passive=True)
+    code = main([*BASE, "--active", str(a), "--passive", str(p), "--aligned"])
+    assert code == 2
+    assert "InputDataError" in capsys.readouterr().err
+
+
+def test_nan_feature_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, p = _write(tmp_path)
+    lines = p.read_text().splitlines()
+    cells = lines[5].split(",")
+    cells[1] = ""
+    lines[5] = ",".join(cells)
+    p.write_text("\n".join(lines) + "\n")
+    code = main([*BASE, "--active", str(a), "--passive", str(p), "--aligned"])
+    assert code == 2
+    assert "InputDataError" in capsys.readouterr().err

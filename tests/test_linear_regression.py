@@ -1,0 +1,297 @@
+"""Secure vertical linear regression: references, hostile inputs, audit, prediction, demo."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocols import linear_regression as lr
+from protocols.linear_regression import LinRegConfig, plaintext_gradient_descent, run_local
+from vflcrypto.dataio import PartyTable, read_party_csv
+from vflcrypto.errors import EncodingOverflowError, InputDataError, PeerTimeoutError
+from vflcrypto.leakage import PERFECT, Protection, audit, declaration_for
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+FATE = SHARED / "fate"
+
+
+def _ref(active: PartyTable, passives: list[PartyTable], cfg: LinRegConfig, seed: int = 0):
+    return plaintext_gradient_descent(active.X, active.label, [p.X for p in passives],
+                                      config=cfg, seed=seed)
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.max(np.abs(a - b)) / max(1.0, float(np.max(np.abs(b)))))
+
+
+# --------------------------------------------------------------------------- references
+
+
+def test_lossless_every_iteration_matches_plaintext_full_batch(small_paillier_keys) -> None:
+    """100 full-batch iterations: every iteration's weights within 1e-6 relative."""
+    active, passives = lr.synthetic_split(n_rows=80, p_active=3, p_passive=(2,), seed=3)
+    cfg = LinRegConfig(epochs=100, lr=0.1, tol=None, key_bits=512)
+    run = run_local(active, passives, config=cfg, allow_insecure=True, record_history=True,
+                    keys=small_paillier_keys)
+    ref = _ref(active, passives, cfg)
+    assert len(run.active.history) == len(ref.history) == 100
+    for it, ws in enumerate(ref.history):
+        assert _rel(run.active.history[it], ws[0]) <= 1e-6, it
+        assert _rel(run.passives[0].history[it], ws[1]) <= 1e-6, it
+    # fixed point at 32 fractional bits: in practice ~1e-10
+    assert _rel(run.active.model.weights, ref.active_weights) < 1e-8
+    np.testing.assert_allclose(run.losses, ref.losses, rtol=1e-6)
+    assert run.coordinator.epochs_run == 100 and not run.coordinator.converged
+
+
+def test_minibatch_three_passives_momentum_l2_matches_reference(small_paillier_keys) -> None:
+    """Mini-batches from the agreed seed, 3 passive parties (cross terms), momentum, λ."""
+    active, passives = lr.synthetic_split(n_rows=90, p_active=2, p_passive=(2, 1, 2), seed=5)
+    cfg = LinRegConfig(epochs=3, lr=0.05, momentum=0.5, l2=0.01, batch_size=32, tol=None,
+                       key_bits=512, preprocess="standardize", fit_intercept=True, seed=1234)
+    run = run_local(active, passives, config=cfg, allow_insecure=True, keys=small_paillier_keys)
+    ref = _ref(active, passives, cfg, seed=1234)
+    assert len(run.losses) == 3 * 3
+    assert _rel(run.active.model.weights, ref.active_weights) < 1e-8
+    for res, w in zip(run.passives, ref.passive_weights, strict=True):
+        assert _rel(res.model.weights, w) < 1e-8
+    np.testing.assert_allclose(run.losses, ref.losses, rtol=1e-6)
+
+
+def test_convergence_stop_declared_by_coordinator(small_paillier_keys) -> None:
+    active, passives = lr.synthetic_split(n_rows=60, p_active=2, p_passive=(2,), seed=9)
+    cfg = LinRegConfig(epochs=200, lr=0.3, momentum=0.5, tol=1e-3, key_bits=512)
+    run = run_local(active, passives, config=cfg, allow_insecure=True, keys=small_paillier_keys)
+    ref = _ref(active, passives, cfg)
+    assert ref.converged and run.coordinator.converged
+    assert run.coordinator.epochs_run == ref.epochs_run < 200
+    kinds = [e.kind for e in run.transcript.sent() if e.kind == "linreg.control"]
+    assert len(kinds) == 2 * run.coordinator.epochs_run  # to active and passive, every epoch
+
+
+def test_ckks_fast_mode_matches_reference_approximately() -> None:
+    from vflcrypto.ckks import CKKSContext, mask_hiding_bits
+
+    ctx = CKKSContext.generate()
+    assert lr.CKKS_HIDING_BITS == mask_hiding_bits(ctx, lr.CKKS_GRADIENT_BOUND)
+    assert declaration_for("linreg.masked_gradient_ckks").hiding_bits == lr.CKKS_HIDING_BITS
+    active, passives = lr.synthetic_split(n_rows=50, p_active=2, p_passive=(2,), seed=11)
+    cfg = LinRegConfig(epochs=4, lr=0.3, tol=None, scheme="ckks", fit_intercept=True)
+    run = run_local(active, passives, config=cfg, ckks_context=ctx)
+    ref = _ref(active, passives, cfg)
+    assert _rel(run.active.model.weights, ref.active_weights) < 1e-4
+    assert _rel(run.passives[0].model.weights, ref.passive_weights[0]) < 1e-4
+    np.testing.assert_allclose(run.losses, ref.losses, rtol=1e-2)
+    rep = audit(run.transcript)
+    assert "linreg.masked_gradient_ckks" in rep.kinds_received("coordinator")
+
+
+# --------------------------------------------------------------------------- FATE data
+
+
+def _fate(name: str, id_col: str, label: str, hosts: list[str]):
+    guest = read_party_csv(FATE / f"{name}_hetero_guest.csv", id_col, label=label)
+    return guest, [read_party_csv(FATE / f"{h}.csv", id_col) for h in hosts]
+
+
+def _rmse(models, tables) -> float:
+    pred = lr.predict_plain(models, tables)
+    return float(np.sqrt(np.mean((pred - tables[0].label) ** 2)))
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not FATE.is_dir(), reason="../shared/data/fate is absent")
+def test_fate_motor_reaches_ols(small_paillier_keys) -> None:
+    guest, hosts = _fate("motor", "idx", "motor_speed", ["motor_hetero_host"])
+    cfg = LinRegConfig(epochs=100, lr=0.3, momentum=0.9, tol=None, preprocess="whiten",
+                       fit_intercept=True, key_bits=512)
+    run = run_local(guest, hosts, config=cfg, allow_insecure=True, keys=small_paillier_keys)
+    rmse = _rmse(run.models, [guest, *hosts])
+    assert rmse <= 0.279251 * 1.01, rmse
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not FATE.is_dir(), reason="../shared/data/fate is absent")
+def test_fate_motor_three_party_split_gives_same_model(small_paillier_keys) -> None:
+    guest, two = _fate("motor", "idx", "motor_speed", ["motor_hetero_host"])
+    _, three = _fate("motor", "idx", "motor_speed", ["motor_hetero_host_1", "motor_hetero_host_2"])
+    assert two[0].columns == three[0].columns + three[1].columns
+    cfg = LinRegConfig(epochs=15, lr=0.3, momentum=0.9, tol=None, preprocess="standardize",
+                       fit_intercept=True, key_bits=512)
+    r2 = run_local(guest, two, config=cfg, allow_insecure=True, keys=small_paillier_keys)
+    r3 = run_local(guest, three, config=cfg, allow_insecure=True, keys=small_paillier_keys)
+    np.testing.assert_allclose(r3.active.model.weights, r2.active.model.weights, atol=1e-8)
+    w3 = np.concatenate([p.model.weights for p in r3.passives])
+    np.testing.assert_allclose(w3, r2.passives[0].model.weights, atol=1e-8)
+    np.testing.assert_allclose(r3.losses, r2.losses, rtol=1e-8)
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not FATE.is_dir(), reason="../shared/data/fate is absent")
+def test_fate_student_reaches_ols_in_original_units(small_paillier_keys) -> None:
+    guest, hosts = _fate("student", "id", "y", ["student_hetero_host"])
+    cfg = LinRegConfig(epochs=60, lr=0.3, momentum=0.9, tol=None, preprocess="whiten",
+                       fit_intercept=True, key_bits=512)
+    run = run_local(guest, hosts, config=cfg, allow_insecure=True, keys=small_paillier_keys)
+    rmse = _rmse(run.models, [guest, *hosts])  # raw label units
+    assert rmse <= 4.135889 * 1.01, rmse
+
+
+# --------------------------------------------------------------------------- hostile inputs
+
+
+def test_misaligned_rows_raise_input_data_error(small_paillier_keys) -> None:
+    active, passives = lr.synthetic_split(n_rows=30, seed=1)
+    shuffled = passives[0].take(np.random.default_rng(0).permutation(30))
+    with pytest.raises(InputDataError, match="misaligned"):
+        run_local(active, [shuffled], config=LinRegConfig(epochs=1, key_bits=512),
+                  allow_insecure=True, keys=small_paillier_keys, timeout=10)
+
+
+def test_different_length_raises_input_data_error(small_paillier_keys) -> None:
+    active, passives = lr.synthetic_split(n_rows=30, seed=1)
+    with pytest.raises(InputDataError, match="not aligned"):
+        run_local(active, [passives[0].take(np.arange(25))],
+                  config=LinRegConfig(epochs=1, key_bits=512), allow_insecure=True,
+                  keys=small_paillier_keys, timeout=10)
+
+
+@pytest.mark.parametrize("who", ["active", "passive"])
+def test_nan_features_raise_input_data_error(small_paillier_keys, who: str) -> None:
+    active, passives = lr.synthetic_split(n_rows=20, seed=2)
+    target = active if who == "active" else passives[0]
+    X = target.X.copy()
+    X[4, 1] = np.nan
+    bad = PartyTable(target.ids, target.columns, X, target.label, target.label_name)
+    tables = (bad, passives) if who == "active" else (active, [bad])
+    with pytest.raises(InputDataError, match="missing or not finite"):
+        run_local(tables[0], tables[1], config=LinRegConfig(epochs=1, key_bits=512),
+                  allow_insecure=True, keys=small_paillier_keys, timeout=10)
+
+
+def test_gradient_that_would_overflow_raises_clearly(small_paillier_keys) -> None:
+    """Features of 1e70 under a 512-bit key: Σ d x at 64 fractional bits cannot fit n/3."""
+    active, passives = lr.synthetic_split(n_rows=20, seed=4)
+    huge = PartyTable(passives[0].ids, passives[0].columns, passives[0].X * 1e70)
+    with pytest.raises(EncodingOverflowError, match="overflow"):
+        run_local(active, [huge], config=LinRegConfig(epochs=1, key_bits=512),
+                  allow_insecure=True, keys=small_paillier_keys, timeout=10)
+    assert lr.paillier_value_bits(512, 20, 1, 2) < 232 < lr.paillier_value_bits(2048, 20, 1, 2)
+
+
+def test_stalled_party_raises_peer_timeout(small_paillier_keys) -> None:
+    active, passives = lr.synthetic_split(n_rows=20, seed=4)
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeoutError):
+        run_local(active, passives, config=LinRegConfig(epochs=1, key_bits=512),
+                  allow_insecure=True, keys=small_paillier_keys, timeout=0.5,
+                  overrides={"passive-0": lambda channels: time.sleep(1.5)})
+    assert time.monotonic() - t0 < 10
+
+
+def test_active_without_label_is_refused(small_paillier_keys) -> None:
+    active, passives = lr.synthetic_split(n_rows=20, seed=4)
+    nolabel = PartyTable(active.ids, active.columns, active.X)
+    with pytest.raises(InputDataError, match="label"):
+        run_local(nolabel, passives, config=LinRegConfig(epochs=1, key_bits=512),
+                  allow_insecure=True, keys=small_paillier_keys, timeout=10)
+
+
+# --------------------------------------------------------------------------- audit
+
+
+EXPECTED = {
+    "active": {"linreg.public_key", "linreg.encrypted_u", "linreg.cross_term",
+               "linreg.gradient_return", "linreg.control"},
+    "passive-0": {"linreg.public_key", "linreg.plan", "linreg.encrypted_residual",
+                  "linreg.gradient_return", "linreg.control"},
+    "passive-1": {"linreg.public_key", "linreg.plan", "linreg.partial_sum",
+                  "linreg.encrypted_residual", "linreg.gradient_return", "linreg.control"},
+    "coordinator": {"linreg.plan", "linreg.encrypted_loss", "linreg.masked_gradient"},
+}
+
+
+def test_audit_kinds_per_role_and_coordinator_sees_only_masked_gradients(
+        small_paillier_keys) -> None:
+    active, passives = lr.synthetic_split(n_rows=40, p_active=2, p_passive=(2, 1), seed=6)
+    run = run_local(active, passives, config=LinRegConfig(epochs=2, key_bits=512, tol=None),
+                    allow_insecure=True, keys=small_paillier_keys)
+    report = audit(run.transcript)
+    report.check()
+    for party, kinds in EXPECTED.items():
+        assert report.kinds_received(party) == kinds, party
+    for kind in report.kinds_received("coordinator"):
+        decl = declaration_for(kind)
+        if "gradient" in kind:
+            assert Protection.MASKED in decl.protection
+            assert decl.hiding_bits == PERFECT or decl.hiding_bits >= 40
+        else:  # everything else C receives is public or a declared aggregate (the loss)
+            assert set(decl.protection) <= {Protection.PUBLIC, Protection.AGGREGATE}
+    for party in ("active", "passive-0", "passive-1"):
+        for kind in report.kinds_received(party):
+            decl = declaration_for(kind)
+            # a data party never receives another party's data unencrypted
+            assert (Protection.CIPHERTEXT in decl.protection and decl.key_owner == "coordinator"
+                    ) or kind in {"linreg.public_key", "linreg.plan", "linreg.control",
+                                  "linreg.gradient_return"}, kind
+
+
+def test_audit_run_passes_and_masked_view_is_independent() -> None:
+    outcome = lr.audit_run(key_bits=512)
+    outcome.report.check()
+    assert outcome.report.kinds_received("coordinator") == EXPECTED["coordinator"]
+    ks = next(f for f in outcome.findings if f.name.startswith("KS statistic"))
+    corr = next(f for f in outcome.findings if "correlation" in f.name)
+    assert ks.value < 0.2  # 200 vs 200 uniform samples: the 0.1% critical value is ~0.195
+    assert corr.value < 0.3
+    assert "Empirical checks" in outcome.to_text()
+
+
+# --------------------------------------------------------------------------- prediction, models
+
+
+def test_models_save_load_and_secure_prediction(tmp_path: Path, small_paillier_keys) -> None:
+    active, passives = lr.synthetic_split(n_rows=60, p_active=2, p_passive=(2, 1), seed=8)
+    cfg = LinRegConfig(epochs=5, lr=0.3, key_bits=512, preprocess="whiten", fit_intercept=True,
+                       tol=None)
+    run = run_local(active, passives, config=cfg, allow_insecure=True, keys=small_paillier_keys)
+    paths = lr.save_models(run.models, tmp_path)
+    assert sorted(p.name for p in paths) == ["active.npz", "passive-0.npz", "passive-1.npz"]
+    query = [t.take(np.arange(10, 30)) for t in [active, *passives]]
+    pred, transcript = lr.predict_local(tmp_path, query, key_bits=512, allow_insecure=True)
+    np.testing.assert_allclose(pred, lr.predict_plain(run.models, query), atol=1e-7)
+    rep = audit(transcript)
+    rep.check()
+    assert rep.kinds_received("active") == {"linreg.public_key", "linreg.predict_partial",
+                                            "linreg.predict_return"}
+    assert rep.kinds_received("coordinator") == {"linreg.predict_plan", "linreg.predict_masked"}
+    assert rep.kinds_received("passive-0") == {"linreg.public_key", "linreg.predict_plan"}
+    # misaligned query rows are refused
+    bad = [query[0], query[1].take(np.arange(19, -1, -1)), query[2]]
+    with pytest.raises(InputDataError):
+        lr.predict_local(tmp_path, bad, key_bits=512, allow_insecure=True, timeout=10)
+
+
+def test_preprocessing_is_linear_and_split_consistent() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 3)) @ np.array([[1, 0.9, 0], [0, 0.1, 0], [0, 0, 3.0]])
+    for method in ("none", "standardize", "whiten"):
+        prep = lr.fit_preprocessing(X, method=method, intercept=True)
+        Z = prep.apply(X)
+        assert Z.shape == (50, 4) and np.all(Z[:, -1] == 1)
+        if method == "whiten":
+            np.testing.assert_allclose(np.cov(Z[:, :3].T, bias=True), np.eye(3), atol=1e-8)
+    with pytest.raises(InputDataError):
+        lr.fit_preprocessing(X, method="pca")
+
+
+def test_demo_step_runs_quickly(tmp_path: Path) -> None:
+    from vflcrypto.cli.demo import DemoContext
+
+    ctx = DemoContext(workdir=tmp_path, key_bits=1024, quick=True, verbose=False)
+    out = lr.demo_step(ctx)
+    assert out["max_weight_diff_vs_plaintext"] < 1e-6
+    assert (tmp_path / "linreg_model" / "active.npz").exists()
