@@ -1,0 +1,25 @@
+"""Smoke test of the SecureBoost benchmark script at a tiny size (not a benchmark)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+
+def _load():
+    path = Path(__file__).with_name("secureboost_bench.py")
+    spec = importlib.util.spec_from_file_location("secureboost_bench", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _load().main(["--trees", "1", "--depth", "2", "--rows", "150", "--max-bin", "8",
+                        "--key-bits", "512", "--json"])
+    assert out["identical_trees"] is True
+    assert set(out["encrypted"]) >= {"encrypt", "histogram", "decrypt", "split_search", "messages"}
+    assert '"encrypted_30_trees_seconds"' in capsys.readouterr().out

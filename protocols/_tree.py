@@ -1,0 +1,444 @@
+"""Pure helpers of SecureBoost (:mod:`protocols.secureboost`): parameters, binning, the
+gain and leaf math, exact fixed-point quantization, the packing layout, split selection,
+and the ciphertext kernels (per-bin sums, folding, unfolding) that the process pool runs.
+
+Nothing here talks to a channel; roles and messages live in :mod:`protocols.secureboost`.
+Worker functions (``_w_*``) are module-level and take only ints/bytes, as
+:mod:`vflcrypto.parallel` requires.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gmpy2
+import numpy as np
+from gmpy2 import mpz
+
+from vflcrypto import parallel
+from vflcrypto.encoding import PackingSpec
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.paillier import PaillierPublicKey
+
+__all__ = [
+    "GAIN_EPS",
+    "MAX_FRAC_BITS",
+    "MIN_FRAC_BITS",
+    "OBJECTIVES",
+    "BoostParams",
+    "Choice",
+    "base_score",
+    "batch_invert",
+    "bin_feature",
+    "bin_features",
+    "bin_histograms",
+    "check_labels",
+    "choose_frac_bits",
+    "ct_width",
+    "encrypted_bin_sums",
+    "fold_ciphertexts",
+    "gradients",
+    "ids_digest",
+    "leaf_weight",
+    "packing_spec",
+    "quantize",
+    "select_split",
+    "split_gain",
+    "unfold_candidates",
+    "unpack_candidates",
+    "valid_candidates",
+    "value_bound_bits",
+]
+
+OBJECTIVES = ("binary", "regression")
+MAX_FRAC_BITS = 24  # 6e-8 resolution per gradient: far below what changes a split
+MIN_FRAC_BITS = 8
+GAIN_EPS = 1e-9  # a split must improve the objective by more than this
+
+
+# =========================================================================== parameters
+
+
+@dataclass(frozen=True)
+class BoostParams:
+    """Training parameters (XGBoost names and defaults where they exist)."""
+
+    objective: str = "binary"
+    n_trees: int = 10
+    max_depth: int = 3
+    learning_rate: float = 0.3
+    max_bin: int = 32
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    min_child_weight: float = 1.0
+
+    def validate(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise InputDataError(f"objective must be one of {OBJECTIVES}, not {self.objective!r}")
+        if self.n_trees < 1 or self.max_depth < 1:
+            raise InputDataError("need at least one tree of depth >= 1")
+        if not 2 <= self.max_bin <= 256:
+            raise InputDataError("max_bin must be in [2, 256]")
+        if not self.learning_rate > 0 or self.reg_lambda < 0 or self.min_child_weight < 0:
+            raise InputDataError("learning_rate must be > 0; reg_lambda, min_child_weight >= 0")
+
+
+# =========================================================================== math
+
+
+def ids_digest(ids: Sequence[str]) -> bytes:
+    """SHA-256 over the ordered row IDs (length-prefixed): equal iff the rows are aligned."""
+    h = hashlib.sha256(b"vflcrypto.secureboost.ids\x00")
+    for i in ids:
+        b = str(i).encode("utf-8")
+        h.update(len(b).to_bytes(4, "big") + b)
+    return h.digest()
+
+
+def bin_feature(x: np.ndarray, max_bin: int) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile bins of one feature: ``(split_points, bin_of_row)``.
+
+    ``split_points`` are increasing; ``bin = #split points < x``, so ``x <= s[b]`` iff
+    ``bin <= b`` and a split "at bin b" sends ``x <= s[b]`` left. A feature with at most
+    ``max_bin`` distinct values gets one bin per value; NaN goes to the last bin (always
+    right), and at prediction ``NaN <= s`` is false (right) as well.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    finite = x[~np.isnan(x)]
+    if finite.size == 0:
+        return np.zeros(0), np.zeros(len(x), dtype=np.int32)
+    uniq = np.unique(finite)
+    if uniq.size <= max_bin:
+        splits = uniq[:-1]
+    else:
+        qs = np.quantile(finite, np.linspace(0.0, 1.0, max_bin + 1)[1:-1])
+        splits = np.unique(qs)
+        splits = splits[splits < uniq[-1]]  # a split everything passes is no split
+    bins = np.searchsorted(splits, x, side="left").astype(np.int32)
+    return splits.astype(np.float64), bins
+
+
+def bin_features(X: np.ndarray, max_bin: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Bin every column: ``(bins (n, F) int32, [split points per feature])``."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise InputDataError("feature matrix must be 2-D")
+    bins = np.zeros(X.shape, dtype=np.int32)
+    splits = []
+    for f in range(X.shape[1]):
+        s, b = bin_feature(X[:, f], max_bin)
+        bins[:, f] = b
+        splits.append(s)
+    return bins, splits
+
+
+def base_score(objective: str, y: np.ndarray) -> float:
+    """Initial margin: log-odds of the positive rate (binary) or the mean (regression)."""
+    if objective == "binary":
+        p = float(np.clip(np.mean(y), 1e-6, 1 - 1e-6))
+        return math.log(p / (1 - p))
+    return float(np.mean(y))
+
+
+def gradients(objective: str, y: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and second derivatives of the loss at ``margin`` (logistic or squared error)."""
+    if objective == "binary":
+        p = 1.0 / (1.0 + np.exp(-margin))
+        return p - y, p * (1.0 - p)
+    return margin - y, np.ones_like(margin)
+
+
+def check_labels(objective: str, y: np.ndarray) -> None:
+    """Clear errors for labels the objective cannot use."""
+    y = np.asarray(y, dtype=np.float64)
+    if y.size == 0:
+        raise InputDataError("no training rows")
+    if not np.all(np.isfinite(y)):
+        raise InputDataError("labels must be finite")
+    if objective == "binary":
+        if not np.all((y == 0) | (y == 1)):
+            raise InputDataError("binary objective needs labels 0/1")
+        if np.all(y == y[0]):
+            raise InputDataError("binary objective needs both classes in the labels, got one class")
+
+
+def value_bound_bits(g: np.ndarray, h: np.ndarray) -> int:
+    """Smallest ``k >= 1`` with ``|g|, h < 2**(k-1)``, plus one bit of margin: |g|, h < 2**k."""
+    top = float(max(np.max(np.abs(g)), np.max(h), 1e-300))
+    return max(1, math.ceil(math.log2(top)) + 2) if top >= 0.5 else 1
+
+
+def choose_frac_bits(vbb: int, n: int) -> int:
+    """Fixed-point bits so every histogram sum is an exact integer below 2**52.
+
+    Exactness in float64 (plaintext bincount) is what makes encrypted and plaintext
+    training bit-identical.
+    """
+    frac = min(MAX_FRAC_BITS, 52 - vbb - max(1, int(n).bit_length()))
+    if frac < MIN_FRAC_BITS:
+        raise InputDataError("gradients too large for exact fixed-point sums: rescale the label")
+    return frac
+
+
+def quantize(x: np.ndarray, frac_bits: int) -> np.ndarray:
+    """``round(x * 2**frac_bits)`` as int64 (same rounding as vflcrypto.encoding)."""
+    return np.rint(np.ldexp(np.asarray(x, dtype=np.float64), frac_bits)).astype(np.int64)
+
+
+def packing_spec(n: int, frac_bits: int, vbb: int) -> PackingSpec:
+    """Two slots (g, h) per row, headroom for ``n`` additions.
+
+    ``value_bits`` covers a whole column sum (``n * 2**(frac_bits + vbb)``), not just one
+    value: then any sum of ``t`` rows has ``|G|, H < offset`` and the decryptor reads the
+    row count exactly as ``t = h_slot >> value_bits`` (the offsets of the ``t`` rows),
+    which is what lets sums of different row counts share one packing.
+    """
+    vb = frac_bits + vbb + max(1, int(n).bit_length())
+    return PackingSpec.create(max_terms=max(2, n), frac_bits=frac_bits, value_bits=vb)
+
+
+def split_gain(GL: np.ndarray, HL: np.ndarray, G: float, H: float, lam: float,
+               gamma: float) -> np.ndarray:
+    """Cheng et al. eq. (3) / XGBoost: 1/2 [GL²/(HL+λ) + GR²/(HR+λ) − G²/(H+λ)] − γ."""
+    GR = G - GL
+    HR = H - HL
+    return 0.5 * (GL * GL / (HL + lam) + GR * GR / (HR + lam) - G * G / (H + lam)) - gamma
+
+
+def leaf_weight(G: float, H: float, lam: float) -> float:
+    """Optimal leaf weight −G/(H+λ)."""
+    return -G / (H + lam)
+
+
+def bin_histograms(bins: np.ndarray, rows: np.ndarray, gq: np.ndarray, hq: np.ndarray,
+                   width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-(feature, bin) integer sums of g, h and row counts over ``rows``: each (F, width).
+
+    Float64 bincount is exact here because every partial sum is an integer < 2**52
+    (see :func:`choose_frac_bits`).
+    """
+    F = bins.shape[1]
+    if F == 0:
+        z = np.zeros((0, width), dtype=np.int64)
+        return z, z.copy(), z.copy()
+    keys = (bins[rows] + (np.arange(F, dtype=np.int64) * width)[None, :]).ravel()
+    size = F * width
+    sg = np.bincount(keys, weights=np.repeat(gq[rows].astype(np.float64), F), minlength=size)
+    sh = np.bincount(keys, weights=np.repeat(hq[rows].astype(np.float64), F), minlength=size)
+    sn = np.bincount(keys, minlength=size)
+    return (sg.astype(np.int64).reshape(F, width), sh.astype(np.int64).reshape(F, width),
+            sn.astype(np.int64).reshape(F, width))
+
+
+def valid_candidates(cnt: np.ndarray, n_node: int) -> np.ndarray:
+    """Mask of candidates (f, b) that are real and canonical for a node.
+
+    A split at bin ``b`` is kept when bin ``b`` holds rows of the node and rows remain on
+    the right: among splits giving the same partition only the smallest ``b`` survives.
+    """
+    cum = np.cumsum(cnt, axis=1)
+    return (cnt > 0) & (cum < n_node)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The winning split of a node: owner (0 = active, i + 1 = passive i), stats and ids."""
+
+    gain: float
+    owner: int
+    GL: int
+    HL: int
+    nL: int
+    ids: tuple[int, ...]  # active: flat (feature * width + bin); passive: tied anonymous ids
+
+
+def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                 G: int, H: int, frac_bits: int, params: BoostParams) -> Choice | None:
+    """Best split of a node over candidate blocks, one block per owner in owner order.
+
+    A block is ``(GL, HL, nL, ids)`` (integer fixed-point sums). Candidates need
+    ``H_L, H_R >= min_child_weight`` and ``gain > GAIN_EPS``. Ties are broken without
+    looking at the passive parties' (shuffled) order: highest gain, then lowest owner,
+    then smallest ``(G_L, H_L, n_L)``; equal-statistics candidates of one owner are all
+    returned (``ids``) and the owner picks its smallest (feature, bin).
+    """
+    scale = 2.0 ** -frac_bits
+    Gf, Hf = G * scale, H * scale
+    best: tuple[float, int, int, int, int] | None = None
+    best_ids: list[int] = []
+    for owner, (GL, HL, nL, ids) in enumerate(blocks):
+        if len(GL) == 0:
+            continue
+        gl = GL.astype(np.float64) * scale
+        hl = HL.astype(np.float64) * scale
+        gain = split_gain(gl, hl, Gf, Hf, params.reg_lambda, params.gamma)
+        ok = (hl >= params.min_child_weight) & (Hf - hl >= params.min_child_weight)
+        ok &= gain > GAIN_EPS
+        if not ok.any():
+            continue
+        top = float(gain[ok].max())
+        if best is not None and top < best[0]:
+            continue
+        sel = np.flatnonzero(ok & (gain == top))
+        keys = sorted((int(GL[i]), int(HL[i]), int(nL[i]), int(ids[i])) for i in sel)
+        k0 = keys[0][:3]
+        cand = (top, owner, *k0)
+        if best is None or top > best[0]:
+            best, best_ids = cand, [k[3] for k in keys if k[:3] == k0]
+        # equal gain from a later owner loses the tie (lower owner wins)
+    if best is None:
+        return None
+    return Choice(best[0], best[1], best[2], best[3], best[4], tuple(best_ids))
+
+
+# =========================================================================== ciphertext kernels
+# Module-level functions over plain ints/bytes so that vflcrypto.parallel's workers run them.
+
+
+def ct_width(n: int) -> int:
+    return 2 * ((int(n).bit_length() + 7) // 8)
+
+
+def _to_blob(cts: Sequence[Any], width: int) -> bytes:
+    return b"".join(int(c).to_bytes(width, "big") for c in cts)
+
+
+def _from_blob(blob: bytes, width: int) -> list[mpz]:
+    fb = int.from_bytes
+    return [mpz(fb(blob[i : i + width], "big")) for i in range(0, len(blob), width)]
+
+
+def _w_bin_sums(nsq: int, width: int, blob: bytes, keys: bytes, n_cols: int, n_groups: int) -> bytes:
+    """Per-group products of row ciphertexts: ``keys`` (rows, n_cols) int64 group ids.
+
+    Empty groups give 1 (the neutral element; never sent on its own).
+    """
+    m = mpz(nsq)
+    cts = _from_blob(blob, width)
+    k = np.frombuffer(keys, dtype=np.int64).reshape(len(cts), n_cols)
+    acc: list[Any] = [None] * n_groups
+    for j in range(n_cols):
+        for c, g in zip(cts, k[:, j].tolist(), strict=True):
+            a = acc[g]
+            acc[g] = c if a is None else a * c % m
+    return _to_blob([1 if a is None else a for a in acc], width)
+
+
+def _w_fold(nsq: int, width: int, blob: bytes, bits: int, per: int) -> bytes:
+    """Fold groups of ``per`` ciphertexts: ``acc = acc**(2**bits) * c`` (last first)."""
+    m = mpz(nsq)
+    cts = _from_blob(blob, width)
+    e = mpz(1) << bits
+    out = []
+    powmod = gmpy2.powmod
+    for start in range(0, len(cts), per):
+        group = cts[start : start + per]
+        acc = group[-1]
+        for c in reversed(group[:-1]):
+            acc = powmod(acc, e, m) * c % m
+        out.append(acc)
+    return _to_blob(out, width)
+
+
+def batch_invert(cts: Sequence[mpz], mod: mpz) -> list[mpz]:
+    """Montgomery's trick: all inverses for one inversion and 3 multiplications each."""
+    if not cts:
+        return []
+    prefix = []
+    acc = mpz(1)
+    for c in cts:
+        acc = acc * c % mod
+        prefix.append(acc)
+    inv = gmpy2.invert(acc, mod)
+    out = [mpz(1)] * len(cts)
+    for i in range(len(cts) - 1, 0, -1):
+        out[i] = inv * prefix[i - 1] % mod
+        inv = inv * cts[i] % mod
+    out[0] = inv
+    return out
+
+
+def encrypted_bin_sums(pk: PaillierPublicKey, row_blob: bytes, keys: np.ndarray,
+                       n_groups: int) -> list[mpz]:
+    """Sum row ciphertexts into groups ``keys[r, f]`` (all features, all nodes) in parallel."""
+    w = ct_width(pk.n)
+    rows, cols = keys.shape
+    nsq = int(pk.nsquare)
+    cost = int(rows * cols * (pk.bits / 2048) ** 2)
+    workers = max(1, parallel.worker_count())
+    ranges = parallel.chunk_ranges(rows, workers) if rows else []
+    chunks = [(nsq, w, row_blob[a * w : b * w], np.ascontiguousarray(keys[a:b], dtype=np.int64).tobytes(),
+               cols, n_groups) for a, b in ranges]
+    parts = [_from_blob(p, w) for p in parallel.parallel_map(_w_bin_sums, chunks, cost=cost)]
+    if not parts:
+        return [mpz(1)] * n_groups
+    m = pk.nsquare
+    out = parts[0]
+    for part in parts[1:]:
+        out = [x if y == 1 else (y if x == 1 else x * y % m) for x, y in zip(out, part, strict=True)]
+    return out
+
+
+def fold_ciphertexts(pk: PaillierPublicKey, cts: Sequence[mpz], bits: int) -> tuple[list[mpz], int]:
+    """Fold ``(bits(n)-1) // bits`` non-negative ``bits``-bit plaintexts per ciphertext."""
+    per = (pk.bits - 1) // bits
+    if per < 1:
+        raise ProtocolError("candidate statistics too wide to fold under this key")
+    w = ct_width(pk.n)
+    groups = -(-len(cts) // per)
+    workers = max(1, parallel.worker_count())
+    n_chunks = min(groups, workers * 2) if groups else 0
+    bounds = [round(i * groups / n_chunks) * per for i in range(n_chunks + 1)] if n_chunks else []
+    chunks = [(int(pk.nsquare), w, _to_blob(cts[a:b], w), bits, per)
+              for a, b in itertools.pairwise(bounds) if b > a]
+    cost = int(len(cts) * bits * (pk.bits / 2048) ** 2)
+    out: list[mpz] = []
+    for part in parallel.parallel_map(_w_fold, chunks, cost=cost):
+        out.extend(_from_blob(part, w))
+    return out, per
+
+
+def unfold_candidates(values: Sequence[int], count: int, per: int, bits: int) -> list[int]:
+    """Inverse of the fold after decryption: ``count`` plaintexts of ``bits`` bits each."""
+    mask = (1 << bits) - 1
+    out: list[int] = []
+    for v in values:
+        k = min(per, count - len(out))
+        if k <= 0 or v < 0 or v >> (bits * k):
+            raise ProtocolError("folded histogram does not match its declared layout")
+        for _ in range(k):
+            out.append(v & mask)
+            v >>= bits
+    if len(out) != count:
+        raise ProtocolError("folded histogram holds fewer candidates than declared")
+    return out
+
+
+def unpack_candidates(packed: Sequence[int], spec: PackingSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Packed (g, h) sums of ``t`` real rows -> (G_L, H_L, n_L).
+
+    Slot = sum + t * 2**value_bits and (by :func:`packing_spec`) ``0 <= H < 2**value_bits``,
+    so ``t = h_slot >> value_bits`` is the row count; G must lie in ``(-1, 1) * 2**value_bits``.
+    """
+    sb, vb = spec.slot_bits, spec.value_bits
+    mask = (1 << sb) - 1
+    G, H, N = [], [], []
+    for p in packed:
+        gs, hs = p & mask, p >> sb
+        if hs >> sb:
+            raise ProtocolError("histogram candidate has bits above its slots")
+        t = hs >> vb
+        hv = hs - (t << vb)
+        gv = gs - (t << vb)
+        if t < 1 or not -(1 << vb) < gv < (1 << vb):
+            raise ProtocolError("histogram candidate outside its valid range (wrong key or tampered)")
+        G.append(gv)
+        H.append(hv)
+        N.append(t)
+    return (np.asarray(G, dtype=np.int64), np.asarray(H, dtype=np.int64),
+            np.asarray(N, dtype=np.int64))

@@ -1,0 +1,71 @@
+"""``vflcrypto train secureboost`` end to end on small CSV files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocols import secureboost as sb
+from vflcrypto.cli import main
+from vflcrypto.dataio import write_csv_atomic
+
+
+def _write(tmp_path: Path, n: int = 120, shuffle_passive: bool = False, extra: int = 0) -> tuple[Path, Path]:
+    rng = np.random.default_rng(11)
+    Xa, y, _, Xp, _ = sb._synthetic(n, seed=11)
+    ids = [f"id{i:04d}" for i in range(n)]
+    active = tmp_path / "active.csv"
+    passive = tmp_path / "passive.csv"
+    write_csv_atomic(active, ["id", "y", "a0", "a1"],
+                     [[ids[i], int(y[i]), Xa[i, 0], Xa[i, 1]] for i in range(n)])
+    order = rng.permutation(n) if shuffle_passive else np.arange(n)
+    rows = [[ids[i], *Xp[i].tolist()] for i in order] + [[f"x{k}", 0, 0, 0, 0] for k in range(extra)]
+    write_csv_atomic(passive, ["id", "p0", "p1", "p2", "p3"], rows)
+    return active, passive
+
+
+def test_plaintext_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, p = _write(tmp_path)
+    code = main(["train", "secureboost", "--active", str(a), "--passive", str(p), "--id-column",
+                 "id", "--label", "y", "--trees", "3", "--aligned", "--plaintext", "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"auc", "trees", "seconds", "bytes_sent"}
+    assert out["trees"] == 3 and out["auc"] > 0.8
+    assert set(out["bytes_sent"]) == {"active", "passive-0"}
+
+
+def test_encrypted_with_alignment_and_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, p = _write(tmp_path, shuffle_passive=True, extra=5)
+    models = tmp_path / "models"
+    code = main(["train", "secureboost", "--active", str(a), "--passive", str(p), "--passive", str(p),
+                 "--id-column", "id", "--label", "y", "--trees", "2", "--depth", "2",
+                 "--max-bin", "8", "--key-bits", "512", "--allow-insecure", "--test-fraction",
+                 "0.25", "--model-dir", str(models), "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["evaluated_on"] == "test" and 0.0 <= out["auc"] <= 1.0
+    assert "alignment" in out["bytes_sent"]
+    assert sorted(x.name for x in models.iterdir()) == ["active.npz", "passive-0.npz", "passive-1.npz"]
+    am = sb.ActiveModel.load(models / "active.npz")
+    assert am.n_trees == 2 and am.passive_parties == ("passive-0", "passive-1")
+
+
+def test_regression_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, p = _write(tmp_path)
+    code = main(["train", "secureboost", "--active", str(a), "--passive", str(p), "--id-column",
+                 "id", "--label", "a1", "--objective", "regression", "--trees", "2", "--aligned",
+                 "--plaintext", "--json"])
+    assert code == 0
+    assert "rmse" in json.loads(capsys.readouterr().out)
+    code = main(["train", "secureboost", "--active", str(a), "--passive", str(p), "--id-column",
+                 "id", "--label", "nope", "--aligned", "--plaintext"])
+    assert code == 2
+    assert "InputDataError" in capsys.readouterr().err
+    a2, p2 = _write(tmp_path, shuffle_passive=True)
+    code = main(["train", "secureboost", "--active", str(a2), "--passive", str(p2), "--id-column",
+                 "id", "--label", "y", "--aligned", "--plaintext"])
+    assert code == 2 and "not aligned" in capsys.readouterr().err

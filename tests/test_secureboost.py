@@ -1,0 +1,472 @@
+"""SecureBoost: parity (encrypted = plaintext = centralized reference), quality, hostile peers, audit."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from protocols import secureboost as sb
+from vflcrypto.dataio import read_party_csv
+from vflcrypto.errors import (
+    InputDataError,
+    KeyMismatchError,
+    PeerTimeoutError,
+    ProtocolError,
+)
+from vflcrypto.leakage import audit
+from vflcrypto.metrics import rmse, roc_auc
+from vflcrypto.paillier import PaillierVector, generate_keypair
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+FATE = SHARED / "fate"
+TIMEOUT = 20.0
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _data(n: int = 160, seed: int = 3, objective: str = "binary", k: int = 2):
+    rng = np.random.default_rng(seed)
+    Xa = rng.normal(size=(n, 2))
+    Xa[:, 1] = np.round(Xa[:, 1])  # few distinct values
+    Xps = [rng.normal(size=(n, 3)) for _ in range(k)]
+    z = Xa[:, 0] + 1.5 * Xps[0][:, 1] - (Xps[-1][:, 2] > 0.5) + 0.3 * rng.normal(size=n)
+    y = (z > 0).astype(float) if objective == "binary" else 3 * z + 10
+    return Xa, y, Xps
+
+
+def _load_fate(name: str):
+    a = read_party_csv(FATE / f"{name}_hetero_guest.csv", "id", label="y")
+    p = read_party_csv(FATE / f"{name}_hetero_host.csv", "id")
+    pos = {k: i for i, k in enumerate(p.ids)}
+    return a.X, a.label, p.X[[pos[k] for k in a.ids]]
+
+
+def _trees(run: sb.LocalRun) -> list[list[tuple]]:
+    """Per tree, BFS list of (kind, owner, feature, bin, leaf value) with passive lookups resolved."""
+    m = run.active.model
+    names = list(m.passive_parties)
+    out = []
+    for t in range(m.n_trees):
+        nodes = []
+        for g in range(int(m.offsets[t]), int(m.offsets[t + 1])):
+            kind = int(m.kind[g])
+            if kind == 0:
+                nodes.append((0, -1, -1, -1, float(m.value[g])))
+            elif kind == 1:
+                nodes.append((1, 0, int(m.feature[g]), int(m.bin[g]), 0.0))
+            else:
+                p = int(m.party[g])
+                pm = run.passive[names[p]].model
+                j = int(np.flatnonzero(pm.record_ids == m.record[g])[0])
+                nodes.append((2, p + 1, int(pm.feature[j]), int(pm.bin[j]), 0.0))
+        out.append(nodes)
+    return out
+
+
+def _assert_same_trees(a: list[list[tuple]], b: list[list[tuple]], tol: float = 1e-9) -> None:
+    assert len(a) == len(b)
+    for ta, tb in zip(a, b, strict=True):
+        assert [n[:4] for n in ta] == [n[:4] for n in tb]
+        assert np.allclose([n[4] for n in ta], [n[4] for n in tb], rtol=0, atol=tol)
+
+
+# --------------------------------------------------------------------------- centralized reference
+
+
+def reference_train(blocks: list[np.ndarray], y: np.ndarray, params: sb.BoostParams):
+    """The same algorithm on the joined table, written independently of the protocol code:
+    recursion over explicit candidate lists, no levels, no shuffling, no subtraction, no packing.
+    Shares only the scalar math (binning, gradients, quantization, gain formula)."""
+    n = len(y)
+    binned = [sb.bin_features(X, params.max_bin)[0] for X in blocks]
+    margin = np.full(n, sb.base_score(params.objective, y))
+    vbb = 1
+    trees = []
+    for _ in range(params.n_trees):
+        g, h = sb.gradients(params.objective, y, margin)
+        vbb = max(vbb, sb.value_bound_bits(g, h))
+        frac = sb.choose_frac_bits(vbb, n)
+        gq, hq = sb.quantize(g, frac), sb.quantize(h, frac)
+        scale = 2.0 ** -frac
+        nodes: list[tuple] = []
+        queue = [(np.arange(n), 0)]
+        leaves = []
+        while queue:
+            rows, depth = queue.pop(0)
+            G, H = int(gq[rows].sum()), int(hq[rows].sum())
+            best = None
+            if depth < params.max_depth:
+                cands = []
+                for owner, B in enumerate(binned):
+                    for f in range(B.shape[1]):
+                        col = B[rows, f]
+                        for b in range(int(B[:, f].max()) + 1):
+                            left = col <= b
+                            nl = int(left.sum())
+                            if not (col == b).any() or nl == len(rows):
+                                continue
+                            GL, HL = int(gq[rows][left].sum()), int(hq[rows][left].sum())
+                            hl, hr = HL * scale, (H - HL) * scale
+                            if hl < params.min_child_weight or hr < params.min_child_weight:
+                                continue
+                            gain = float(sb.split_gain(np.array([GL * scale]), np.array([hl]),
+                                                       G * scale, H * scale, params.reg_lambda,
+                                                       params.gamma)[0])
+                            if gain > sb.GAIN_EPS:
+                                cands.append((-gain, owner, GL, HL, nl, f, b, left))
+                if cands:
+                    cands.sort(key=lambda c: c[:7])
+                    best = cands[0]
+            if best is None:
+                nodes.append([0, -1, -1, -1, 0.0])
+                leaves.append((len(nodes) - 1, rows, G, H))
+            else:
+                _, owner, _, _, _, f, b, left = best
+                nodes.append([1 if owner == 0 else 2, owner, f, b, 0.0])
+                queue += [(rows[left], depth + 1), (rows[~left], depth + 1)]
+        for idx, rows, G, H in leaves:
+            w = sb.leaf_weight(G * scale, H * scale, params.reg_lambda)
+            nodes[idx][4] = w
+            margin[rows] += params.learning_rate * w
+        trees.append([tuple(nd) for nd in nodes])
+    return trees, margin
+
+
+# --------------------------------------------------------------------------- math
+
+
+def test_binning_semantics() -> None:
+    x = np.array([5.0, 1.0, 3.0, 3.0, np.nan, 9.0, 1.0])
+    splits, bins = sb.bin_feature(x, 32)
+    assert splits.tolist() == [1.0, 3.0, 5.0]
+    for b, s in enumerate(splits):  # left at bin b  <=>  x <= s[b]  (NaN always right)
+        assert np.array_equal(bins <= b, np.nan_to_num(x, nan=np.inf) <= s)
+    splits, bins = sb.bin_feature(np.full(10, 2.0), 32)  # constant: no split at all
+    assert len(splits) == 0 and not bins.any()
+    rng = np.random.default_rng(0)
+    splits, bins = sb.bin_feature(rng.normal(size=1000), 32)
+    assert len(splits) <= 31 and np.bincount(bins).max() < 60
+
+
+def test_unpack_rejects_out_of_range() -> None:
+    spec = sb.packing_spec(100, 24, 2)
+    with pytest.raises(ProtocolError):
+        sb.unpack_candidates([1 << (2 * spec.slot_bits)], spec)  # bits above the slots
+    with pytest.raises(ProtocolError):
+        sb.unpack_candidates([5], spec)  # zero rows
+
+
+# --------------------------------------------------------------------------- parity
+
+
+@pytest.mark.parametrize("objective", ["binary", "regression"])
+def test_plaintext_matches_centralized_reference(objective: str) -> None:
+    Xa, y, Xps = _data(objective=objective)
+    params = sb.BoostParams(objective=objective, n_trees=3, max_depth=3, max_bin=8)
+    run = sb.run_local(Xa, y, Xps, params=params, plaintext=True, timeout=TIMEOUT)
+    ref_trees, ref_margin = reference_train([Xa, *Xps], y, params)
+    _assert_same_trees(_trees(run), ref_trees)
+    assert np.allclose(run.active.train_margin, ref_margin, atol=1e-12)
+    owners = {n[1] for t in ref_trees for n in t if n[0]}
+    assert {0, 1, 2} <= owners  # the data makes every party win splits
+
+
+def test_encrypted_matches_plaintext_two_passive(small_paillier_keys) -> None:
+    Xa, y, Xps = _data(n=120)
+    params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
+    enc = sb.run_local(Xa, y, Xps, params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    plain = sb.run_local(Xa, y, Xps, params=params, plaintext=True, timeout=TIMEOUT)
+    _assert_same_trees(_trees(enc), _trees(plain))
+    assert np.allclose(enc.active.train_margin, plain.active.train_margin, atol=1e-9)
+
+
+def test_ties_are_resolved_independently_of_the_shuffle(small_paillier_keys) -> None:
+    """Duplicate passive features and an active copy: the active copy wins, and among the
+    passive party's identical features always the first (never shuffle-dependent)."""
+    rng = np.random.default_rng(5)
+    n = 100
+    x = rng.normal(size=n)
+    y = (x + 0.3 * rng.normal(size=n) > 0).astype(float)
+    Xp = np.column_stack([x, x, rng.normal(size=n)])
+    Xa = rng.normal(size=(n, 1))
+    params = sb.BoostParams(n_trees=2, max_depth=2, max_bin=8)
+    runs = [sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+            for _ in range(2)]
+    runs.append(sb.run_local(Xa, y, [Xp], params=params, plaintext=True, timeout=TIMEOUT))
+    trees = [_trees(r) for r in runs]
+    assert trees[0] == trees[1] == trees[2]
+    assert all(nd[2] != 1 for t in trees[0] for nd in t if nd[0] == 2)
+    both = sb.run_local(np.column_stack([Xa, x]), y, [Xp], params=params, plaintext=True)
+    root = _trees(both)[0][0]
+    assert root[:3] == (1, 0, 1)  # equal gain: the active party (owner 0) wins
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not FATE.is_dir(), reason="../shared/data absent")
+def test_encrypted_breast_1024_matches_plaintext(paillier_keys) -> None:
+    Xa, y, Xp = _load_fate("breast")
+    params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=32)
+    enc = sb.run_local(Xa, y, [Xp], params=params, keys=paillier_keys, timeout=60)
+    plain = sb.run_local(Xa, y, [Xp], params=params, plaintext=True)
+    _assert_same_trees(_trees(enc), _trees(plain))
+    assert roc_auc(y, enc.active.train_predictions()) > 0.98
+
+
+# --------------------------------------------------------------------------- quality
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not FATE.is_dir(), reason="../shared/data absent")
+@pytest.mark.parametrize(("name", "objective", "trees", "bound"), [
+    ("breast", "binary", 10, 0.995),
+    ("default_credit", "binary", 30, 0.79),
+    ("student", "regression", 50, 2.7),
+])
+def test_quality_on_fate_data(name: str, objective: str, trees: int, bound: float) -> None:
+    Xa, y, Xp = _load_fate(name)
+    params = sb.BoostParams(objective=objective, n_trees=trees, max_depth=3, learning_rate=0.3,
+                            max_bin=32)
+    run = sb.run_local(Xa, y, [Xp], params=params, plaintext=True, timeout=60)
+    pred = run.active.train_predictions()
+    if objective == "binary":
+        assert roc_auc(y, pred) >= bound
+    else:
+        assert rmse(y, pred) <= bound
+
+
+@pytest.mark.shared_data
+@pytest.mark.skipif(not FATE.is_dir(), reason="../shared/data absent")
+@pytest.mark.parametrize(("name", "objective", "trees"), [("breast", "binary", 10),
+                                                          ("student", "regression", 50)])
+def test_close_to_xgboost(name: str, objective: str, trees: int) -> None:
+    xgb = pytest.importorskip("xgboost")
+    Xa, y, Xp = _load_fate(name)
+    X = np.column_stack([Xa, Xp])
+    common = {"n_estimators": trees, "max_depth": 3, "learning_rate": 0.3, "max_bin": 32,
+              "tree_method": "hist", "reg_lambda": 1.0, "min_child_weight": 1.0, "n_jobs": 1}
+    params = sb.BoostParams(objective=objective, n_trees=trees, max_depth=3, learning_rate=0.3)
+    ours = sb.run_local(Xa, y, [Xp], params=params, plaintext=True).active.train_predictions()
+    if objective == "binary":
+        ref = xgb.XGBClassifier(**common).fit(X, y).predict_proba(X)[:, 1]
+        assert abs(roc_auc(y, ours) - roc_auc(y, ref)) < 0.01
+    else:
+        ref = xgb.XGBRegressor(**common).fit(X, y).predict(X)
+        assert abs(rmse(y, ours) - rmse(y, ref)) < 0.25
+
+
+# --------------------------------------------------------------------------- models & prediction
+
+
+def test_save_load_and_joint_prediction(tmp_path: Path, small_paillier_keys) -> None:
+    Xa, y, Xps = _data(n=120)
+    params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
+    run = sb.run_local(Xa, y, Xps, params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    run.active.model.save(tmp_path / "active.npz")
+    for name, res in run.passive.items():
+        res.model.save(tmp_path / f"{name}.npz")
+    am = sb.ActiveModel.load(tmp_path / "active.npz")
+    pms = [sb.PassiveModel.load(tmp_path / f"passive-{i}.npz") for i in range(2)]
+    pred = sb.predict_local(am, Xa, [(pms[1], Xps[1]), (pms[0], Xps[0])], timeout=TIMEOUT)
+    assert np.allclose(pred, run.active.train_predictions(), atol=1e-12)
+    # a passive party's file holds only its lookup table; the active file no passive thresholds
+    assert set(np.load(tmp_path / "passive-0.npz").files) == {
+        "__meta__", "a_record_ids", "a_feature", "a_bin", "a_threshold"}
+    assert (am.threshold[am.kind == 2] == 0).all()
+    with pytest.raises(InputDataError):
+        sb.ActiveModel.load(tmp_path / "passive-0.npz")
+
+
+def test_prediction_with_stale_or_unknown_record_fails_clearly(small_paillier_keys) -> None:
+    Xa, y, Xps = _data(n=120, k=1)
+    params = sb.BoostParams(n_trees=2, max_depth=2, max_bin=8)
+    run = sb.run_local(Xa, y, Xps, params=params, plaintext=True, timeout=TIMEOUT)
+    other = sb.run_local(Xa, y, Xps, params=params, plaintext=True, timeout=TIMEOUT)
+    stale = other.passive["passive-0"].model
+    with pytest.raises(ProtocolError, match="stale or mismatched"):
+        sb.predict_local(run.active.model, Xa, [(stale, Xps[0])], timeout=TIMEOUT)
+    pm = run.passive["passive-0"].model
+    assert len(pm.record_ids) > 0
+    truncated = sb.PassiveModel(pm.model_id, pm.party, pm.columns, pm.record_ids[:0],
+                                pm.feature[:0], pm.bin[:0], pm.threshold[:0])
+    with pytest.raises(ProtocolError, match="unknown record id"):
+        sb.predict_local(run.active.model, Xa, [(truncated, Xps[0])], timeout=TIMEOUT)
+
+
+# --------------------------------------------------------------------------- hostile and edge cases
+
+
+def _hostile_passive(make_histogram):
+    """A passive party that follows the protocol up to the first histogram, then cheats."""
+
+    def role(channels):
+        ch = channels["active"]
+        setup = ch.recv(sb.Setup, timeout=TIMEOUT)
+        ch.keyring.add(setup.public_key)
+        ch.recv(sb.EncryptedGradients, timeout=TIMEOUT)
+        req = ch.recv(sb.LevelRequest, timeout=TIMEOUT)
+        ch.send(make_histogram(setup, req))
+        return None
+
+    return role
+
+
+def test_histogram_under_wrong_key_is_refused(small_paillier_keys) -> None:
+    other_pk, _ = generate_keypair(512, allow_insecure=True)
+
+    def bad(setup, req):
+        vec = other_pk.encrypt([1, 2])
+        return sb.EncryptedHistograms(0, 0, np.zeros(1, np.int32), np.array([2], np.int32),
+                                      10, 5, vec)
+
+    Xa, y, Xps = _data(n=60, k=1)
+    with pytest.raises(KeyMismatchError):
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys,
+                     timeout=TIMEOUT, passive_override={"passive-0": _hostile_passive(bad)})
+
+
+@pytest.mark.parametrize("fault", ["layout", "garbage", "count"])
+def test_malformed_histogram_is_refused(small_paillier_keys, fault: str) -> None:
+    pk = small_paillier_keys[0]
+
+    def bad(setup, req):
+        spec = sb.packing_spec(60, sb.choose_frac_bits(2, 60), 2)
+        bits = 2 * spec.slot_bits
+        per = (pk.bits - 1) // bits
+        if fault == "layout":  # declared 7 candidates, but ciphertexts for far more
+            return sb.EncryptedHistograms(0, 0, np.zeros(1, np.int32), np.array([7], np.int32),
+                                          bits, per, pk.encrypt(list(range(9))))
+        if fault == "garbage":  # right key and layout, plaintexts that are no histogram
+            return sb.EncryptedHistograms(0, 0, np.zeros(1, np.int32), np.array([1], np.int32),
+                                          bits, per, pk.encrypt([(1 << bits) - 1]))
+        return sb.EncryptedHistograms(0, 0, np.zeros(1, np.int32), np.array([3], np.int32),
+                                      bits + 1, per, pk.encrypt([1]))
+
+    Xa, y, Xps = _data(n=60, k=1)
+    with pytest.raises(ProtocolError):
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys,
+                     timeout=TIMEOUT, passive_override={"passive-0": _hostile_passive(bad)})
+
+
+class _Tamper:
+    """A channel proxy that rewrites the passive party's split responses (a lying owner)."""
+
+    def __init__(self, ch) -> None:
+        self._ch = ch
+
+    def __getattr__(self, name):
+        return getattr(self._ch, name)
+
+    def send(self, msg):
+        if isinstance(msg, sb.SplitResponse) and len(msg.left_bits):
+            bits = msg.left_bits.copy()
+            bits[0] ^= 0x80  # move the first row of the node to the other side
+            msg = sb.SplitResponse(msg.tree, msg.depth, msg.nodes, msg.record_ids, bits)
+        return self._ch.send(msg)
+
+
+def test_wrong_left_instance_set_is_refused() -> None:
+    _, y, Xps = _data(n=80, k=1)
+
+    def liar(channels):
+        return sb.run_passive({k: _Tamper(v) for k, v in channels.items()}, Xps[0], timeout=TIMEOUT)
+
+    with pytest.raises(ProtocolError, match="left instance set"):
+        sb.run_local(np.zeros((80, 1)), y, Xps, params=sb.BoostParams(n_trees=1), plaintext=True,
+                     timeout=TIMEOUT, passive_override={"passive-0": liar})
+
+
+def test_stalled_passive_party_times_out(small_paillier_keys) -> None:
+    release = threading.Event()
+
+    def stall(channels):
+        ch = channels["active"]
+        setup = ch.recv(sb.Setup, timeout=TIMEOUT)
+        ch.keyring.add(setup.public_key)
+        release.wait(1.5)  # never answers in time
+
+    Xa, y, Xps = _data(n=40, k=1)
+    with pytest.raises(PeerTimeoutError):
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys,
+                     timeout=0.5, passive_override={"passive-0": stall})
+    release.set()
+
+
+def test_constant_features_and_single_bin(small_paillier_keys) -> None:
+    Xa, y, _ = _data(n=80, k=1)
+    Xp = np.column_stack([np.full(80, 3.0), np.zeros(80)])  # every row in one bin
+    params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
+    run = sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    assert not (run.active.model.kind == 2).any()
+    assert len(run.passive["passive-0"].model.record_ids) == 0
+    # nothing splits anywhere: every tree is a single leaf
+    flat = sb.run_local(np.ones((80, 1)), y, [Xp], params=params, plaintext=True, timeout=TIMEOUT)
+    assert (flat.active.model.kind == 0).all() and flat.active.model.n_trees == 2
+    pred = sb.predict_local(flat.active.model, np.ones((80, 1)),
+                            [(flat.passive["passive-0"].model, Xp)])
+    assert np.allclose(pred, pred[0])
+
+
+def test_missing_feature_values_go_right_consistently(small_paillier_keys) -> None:
+    Xa, y, Xps = _data(n=100, k=1)
+    Xp = Xps[0].copy()
+    Xp[::7, 1] = np.nan
+    Xa = Xa.copy()
+    Xa[::5, 0] = np.nan
+    params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
+    run = sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    pred = sb.predict_local(run.active.model, Xa, [(run.passive["passive-0"].model, Xp)])
+    assert np.allclose(pred, run.active.train_predictions(), atol=1e-12)
+
+
+def test_bad_labels_and_alignment() -> None:
+    Xa, y, Xps = _data(n=40, k=1)
+    with pytest.raises(InputDataError, match="one class"):
+        sb.run_local(Xa, np.ones(40), Xps, plaintext=True, timeout=TIMEOUT)
+    with pytest.raises(InputDataError, match="0/1"):
+        sb.run_local(Xa, y * 2, Xps, plaintext=True, timeout=TIMEOUT)
+    with pytest.raises(InputDataError, match="not aligned"):
+        sb.run_local(Xa, y, [Xps[0][:30]], plaintext=True, timeout=TIMEOUT)
+    with pytest.raises(InputDataError):
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(objective="poisson"), plaintext=True)
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def test_audit_kinds_per_role_and_check() -> None:
+    outcome = sb.audit_run(key_bits=512)
+    report = outcome.report
+    report.check()
+    assert report.kinds_received("passive-0") == {
+        "secureboost.setup", "secureboost.gradients", "secureboost.level",
+        "secureboost.split_request", "secureboost.predict_query"}
+    assert report.kinds_received("active") == {
+        "secureboost.histograms", "secureboost.split_response", "secureboost.predict_answer"}
+    found = {f.name: f for f in outcome.findings}
+    attack = found["label inference from tree-1 instance sets"]
+    assert attack.baseline is not None and attack.value > attack.baseline  # instance sets leak
+    assert found["label recovery in plaintext mode (sign of g)"].value == 1.0
+
+
+def test_plaintext_mode_declares_its_kinds() -> None:
+    Xa, y, Xps = _data(n=60, k=1)
+    run = sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), plaintext=True)
+    report = audit(run.transcript)
+    report.check()
+    assert "secureboost.plain_gradients" in report.kinds_received("passive-0")
+    assert report.kinds_received("active") == {"secureboost.plain_histograms",
+                                               "secureboost.split_response"}
+    row = next(r for r in report.for_party("passive-0") if r.kind == "secureboost.plain_gradients")
+    assert row.protection == "plaintext"
+
+
+def test_gradients_are_only_ciphertexts_in_encrypted_mode(small_paillier_keys) -> None:
+    Xa, y, Xps = _data(n=60, k=1)
+    run = sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys)
+    kinds = set(run.transcript.kinds())
+    assert not {k for k in kinds if "plain_" in k}
+    assert isinstance(PaillierVector, type)
