@@ -1,0 +1,1 @@
+"""vflcrypto's vertical logistic regression as a Flower App (ServerApp = active party)."""
