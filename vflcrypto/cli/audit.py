@@ -22,6 +22,7 @@ AUDITS: dict[str, str] = {
     "linreg": "protocols.linear_regression:audit_run",
     "secureboost": "protocols.secureboost:audit_run",
     "logreg": "protocols.logistic_regression:audit_run",
+    "net": "vflcrypto.transport_grpc:audit_run",
 }
 
 

@@ -1,0 +1,458 @@
+"""Every role in its own process (``python -m vflcrypto party ...``) over mutual-TLS gRPC.
+
+Results and transcripts (kinds and sizes) must match the in-process ``run_local`` of the
+same protocol; frame sizes differ only by the run id's length, by the same constant for
+every frame. Failures (a killed party, a wrong certificate) end every other party with a
+clear error within the configured timeout and leave no output that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vflcrypto.certs import identity_pin, load_identity_key, write_dev_pki
+from vflcrypto.partyconfig import render_config_toml
+from vflcrypto.runtime import Transcript
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = ["active", "passive-0", "passive-1"]
+ALL = [*NAMES, "passive-2", "coordinator"]
+SMALL_KEYS = ("--key-bits", "512", "--allow-insecure")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    write_dev_pki(d, ALL)
+    write_dev_pki(d / "rogue", NAMES)
+    return d
+
+
+def identity_pins(pki: Path, names: list[str]) -> dict[str, tuple[str, str]]:
+    """name -> (identity pin, identity key path) of the dev PKI's Ed25519 identity keys."""
+    out = {}
+    for n in names:
+        key = load_identity_key(pki / f"{n}.identity.key")
+        out[n] = (identity_pin(key.public_key()), str(pki / f"{n}.identity.key"))
+    return out
+
+
+def make_config(d: Path, pki: Path, names: list[str], *, identities: bool = False,
+                **network: float) -> Path:
+    parties = {n: (n.split("-")[0], f"127.0.0.1:{free_port()}") for n in names}
+    net = {"connect_timeout": 10.0, "timeout": 10.0, "linger": 2.0, **network}
+    text = render_config_toml(parties, ca=str(pki / "ca.pem"),
+                              certs={n: (str(pki / f"{n}.pem"), str(pki / f"{n}.key")) for n in names},
+                              network=net, identities=identity_pins(pki, names) if identities else None)
+    path = d / "parties.toml"
+    path.write_text(text)
+    return path
+
+
+def party(cfg: Path, name: str, *task: str, key: Path | None = None) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "vflcrypto", "party", "--config", str(cfg), "--as", name, "--json"]
+    if key is not None:
+        cmd += ["--key", str(key)]
+    return subprocess.Popen([*cmd, *task], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def finish(procs: dict[str, subprocess.Popen[bytes]], timeout: float = 25) -> dict[str, tuple[int, dict | None, str]]:
+    out = {}
+    for name, p in procs.items():
+        try:
+            so, se = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            so, se = p.communicate()
+        out[name] = (p.returncode, json.loads(so) if p.returncode == 0 and so.strip() else None,
+                     se.decode(errors="replace"))
+    return out
+
+
+def protocol_entries(transcript: list[dict], event: str) -> list[tuple[str, str, str, int]]:
+    return [(e["sender"], e["receiver"], e["kind"], e["nbytes"]) for e in transcript
+            if e["event"] == event and not e["kind"].startswith("net.")]
+
+
+def assert_same_transcript(local, records: dict[str, dict], prefix: str = "",
+                           rel: float = 0.0) -> None:
+    """Same kinds in the same order per link and direction, sizes up to one constant.
+
+    ``prefix`` restricts the comparison to one protocol's kinds (e.g. ``"linreg."`` when
+    the process run aligned rows first). ``rel``: fresh Paillier ciphertexts are encoded
+    as minimal-length integers, so with ciphertexts a frame's size may also differ from
+    the local run's by up to ``rel`` of its size (a few bytes), independently of the run."""
+    local_sent = [(e.sender, e.receiver, e.kind, e.nbytes) for e in local.sent()
+                  if e.kind.startswith(prefix)]
+    pairs: list[tuple[tuple, tuple]] = []
+    for name, rec in records.items():
+        net_sent = [e for e in protocol_entries(rec["transcript"], "send") if e[2].startswith(prefix)]
+        mine = [e for e in local_sent if e[0] == name]
+        assert [e[:3] for e in net_sent] == [e[:3] for e in mine], name
+        pairs.extend(zip(net_sent, mine, strict=True))
+        assert {e[2] for e in protocol_entries(rec["transcript"], "recv") if e[2].startswith(prefix)} == \
+            {e[2] for e in local_sent if e[1] == name}
+    deltas = [n[3] - m[3] for n, m in pairs]
+    if rel == 0:
+        assert len(set(deltas)) == 1, f"frame sizes differ by more than the run id: {set(deltas)}"
+        return
+    base = max(set(deltas), key=deltas.count)  # the run id's share: most frames carry no ciphertext
+    off = [(n[2], n[3], d) for (n, _), d in zip(pairs, deltas, strict=True)
+           if abs(d - base) > rel * n[3]]
+    assert not off, f"frame sizes differ by more than the run id (+{base}) and ciphertext length: {off[:5]}"
+
+
+def write_ids(path: Path, ids: list[str]) -> None:
+    path.write_text("id,v\n" + "".join(f"{i},{k}\n" for k, i in enumerate(ids)))
+
+
+def test_two_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None:
+    from protocols import alignment as al
+
+    rng = np.random.default_rng(3)
+    a_ids = [f"user{i}" for i in rng.choice(3000, 800, replace=False)]
+    b_ids = [f"user{i}" for i in rng.choice(3000, 900, replace=False)]
+    write_ids(tmp_path / "a.csv", a_ids)
+    write_ids(tmp_path / "b.csv", b_ids)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"])
+    procs = {n: party(cfg, n, "align", "--data", str(tmp_path / f), "--id-column", "id",
+                      "--out", str(tmp_path / f"{n}.aligned.csv"))
+             for n, f in (("active", "a.csv"), ("passive-0", "b.csv"))}
+    res = finish(procs)
+    for n, (rc, _, err) in res.items():
+        assert rc == 0, f"{n}: {err}"
+    recs = {n: r[1] for n, r in res.items()}
+    assert recs["active"]["run_id"] == recs["passive-0"]["run_id"]
+    side = json.loads((tmp_path / "active.aligned.csv.run.json").read_text())
+    assert side["run_id"] == recs["active"]["run_id"] and side["status"] == "complete"
+
+    local = al.run_local(a_ids, b_ids)
+    expected = {"active": local.results["active"], "passive-0": local.results["passive"]}
+    for n in recs:
+        assert recs[n]["summary"]["intersection"] == expected[n].size
+    # the canonical order is keyed by fresh secrets, so compare the aligned IDs row by row
+    a_rows = (tmp_path / "active.aligned.csv").read_text().splitlines()[1:]
+    b_rows = (tmp_path / "passive-0.aligned.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[0] for r in a_rows] == [r.split(",")[0] for r in b_rows]
+    assert sorted(r.split(",")[0] for r in a_rows) == sorted(set(a_ids) & set(b_ids))
+    # the local run names its passive party "passive"; map it to the process run's name
+    local_t = local.transcript
+    renamed = type(local_t)()
+    for e in local_t.entries():
+        renamed._entries.append(type(e)(*[("passive-0" if v == "passive" and k in ("sender", "receiver")
+                                           else v) for k, v in e.__dict__.items()]))
+    assert_same_transcript(renamed, recs)
+
+
+def test_three_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None:
+    from protocols import alignment as al
+
+    rng = np.random.default_rng(5)
+    sets = [[f"u{i}" for i in rng.choice(600, 300, replace=False)] for _ in NAMES]
+    for n, ids in zip(NAMES, sets, strict=True):
+        write_ids(tmp_path / f"{n}.csv", ids)
+    cfg = make_config(tmp_path, pki, NAMES)
+    procs = {n: party(cfg, n, "align", "--data", str(tmp_path / f"{n}.csv"), "--id-column", "id",
+                      "--out", str(tmp_path / f"{n}.out.csv")) for n in NAMES}
+    res = finish(procs)
+    for n, (rc, _, err) in res.items():
+        assert rc == 0, f"{n}: {err}"
+    local = al.run_multiparty_local(sets)
+    common = set(sets[0]) & set(sets[1]) & set(sets[2])
+    cols = [[r.split(",")[0] for r in (tmp_path / f"{n}.out.csv").read_text().splitlines()[1:]]
+            for n in NAMES]
+    assert cols[0] == cols[1] == cols[2] and set(cols[0]) == common
+    assert local.results["active"].size == len(common)
+    assert_same_transcript(local.transcript, {n: r[1] for n, r in res.items()})
+
+
+def _logreg_files(tmp_path: Path) -> tuple[list[np.ndarray], np.ndarray, list[str]]:
+    from protocols import logistic_regression as lr
+
+    split = lr.titanic_parties()
+    ids = list(split.ids_train)
+    (tmp_path / "active.csv").write_text(
+        "id,y\n" + "".join(f"{i},{int(v)}\n" for i, v in zip(ids, split.y_train, strict=True)))
+    for k, X in enumerate(split.X_train[:2]):
+        cols = ",".join(f"c{j}" for j in range(X.shape[1]))
+        (tmp_path / f"passive-{k}.csv").write_text(
+            f"id,{cols}\n" + "".join(i + "," + ",".join(repr(float(v)) for v in row) + "\n"
+                                     for i, row in zip(ids, X, strict=True)))
+    return list(split.X_train[:2]), split.y_train, ids
+
+
+@pytest.mark.slow
+def test_logistic_regression_in_separate_processes(tmp_path: Path, pki: Path) -> None:
+    from protocols import logistic_regression as lr
+
+    X, y, ids = _logreg_files(tmp_path)
+    cfg = make_config(tmp_path, pki, NAMES)
+    procs = {}
+    for n in NAMES:
+        extra = ["--label", "y"] if n == "active" else []
+        procs[n] = party(cfg, n, "train", "logreg", "--data", str(tmp_path / f"{n}.csv"),
+                         "--id-column", "id", "--steps", "5", "--aligned", *extra,
+                         "--out", str(tmp_path / f"{n}.npz"))
+    res = finish(procs)
+    for n, (rc, _, err) in res.items():
+        assert rc == 0, f"{n}: {err}"
+    local = lr.run_local(X, y, steps=5, ids_train=[ids, ids, ids])
+    recs = {n: r[1] for n, r in res.items()}
+    np.testing.assert_allclose(recs["active"]["summary"]["loss_history"], local.active.loss_history,
+                               rtol=1e-12)
+    for k in range(2):
+        np.testing.assert_allclose(recs[f"passive-{k}"]["summary"]["weights"],
+                                   local.passives[f"passive-{k}"].weights, rtol=1e-9, atol=1e-12)
+    assert_same_transcript(local.transcript, recs)
+
+
+def test_killed_party_stops_the_others(tmp_path: Path, pki: Path) -> None:
+    _logreg_files(tmp_path)
+    cfg = make_config(tmp_path, pki, NAMES, timeout=8.0)
+    # passive-1 is a real party process that connects and then hangs (mid-protocol)
+    script = textwrap.dedent(f"""
+        import time
+        from vflcrypto.partyconfig import load_party_config
+        from vflcrypto.transport_grpc import PartyIdentity, connect_party
+        cfg = load_party_config({str(cfg)!r})
+        p = cfg.party("passive-1")
+        party = connect_party(cfg, PartyIdentity.from_files("passive-1", p.cert_path, p.key_path,
+                                                             cfg.ca_path), "train-logreg")
+        print("connected", flush=True)
+        time.sleep(120)
+    """)
+    victim = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=ROOT)
+    procs = {n: party(cfg, n, "train", "logreg", "--data", str(tmp_path / f"{n}.csv"),
+                      "--id-column", "id", "--aligned", *(["--label", "y"] if n == "active" else []),
+                      "--out", str(tmp_path / f"{n}.npz")) for n in NAMES[:2]}
+    try:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == b"connected"
+        time.sleep(0.5)
+        os.kill(victim.pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        res = finish(procs, timeout=20)
+        assert time.monotonic() - t0 < 12
+    finally:
+        victim.kill()
+        victim.wait()
+    rc, _, err = res["active"]
+    assert rc == 2 and "PeerDisconnectedError" in err and "passive-1" in err, err
+    rc, _, err = res["passive-0"]
+    assert rc == 2 and "PeerDisconnectedError" in err and "active" in err, err
+    for n in NAMES:
+        assert not (tmp_path / f"{n}.npz").exists()
+        assert not (tmp_path / f"{n}.npz.run.json").exists()
+
+
+def test_wrong_certificate_is_refused(tmp_path: Path, pki: Path) -> None:
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], connect_timeout=4.0)
+    write_ids(tmp_path / "a.csv", ["x", "y"])
+    rogue_cfg = tmp_path / "rogue.toml"
+    rogue_cfg.write_text(cfg.read_text().replace(str(pki / "passive-0."), str(pki / "rogue" / "passive-0.")))
+    procs = {
+        "active": party(cfg, "active", "align", "--data", str(tmp_path / "a.csv"), "--id-column", "id",
+                        "--out", str(tmp_path / "a.out.csv")),
+        "passive-0": party(rogue_cfg, "passive-0", "align", "--data", str(tmp_path / "a.csv"),
+                           "--id-column", "id", "--out", str(tmp_path / "b.out.csv")),
+    }
+    res = finish(procs)
+    rc, _, err = res["active"]
+    assert rc == 2 and "PeerTimeoutError" in err and "passive-0" in err and "did not connect" in err, err
+    assert res["passive-0"][0] == 2
+    assert not (tmp_path / "a.out.csv").exists()
+
+
+def write_table(path: Path, ids: list[str], cols: list[str], X: np.ndarray,
+                label: np.ndarray | None = None) -> None:
+    head = ["id", *cols] + (["y"] if label is not None else [])
+    lines = [",".join(head)]
+    for k, i in enumerate(ids):
+        row = [i, *(repr(float(v)) for v in X[k])]
+        if label is not None:
+            row.append(repr(float(label[k])))
+        lines.append(",".join(row))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def check_ok(res: dict[str, tuple[int, dict | None, str]]) -> dict[str, dict]:
+    for n, (rc, _, err) in res.items():
+        assert rc == 0, f"{n}: {err}"
+    recs = {n: r[1] for n, r in res.items()}
+    assert len({r["run_id"] for r in recs.values()}) == 1
+    return recs
+
+
+def test_linear_regression_three_processes_with_alignment(tmp_path: Path, pki: Path) -> None:
+    """active, passive-0 and the coordinator each in a process; rows aligned by PSI first
+    (each party's file lists its own IDs, shuffled, with rows the others lack)."""
+    from protocols import linear_regression as linreg
+    from vflcrypto.dataio import PartyTable
+
+    active, (passive,) = linreg.synthetic_split(n_rows=60, p_active=2, p_passive=(2,))
+    rng = np.random.default_rng(1)
+    ids = list(active.ids)
+    a_rows = rng.permutation(60)
+    p_rows = rng.permutation(60)
+    extra = [f"x{i}" for i in range(5)]
+    write_table(tmp_path / "active.csv", [ids[i] for i in a_rows] + extra, ["b0", "b1"],
+                np.vstack([active.X[a_rows], np.zeros((5, 2))]),
+                np.concatenate([active.label[a_rows], np.zeros(5)]))
+    write_table(tmp_path / "passive-0.csv", [ids[i] for i in p_rows], ["a0", "a1"], passive.X[p_rows])
+    names = ["active", "passive-0", "coordinator"]
+    cfg = make_config(tmp_path, pki, names, timeout=20.0)
+    common = ["--epochs", "4", "--tol", "0", *SMALL_KEYS]
+    procs = {}
+    for n in names:
+        data = [] if n == "coordinator" else ["--data", str(tmp_path / f"{n}.csv"), "--id-column", "id"]
+        lab = ["--label", "y"] if n == "active" else []
+        procs[n] = party(cfg, n, "train", "linreg", *data, *lab, *common,
+                         "--out", str(tmp_path / f"{n}.npz"))
+    recs = check_ok(finish(procs, timeout=60))
+    local = linreg.run_local(
+        PartyTable(active.ids, ("b0", "b1"), active.X, active.label, "y"),
+        [PartyTable(passive.ids, ("a0", "a1"), passive.X)],
+        config=linreg.LinRegConfig(epochs=4, tol=None, key_bits=512, momentum=0.9,
+                                   preprocess="standardize", fit_intercept=True),
+        allow_insecure=True)
+    got_a = linreg.PartyModel.load(tmp_path / "active.npz")
+    got_p = linreg.PartyModel.load(tmp_path / "passive-0.npz")
+    np.testing.assert_allclose(got_a.weights, local.active.model.weights, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(got_p.weights, local.passives[0].model.weights, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(recs["coordinator"]["summary"]["losses"], local.losses, rtol=1e-7)
+    metrics = json.loads((tmp_path / "active.npz.metrics.json").read_text())
+    assert metrics["run_id"] == recs["active"]["run_id"] and metrics["rows"]["train"] == 60
+    pred, pred_transcript = linreg.predict_local(
+        local.models, [PartyTable(active.ids, ("b0", "b1"), active.X, active.label, "y"),
+                       PartyTable(passive.ids, ("a0", "a1"), passive.X)],
+        key_bits=512, allow_insecure=True)
+    assert metrics["rmse"] == pytest.approx(float(np.sqrt(np.mean((pred - active.label) ** 2))),
+                                            rel=1e-6)
+    for n in names:
+        assert json.loads((tmp_path / f"{n}.npz.run.json").read_text())["status"] == "complete"
+    # training, then the secure prediction of the metrics, exactly as run_local + predict_local
+    both = Transcript()
+    both.merge(local.transcript)
+    both.merge(pred_transcript)
+    assert_same_transcript(both, recs, prefix="linreg.", rel=0.01)
+    assert not [e for e in protocol_entries(recs["coordinator"]["transcript"], "recv")
+                if e[2].startswith("align.")]
+
+
+def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
+    from protocols import secureboost as sb
+
+    Xa, y, ca, Xp, cp = sb._synthetic(n=120)
+    ids = [f"r{i}" for i in range(120)]
+    write_table(tmp_path / "active.csv", ids, list(ca), Xa, y)
+    write_table(tmp_path / "passive-0.csv", ids, list(cp), Xp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
+    args = ["--trees", "2", "--depth", "2", "--max-bin", "8", "--aligned", *SMALL_KEYS]
+    procs = {n: party(cfg, n, "train", "secureboost", "--data", str(tmp_path / f"{n}.csv"),
+                      "--id-column", "id", *(["--label", "y"] if n == "active" else []), *args,
+                      "--out", str(tmp_path / f"{n}.npz")) for n in ("active", "passive-0")}
+    recs = check_ok(finish(procs, timeout=60))
+    params = sb.BoostParams(n_trees=2, max_depth=2, max_bin=8)
+    local = sb.run_local(Xa, y, [Xp], params=params, key_bits=512, allow_insecure=True, ids=ids,
+                         active_columns=ca, passive_columns=[cp])
+    am = sb.ActiveModel.load(tmp_path / "active.npz")
+    pm = sb.PassiveModel.load(tmp_path / "passive-0.npz")
+    lm = local.active.model
+    assert am.model_id == pm.model_id == recs["passive-0"]["summary"]["model_id"]
+    for k in ("offsets", "kind", "feature", "bin", "left", "right"):
+        np.testing.assert_array_equal(getattr(am, k), getattr(lm, k), err_msg=k)
+    np.testing.assert_allclose(am.value, lm.value, rtol=1e-9, atol=1e-12)
+    pred = sb.predict_local(am, Xa, [(pm, Xp)])
+    np.testing.assert_allclose(pred, local.active.train_predictions(), rtol=1e-9)
+    metrics = json.loads((tmp_path / "active.npz.metrics.json").read_text())
+    from vflcrypto.metrics import roc_auc
+    assert metrics["auc"] == pytest.approx(roc_auc(y, local.active.train_predictions()))
+    assert_same_transcript(local.transcript, recs, rel=0.01)
+
+
+def test_secure_logistic_regression_four_processes(tmp_path: Path, pki: Path) -> None:
+    """--secure: three feature parties agree on pairwise masks with pinned identity keys."""
+    from protocols import logistic_regression as lr
+
+    split = lr.titanic_parties()
+    ids = list(split.ids_train)[:120]
+    (tmp_path / "active.csv").write_text(
+        "id,y\n" + "".join(f"{i},{int(v)}\n" for i, v in zip(ids, split.y_train, strict=False)))
+    X = [np.asarray(b)[:120] for b in split.X_train[:3]]
+    for k, Xk in enumerate(X):
+        write_table(tmp_path / f"passive-{k}.csv", ids, [f"c{j}" for j in range(Xk.shape[1])], Xk)
+    names = ["active", "passive-0", "passive-1", "passive-2"]
+    cfg = make_config(tmp_path, pki, names, identities=True, timeout=20.0)
+    procs = {n: party(cfg, n, "train", "logreg", "--data", str(tmp_path / f"{n}.csv"),
+                      "--id-column", "id", "--steps", "2", "--secure", "--aligned", *SMALL_KEYS,
+                      *(["--label", "y"] if n == "active" else []),
+                      "--out", str(tmp_path / f"{n}.npz")) for n in names}
+    recs = check_ok(finish(procs, timeout=60))
+    y = split.y_train[:120]
+    local = lr.run_local(X, y, secure=True, steps=2, key_bits=512, allow_insecure=True,
+                         ids_train=[ids] * 4)
+    np.testing.assert_allclose(recs["active"]["summary"]["loss_history"], local.active.loss_history,
+                               rtol=1e-6)
+    for k in range(3):
+        np.testing.assert_allclose(recs[f"passive-{k}"]["summary"]["weights"],
+                                   local.passives[f"passive-{k}"].weights, rtol=1e-6, atol=1e-9)
+    assert_same_transcript(local.transcript, recs, rel=0.01)
+    assert "logreg.key_share" in {e[2] for e in protocol_entries(recs["passive-1"]["transcript"], "recv")}
+
+
+def test_secure_logistic_regression_refuses_a_wrong_identity(tmp_path: Path, pki: Path) -> None:
+    names = ["active", "passive-0", "passive-1"]
+    cfg = make_config(tmp_path, pki, names, identities=True)
+    (tmp_path / "d.csv").write_text("id,c0\na,1\n")
+    p = party(cfg, "passive-0", "--identity-key", str(pki / "passive-1.identity.key"), "train",
+              "logreg", "--data", str(tmp_path / "d.csv"), "--id-column", "id", "--secure",
+              "--aligned", "--out", str(tmp_path / "o.npz"))
+    t0 = time.monotonic()
+    rc, _, err = finish({"p": p}, timeout=20)["p"]
+    assert time.monotonic() - t0 < 8  # refused before waiting for any peer
+    assert rc == 2 and "does not match the identity pinned" in err, err
+
+
+def test_hash_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None:
+    """--protocol hash: the keyed-hash PSI key agreement is signed with pinned identities."""
+    rng = np.random.default_rng(9)
+    a_ids = [f"user{i}" for i in rng.choice(500, 200, replace=False)]
+    b_ids = [f"user{i}" for i in rng.choice(500, 250, replace=False)]
+    write_ids(tmp_path / "a.csv", a_ids)
+    write_ids(tmp_path / "b.csv", b_ids)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], identities=True)
+    procs = {n: party(cfg, n, "align", "--protocol", "hash", "--data", str(tmp_path / f),
+                      "--id-column", "id", "--out", str(tmp_path / f"{n}.aligned.csv"))
+             for n, f in (("active", "a.csv"), ("passive-0", "b.csv"))}
+    recs = check_ok(finish(procs))
+    common = set(a_ids) & set(b_ids)
+    a_rows = [r.split(",")[0] for r in (tmp_path / "active.aligned.csv").read_text().splitlines()[1:]]
+    b_rows = [r.split(",")[0] for r in (tmp_path / "passive-0.aligned.csv").read_text().splitlines()[1:]]
+    assert a_rows == b_rows and set(a_rows) == common
+    assert recs["active"]["summary"]["protocol"] == "hash"
+    # without identity pins the hash protocol is refused before any PSI message
+    cfg2 = make_config(tmp_path, pki, ["active", "passive-0"])
+    procs = {n: party(cfg2, n, "align", "--protocol", "hash", "--data", str(tmp_path / "a.csv"),
+                      "--id-column", "id", "--out", str(tmp_path / f"{n}.x.csv"))
+             for n in ("active", "passive-0")}
+    res = finish(procs)
+    assert [r[0] for r in res.values()] == [2, 2]
+    assert "identity" in res["active"][2]
+    assert not (tmp_path / "active.x.csv").exists()

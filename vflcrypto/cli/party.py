@@ -1,0 +1,543 @@
+"""``vflcrypto party``: run ONE party of a protocol; the same command on every machine runs it.
+
+::
+
+    vflcrypto party --config parties.toml --as passive-0 align --data bank.csv --id-column id --out aligned.csv
+    vflcrypto party --config parties.toml --as active train logreg --data labels.csv --id-column id \
+        --label y --out model.npz
+    vflcrypto party --config parties.toml --as coordinator train linreg --out coordinator.npz
+
+Tasks: ``align`` (ECDH or, with pinned identity keys, keyed-hash PSI; two parties or the
+all-party intersection of 3+), ``train logreg`` (plain or ``--secure``), ``train linreg``
+(active, passive parties and a coordinator) and ``train secureboost``. Training tasks read
+only this party's CSV and align rows by PSI first (active and passive parties; the
+coordinator holds no data) unless ``--aligned``; their flags mirror the in-process
+``vflcrypto train ...`` commands. The label holder also writes ``<out>.metrics.json``.
+
+The party connects to its peers over mutually authenticated gRPC links
+(:mod:`vflcrypto.transport_grpc`), agrees on a run id with them, runs its role function
+of the protocol over the resulting Channels, and writes its output atomically together
+with a sidecar ``<out>.run.json`` naming the run (run id, party, role, task, configuration
+digest) and what the party sent and received (its transcript). A failed run writes
+neither, and a stale sidecar of an earlier run is removed first, so no output of this
+command ever looks complete without being so.
+
+Tasks and roles are looked up in :data:`TASKS`; a protocol whose module is not present
+yet is reported, not crashed on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..dataio import atomic_write_text, read_party_csv, save_model, train_test_split
+from ..errors import InputDataError, ProtocolError
+
+__all__ = ["TASKS", "TaskContext", "metrics_path", "register", "run_party"]
+
+
+@dataclass
+class PartyOutcome:
+    """What a task returns: a JSON-able summary and a function writing the output file(s)."""
+
+    summary: dict[str, Any]
+    write: Callable[[Path, dict[str, Any]], None]
+
+
+@dataclass
+class TaskContext:
+    """Who this party is and what it is connected to (handed to every task)."""
+
+    me: str
+    role: str
+    roles: dict[str, str]
+    channels: Mapping[str, Any]
+    config: Any  # PartyConfig
+    identity_key_path: Path | None = None
+
+    def names(self, role: str) -> list[str]:
+        return sorted(n for n, r in self.roles.items() if r == role)
+
+    def one(self, role: str) -> str:
+        names = self.names(role)
+        if len(names) != 1:
+            raise InputDataError(f"this task needs exactly one {role!r} party, the configuration "
+                                 f"has {names}")
+        return names[0]
+
+    def identity(self) -> Any:
+        """This party's Ed25519 identity key, checked against its pin in the configuration."""
+        from ..certs import load_identity_key
+
+        spec = self.config.party(self.me)
+        path = self.identity_key_path or spec.identity_key_path
+        if spec.identity is None or path is None:
+            raise InputDataError(
+                f"{self.me}: this task needs an Ed25519 identity key: set identity = \"ed25519:...\" "
+                "and identity_key = <path> for it in the configuration (vflcrypto certs writes both)")
+        key = load_identity_key(path)
+        if key.public_key().public_bytes_raw() != spec.identity:
+            raise InputDataError(f"{self.me}: identity key {path} does not match the identity "
+                                 "pinned in the configuration")
+        return key
+
+    def peer_identity(self, name: str) -> bytes:
+        """The raw Ed25519 public key pinned for party ``name``."""
+        pin = self.config.party(name).identity
+        if pin is None:
+            raise InputDataError(f"this task needs an identity = \"ed25519:...\" pin for {name} "
+                                 "in the configuration")
+        return bytes(pin)
+
+
+def _only(channels: Mapping[str, Any], names: list[str], me: str) -> dict[str, Any]:
+    missing = [n for n in names if n not in channels]
+    if missing:
+        raise ProtocolError(f"{me}: the configuration has no link to {missing}")
+    return {n: channels[n] for n in names}
+
+
+def metrics_path(out: Path) -> Path:
+    """Where the label holder's evaluation metrics of output ``out`` go."""
+    return out.with_name(out.name + ".metrics.json")
+
+
+def _write_metrics(out: Path, meta: dict[str, Any], metrics: dict[str, Any]) -> None:
+    atomic_write_text(metrics_path(out), json.dumps({**meta, **metrics}, indent=1, default=str))
+
+
+# --------------------------------------------------------------------------- align
+
+
+def _psi_identities(ctx: TaskContext, peers: list[str]) -> tuple[Any, dict[str, bytes]]:
+    from ..psi import IdentityKey
+
+    return IdentityKey(ctx.identity()), {p: ctx.peer_identity(p) for p in peers}
+
+
+def _align_rows(ctx: TaskContext, ids: Any, *, protocol: str = "ecdh", mode: str = "both",
+                chunk_size: int | None = None) -> Any:
+    """Run entity alignment between the active party and every passive party (a coordinator,
+    if any, takes no part); returns this party's AlignmentResult."""
+    from protocols import alignment as al
+
+    actives, passives = ctx.names(al.ACTIVE), ctx.names(al.PASSIVE)
+    if len(actives) != 1 or not passives:
+        raise InputDataError("alignment needs one 'active' and at least one 'passive' party")
+    multi = len(passives) > 1
+    kw: dict[str, Any] = {"protocol": protocol}
+    if chunk_size is not None:
+        kw["chunk_size"] = chunk_size
+    if ctx.role == al.ACTIVE:
+        chans = _only(ctx.channels, passives, ctx.me)
+        if multi:
+            if protocol == "hash":
+                kw["identities"] = _psi_identities(ctx, passives)
+            return al.run_active_multiparty(chans, ids, **kw)
+        if protocol == "hash":
+            own, pins = _psi_identities(ctx, passives)
+            kw.update(identity=own, peer_identity=pins[passives[0]])
+        return al.run_active(chans, ids, mode=mode, **kw)
+    if ctx.role != al.PASSIVE:
+        raise InputDataError(f"{ctx.me}: role {ctx.role!r} takes no part in alignment")
+    chans = _only(ctx.channels, actives, ctx.me)
+    if protocol == "hash":
+        own, pins = _psi_identities(ctx, actives)
+        kw.update(identity=own, peer_identity=pins[actives[0]])
+    return al.run_passive(chans, ids, mode="all" if multi else mode, **kw)
+
+
+def _task_align(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    from protocols import alignment as al
+    from vflcrypto.dataio import write_csv_atomic
+
+    table = al.read_id_table(args.data, args.id_column)
+    canon = al._canon_table(table, args.duplicates, False)
+    res = _align_rows(ctx, canon, protocol=args.protocol, mode=args.mode,
+                      chunk_size=args.chunk_size)
+    summary = {"protocol": args.protocol, "own_size": res.own_size, "peer_sizes": res.peer_sizes,
+               "intersection": res.size,
+               "rows": None if res.rows is None else [int(i) for i in res.rows]}
+
+    def write(out: Path, _meta: dict[str, Any]) -> None:
+        if res.rows is None:
+            atomic_write_text(out, "")  # this party learns no rows in this mode
+        else:
+            write_csv_atomic(out, table.header, (table.rows[i] for i in res.rows.tolist()))
+
+    return PartyOutcome(summary, write)
+
+
+def _training_rows(args: argparse.Namespace, ctx: TaskContext, table: Any) -> tuple[Any, int]:
+    """This party's table restricted to the common IDs (PSI first unless ``--aligned``), and
+    the number of rows a party without data (coordinator) learns from the active party."""
+    if args.aligned:
+        return table, len(table)
+    res = _align_rows(ctx, list(table.ids))
+    if res.rows is None or len(res.rows) == 0:
+        raise InputDataError(f"{ctx.me}: no common IDs with the other parties")
+    return table.take(res.rows), int(res.size)
+
+
+def _read_own(args: argparse.Namespace, ctx: TaskContext, *, label_role: str) -> Any:
+    table = read_party_csv(args.data, args.id_column,
+                           label=args.label if ctx.role == label_role else None)
+    if ctx.role == label_role and table.label is None:
+        raise InputDataError(f"the {label_role} party needs --label")
+    if ctx.role != label_role and args.label and args.label in table.columns:
+        raise InputDataError(f"{args.data}: a {ctx.role} party must not hold the label {args.label!r}")
+    return table
+
+
+# --------------------------------------------------------------------------- logreg
+
+
+def _task_logreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from protocols import logistic_regression as lr
+
+    me, role = ctx.me, ctx.role
+    passives = ctx.names(lr.PASSIVE)
+    table = _read_own(args, ctx, label_role=lr.ACTIVE)
+    table, _ = _training_rows(args, ctx, table)
+    tr, te = train_test_split(len(table), args.test_fraction, args.split_seed)
+    ids_tr = [table.ids[i] for i in tr]
+    if role == lr.ACTIVE:
+        res = lr.run_active(_only(ctx.channels, passives, me), table.label[tr],
+                            table.label[te] if len(te) else None, parties=passives,
+                            secure=args.secure, steps=args.steps, learning_rate=args.learning_rate,
+                            key_bits=args.key_bits, allow_insecure=args.allow_insecure,
+                            ids_train=ids_tr)
+        summary = {"loss_history": res.loss_history, "train_loss": res.train_loss,
+                   "test_loss": res.test_loss, "test_accuracy": res.test_accuracy,
+                   "secure": args.secure}
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            save_model(out, {**meta, **summary}, {"train_probabilities": res.train_probabilities})
+            _write_metrics(out, meta, summary)
+    else:
+        X = table.X
+        if not np.all(np.isfinite(X)):
+            raise InputDataError(f"{args.data}: features must be finite (impute first)")
+        kw: dict[str, Any] = {}
+        if args.secure:
+            others = [p for p in passives if p != me]
+            kw["identity"] = ctx.identity()
+            kw["peer_identities"] = {p: Ed25519PublicKey.from_public_bytes(ctx.peer_identity(p))
+                                     for p in others}
+            chans = _only(ctx.channels, [lr.ACTIVE, *others], me)
+        else:
+            chans = _only(ctx.channels, [lr.ACTIVE], me)
+        pres = lr.run_passive(chans, me, X[tr], X[te] if len(te) else None, ids_train=ids_tr, **kw)
+        summary = {"weights": [float(w) for w in pres.weights], "columns": list(table.columns)}
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            save_model(out, {**meta, "columns": list(table.columns)}, {"weights": pres.weights})
+
+    return PartyOutcome(summary, write)
+
+
+# --------------------------------------------------------------------------- linreg
+
+
+def _task_linreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    from protocols import linear_regression as linreg
+
+    from ..metrics import r2_score, rmse
+
+    me, role = ctx.me, ctx.role
+    active, coord = ctx.one(linreg.ACTIVE), ctx.one(linreg.COORD)
+    passives = ctx.names(linreg.PASSIVE)
+    if not passives:
+        raise InputDataError("linear regression needs at least one 'passive' party")
+    cfg = linreg.LinRegConfig(
+        epochs=args.epochs, lr=args.lr, momentum=args.momentum, l2=args.l2,
+        batch_size=args.batch_size, tol=args.tol if args.tol > 0 else None,
+        scheme=args.scheme, key_bits=args.key_bits, preprocess=args.preprocess,
+        fit_intercept=not args.no_intercept)
+    pred_bits = args.key_bits if args.scheme == "paillier" else max(args.key_bits, 2048)
+    # the protocol functions address the active party and the coordinator by role name
+    chans = dict(ctx.channels)
+    if active in chans:
+        chans[linreg.ACTIVE] = chans[active]
+    if coord in chans:
+        chans[linreg.COORD] = chans[coord]
+    if role == linreg.COORD:
+        if args.data:
+            raise InputDataError("the coordinator holds no data: leave out --data")
+        c = linreg.run_coordinator(_only(chans, [linreg.ACTIVE, *passives], me),
+                                   scheme=args.scheme, key_bits=args.key_bits,
+                                   allow_insecure=args.allow_insecure, passives=passives)
+        linreg.run_predict_coordinator(chans, pred_bits, args.allow_insecure, passives)
+        summary: dict[str, Any] = {"losses": c.losses, "epoch_losses": c.epoch_losses,
+                                   "epochs": c.epochs_run, "converged": c.converged}
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            save_model(out, {**meta, "protocol": "linreg-coordinator", "epochs": c.epochs_run,
+                             "converged": c.converged},
+                       {"losses": np.asarray(c.losses), "epoch_losses": np.asarray(c.epoch_losses)})
+
+        return PartyOutcome(summary, write)
+    if not args.data:
+        raise InputDataError(f"the {role} party needs --data")
+    table = _read_own(args, ctx, label_role=linreg.ACTIVE)
+    if not table.columns:
+        raise InputDataError(f"{args.data}: no feature columns")
+    table, _ = _training_rows(args, ctx, table)
+    train, test = train_test_split(len(table), args.test_fraction, seed=args.split_seed)
+    if len(train) == 0:
+        raise InputDataError("no training rows left after the split")
+    tr_table = table.take(train)
+    ev_table = table.take(test) if len(test) else tr_table
+    if role == linreg.ACTIVE:
+        res = linreg.run_active(_only(chans, [linreg.COORD, *passives], me), tr_table,
+                                passives=passives, config=cfg, name=me)
+        pred = linreg.run_predict_active(chans, res.model, ev_table, passives)
+        y = np.asarray(ev_table.label, dtype=np.float64)
+        summary = {"rmse": rmse(y, pred), "r2": r2_score(y, pred),
+                   "evaluated_on": "test" if len(test) else "train",
+                   "rows": {"train": len(train), "test": len(test)},
+                   "weights": [float(w) for w in res.model.weights]}
+    else:
+        index = passives.index(me)
+        res = linreg.run_passive(_only(chans, [linreg.ACTIVE, linreg.COORD], me), tr_table,
+                                 index=index, name=me, preprocess=args.preprocess)
+        linreg.run_predict_passive(chans, res.model, ev_table)
+        summary = {"weights": [float(w) for w in res.model.weights],
+                   "columns": list(table.columns)}
+
+    def write_model(out: Path, meta: dict[str, Any]) -> None:
+        res.model.save(out)
+        if role == linreg.ACTIVE:
+            _write_metrics(out, meta, {k: summary[k] for k in ("rmse", "r2", "evaluated_on", "rows")})
+
+    return PartyOutcome(summary, write_model)
+
+
+# --------------------------------------------------------------------------- secureboost
+
+
+def _task_secureboost(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    from protocols import secureboost as sb
+
+    from ..metrics import rmse, roc_auc
+
+    me, role = ctx.me, ctx.role
+    passives = ctx.names(sb.PASSIVE)
+    actives = ctx.names(sb.ACTIVE)
+    if len(actives) != 1 or not passives:
+        raise InputDataError("SecureBoost needs one 'active' and at least one 'passive' party")
+    table = _read_own(args, ctx, label_role=sb.ACTIVE)
+    if not table.columns:
+        raise InputDataError(f"{args.data}: no feature columns")
+    params = sb.BoostParams(objective=args.objective, n_trees=args.trees, max_depth=args.depth,
+                            learning_rate=args.lr, max_bin=args.max_bin)
+    params.validate()
+    table, _ = _training_rows(args, ctx, table)
+    train, test = train_test_split(len(table), args.test_fraction, seed=args.split_seed)
+    if len(train) < 2:
+        raise InputDataError("fewer than 2 training rows left after the split")
+    tr = table.take(train)
+    ev = table.take(test) if len(test) else None
+    if role == sb.ACTIVE:
+        chans = _only(ctx.channels, passives, me)
+        y = tr.label
+        assert y is not None
+        res = sb.run_active(chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params,
+                            plaintext=args.plaintext, key_bits=args.key_bits,
+                            allow_insecure=args.allow_insecure)
+        if ev is not None:
+            pred = sb.predict_active(chans, res.model, ev.X)
+            y_eval = ev.label
+        else:
+            pred, y_eval = res.train_predictions(), y
+        assert y_eval is not None
+        metrics: dict[str, Any] = ({"auc": roc_auc(y_eval, pred)} if args.objective == "binary"
+                                   else {"rmse": rmse(y_eval, pred)})
+        metrics.update({"trees": params.n_trees, "evaluated_on": "test" if len(test) else "train",
+                        "rows": {"train": len(train), "test": len(test)},
+                        "mode": "plaintext" if args.plaintext else f"paillier-{args.key_bits}"})
+        summary: dict[str, Any] = {**metrics, "model_id": res.model.model_id}
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            res.model.save(out)
+            _write_metrics(out, meta, metrics)
+    else:
+        chans = _only(ctx.channels, actives, me)
+        pres = sb.run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns)
+        if ev is not None:
+            sb.predict_passive(chans, pres.model, ev.X)
+        summary = {"model_id": pres.model.model_id, "records": len(pres.model.record_ids)}
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            pres.model.save(out)
+
+    return PartyOutcome(summary, write)
+
+
+#: task name -> (module that must exist, handler)
+TASKS: dict[str, tuple[str, Callable[..., PartyOutcome]]] = {
+    "align": ("protocols.alignment", _task_align),
+    "train-logreg": ("protocols.logistic_regression", _task_logreg),
+    "train-linreg": ("protocols.linear_regression", _task_linreg),
+    "train-secureboost": ("protocols.secureboost", _task_secureboost),
+}
+
+
+# --------------------------------------------------------------------------- runner
+
+
+def sidecar_path(out: Path) -> Path:
+    """Where the run description of output ``out`` goes."""
+    return out.with_name(out.name + ".run.json")
+
+
+def _needs_identity(args: argparse.Namespace, task: str) -> bool:
+    """Whether this party signs with its Ed25519 identity key in ``task``."""
+    if task == "align":
+        return args.protocol == "hash"
+    return task == "train-logreg" and args.secure and args.party in _passive_names(args)
+
+
+def _passive_names(args: argparse.Namespace) -> set[str]:
+    from ..partyconfig import load_party_config
+
+    return {n for n, p in load_party_config(args.config).parties.items() if p.role == "passive"}
+
+
+def run_party(args: argparse.Namespace) -> int:
+    """Connect, agree on the run, run the role, write output + sidecar; abort cleanly on error."""
+    import importlib
+
+    from ..partyconfig import load_party_config
+    from ..runtime import Transcript
+    from ..transport_grpc import PartyIdentity, connect_party
+
+    task = args.task if args.task != "train" else f"train-{args.model}"
+    module_name, handler = TASKS[task]
+    try:
+        importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise InputDataError(f"task {task!r} is not available yet ({module_name} missing)") from None
+        raise
+    config = load_party_config(args.config)
+    spec = config.party(args.party)
+    key = Path(args.key) if args.key else spec.key_path
+    identity = PartyIdentity.from_files(spec.name, spec.cert_path, key, config.ca_path)
+    out = Path(args.out)
+    sidecar_path(out).unlink(missing_ok=True)  # a stale sidecar must not vouch for this run
+    metrics_path(out).unlink(missing_ok=True)
+    roles = {n: p.role for n, p in config.parties.items()}
+    transcript = Transcript()
+    t0 = time.perf_counter()
+    ctx = TaskContext(spec.name, spec.role, roles, {}, config,
+                      Path(args.identity_key) if args.identity_key else None)
+    if _needs_identity(args, task):
+        ctx.identity()  # a missing or wrong identity key fails here, before any peer waits on us
+    party = connect_party(config, identity, task, transcript=transcript,
+                          allow_insecure=bool(getattr(args, "allow_insecure", False)))
+    ctx.channels = party.channels
+    try:
+        outcome = handler(args, ctx)
+    except BaseException:
+        party.abort()
+        raise
+    meta = {"run_id": party.run_id, "party": spec.name, "role": spec.role, "task": task,
+            "config_digest": config.digest}
+    outcome.write(out, meta)
+    record = {**meta, "status": "complete", "output": out.name,
+              "seconds": round(time.perf_counter() - t0, 3),
+              "bytes_sent": sum(e.nbytes for e in transcript.sent()),
+              "transcript": transcript.to_dict(), "summary": outcome.summary}
+    atomic_write_text(sidecar_path(out), json.dumps(record, indent=1, default=str))
+    party.close()
+    if args.json:
+        print(json.dumps(record, default=str))
+    else:
+        print(f"{spec.name} ({spec.role}): {task} finished, run {party.run_id}, output {out}",
+              file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("party", help="run one party of a protocol over the network (mutual TLS)")
+    p.add_argument("--config", required=True, help="party configuration file (TOML)")
+    p.add_argument("--as", dest="party", required=True, metavar="NAME", help="which party this is")
+    p.add_argument("--key", help="this party's private key (default: key = ... in the configuration)")
+    p.add_argument("--identity-key", help="this party's Ed25519 identity key (default: identity_key "
+                                          "= ... in the configuration); needed by --protocol hash "
+                                          "and logreg --secure")
+    p.add_argument("--json", action="store_true", help="print the run record as JSON on stdout")
+    tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
+
+    a = tasks.add_parser("align", help="private entity alignment (ECDH PSI)")
+    a.add_argument("--data", required=True, help="this party's CSV file")
+    a.add_argument("--id-column", required=True)
+    a.add_argument("--out", required=True, help="aligned rows of this party's file (CSV)")
+    a.add_argument("--protocol", choices=("ecdh", "hash"), default="ecdh",
+                   help="ecdh: X25519 ECDH-PSI (default); hash: HMAC under a key agreed with "
+                        "pinned identity keys (faster, weaker)")
+    a.add_argument("--mode", default="both", choices=("both", "left", "size"),
+                   help="who learns the intersection (two parties; 3+ parties use 'all')")
+    a.add_argument("--duplicates", default="error", choices=("error", "first"))
+    a.add_argument("--chunk-size", type=int, default=50_000)
+    a.set_defaults(handler=run_party)
+
+    t = tasks.add_parser("train", help="train a vertical model")
+    models = t.add_subparsers(dest="model", required=True, metavar="MODEL")
+
+    def common(m: argparse.ArgumentParser, *, data_required: bool = True) -> None:
+        m.add_argument("--data", required=data_required, help="this party's CSV (ID column, "
+                                                              "features; the label at the active party)")
+        m.add_argument("--id-column", required=data_required)
+        m.add_argument("--label", help="label column (active party)")
+        m.add_argument("--aligned", action="store_true",
+                       help="the files already list the same IDs in the same order (skip PSI)")
+        m.add_argument("--test-fraction", type=float, default=0.0)
+        m.add_argument("--split-seed", type=int, default=0, help="public seed of the split")
+        m.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus bits")
+        m.add_argument("--allow-insecure", action="store_true",
+                       help="accept keys below 2048 bits (tests only)")
+        m.add_argument("--out", required=True, help="this party's output file (.npz); the "
+                                                    "active party also writes <out>.metrics.json")
+        m.set_defaults(handler=run_party)
+
+    lg = models.add_parser("logreg", help="vertical logistic regression")
+    common(lg)
+    lg.add_argument("--steps", type=int, default=20)
+    lg.add_argument("--learning-rate", type=float, default=0.5)
+    lg.add_argument("--secure", action="store_true",
+                    help="secure protocol (Paillier + pairwise masks; needs identity keys)")
+
+    ln = models.add_parser("linreg", help="secure vertical linear regression (with a coordinator)")
+    common(ln, data_required=False)
+    ln.add_argument("--scheme", choices=("paillier", "ckks"), default="paillier")
+    ln.add_argument("--epochs", type=int, default=100)
+    ln.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    ln.add_argument("--momentum", type=float, default=0.9, help="heavy-ball momentum (default 0.9)")
+    ln.add_argument("--l2", type=float, default=0.0)
+    ln.add_argument("--batch-size", type=int, default=None, help="default: full batch")
+    ln.add_argument("--tol", type=float, default=1e-6, help="relative loss change to stop; 0 disables")
+    ln.add_argument("--preprocess", choices=("none", "standardize", "whiten"), default="standardize")
+    ln.add_argument("--no-intercept", action="store_true")
+
+    sbp = models.add_parser("secureboost", help="SecureBoost gradient-boosted trees (Paillier)")
+    common(sbp)
+    sbp.add_argument("--objective", choices=("binary", "regression"), default="binary")
+    sbp.add_argument("--trees", type=int, default=10)
+    sbp.add_argument("--depth", type=int, default=3)
+    sbp.add_argument("--lr", type=float, default=0.3)
+    sbp.add_argument("--max-bin", type=int, default=32)
+    sbp.add_argument("--plaintext", action="store_true",
+                     help="no encryption (debug/parity only: passive parties see the gradients)")
