@@ -10,20 +10,23 @@ Worker functions (``_w_*``) are module-level and take only ints/bytes, as
 from __future__ import annotations
 
 import hashlib
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
 from vflcrypto import parallel
 from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.paillier import PaillierPublicKey
+from vflcrypto.paillier import (
+    PaillierPublicKey,
+    ciphertext_width,
+    ciphertexts_from_bytes,
+    ciphertexts_to_bytes,
+)
 
 __all__ = [
     "GAIN_EPS",
@@ -33,15 +36,12 @@ __all__ = [
     "BoostParams",
     "Choice",
     "base_score",
-    "batch_invert",
     "bin_feature",
     "bin_features",
     "bin_histograms",
     "check_labels",
     "choose_frac_bits",
-    "ct_width",
     "encrypted_bin_sums",
-    "fold_ciphertexts",
     "gradients",
     "ids_digest",
     "leaf_weight",
@@ -300,73 +300,26 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 # Module-level functions over plain ints/bytes so that vflcrypto.parallel's workers run them.
 
 
-def ct_width(n: int) -> int:
-    return 2 * ((int(n).bit_length() + 7) // 8)
-
-
-def _to_blob(cts: Sequence[Any], width: int) -> bytes:
-    return b"".join(int(c).to_bytes(width, "big") for c in cts)
-
-
-def _from_blob(blob: bytes, width: int) -> list[mpz]:
-    fb = int.from_bytes
-    return [mpz(fb(blob[i : i + width], "big")) for i in range(0, len(blob), width)]
-
-
 def _w_bin_sums(nsq: int, width: int, blob: bytes, keys: bytes, n_cols: int, n_groups: int) -> bytes:
     """Per-group products of row ciphertexts: ``keys`` (rows, n_cols) int64 group ids.
 
     Empty groups give 1 (the neutral element; never sent on its own).
     """
     m = mpz(nsq)
-    cts = _from_blob(blob, width)
+    cts = ciphertexts_from_bytes(blob, width)
     k = np.frombuffer(keys, dtype=np.int64).reshape(len(cts), n_cols)
     acc: list[Any] = [None] * n_groups
     for j in range(n_cols):
         for c, g in zip(cts, k[:, j].tolist(), strict=True):
             a = acc[g]
             acc[g] = c if a is None else a * c % m
-    return _to_blob([1 if a is None else a for a in acc], width)
-
-
-def _w_fold(nsq: int, width: int, blob: bytes, bits: int, per: int) -> bytes:
-    """Fold groups of ``per`` ciphertexts: ``acc = acc**(2**bits) * c`` (last first)."""
-    m = mpz(nsq)
-    cts = _from_blob(blob, width)
-    e = mpz(1) << bits
-    out = []
-    powmod = gmpy2.powmod
-    for start in range(0, len(cts), per):
-        group = cts[start : start + per]
-        acc = group[-1]
-        for c in reversed(group[:-1]):
-            acc = powmod(acc, e, m) * c % m
-        out.append(acc)
-    return _to_blob(out, width)
-
-
-def batch_invert(cts: Sequence[mpz], mod: mpz) -> list[mpz]:
-    """Montgomery's trick: all inverses for one inversion and 3 multiplications each."""
-    if not cts:
-        return []
-    prefix = []
-    acc = mpz(1)
-    for c in cts:
-        acc = acc * c % mod
-        prefix.append(acc)
-    inv = gmpy2.invert(acc, mod)
-    out = [mpz(1)] * len(cts)
-    for i in range(len(cts) - 1, 0, -1):
-        out[i] = inv * prefix[i - 1] % mod
-        inv = inv * cts[i] % mod
-    out[0] = inv
-    return out
+    return ciphertexts_to_bytes([1 if a is None else a for a in acc], width)
 
 
 def encrypted_bin_sums(pk: PaillierPublicKey, row_blob: bytes, keys: np.ndarray,
                        n_groups: int) -> list[mpz]:
     """Sum row ciphertexts into groups ``keys[r, f]`` (all features, all nodes) in parallel."""
-    w = ct_width(pk.n)
+    w = ciphertext_width(pk.n)
     rows, cols = keys.shape
     nsq = int(pk.nsquare)
     cost = int(rows * cols * (pk.bits / 2048) ** 2)
@@ -374,7 +327,7 @@ def encrypted_bin_sums(pk: PaillierPublicKey, row_blob: bytes, keys: np.ndarray,
     ranges = parallel.chunk_ranges(rows, workers) if rows else []
     chunks = [(nsq, w, row_blob[a * w : b * w], np.ascontiguousarray(keys[a:b], dtype=np.int64).tobytes(),
                cols, n_groups) for a, b in ranges]
-    parts = [_from_blob(p, w) for p in parallel.parallel_map(_w_bin_sums, chunks, cost=cost)]
+    parts = [ciphertexts_from_bytes(p, w) for p in parallel.parallel_map(_w_bin_sums, chunks, cost=cost)]
     if not parts:
         return [mpz(1)] * n_groups
     m = pk.nsquare
@@ -382,25 +335,6 @@ def encrypted_bin_sums(pk: PaillierPublicKey, row_blob: bytes, keys: np.ndarray,
     for part in parts[1:]:
         out = [x if y == 1 else (y if x == 1 else x * y % m) for x, y in zip(out, part, strict=True)]
     return out
-
-
-def fold_ciphertexts(pk: PaillierPublicKey, cts: Sequence[mpz], bits: int) -> tuple[list[mpz], int]:
-    """Fold ``(bits(n)-1) // bits`` non-negative ``bits``-bit plaintexts per ciphertext."""
-    per = (pk.bits - 1) // bits
-    if per < 1:
-        raise ProtocolError("candidate statistics too wide to fold under this key")
-    w = ct_width(pk.n)
-    groups = -(-len(cts) // per)
-    workers = max(1, parallel.worker_count())
-    n_chunks = min(groups, workers * 2) if groups else 0
-    bounds = [round(i * groups / n_chunks) * per for i in range(n_chunks + 1)] if n_chunks else []
-    chunks = [(int(pk.nsquare), w, _to_blob(cts[a:b], w), bits, per)
-              for a, b in itertools.pairwise(bounds) if b > a]
-    cost = int(len(cts) * bits * (pk.bits / 2048) ** 2)
-    out: list[mpz] = []
-    for part in parallel.parallel_map(_w_fold, chunks, cost=cost):
-        out.extend(_from_blob(part, w))
-    return out, per
 
 
 def unfold_candidates(values: Sequence[int], count: int, per: int, bits: int) -> list[int]:

@@ -117,15 +117,12 @@ from protocols._tree import (
     BoostParams,
     Choice,
     base_score,
-    batch_invert,
     bin_feature,
     bin_features,
     bin_histograms,
     check_labels,
     choose_frac_bits,
-    ct_width,
     encrypted_bin_sums,
-    fold_ciphertexts,
     gradients,
     ids_digest,
     leaf_weight,
@@ -150,6 +147,9 @@ from vflcrypto.paillier import (
     PaillierPrivateKey,
     PaillierPublicKey,
     PaillierVector,
+    batch_invert,
+    ciphertext_width,
+    fold_ciphertexts,
     generate_keypair,
 )
 from vflcrypto.runtime import DEFAULT_TIMEOUT, Channel, Endpoint, LocalNetwork, Transcript, run_parties
@@ -961,7 +961,7 @@ def _encrypted_level(pk: PaillierPublicKey, blob: bytes, bins: np.ndarray,
                      prev: dict[int, Any], width: int) -> dict[int, list[mpz]]:
     """Encrypted cumulative bin sums per node: row-by-row for ``compute``, else parent/sibling."""
     n, F = bins.shape
-    w = ct_width(pk.n)
+    w = ciphertext_width(pk.n)
     nsq = pk.nsquare
     comp = compute.tolist()
     rows = np.concatenate([node_rows[i] for i in comp]) if comp else np.zeros(0, np.int64)

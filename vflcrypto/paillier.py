@@ -45,6 +45,7 @@ secrets is not wiped; the threat model is semi-honest.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 import secrets
@@ -86,7 +87,12 @@ __all__ = [
     "PaillierPrivateKey",
     "PaillierPublicKey",
     "PaillierVector",
+    "batch_invert",
+    "ciphertext_width",
+    "ciphertexts_from_bytes",
+    "ciphertexts_to_bytes",
     "compress",
+    "fold_ciphertexts",
     "generate_keypair",
 ]
 
@@ -223,16 +229,18 @@ def _cost_scale(bits: int) -> float:
     return (bits / 2048) ** 2
 
 
-def _width(n: int) -> int:
+def ciphertext_width(n: int) -> int:
     """Bytes per serialized ciphertext: ``2 * ceil(bits/8)``."""
     return 2 * ((int(n).bit_length() + 7) // 8)
 
 
-def _to_blob(cts: Sequence[Any], width: int) -> bytes:
+def ciphertexts_to_bytes(cts: Sequence[Any], width: int) -> bytes:
+    """Fixed-width big-endian block of ciphertexts (the wire and worker format)."""
     return b"".join(int(c).to_bytes(width, "big") for c in cts)
 
 
-def _from_blob(blob: bytes, width: int) -> list[mpz]:
+def ciphertexts_from_bytes(blob: bytes, width: int) -> list[mpz]:
+    """Inverse of :func:`ciphertexts_to_bytes` (no validation: see :meth:`PaillierVector.from_bytes`)."""
     fb = getattr(mpz, "from_bytes", None)  # gmpy2 >= 2.2: ~20% faster than via int
     if fb is None:
         ib = int.from_bytes
@@ -354,24 +362,24 @@ def _pub_fixed_base(n: int, hs: int, nbytes: int) -> _FixedBase:
 def _w_encrypt_public(n: int, hs: int, nbytes: int, ms: tuple[int, ...]) -> bytes:
     nn = mpz(n)
     out = _obfuscate_public(_pub_fixed_base(n, hs, nbytes), nn, nn * nn, ms)
-    return _to_blob(out, _width(n))
+    return ciphertexts_to_bytes(out, ciphertext_width(n))
 
 
 def _w_encrypt_private(p: int, q: int, hs: int, nbytes: int, ms: tuple[int, ...]) -> bytes:
     enc = _cached(("crt-enc", p, q, hs, nbytes), lambda: _CrtEncryptor(p, q, hs, nbytes))
-    return _to_blob(enc.encrypt(ms), _width(p * q))
+    return ciphertexts_to_bytes(enc.encrypt(ms), ciphertext_width(p * q))
 
 
 def _w_decrypt(p: int, q: int, blob: bytes) -> tuple[int, ...]:
     dec = _cached(("crt-dec", p, q), lambda: _CrtDecryptor(p, q))
-    return tuple(dec.decrypt(_from_blob(blob, _width(p * q))))
+    return tuple(dec.decrypt(ciphertexts_from_bytes(blob, ciphertext_width(p * q))))
 
 
 def _w_mul(nsq: int, width: int, blob: bytes, ks: tuple[int, ...]) -> bytes:
     m = mpz(nsq)
     powmod = gmpy2.powmod
-    out = [powmod(c, k, m) if k else _ONE for c, k in zip(_from_blob(blob, width), ks, strict=True)]
-    return _to_blob(out, width)
+    out = [powmod(c, k, m) if k else _ONE for c, k in zip(ciphertexts_from_bytes(blob, width), ks, strict=True)]
+    return ciphertexts_to_bytes(out, width)
 
 
 def _sum_by_group(cts: Sequence[mpz], groups: Sequence[int], n_groups: int, nsq: mpz) -> list[mpz]:
@@ -397,7 +405,7 @@ def _chunk_cts(token: str, start: int, count: int, blob: bytes, width: int) -> l
         return hit
     if not blob:
         return None
-    cts = _from_blob(blob, width)
+    cts = ciphertexts_from_bytes(blob, width)
     with _worker_lock:
         while len(_chunk_cache) >= 4:
             _chunk_cache.pop(next(iter(_chunk_cache)))
@@ -411,7 +419,7 @@ def _w_sum_by_group(nsq: int, width: int, token: str, start: int, count: int, bl
     if cts is None:
         return None
     g = np.frombuffer(groups, dtype=np.int64).tolist()
-    return _to_blob(_sum_by_group(cts, g, n_groups, mpz(nsq)), width)
+    return ciphertexts_to_bytes(_sum_by_group(cts, g, n_groups, mpz(nsq)), width)
 
 
 def _choose_window(nnz: int, bits: int, signs: int) -> int:
@@ -503,10 +511,10 @@ def _w_dot(nsq: int, width: int, token: str, start: int, count: int, blob: bytes
         return None
     X = np.frombuffer(xbytes, dtype=np.int64).reshape(rows, cols)
     res = _dot(cts, X, mpz(nsq))
-    return _to_blob([v for pair in res for v in pair], width)
+    return ciphertexts_to_bytes([v for pair in res for v in pair], width)
 
 
-def _batch_invert(cts: Sequence[mpz], mod: mpz) -> list[mpz]:
+def batch_invert(cts: Sequence[mpz], mod: mpz) -> list[mpz]:
     """Montgomery's trick: all inverses for one inversion and 3 multiplications each."""
     if not cts:
         return []
@@ -573,7 +581,7 @@ class PaillierPublicKey:
     @property
     def ciphertext_bytes(self) -> int:
         """Width of one serialized ciphertext."""
-        return _width(self.n)
+        return ciphertext_width(self.n)
 
     def to_bytes(self) -> bytes:
         """``n`` as big-endian bytes."""
@@ -632,7 +640,7 @@ class PaillierPublicKey:
             chunks = [(int(self.n), hs, self._exp_bytes, tuple(int(m) for m in ms[a:b]))
                       for a, b in ranges]
             blob = b"".join(parallel.parallel_map(_w_encrypt_public, chunks, cost=cost))
-            return _from_blob(blob, _width(self.n)), blob
+            return ciphertexts_from_bytes(blob, ciphertext_width(self.n)), blob
         return _obfuscate_public(self._fixed_base(), self.n, self.nsquare, ms), None
 
     # ----------------------------------------------------------------- encryption API
@@ -758,9 +766,9 @@ class PaillierPrivateKey:
         cost = int(count * 1.2 * pk.bits * _cost_scale(pk.bits))  # ~2 half-size powmods
         workers = parallel.worker_count()
         if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            w = _width(pk.n)
+            w = ciphertext_width(pk.n)
             ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
-            chunks = [(int(self._p), int(self._q), _to_blob(cts[a:b], w)) for a, b in ranges]
+            chunks = [(int(self._p), int(self._q), ciphertexts_to_bytes(cts[a:b], w)) for a, b in ranges]
             out: list[int] = []
             for part in parallel.parallel_map(_w_decrypt, chunks, cost=cost):
                 out.extend(part)
@@ -839,7 +847,7 @@ class PaillierPrivateKey:
             chunks = [(int(self._p), int(self._q), int(pk.hs), pk._exp_bytes,
                        tuple(int(m) for m in ms[a:b])) for a, b in ranges]
             blob = b"".join(parallel.parallel_map(_w_encrypt_private, chunks, cost=cost))
-            return _from_blob(blob, _width(pk.n)), blob
+            return ciphertexts_from_bytes(blob, ciphertext_width(pk.n)), blob
         return self._crt().encrypt(ms), None
 
     def encrypt(self, values: Sequence[int] | np.ndarray) -> PaillierVector:
@@ -948,7 +956,7 @@ class PaillierVector:
         v._pk, v._c, v.frac_bits, v.packing = pk, cts, frac_bits, packing
         v.slots, v.terms, v.size, v._blob, v._token = slots, terms, size, None, ""
         v._shipped = False
-        if blob is not None and len(blob) == len(cts) * _width(pk.n):
+        if blob is not None and len(blob) == len(cts) * ciphertext_width(pk.n):
             v._blob, v._token = blob, secrets.token_hex(8)
         return v
 
@@ -1056,7 +1064,7 @@ class PaillierVector:
         in the pool. After a first call has shipped this vector's chunks, later calls send
         only its token (workers keep the parsed chunks); a worker that misses answers
         ``None`` and gets the bytes in a second round."""
-        w = _width(self._pk.n)
+        w = ciphertext_width(self._pk.n)
         blob = self._blob_bytes()
         nsq = int(self._pk.nsquare)
 
@@ -1076,7 +1084,7 @@ class PaillierVector:
 
     def _blob_bytes(self) -> bytes:
         if self._blob is None:
-            self._blob = _to_blob(self._c, _width(self._pk.n))
+            self._blob = ciphertexts_to_bytes(self._c, ciphertext_width(self._pk.n))
             self._token = secrets.token_hex(8)  # names this (immutable) content in worker caches
         return self._blob
 
@@ -1133,7 +1141,7 @@ class PaillierVector:
 
     def __neg__(self) -> PaillierVector:
         self._no_packing("negation")
-        return self._like(_batch_invert(self._c, self._pk.nsquare))
+        return self._like(batch_invert(self._c, self._pk.nsquare))
 
     def __sub__(self, other: Any) -> PaillierVector:
         if isinstance(other, PaillierVector):
@@ -1168,17 +1176,17 @@ class PaillierVector:
         cost = int(count * avg_bits * 1.5 * _cost_scale(pk.bits))
         workers = parallel.worker_count()
         if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            w = _width(pk.n)
+            w = ciphertext_width(pk.n)
             blob = self._blob_bytes()
             ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
             chunks = [(int(pk.nsquare), w, blob[a * w : b * w], tuple(ks[a:b])) for a, b in ranges]
-            out = _from_blob(b"".join(parallel.parallel_map(_w_mul, chunks, cost=cost)), w)
+            out = ciphertexts_from_bytes(b"".join(parallel.parallel_map(_w_mul, chunks, cost=cost)), w)
         else:
             nsq, powmod = pk.nsquare, gmpy2.powmod
             uniq = len(set(ks)) == 1
             if uniq and ks and ks[0] < 0:
                 k = -ks[0]
-                out = [powmod(c, k, nsq) for c in _batch_invert(self._c, nsq)]
+                out = [powmod(c, k, nsq) for c in batch_invert(self._c, nsq)]
             else:
                 out = [powmod(c, k, nsq) if k else _ONE for c, k in zip(self._c, ks, strict=True)]
         return self._like(out, frac_bits=self.frac_bits + fb)
@@ -1213,9 +1221,9 @@ class PaillierVector:
         workers = parallel.worker_count()
         if (ints.dtype != object and rows > 1 and workers > 1
                 and cost >= parallel.PARALLEL_MIN_COST):
-            w = _width(pk.n)
+            w = ciphertext_width(pk.n)
             ranges = parallel.chunk_ranges(rows, workers)
-            parts = [_from_blob(p, w) for p in self._map_chunks(
+            parts = [ciphertexts_from_bytes(p, w) for p in self._map_chunks(
                 _w_dot, ranges, lambda a, b: (np.ascontiguousarray(ints[a:b]).tobytes(), b - a, cols),
                 cost)]
             pairs = []
@@ -1266,9 +1274,9 @@ class PaillierVector:
         cost = int(count * _cost_scale(pk.bits))
         workers = parallel.worker_count()
         if workers > 1 and count > 1 and cost >= parallel.PARALLEL_MIN_COST:
-            w = _width(pk.n)
+            w = ciphertext_width(pk.n)
             ranges = parallel.chunk_ranges(count, workers)
-            parts = [_from_blob(p, w) for p in self._map_chunks(
+            parts = [ciphertexts_from_bytes(p, w) for p in self._map_chunks(
                 _w_sum_by_group, ranges, lambda a, b: (g[a:b].tobytes(), n_groups), cost)]
             out = parts[0]
             for part in parts[1:]:
@@ -1302,10 +1310,10 @@ class PaillierVector:
                    packing: PackingSpec | None = None, slots: int = 1, terms: int = 1,
                    size: int | None = None) -> PaillierVector:
         """Parse :meth:`to_bytes`, validating every ciphertext (0 < c < n**2, unit mod n)."""
-        w = _width(public_key.n)
+        w = ciphertext_width(public_key.n)
         if not isinstance(data, bytes | bytearray | memoryview) or len(data) % w:
             raise CiphertextError(f"ciphertext block is not a multiple of {w} bytes (truncated?)")
-        cts = _from_blob(bytes(data), w)
+        cts = ciphertexts_from_bytes(bytes(data), w)
         _validate(public_key, cts)
         _check_meta(public_key, len(cts), frac_bits, packing, slots, terms, size)
         return PaillierVector._make(public_key, cts, frac_bits=frac_bits, packing=packing,
@@ -1386,6 +1394,46 @@ class CompressedVector:
         return self  # carries frac_bits/packing/slots/terms/size of the source vector
 
 
+def _w_fold(nsq: int, width: int, blob: bytes, bits: int, per: int) -> bytes:
+    """Worker: fold groups of ``per`` ciphertexts, ``acc = acc**(2**bits) * c`` (last first)."""
+    m = mpz(nsq)
+    cts = ciphertexts_from_bytes(blob, width)
+    e = mpz(1) << bits
+    out = []
+    powmod = gmpy2.powmod
+    for start in range(0, len(cts), per):
+        group = cts[start : start + per]
+        acc = group[-1]
+        for c in reversed(group[:-1]):
+            acc = powmod(acc, e, m) * c % m
+        out.append(acc)
+    return ciphertexts_to_bytes(out, width)
+
+
+def fold_ciphertexts(pk: PaillierPublicKey, cts: Sequence[Any], bits: int) -> tuple[list[mpz], int]:
+    """Fold ``per = (bits(n) - 1) // bits`` ciphertexts of non-negative ``bits``-bit plaintexts into one.
+
+    Horner over each group: ciphertext ``i`` of a group lands at plaintext bits
+    ``[i*bits, (i+1)*bits)``. Runs in the process pool for large inputs. Returns the
+    folded ciphertexts and ``per``. The folded ciphertexts carry the product of the
+    inputs' randomness: re-randomize before sending them to the key holder.
+    """
+    per = (pk.bits - 1) // bits
+    if per < 1:
+        raise EncodingOverflowError("values too wide to fold under this key")
+    w = ciphertext_width(pk.n)
+    groups = -(-len(cts) // per)
+    n_chunks = min(groups, max(1, parallel.worker_count()) * 2)
+    bounds = [min(len(cts), round(i * groups / n_chunks) * per) for i in range(n_chunks + 1)] if groups else []
+    chunks = [(int(pk.nsquare), w, ciphertexts_to_bytes(cts[a:b], w), bits, per)
+              for a, b in itertools.pairwise(bounds) if b > a]
+    cost = int(len(cts) * bits * _cost_scale(pk.bits))
+    out: list[mpz] = []
+    for part in parallel.parallel_map(_w_fold, chunks, cost=cost):
+        out.extend(ciphertexts_from_bytes(part, w))
+    return out, per
+
+
 def compress(vec: PaillierVector, bound_bits: int | None = None) -> CompressedVector:
     """Fold ciphertexts so the key holder decrypts ``~(bits-1)/b`` times fewer of them.
 
@@ -1409,18 +1457,7 @@ def compress(vec: PaillierVector, bound_bits: int | None = None) -> CompressedVe
         offset = 1 << (bound_bits - 1)
         g = 1 + offset * pk.n
         cts = [c * g % nsq for c in vec._c]
-    per = (pk.bits - 1) // b
-    if per < 1:
-        raise EncodingOverflowError("values too wide to compress under this key")
-    e = 1 << b
-    out = []
-    powmod = gmpy2.powmod
-    for start in range(0, len(cts), per):
-        group = cts[start : start + per]
-        acc = group[-1]
-        for c in reversed(group[:-1]):
-            acc = powmod(acc, e, nsq) * c % nsq
-        out.append(acc)
+    out, per = fold_ciphertexts(pk, cts, b)
     return CompressedVector(pk, out, value_bits=b, per_ciphertext=per, count=len(cts),
                             offset=offset, frac_bits=vec.frac_bits, packing=vec.packing,
                             slots=vec.slots, terms=vec.terms, size=vec.size)
@@ -1480,7 +1517,7 @@ def _decode_vec(value: Any, ctx: DecodeContext) -> PaillierVector:
 
 
 def _encode_cvec(v: CompressedVector) -> list[Any]:
-    blob = _to_blob(v._c, _width(v.public_key.n))
+    blob = ciphertexts_to_bytes(v._c, ciphertext_width(v.public_key.n))
     return [*_meta_list(v), [v.value_bits, v.per_ciphertext, v.count, v.offset], blob]
 
 
