@@ -22,9 +22,12 @@ with gmpy2), and SecretFlow HEU (``sf-heu``) when installed.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,6 +203,20 @@ def _bench_phe(data: _Data, key_bits: int) -> BackendResult:
     return res
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send file descriptor 1 to stderr for a while: HEU's native logger writes to stdout,
+    which would corrupt ``--json`` output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _bench_heu(data: _Data, key_bits: int) -> BackendResult:
     from heu import numpy as hnp
     from heu import phe as hphe
@@ -252,7 +269,11 @@ def run_gradient_bench(
         ("phe", lambda: _bench_phe(data.head(min(n, phe_n)), key_bits)),
     ]
     if _heu_available():
-        plan.append(("heu-zpaillier", lambda: _bench_heu(data.head(min(n, heu_n)), key_bits)))
+        def heu() -> BackendResult:
+            with _stdout_to_stderr():
+                return _bench_heu(data.head(min(n, heu_n)), key_bits)
+
+        plan.append(("heu-zpaillier", heu))
     results = []
     for name, fn in plan:
         if backends is not None and name not in backends:
