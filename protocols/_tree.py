@@ -9,7 +9,6 @@ Worker functions (``_w_*``) are module-level and take only ints/bytes, as
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,7 +42,6 @@ __all__ = [
     "choose_frac_bits",
     "encrypted_bin_sums",
     "gradients",
-    "ids_digest",
     "leaf_weight",
     "packing_spec",
     "quantize",
@@ -89,15 +87,6 @@ class BoostParams:
 
 
 # =========================================================================== math
-
-
-def ids_digest(ids: Sequence[str]) -> bytes:
-    """SHA-256 over the ordered row IDs (length-prefixed): equal iff the rows are aligned."""
-    h = hashlib.sha256(b"vflcrypto.secureboost.ids\x00")
-    for i in ids:
-        b = str(i).encode("utf-8")
-        h.update(len(b).to_bytes(4, "big") + b)
-    return h.digest()
 
 
 def bin_feature(x: np.ndarray, max_bin: int) -> tuple[np.ndarray, np.ndarray]:

@@ -99,7 +99,6 @@ Schemes
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import secrets
@@ -113,7 +112,7 @@ import numpy as np
 
 from vflcrypto import masking
 from vflcrypto.ckks import CKKSContext, CKKSVector
-from vflcrypto.dataio import PartyTable, load_model, save_model
+from vflcrypto.dataio import PartyTable, ids_digest, load_model, save_model
 from vflcrypto.errors import EncodingOverflowError, InputDataError, ProtocolError
 from vflcrypto.leakage import PERFECT, AuditOutcome, EmpiricalFinding, Protection, audit, declare
 from vflcrypto.paillier import (
@@ -556,15 +555,6 @@ def _validate_table(table: PartyTable, party: str, *, needs_label: bool) -> np.n
     return X
 
 
-def id_digest(ids: Sequence[str]) -> bytes:
-    """SHA-256 of the ordered IDs (length-prefixed, so no two lists collide by concatenation)."""
-    h = hashlib.sha256(b"vflcrypto.linreg.ids.v1")
-    for i in ids:
-        b = str(i).encode("utf-8")
-        h.update(len(b).to_bytes(4, "big") + b)
-    return h.digest()
-
-
 def plaintext_gradient_descent(
     X_active: np.ndarray, y: np.ndarray, X_passives: Sequence[np.ndarray], *,
     config: LinRegConfig, seed: int = 0,
@@ -729,7 +719,7 @@ def run_passive(channels: Mapping[str, Channel], table: PartyTable, *, index: in
     crypto = _crypto_from(to_c.recv(PublicKeyMsg), to_b)
     plan = to_b.recv(TrainingPlan)
     _check_plan(plan, X_raw.shape[0], name)
-    if plan.id_digest != id_digest(table.ids):
+    if plan.id_digest != ids_digest(table.ids, "linreg"):
         raise InputDataError(f"{name}: rows are not in the active party's order "
                              "(misaligned IDs); align first")
     prep = fit_preprocessing(X_raw, method=preprocess, intercept=False)
@@ -790,7 +780,7 @@ def run_active(channels: Mapping[str, Channel], table: PartyTable, *,
                         float(config.l2),
                         config.tol, int(seed), len(passives), b"")
     to_c.send(base)
-    digest = id_digest(table.ids)
+    digest = ids_digest(table.ids, "linreg")
     for p in passives:
         channels[p].send(replace(base, id_digest=digest))
     prep = fit_preprocessing(X_raw, method=config.preprocess, intercept=config.fit_intercept)
@@ -983,7 +973,7 @@ def run_predict_passive(channels: Mapping[str, Channel], model: PartyModel,
     to_b, to_c = channels[ACTIVE], channels[COORD]
     crypto = _crypto_from(to_c.recv(PublicKeyMsg), to_b)
     plan = to_b.recv(PredictPlan)
-    if plan.n_rows != X.shape[0] or plan.id_digest != id_digest(table.ids):
+    if plan.n_rows != X.shape[0] or plan.id_digest != ids_digest(table.ids, "linreg"):
         raise InputDataError(f"{model.name}: query rows are not aligned with the active party's")
     assert isinstance(crypto, _PaillierCrypto)
     to_b.send(PredictPartial(crypto.encrypt(model.scores(X))))
@@ -1001,7 +991,7 @@ def run_predict_active(channels: Mapping[str, Channel], model: PartyModel, table
     n = X.shape[0]
     to_c.send(PredictPlan(n, b""))
     for p in passives:
-        channels[p].send(PredictPlan(n, id_digest(table.ids)))
+        channels[p].send(PredictPlan(n, ids_digest(table.ids, "linreg")))
     total: PaillierVector | None = None
     for p in passives:
         u = channels[p].recv(PredictPartial).u

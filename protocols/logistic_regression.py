@@ -100,6 +100,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
+from vflcrypto.dataio import ids_digest
 from vflcrypto.errors import (
     EncodingOverflowError,
     InputDataError,
@@ -146,7 +147,7 @@ __all__ = [
     "bce_loss",
     "centralized_gd",
     "demo_step",
-    "ids_digest",
+    "rows_digest",
     "run_active",
     "run_local",
     "run_passive",
@@ -471,16 +472,10 @@ def unmask_gradient(values: Sequence[int], masks: Sequence[int], n: int, frac_bi
     return unmask_residues(values, masks, n, frac_bits)
 
 
-def ids_digest(ids: Sequence[str] | None, n: int) -> bytes:
-    """SHA-256 over the ordered row IDs (or just the row count when IDs are not given)."""
-    h = hashlib.sha256(b"vflcrypto.logreg.ids|")
-    if ids is None:
-        h.update(str(n).encode())
-    else:
-        for i in ids:
-            b = str(i).encode()
-            h.update(len(b).to_bytes(4, "big") + b)
-    return h.digest()
+def rows_digest(ids: Sequence[str] | None, n: int) -> bytes:
+    """Digest of the ordered row IDs (:func:`vflcrypto.dataio.ids_digest`), or of the row
+    count alone when IDs are not given (pre-aligned arrays)."""
+    return ids_digest(ids if ids is not None else [f"#rows={n}"], "logreg")
 
 
 # =========================================================================== roles
@@ -554,7 +549,7 @@ def run_active(
             channels[name].keyring.add(pk)
     setup = Setup(secure=secure, steps=steps, learning_rate=float(learning_rate),
                   n_train=len(y), n_test=n_test, parties=tuple(parties),
-                  ids_digest=ids_digest(ids_train, len(y)), public_key=pk)
+                  ids_digest=rows_digest(ids_train, len(y)), public_key=pk)
     for name in parties:
         channels[name].send(setup)
 
@@ -639,7 +634,7 @@ def run_passive(
     setup = act.recv(Setup, timeout=wait)
     if setup.n_train != len(X):
         raise InputDataError(f"{name} has {len(X)} training rows, the active party {setup.n_train}")
-    if not hmac.compare_digest(setup.ids_digest, ids_digest(ids_train, len(X))):
+    if not hmac.compare_digest(setup.ids_digest, rows_digest(ids_train, len(X))):
         raise InputDataError(f"{name}: row IDs differ from the active party's: inputs not aligned")
     if setup.n_test and (Xt is None or len(Xt) != setup.n_test):
         raise InputDataError(f"{name} has {0 if Xt is None else len(Xt)} test rows, "

@@ -124,7 +124,6 @@ from protocols._tree import (
     choose_frac_bits,
     encrypted_bin_sums,
     gradients,
-    ids_digest,
     leaf_weight,
     packing_spec,
     quantize,
@@ -135,7 +134,7 @@ from protocols._tree import (
     valid_candidates,
     value_bound_bits,
 )
-from vflcrypto.dataio import PartyTable, load_model, save_model
+from vflcrypto.dataio import PartyTable, ids_digest, load_model, save_model
 from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import (
     InputDataError,
@@ -549,7 +548,7 @@ def run_active(
         for ch in channels.values():
             ch.keyring.add(pk)
     model_id = secrets.token_hex(16)
-    digest = ids_digest(ids if ids is not None else [str(i) for i in range(n)])
+    digest = ids_digest(ids if ids is not None else [str(i) for i in range(n)], "secureboost")
     for ch in channels.values():
         _send(ch, Setup(model_id, n, params.n_trees, params.max_depth, params.max_bin, digest,
                         plaintext, pk), timer)
@@ -810,7 +809,7 @@ def run_passive(
     setup = _recv(ch, Setup, timer, timeout)
     if setup.n_rows != n:
         raise InputDataError(f"{name} has {n} rows, the active party {setup.n_rows}: not aligned")
-    if ids is not None and not secrets.compare_digest(ids_digest(ids), setup.ids_digest):
+    if ids is not None and not secrets.compare_digest(ids_digest(ids, "secureboost"), setup.ids_digest):
         raise InputDataError(f"{name}: row IDs differ from the active party's: inputs not aligned")
     if not 2 <= setup.max_bin <= 256 or setup.n_trees < 1 or not 1 <= setup.max_depth <= 30:
         raise ProtocolError("setup parameters out of range")

@@ -10,6 +10,7 @@ failure never leaves a half-written file that looks complete.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -27,6 +28,7 @@ __all__ = [
     "PartyTable",
     "atomic_write_bytes",
     "atomic_write_text",
+    "ids_digest",
     "load_model",
     "read_csv_strings",
     "read_party_csv",
@@ -160,6 +162,19 @@ def require_same_ids(tables: Sequence[PartyTable], names: Sequence[str]) -> None
         if t.ids != first.ids:
             row = next(i for i, (a, b) in enumerate(zip(first.ids, t.ids, strict=True)) if a != b)
             raise InputDataError(f"{name} row {row} has a different ID than {names[0]}: not aligned")
+
+
+def ids_digest(ids: Sequence[object], domain: str) -> bytes:
+    """SHA-256 over the ordered row IDs, length-prefixed and domain-separated.
+
+    Parties exchange it to check that their rows are aligned (same IDs, same order)
+    before training, without sending the IDs; equal digests mean equal lists.
+    """
+    h = hashlib.sha256(b"vflcrypto.ids.v1\x00" + domain.encode("utf-8") + b"\x00")
+    for i in ids:
+        b = str(i).encode("utf-8")
+        h.update(len(b).to_bytes(4, "big") + b)
+    return h.digest()
 
 
 def train_test_split(n: int, test_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -82,7 +82,7 @@ def main(grid: Grid, context: Context) -> None:
     # Which node is which party: nodes announce nothing; the setup reply is checked below.
     names = [party_name(k) for k in range(num)]
     setup = lr.Setup(secure=secure, steps=steps, learning_rate=rate, n_train=len(y), n_test=len(yt),
-                     parties=tuple(names), ids_digest=lr.ids_digest(None, len(y)), public_key=pk)
+                     parties=tuple(names), ids_digest=lr.rows_digest(None, len(y)), public_key=pk)
     replies = _exchange(grid, {n: pack(setup, lr.ACTIVE, run) for n in nodes}, "query.setup", timeout)
     who = {n: str(c["c"]["sender"]) for n, c in replies.items()}
     if sorted(who.values()) != names:
