@@ -147,6 +147,8 @@ __all__ = [
     "bce_loss",
     "centralized_gd",
     "demo_step",
+    "export_titanic_parties",
+    "local_features",
     "rows_digest",
     "run_active",
     "run_local",
@@ -814,6 +816,24 @@ def titanic_path() -> Path:
     return Path(str(resources.files("vflcrypto") / "data" / "titanic.csv"))
 
 
+def local_features(X: np.ndarray, train_rows: np.ndarray, *, intercept: bool = False) -> np.ndarray:
+    """A feature party's local preprocessing, fitted on its own training rows only.
+
+    Median imputation of missing values (a column with no value at all becomes 0), then
+    standardization to mean 0 / standard deviation 1, and, for the party that holds it
+    (party 0), an intercept column of ones. Never communicated: it only shapes the
+    party's own block ``X_k``.
+    """
+    X = np.array(X, dtype=np.float64)
+    tr = X[train_rows]
+    all_nan = np.all(np.isnan(tr), axis=0) if len(tr) else np.ones(X.shape[1], dtype=bool)
+    med = np.where(all_nan, 0.0, np.nanmedian(np.where(all_nan, 0.0, tr), axis=0))
+    X = np.where(np.isnan(X), med, X)
+    mu, sd = X[train_rows].mean(axis=0), X[train_rows].std(axis=0)
+    X = (X - mu) / np.where(sd > 0, sd, 1.0)
+    return np.column_stack([X, np.ones(len(X))]) if intercept else X
+
+
 TITANIC_FILES: dict[str, tuple[str, ...]] = {
     "coordinator.csv": ("Survived",),
     "party0.csv": ("Pclass", "Sex"),
@@ -889,13 +909,7 @@ def titanic_parties(path: str | Path | None = None, seed: int = 0,
     tr, te = train_test_split(len(rows), test_fraction, seed)
     blocks_tr, blocks_te = [], []
     for k, cols in enumerate(TITANIC_PARTIES):
-        M = np.column_stack([raw[c] for c in cols])
-        med = np.nanmedian(M[tr], axis=0)
-        M = np.where(np.isnan(M), med, M)
-        mu, sd = M[tr].mean(axis=0), M[tr].std(axis=0)
-        M = (M - mu) / np.where(sd > 0, sd, 1.0)
-        if k == 0:
-            M = np.column_stack([M, np.ones(len(M))])
+        M = local_features(np.column_stack([raw[c] for c in cols]), tr, intercept=k == 0)
         blocks_tr.append(M[tr])
         blocks_te.append(M[te])
     columns = tuple(cols + (("intercept",) if k == 0 else ()) for k, cols in enumerate(TITANIC_PARTIES))

@@ -208,7 +208,7 @@ def test_logistic_regression_in_separate_processes(tmp_path: Path, pki: Path) ->
     procs = {}
     for n in NAMES:
         extra = ["--label", "y"] if n == "active" else []
-        procs[n] = party(cfg, n, "train", "logreg", "--data", str(tmp_path / f"{n}.csv"),
+        procs[n] = party(cfg, n, "train", "logreg", "--preprocess", "none", "--data", str(tmp_path / f"{n}.csv"),
                          "--id-column", "id", "--steps", "5", "--aligned", *extra,
                          "--out", str(tmp_path / f"{n}.npz"))
     res = finish(procs)
@@ -240,7 +240,7 @@ def test_killed_party_stops_the_others(tmp_path: Path, pki: Path) -> None:
         time.sleep(120)
     """)
     victim = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=ROOT)
-    procs = {n: party(cfg, n, "train", "logreg", "--data", str(tmp_path / f"{n}.csv"),
+    procs = {n: party(cfg, n, "train", "logreg", "--preprocess", "none", "--data", str(tmp_path / f"{n}.csv"),
                       "--id-column", "id", "--aligned", *(["--label", "y"] if n == "active" else []),
                       "--out", str(tmp_path / f"{n}.npz")) for n in NAMES[:2]}
     try:
@@ -400,7 +400,7 @@ def test_secure_logistic_regression_four_processes(tmp_path: Path, pki: Path) ->
         write_table(tmp_path / f"passive-{k}.csv", ids, [f"c{j}" for j in range(Xk.shape[1])], Xk)
     names = ["active", "passive-0", "passive-1", "passive-2"]
     cfg = make_config(tmp_path, pki, names, identities=True, timeout=20.0)
-    procs = {n: party(cfg, n, "train", "logreg", "--data", str(tmp_path / f"{n}.csv"),
+    procs = {n: party(cfg, n, "train", "logreg", "--preprocess", "none", "--data", str(tmp_path / f"{n}.csv"),
                       "--id-column", "id", "--steps", "2", "--secure", "--aligned", *SMALL_KEYS,
                       *(["--label", "y"] if n == "active" else []),
                       "--out", str(tmp_path / f"{n}.npz")) for n in names}
@@ -456,3 +456,29 @@ def test_hash_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None
     assert [r[0] for r in res.values()] == [2, 2]
     assert "identity" in res["active"][2]
     assert not (tmp_path / "active.x.csv").exists()
+
+
+@pytest.mark.slow
+def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Path, pki: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Raw per-party files (missing ages included): each feature party imputes and
+    standardizes its own columns, as `vflcrypto train logreg` does in-process."""
+    from protocols import logistic_regression as lr
+    from vflcrypto.cli import main
+
+    files = dict(zip(["active", "passive-0", "passive-1", "passive-2"],
+                     lr.export_titanic_parties(tmp_path / "t"), strict=True))
+    assert main(["train", "logreg", "--coordinator", str(files["active"]),
+                 *[a for k in range(3) for a in ("--party", str(files[f"passive-{k}"]))],
+                 "--id-column", "PassengerId", "--label", "Survived", "--plain", "--aligned",
+                 "--steps", "5", "--json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    names = list(files)
+    cfg = make_config(tmp_path, pki, names, timeout=20.0)
+    procs = {n: party(cfg, n, "train", "logreg", "--data", str(files[n]), "--id-column", "PassengerId",
+                      *(["--label", "Survived"] if n == "active" else []), "--aligned", "--steps", "5",
+                      "--test-fraction", "0.2", "--out", str(tmp_path / f"{n}.npz")) for n in names}
+    recs = check_ok(finish(procs, timeout=60))
+    summary = recs["active"]["summary"]
+    assert summary["train_loss"] == pytest.approx(local["train_loss"], rel=1e-12)
+    assert summary["test_accuracy"] == pytest.approx(local["test_accuracy"])

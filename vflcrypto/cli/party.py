@@ -226,9 +226,12 @@ def _task_logreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
             save_model(out, {**meta, **summary}, {"train_probabilities": res.train_probabilities})
             _write_metrics(out, meta, summary)
     else:
-        X = table.X
-        if not np.all(np.isfinite(X)):
-            raise InputDataError(f"{args.data}: features must be finite (impute first)")
+        if args.preprocess == "standardize":
+            X = lr.local_features(table.X, tr, intercept=me == passives[0])
+        else:
+            X = table.X
+            if not np.all(np.isfinite(X)):
+                raise InputDataError(f"{args.data}: features must be finite (impute first)")
         kw: dict[str, Any] = {}
         if args.secure:
             others = [p for p in passives if p != me]
@@ -516,7 +519,10 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     lg = models.add_parser("logreg", help="vertical logistic regression")
     common(lg)
     lg.add_argument("--steps", type=int, default=20)
-    lg.add_argument("--learning-rate", type=float, default=0.5)
+    lg.add_argument("--lr", "--learning-rate", dest="learning_rate", type=float, default=0.5)
+    lg.add_argument("--preprocess", choices=("standardize", "none"), default="standardize",
+                    help="feature parties impute medians and standardize on their training rows, "
+                         "passive-0 adds the intercept (default); none: features as given")
     lg.add_argument("--secure", action="store_true",
                     help="secure protocol (Paillier + pairwise masks; needs identity keys)")
 

@@ -26,17 +26,6 @@ import numpy as np
 __all__ = ["register", "run"]
 
 
-def _preprocess(X: np.ndarray, train: np.ndarray) -> np.ndarray:
-    """Median imputation and standardization fitted on the training rows only."""
-    X = np.array(X, dtype=np.float64)
-    tr = X[train]
-    all_nan = np.all(np.isnan(tr), axis=0) if len(tr) else np.ones(X.shape[1], dtype=bool)
-    med = np.where(all_nan, 0.0, np.nanmedian(np.where(all_nan, 0.0, tr), axis=0))
-    X = np.where(np.isnan(X), med, X)
-    mu, sd = X[train].mean(axis=0), X[train].std(axis=0)
-    return (X - mu) / np.where(sd > 0, sd, 1.0)
-
-
 def run(args: argparse.Namespace) -> int:
     from protocols import logistic_regression as lr
     from vflcrypto.dataio import train_test_split
@@ -53,15 +42,15 @@ def run(args: argparse.Namespace) -> int:
     y = coord.label
     if not np.all((y == 0) | (y == 1)):
         raise InputDataError(f"label {args.label!r} must be 0/1")
-    train, test = train_test_split(len(y), args.test_fraction, args.seed)
+    train, test = train_test_split(len(y), args.test_fraction, args.split_seed)
     if len(train) == 0:
         raise InputDataError("no training rows")
-    blocks = []
-    for k, t in enumerate(parties):
-        X = _preprocess(t.X, train)
-        if k == 0:
-            X = np.column_stack([X, np.ones(len(X))])
-        blocks.append(X)
+    if args.preprocess == "standardize":
+        blocks = [lr.local_features(t.X, train, intercept=k == 0) for k, t in enumerate(parties)]
+    else:
+        blocks = [t.X for t in parties]
+        if not all(np.all(np.isfinite(b)) for b in blocks):
+            raise InputDataError("features must be finite with --preprocess none (impute first)")
     ids = list(coord.ids)
     ids_train = [ids[i] for i in train]
     res = lr.run_local(
@@ -112,13 +101,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     mode.add_argument("--plain", dest="secure", action="store_false",
                       help="plaintext protocol (leaks every label to every party)")
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--lr", type=float, default=0.5, help="learning rate (default 0.5)")
+    p.add_argument("--lr", "--learning-rate", dest="lr", type=float, default=0.5,
+                   help="learning rate (default 0.5)")
+    p.add_argument("--preprocess", choices=("standardize", "none"), default="standardize",
+                   help="each feature party imputes medians and standardizes its own columns on its "
+                        "training rows, party 0 adds the intercept (default); none: use features as given")
     p.add_argument("--test-fraction", type=float, default=0.2)
-    p.add_argument("--seed", type=int, default=0, help="seed of the public train/test split")
+    p.add_argument("--split-seed", "--seed", dest="split_seed", type=int, default=0,
+                   help="seed of the public train/test split")
     p.add_argument("--aligned", action="store_true",
                    help="the files already list the same IDs in the same order (skip PSI)")
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus size (secure)")
-    p.add_argument("--allow-insecure-key", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--allow-insecure", "--allow-insecure-key", dest="allow_insecure_key",
+                   action="store_true", help="accept keys below 2048 bits (tests only)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds a party waits for a peer before failing")
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
