@@ -162,3 +162,11 @@ def test_authenticated_key_agreement_and_keyed_digests() -> None:
 def test_ephemeral_exchange_rejects_small_order() -> None:
     with pytest.raises(ProtocolError, match="small order"):
         psi.EphemeralKey().exchange(bytes(32))
+
+
+def test_lone_surrogate_is_rejected_with_its_row() -> None:
+    from vflcrypto.errors import InputDataError
+    from vflcrypto.psi import canonicalize_ids
+
+    with pytest.raises(InputDataError, match="row 1: ID is not valid Unicode"):
+        canonicalize_ids(["ok", "bad\udc80"])

@@ -126,7 +126,10 @@ def canonical_id(value: Any, *, strip: bool = False) -> bytes:
         text = text.strip()
     if not text:
         raise InputDataError("empty ID")
-    return unicodedata.normalize("NFC", text).encode("utf-8")
+    try:
+        return unicodedata.normalize("NFC", text).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputDataError("ID is not valid Unicode text (lone surrogate)") from None
 
 
 @dataclass(frozen=True)
@@ -161,10 +164,17 @@ def canonicalize_ids(
     encoded: list[bytes] = []
     rows: list[int] = []
     n = 0
+    normalize = unicodedata.normalize
     for i, value in enumerate(ids):
         n += 1
         try:
-            enc = canonical_id(value, strip=strip)
+            if type(value) is str and value and not strip:  # the common case, inlined
+                enc = normalize("NFC", value).encode("utf-8")
+            else:
+                enc = canonical_id(value, strip=strip)
+        except UnicodeEncodeError:
+            raise InputDataError(f"{row_label} {first_row + i}: ID is not valid Unicode text "
+                                 "(lone surrogate)") from None
         except InputDataError as exc:
             raise InputDataError(f"{row_label} {first_row + i}: {exc}") from None
         first = seen.get(enc)
