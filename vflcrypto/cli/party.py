@@ -257,17 +257,14 @@ def _task_linreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     from protocols import linear_regression as linreg
 
     from ..metrics import r2_score, rmse
+    from .train_linreg import config_from_args
 
     me, role = ctx.me, ctx.role
     active, coord = ctx.one(linreg.ACTIVE), ctx.one(linreg.COORD)
     passives = ctx.names(linreg.PASSIVE)
     if not passives:
         raise InputDataError("linear regression needs at least one 'passive' party")
-    cfg = linreg.LinRegConfig(
-        epochs=args.epochs, lr=args.lr, momentum=args.momentum, l2=args.l2,
-        batch_size=args.batch_size, tol=args.tol if args.tol > 0 else None,
-        scheme=args.scheme, key_bits=args.key_bits, preprocess=args.preprocess,
-        fit_intercept=not args.no_intercept)
+    cfg = config_from_args(args)
     pred_bits = args.key_bits if args.scheme == "paillier" else max(args.key_bits, 2048)
     # the protocol functions address the active party and the coordinator by role name
     chans = dict(ctx.channels)

@@ -21,8 +21,21 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
-__all__ = ["register", "run"]
+__all__ = ["config_from_args", "register", "run"]
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`protocols.linear_regression.LinRegConfig` the training flags describe
+    (shared with ``vflcrypto party ... train linreg``)."""
+    from protocols import linear_regression as linreg
+
+    return linreg.LinRegConfig(
+        epochs=args.epochs, lr=args.lr, momentum=args.momentum, l2=args.l2,
+        batch_size=args.batch_size, tol=args.tol if args.tol > 0 else None,
+        scheme=args.scheme, key_bits=args.key_bits, preprocess=args.preprocess,
+        fit_intercept=not args.no_intercept)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,11 +55,7 @@ def run(args: argparse.Namespace) -> int:
     train, test = train_test_split(n, args.test_fraction, seed=args.split_seed)
     if len(train) == 0:
         raise InputDataError("no training rows left after the split")
-    cfg = linreg.LinRegConfig(
-        epochs=args.epochs, lr=args.lr, momentum=args.momentum, l2=args.l2,
-        batch_size=args.batch_size, tol=args.tol if args.tol > 0 else None,
-        scheme=args.scheme, key_bits=args.key_bits, preprocess=args.preprocess,
-        fit_intercept=not args.no_intercept)
+    cfg = config_from_args(args)
     train_tables = [t.take(train) for t in tables]
     result = linreg.run_local(train_tables[0], train_tables[1:], config=cfg,
                               allow_insecure=args.allow_insecure)
