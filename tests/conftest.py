@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
@@ -17,3 +22,23 @@ def paillier_keys() -> tuple[PaillierPublicKey, PaillierPrivateKey]:
 def small_paillier_keys() -> tuple[PaillierPublicKey, PaillierPrivateKey]:
     """A 512-bit keypair (insecure size, for fast tests only)."""
     return generate_keypair(512, allow_insecure=True)
+
+
+def spawn_connected_then_hanging(cfg_path: Path, name: str, task: str, seconds: float) -> subprocess.Popen[bytes]:
+    """A real party process that connects with ``task`` and then hangs (a peer to kill or stall).
+
+    It prints ``connected`` once its links are up; the caller kills it.
+    """
+    script = textwrap.dedent(f"""
+        import time
+        from vflcrypto.partyconfig import load_party_config
+        from vflcrypto.transport_grpc import PartyIdentity, connect_party
+        cfg = load_party_config({str(cfg_path)!r})
+        p = cfg.party({name!r})
+        party = connect_party(cfg, PartyIdentity.from_files({name!r}, p.cert_path, p.key_path,
+                                                             cfg.ca_path), {task!r})
+        print("connected", flush=True)
+        time.sleep({seconds!r})
+    """)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parents[1])

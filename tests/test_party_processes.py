@@ -14,12 +14,12 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import spawn_connected_then_hanging
 
 from vflcrypto.certs import identity_pin, load_identity_key, write_dev_pki
 from vflcrypto.partyconfig import render_config_toml
@@ -228,18 +228,7 @@ def test_killed_party_stops_the_others(tmp_path: Path, pki: Path) -> None:
     _logreg_files(tmp_path)
     cfg = make_config(tmp_path, pki, NAMES, timeout=8.0)
     # passive-1 is a real party process that connects and then hangs (mid-protocol)
-    script = textwrap.dedent(f"""
-        import time
-        from vflcrypto.partyconfig import load_party_config
-        from vflcrypto.transport_grpc import PartyIdentity, connect_party
-        cfg = load_party_config({str(cfg)!r})
-        p = cfg.party("passive-1")
-        party = connect_party(cfg, PartyIdentity.from_files("passive-1", p.cert_path, p.key_path,
-                                                             cfg.ca_path), "train-logreg")
-        print("connected", flush=True)
-        time.sleep(120)
-    """)
-    victim = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=ROOT)
+    victim = spawn_connected_then_hanging(cfg, "passive-1", "train-logreg", 120)
     procs = {n: party(cfg, n, "train", "logreg", "--preprocess", "none", "--data", str(tmp_path / f"{n}.csv"),
                       "--id-column", "id", "--aligned", *(["--label", "y"] if n == "active" else []),
                       "--out", str(tmp_path / f"{n}.npz")) for n in NAMES[:2]}

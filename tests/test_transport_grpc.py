@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
-import sys
 import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from conftest import spawn_connected_then_hanging
 
 from vflcrypto.certs import cert_fingerprint, write_dev_pki
 from vflcrypto.errors import (
@@ -258,18 +257,7 @@ def test_tampered_frame_and_foreign_run_are_rejected(tmp_path: Path, pki: Path) 
 
 def test_killed_peer_process_disconnects(tmp_path: Path, pki: Path) -> None:
     cfg_path = make_config(tmp_path, pki, NAMES[:2])
-    script = textwrap.dedent(f"""
-        import time
-        from vflcrypto.partyconfig import load_party_config
-        from vflcrypto.transport_grpc import PartyIdentity, connect_party
-        cfg = load_party_config({str(cfg_path)!r})
-        p = cfg.party("passive-0")
-        party = connect_party(cfg, PartyIdentity.from_files("passive-0", p.cert_path, p.key_path,
-                                                             cfg.ca_path), "t")
-        print("connected", flush=True)
-        time.sleep(60)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=ROOT)
+    proc = spawn_connected_then_hanging(cfg_path, "passive-0", "t", 60)
     try:
         cfg = load_party_config(cfg_path)
         party = connect_party(cfg, identity(pki, "active"), "t")
