@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from vflcrypto.attacks import ring_mask_findings, unrandomized_finding, unrandomized_paillier
 from vflcrypto.errors import InputDataError, KeyMismatchError
-from vflcrypto.leakage import PERFECT, AuditOutcome, EmpiricalFinding, Protection, audit, declare
+from vflcrypto.leakage import PERFECT, AuditOutcome, Protection, audit, declare
 from vflcrypto.masking import mask_ciphertexts, unmask_residues
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.wire import IntVector
 
 __all__ = [
@@ -90,17 +91,12 @@ class DecryptedMaskedGradient:
 
 @dataclass
 class ExchangeResult:
-    """What a local run returns: the passive party's gradient and the transcript.
-
-    ``active_view`` (only when asked for) holds what the active party decrypted: the
-    masked gradient residues, for the empirical audit.
-    """
+    """What a local run returns: the passive party's gradient and the transcript."""
 
     gradient: np.ndarray
     transcript: Transcript
     seconds: float
     modulus: int
-    active_view: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- per-step math
@@ -120,6 +116,7 @@ def run_active(channel: Channel, d: np.ndarray, keys: tuple[PaillierPublicKey, P
     Returns what it decrypted (its whole view of the gradient), for audits.
     """
     pk, sk = keys
+    channel.hold("secret_key", sk)
     channel.keyring.add(pk)  # accept ciphertexts under our own key
     channel.send(PublicKeyAnnouncement(pk))
     channel.send(EncryptedResiduals(pk.encrypt_fixed(d, FRAC_BITS)))
@@ -141,17 +138,22 @@ def run_passive(channel: Channel, X: np.ndarray) -> np.ndarray:
     masked, mask = masked_gradient(enc_d, X)
     channel.send(MaskedGradient(masked))
     values = channel.recv(DecryptedMaskedGradient).values
-    return unmask_residues(values, mask, pk.n, masked.frac_bits)
+    gradient = unmask_residues(values, mask, pk.n, masked.frac_bits)
+    channel.hold("gradient", gradient)  # the secret behind the masked gradient (audit ground truth)
+    return gradient
 
 
 def run_local(d: np.ndarray, X: np.ndarray, *, key_bits: int = 2048, timeout: float = 120.0,
-              capture_active_view: bool = False,
-              keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None) -> ExchangeResult:
-    """Run both roles in-process over a :class:`LocalNetwork` (a fresh key pair unless ``keys``)."""
+              keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
+              tap: AuditTap | None = None) -> ExchangeResult:
+    """Run both roles in-process over a :class:`LocalNetwork` (a fresh key pair unless ``keys``).
+
+    ``tap`` (audits) keeps what each party received and holds.
+    """
     if keys is None:
         keys = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
     net = LocalNetwork([Endpoint("active", ACTIVE), Endpoint("passive", PASSIVE)], timeout=timeout,
-                       allow_insecure=key_bits < 2048)
+                       allow_insecure=keys[0].bits < 2048, transcript=Transcript(tap))
     t0 = time.perf_counter()
     out = run_parties(
         {
@@ -160,8 +162,7 @@ def run_local(d: np.ndarray, X: np.ndarray, *, key_bits: int = 2048, timeout: fl
         },
         network=net,
     )
-    return ExchangeResult(out["passive"], net.transcript, time.perf_counter() - t0, int(keys[0].n),
-                          tuple(out["active"]) if capture_active_view else ())
+    return ExchangeResult(out["passive"], net.transcript, time.perf_counter() - t0, int(keys[0].n))
 
 
 # --------------------------------------------------------------------------- demo and audit
@@ -183,47 +184,25 @@ def demo_step(ctx: Any) -> dict[str, Any]:
             "bytes": res.transcript.total_bytes}
 
 
-def active_view(d: np.ndarray, X: np.ndarray, key_bits: int, runs: int) -> np.ndarray:
-    """What the active party decrypts in ``runs`` exchanges, as fractions of n in [0, 1).
+def audit_run(key_bits: int = 2048, *, runs: int = 16) -> AuditOutcome:
+    """Audit ``runs`` exchanges under one key pair, attacking what each party received.
 
-    One key pair serves every run (the masks are fresh each time), so the check does not
-    pay for ``runs`` key generations.
+    * passive: tries to read [[d]] without the key (a ciphertext sent without its
+      obfuscator decodes as c = 1 + m n);
+    * active: decrypts the masked gradients it received with its own key and tests them:
+      uniform mod n, fresh masks from run to run (differences uniform), no correlation
+      with the true gradients (ground truth from the passive party's view).
+    The runs use the same data, so a mask reused across runs would cancel exactly.
     """
+    d, X = _example(200, 16)
     keys = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
-    views = []
-    for _ in range(runs):
-        res = run_local(d, X, key_bits=key_bits, capture_active_view=True, keys=keys)
-        views.extend(v / res.modulus for v in res.active_view)
-    return np.asarray(views)
-
-
-def audit_run(key_bits: int = 2048) -> AuditOutcome:
-    """Audit one exchange, plus the active party's view of masked gradients.
-
-    Empirical check: the active party's decryptions for the real data and for a zero
-    gradient (X = 0) should be indistinguishable; we report the two-sample
-    Kolmogorov–Smirnov distance between them (small: no signal) next to the 1% critical
-    value for the sample sizes.
-    """
-    d, X = _example(200, 4)
-    res = run_local(d, X, key_bits=key_bits)
-    report = audit(res.transcript)
-    runs = 10
-    real = active_view(d, X, key_bits, runs)
-    zero = active_view(d, np.zeros_like(X), key_bits, runs)
-    ks = _ks_distance(real, zero)
-    critical = 1.63 * np.sqrt((len(real) + len(zero)) / (len(real) * len(zero)))
-    finding = EmpiricalFinding(
-        observer=ACTIVE, name="KS distance: masked real gradient vs masked zero gradient",
-        value=ks, baseline=float(critical),
-        description=f"{len(real)} decrypted masked values each; below the 1% critical value means the "
-                    "active party's view does not depend on the gradient")
-    return AuditOutcome("exchange", report, (finding,))
-
-
-def _ks_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sample Kolmogorov–Smirnov statistic (max distance between empirical CDFs)."""
-    grid = np.sort(np.concatenate([a, b]))
-    cdf_a = np.searchsorted(np.sort(a), grid, side="right") / len(a)
-    cdf_b = np.searchsorted(np.sort(b), grid, side="right") / len(b)
-    return float(np.max(np.abs(cdf_a - cdf_b)))
+    tap = AuditTap()
+    results = [run_local(d, X, keys=keys, tap=tap) for _ in range(runs)]
+    n = int(keys[0].n)
+    sk = tap.held(ACTIVE, "secret_key")[0]
+    residuals = [c for m in tap.received(PASSIVE, EncryptedResiduals) for c in m.residuals.ciphertexts()]
+    views = [[v % n for v in sk.decrypt(m.values)] for m in tap.received(ACTIVE, MaskedGradient)]
+    findings = [unrandomized_finding(PASSIVE, "exchange.encrypted_residuals", unrandomized_paillier(n, residuals))]
+    findings += ring_mask_findings(ACTIVE, "exchange.masked_gradient", "masked gradient", [views], n,
+                                   truth=[tap.held(PASSIVE, "gradient")])
+    return AuditOutcome("exchange", audit(results[0].transcript), tuple(findings))

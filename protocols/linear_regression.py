@@ -111,6 +111,13 @@ from typing import Any
 import numpy as np
 
 from vflcrypto import masking
+from vflcrypto.attacks import (
+    real_mask_findings,
+    ring_mask_findings,
+    strip_known_paillier,
+    unrandomized_finding,
+    unrandomized_paillier,
+)
 from vflcrypto.ckks import CKKSContext, CKKSVector
 from vflcrypto.dataio import PartyTable, ids_digest, load_model, save_model
 from vflcrypto.errors import EncodingOverflowError, InputDataError, ProtocolError
@@ -122,7 +129,7 @@ from vflcrypto.paillier import (
     PaillierVector,
     generate_keypair,
 )
-from vflcrypto.runtime import Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.wire import IntVector
 
 __all__ = [
@@ -745,13 +752,15 @@ def run_passive(channels: Mapping[str, Channel], table: PartyTable, *, index: in
             to_b.send(EncryptedU(crypto.encrypt(u), crypto.encrypt(np.array([share]))))
             if index >= 1:
                 partial = to_b.recv(PartialSum).values
-                to_b.send(CrossTerm(partial.dot((2.0 * ls * u)[:, None])))
+                # re-randomized: B knows `partial` and could test guesses of u against the dot
+                to_b.send(CrossTerm(partial.dot((2.0 * ls * u)[:, None]).rerandomize()))
             d = to_b.recv(EncryptedResidual).d
             if len(d) != m:
                 raise ProtocolError(f"{name}: residual vector of length {len(d)}, batch has {m}")
             msg, state = crypto.mask(d.dot(Xb * crypto.grad_scale(m)))
             to_c.send(msg)
             raw = crypto.unmask(to_c.recv(GradientReturn), state)
+            to_c.hold("gradient", raw)  # the secret behind the masked gradient (audit ground truth)
             g = raw / (m * crypto.grad_scale(m)) + plan.l2 * w
             vel = plan.momentum * vel + g
             w = w - plan.lr * vel
@@ -809,11 +818,14 @@ def run_active(channels: Mapping[str, Channel], table: PartyTable, *,
             U = got[0].u
             cross = []
             for j in range(1, len(passives)):
-                channels[passives[j]].send(PartialSum(U))
+                channels[passives[j]].send(PartialSum(U.rerandomize()))
                 U = U + got[j].u
             for j in range(1, len(passives)):
                 cross.append(channels[passives[j]].recv(CrossTerm).value)
-            d = U + r
+            # Fresh randomness from B: a passive party knows its own [[u_k]] (and the partial
+            # sum it received); without it, [[d]] / ([[u_k]] [[partial]]) = 1 + (u_B - y) n
+            # would give the last passive party B's residuals, i.e. the labels at Θ = 0.
+            d = (U + r).rerandomize()
             for p in passives:
                 channels[p].send(EncryptedResidual(d))
             S = U.dot((2.0 * ls * r)[:, None])
@@ -826,6 +838,7 @@ def run_active(channels: Mapping[str, Channel], table: PartyTable, *,
             msg, state = crypto.mask(d.dot(Xb * crypto.grad_scale(m)))
             to_c.send(msg)
             raw = crypto.unmask(to_c.recv(GradientReturn), state)
+            to_c.hold("gradient", raw)
             gB = raw / (m * crypto.grad_scale(m)) + config.l2 * w
             vel = config.momentum * vel + gB
             w = w - config.lr * vel
@@ -855,6 +868,7 @@ def run_coordinator(channels: Mapping[str, Channel], *, scheme: str = "paillier"
         secret = ctx
     else:
         raise InputDataError(f"unknown scheme {scheme!r}")
+    channels[active].hold("secret_key", secret)
     parties = [active, *passives]
     for p in parties:  # C accepts ciphertexts under its own key
         channels[p].keyring.add(key_msg.paillier if key_msg.paillier is not None else key_msg.ckks)
@@ -917,10 +931,12 @@ def run_local(active: PartyTable, passives: Sequence[PartyTable], *,
               keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
               ckks_context: CKKSContext | None = None,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
+              tap: AuditTap | None = None,
               ) -> LinRegRun:
     """Run all roles in one process (threads over in-memory Channels).
 
-    ``overrides`` replaces a party's task (tests: a stalling or hostile party).
+    ``overrides`` replaces a party's task (tests: a stalling or hostile party); ``tap``
+    (audits) keeps what each party received and holds.
     """
     cfg = config if config is not None else LinRegConfig()
     if not passives:
@@ -929,7 +945,7 @@ def run_local(active: PartyTable, passives: Sequence[PartyTable], *,
     endpoints = [Endpoint(ACTIVE, ACTIVE), Endpoint(COORD, COORD),
                  *[Endpoint(p, PASSIVE) for p in names]]
     links = [(ACTIVE, COORD), *[(ACTIVE, p) for p in names], *[(COORD, p) for p in names]]
-    net = LocalNetwork(endpoints, links=links, timeout=timeout,
+    net = LocalNetwork(endpoints, links=links, timeout=timeout, transcript=Transcript(tap),
                        allow_insecure=allow_insecure, run_id=secrets.token_hex(8))
     tasks: dict[str, Callable[[], Any]] = {
         COORD: lambda: run_coordinator(net.channels(COORD), scheme=cfg.scheme,
@@ -1002,13 +1018,16 @@ def run_predict_active(channels: Mapping[str, Channel], model: PartyModel, table
     masked, R = masking.mask_ciphertexts(total)
     to_c.send(PredictMasked(masked))
     ret = to_c.recv(PredictReturn)
-    return masking.unmask_residues(ret.residues, R, crypto.pk.n, total.frac_bits) + model.scores(X)
+    partial = masking.unmask_residues(ret.residues, R, crypto.pk.n, total.frac_bits)
+    to_c.hold("passive_sum", partial)  # the secret behind the masked sum (audit ground truth)
+    return partial + model.scores(X)
 
 
 def run_predict_coordinator(channels: Mapping[str, Channel], key_bits: int, allow_insecure: bool,
                             passives: Sequence[str]) -> None:
     """Coordinator's prediction role: a fresh key pair, then decrypt B's masked sum only."""
     pk, sk = generate_keypair(key_bits, allow_insecure=allow_insecure)
+    channels[ACTIVE].hold("secret_key", sk)
     channels[ACTIVE].keyring.add(pk)
     for p in [ACTIVE, *passives]:
         channels[p].send(PublicKeyMsg("paillier", pk, None))
@@ -1020,7 +1039,7 @@ def run_predict_coordinator(channels: Mapping[str, Channel], key_bits: int, allo
 def predict_local(model_dir: str | os.PathLike[str] | Sequence[PartyModel],
                   tables: Sequence[PartyTable], *, key_bits: int = DEFAULT_KEY_BITS,
                   allow_insecure: bool = False, timeout: float = 120.0,
-                  ) -> tuple[np.ndarray, Transcript]:
+                  tap: AuditTap | None = None) -> tuple[np.ndarray, Transcript]:
     """Secure prediction: ``tables`` = [active, passive-0, ...] query rows (aligned).
 
     ``model_dir`` holds ``active.npz`` and ``passive-<i>.npz`` (or pass the models). Runs
@@ -1042,7 +1061,7 @@ def predict_local(model_dir: str | os.PathLike[str] | Sequence[PartyModel],
     endpoints = [Endpoint(ACTIVE, ACTIVE), Endpoint(COORD, COORD),
                  *[Endpoint(p, PASSIVE) for p in names]]
     links = [(ACTIVE, COORD), *[(ACTIVE, p) for p in names], *[(COORD, p) for p in names]]
-    net = LocalNetwork(endpoints, links=links, timeout=timeout,
+    net = LocalNetwork(endpoints, links=links, timeout=timeout, transcript=Transcript(tap),
                        allow_insecure=allow_insecure, run_id=secrets.token_hex(8))
     tasks: dict[str, Callable[[], Any]] = {
         COORD: lambda: run_predict_coordinator(net.channels(COORD), key_bits, allow_insecure, names),
@@ -1097,65 +1116,100 @@ def demo_step(ctx: Any) -> dict[str, Any]:
             "bytes": run.transcript.total_bytes, "model_dir": str(model_dir)}
 
 
-def _ks_statistic(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """Two-sample Kolmogorov–Smirnov statistic and its asymptotic p-value."""
-    a, b = np.sort(a), np.sort(b)
-    allv = np.concatenate([a, b])
-    cdf_a = np.searchsorted(a, allv, side="right") / len(a)
-    cdf_b = np.searchsorted(b, allv, side="right") / len(b)
-    dstat = float(np.max(np.abs(cdf_a - cdf_b)))
-    ne = len(a) * len(b) / (len(a) + len(b))
-    lam = (math.sqrt(ne) + 0.12 + 0.11 / math.sqrt(ne)) * dstat
-    p = 2 * sum((-1) ** (k - 1) * math.exp(-2 * k * k * lam * lam) for k in range(1, 101))
-    return dstat, float(min(1.0, max(0.0, p)))
+def _streams(tap: AuditTap, receiver: str, kind: type, senders: Sequence[str]) -> list[list[Any]]:
+    return [tap.received(receiver, kind, sender=p) for p in senders]
 
 
-def masked_view_check(key_bits: int = DEFAULT_KEY_BITS, samples: int = 300, *,
-                      allow_insecure: bool = False) -> tuple[float, float, float]:
-    """C's view of masked gradients vs the true gradients (Paillier, same code as the roles).
+def _ciphertext_findings(tap: AuditTap, n: int, passives: Sequence[str]) -> list[EmpiricalFinding]:
+    """A data party tries to read, without C's key, every ciphertext it received.
 
-    Encrypts ``samples`` gradients of two very different values (0 and 10^6) and of random
-    values, masks them with :class:`_PaillierCrypto.mask`, decrypts as C does and returns
-    (KS statistic between C's normalised views for the two fixed gradients, its p-value,
-    |Pearson correlation| between random gradients and C's views).
+    Each ciphertext is first divided by the ciphertexts the receiver knows went into it
+    (a passive party knows the [[u_k]] it sent and the partial sum it received, both
+    summed into [[d]]), then decoded if no randomness is left (c = 1 + m n).
     """
-    pk, sk = generate_keypair(key_bits, allow_insecure=allow_insecure)
-    crypto = _PaillierCrypto(pk)
-    n = int(pk.n)
+    parts: dict[str, list[tuple[str, int | None]]] = {}
+    fields = {EncryptedU: ("u", "partial_loss"), PartialSum: ("values",), CrossTerm: ("value",),
+              PredictPartial: ("u",)}
+    for r in tap.records():
+        for attr in fields.get(type(r.message), ()):
+            cts = getattr(r.message, attr).ciphertexts()
+            parts.setdefault(r.entry.kind, []).extend(
+                (r.entry.receiver, v) for v in unrandomized_paillier(n, cts))
+    for j, p in enumerate(passives):
+        own = tap.received(ACTIVE, EncryptedU, sender=p)
+        partial = tap.received(p, PartialSum)
+        for t, msg in enumerate(tap.received(p, EncryptedResidual)):
+            known = [own[t].u.ciphertexts()] + ([partial[t].values.ciphertexts()] if j else [])
+            parts.setdefault("linreg.encrypted_residual", []).extend(
+                (p, v) for v in strip_known_paillier(n, msg.d.ciphertexts(), known))
+    return [unrandomized_finding("/".join(sorted({o for o, _ in items})), kind, [v for _, v in items])
+            for kind, items in parts.items()]
 
-    def view(g: np.ndarray) -> np.ndarray:
-        msg, _ = crypto.mask(crypto.encrypt(g))
-        vals = [v % n for v in sk.decrypt(msg.values)]
-        return np.array([v / n for v in vals])
 
-    v0 = view(np.zeros(samples))
-    v1 = view(np.full(samples, 1e6))
-    g = np.random.default_rng(1).normal(scale=1e3, size=samples)
-    corr = float(abs(np.corrcoef(g, view(g))[0, 1]))
-    dstat, p = _ks_statistic(v0, v1)
-    return dstat, p, corr
+def _loss_aggregate_finding(tap: AuditTap) -> EmpiricalFinding:
+    """C decrypts one loss per batch: a batch of one row is one row's squared residual."""
+    plan = tap.received(COORD, TrainingPlan)[0]
+    sizes = [len(b) for e in range(plan.epochs) for b in epoch_batches(plan.n_rows, plan.batch_size, plan.seed, e)]
+    sizes = sizes[: len(tap.received(COORD, EncryptedLoss))]
+    single = sum(s == 1 for s in sizes)
+    return EmpiricalFinding(
+        COORD, "losses that C decrypted over a single row", single / max(1, len(sizes)), 0.0,
+        f"from the plan it received, the {len(sizes)} losses C decrypted sum {min(sizes, default=0)} to "
+        f"{max(sizes, default=0)} rows; {single} are one row's squared residual d_i^2",
+        attacks=("linreg.encrypted_loss",), protection=Protection.AGGREGATE, flagged=single > 0,
+        samples=len(sizes), detects="any loss over a single row")
 
 
-def audit_run(key_bits: int = DEFAULT_KEY_BITS) -> AuditOutcome:
-    """Two passive parties, a few epochs on synthetic data; declared view + empirical checks."""
+def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, batch_size: int = 25, n_rows: int = 200) -> AuditOutcome:
+    """Paillier and CKKS training runs plus a secure prediction; every attack reads the run's tap.
+
+    * data parties: try to read, without C's key, each ciphertext they received;
+    * C: decrypts the masked gradients with its own key (Paillier and CKKS) and the masked
+      prediction sum, and tests them (uniform, fresh per iteration, uncorrelated with the
+      true gradients, which serve as ground truth only); from the plan it received it
+      counts losses that sum a single row.
+    ``n_rows`` = 200 rows, 4 + 4 + 3 features, mini-batches of ``batch_size`` = 25 over 2
+    epochs (16 iterations), so each mask test sees about 200 values.
+    """
+    from vflcrypto.ckks import mask_bound
+
     insecure = key_bits < DEFAULT_KEY_BITS
-    active, passives = synthetic_split(n_rows=60, p_active=2, p_passive=(2, 1))
-    cfg = LinRegConfig(epochs=2, lr=0.3, key_bits=key_bits, tol=None)
-    run = run_local(active, passives, config=cfg, allow_insecure=insecure)
-    report = audit(run.transcript)
+    active, passives = synthetic_split(n_rows=n_rows, p_active=4, p_passive=(4, 3))
+    names = ["active", *_passive_names(len(passives))]
+    cfg = LinRegConfig(epochs=2, lr=0.1, key_bits=key_bits, tol=None, batch_size=batch_size)
+    tap, ckks_tap, pred_tap = AuditTap(), AuditTap(), AuditTap()
+    run = run_local(active, passives, config=cfg, allow_insecure=insecure, tap=tap)
+    ckks_run = run_local(active, passives, config=replace(cfg, scheme="ckks"), allow_insecure=insecure,
+                         tap=ckks_tap)
+    _, pred_transcript = predict_local(run.models, [active, *passives], key_bits=key_bits,
+                                       allow_insecure=insecure, tap=pred_tap)
+    sk = tap.held_one(COORD, "secret_key")
+    n = int(sk.public_key.n)
+    findings = _ciphertext_findings(tap, n, names[1:])
+    pred_sk = pred_tap.held_one(COORD, "secret_key")
+    findings += _ciphertext_findings(pred_tap, int(pred_sk.public_key.n), ())
+    views = [[[v % n for v in sk.decrypt(m.values)] for m in stream]
+             for stream in _streams(tap, COORD, MaskedGradient, names)]
+    findings += ring_mask_findings(COORD, "linreg.masked_gradient", "masked gradient", views, n,
+                                   truth=[tap.held(p, "gradient") for p in names])
+    ctx = ckks_tap.held_one(COORD, "secret_key")
+    ckks_views = [[m.values.decrypt(ctx) for m in stream]
+                  for stream in _streams(ckks_tap, COORD, MaskedGradientCKKS, names)]
+    findings += real_mask_findings(COORD, "linreg.masked_gradient_ckks", "masked gradient (CKKS)",
+                                   ckks_views, mask_bound(ctx) - CKKS_GRADIENT_BOUND,
+                                   truth=[ckks_tap.held(p, "gradient") for p in names])
+    pn = int(pred_sk.public_key.n)
+    pred_views = [[[v % pn for v in pred_sk.decrypt(m.values)] for m in pred_tap.received(COORD, PredictMasked)]]
+    findings += ring_mask_findings(COORD, "linreg.predict_masked", "masked prediction sum", pred_views, pn,
+                                   truth=[pred_tap.held(ACTIVE, "passive_sum")])
+    findings.append(_loss_aggregate_finding(tap))
+    findings.append(EmpiricalFinding(
+        COORD, "losses C learned (one per iteration)", float(len(run.losses)), None,
+        "declared leakage: C sees the total loss of every iteration", attacks=("linreg.encrypted_loss",),
+        flagged=bool(run.losses), samples=len(run.losses)))
+    merged = Transcript()
+    for t in (run.transcript, ckks_run.transcript, pred_transcript):
+        merged.merge(t)
+    report = audit(merged)
     report.check()
-    dstat, p, corr = masked_view_check(key_bits, samples=200, allow_insecure=insecure)
-    findings = (
-        EmpiricalFinding(
-            COORD, "KS statistic, C's masked view of gradient 0 vs gradient 1e6", dstat,
-            None,
-            f"two-sample Kolmogorov–Smirnov over 200 masked values each (p-value {p:.3f}); "
-            "a small statistic / large p means C cannot tell the gradients apart"),
-        EmpiricalFinding(
-            COORD, "|correlation| of C's masked view with the true gradient", corr, 0.0,
-            "200 random gradients; ≈ 0 (sampling noise ~ 1/sqrt(200) ≈ 0.07)"),
-        EmpiricalFinding(
-            COORD, "losses C learned (one per iteration)", float(len(run.losses)), None,
-            "declared leakage: C sees the total loss of every iteration"),
-    )
-    return AuditOutcome("linreg", report, findings)
+    return AuditOutcome("linreg", report, tuple(findings))

@@ -87,7 +87,7 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,6 +100,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
+from vflcrypto.attacks import accuracy_finding, ring_mask_findings, unrandomized_paillier
 from vflcrypto.dataio import ids_digest
 from vflcrypto.errors import (
     EncodingOverflowError,
@@ -117,7 +118,7 @@ from vflcrypto.leakage import (
 from vflcrypto.masking import agree_seed, mask_ciphertexts, pairwise_masks, seed_context, unmask_residues
 from vflcrypto.metrics import accuracy, log_loss
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.wire import IntVector
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ __all__ = [
     "centralized_gd",
     "demo_step",
     "export_titanic_parties",
+    "label_attack",
     "local_features",
     "rows_digest",
     "run_active",
@@ -498,12 +500,10 @@ class ActiveResult:
 
 @dataclass
 class PassiveResult:
-    """What a passive party ends with: its weights, and what it saw of r (for the audit)."""
+    """What a passive party ends with: its weights (what it saw is in the audit tap, if any)."""
 
     name: str
     weights: np.ndarray
-    seen_residuals: list[np.ndarray] = field(default_factory=list)
-    seen_gradients: list[np.ndarray] = field(default_factory=list)
 
 
 def _check_peers(channels: Mapping[str, Channel], expected: Sequence[str], me: str) -> None:
@@ -547,6 +547,7 @@ def run_active(
     if secure:
         pk, sk = keypair if keypair is not None else generate_keypair(
             key_bits, allow_insecure=allow_insecure)
+        channels[parties[0]].hold("secret_key", sk)
         for name in parties:  # accept the masked gradients under our own key
             channels[name].keyring.add(pk)
     setup = Setup(secure=secure, steps=steps, learning_rate=float(learning_rate),
@@ -615,13 +616,11 @@ def run_passive(
     peer_identities: Mapping[str, Ed25519PublicKey] | None = None,
     ids_train: Sequence[str] | None = None,
     frac_bits: int = GRAD_FRAC_BITS,
-    keep_views: bool = False,
 ) -> PassiveResult:
     """Run one passive party (features ``X_train`` / ``X_test``, weights start at zero).
 
     ``identity`` / ``peer_identities`` (Ed25519, pinned in configuration) authenticate the
-    pairwise key agreement of the secure protocol. ``keep_views`` records what the party
-    observed of r (for the empirical audit).
+    pairwise key agreement of the secure protocol.
     """
     if ACTIVE not in channels:
         raise ProtocolError(f"{name}: no channel to the active party")
@@ -662,6 +661,7 @@ def run_passive(
                 raise ProtocolError(f"{name}: asked for test predictions without test rows")
             z = partial_logits(data, w)
             if setup.secure:
+                act.hold("logits", z)  # the secret behind the masked logits (audit ground truth)
                 act.send(MaskedLogits(req.step, mask_logits(z, name, seeds, f"{req.action}:{req.step}")))
             else:
                 act.send(Logits(req.step, z))
@@ -671,6 +671,7 @@ def run_passive(
         t = req.step
         z = partial_logits(X, w)
         if setup.secure:
+            act.hold("logits", z)
             act.send(MaskedLogits(t, mask_logits(z, name, seeds, f"step:{t}")))
             enc = act.recv(EncryptedResidual, timeout=wait).values
             if len(enc) != len(X):
@@ -679,16 +680,13 @@ def run_passive(
             act.send(MaskedGradient(t, masked))
             reply = act.recv(GradientReply, timeout=wait)
             grad = unmask_gradient(reply.values, masks, int(setup.public_key.n), masked.frac_bits)
+            act.hold("gradient", grad)  # the secret behind the masked gradient (audit ground truth)
         else:
             act.send(Logits(t, z))
             r = act.recv(Residual, timeout=wait).values
             if r.shape != (len(X),):
                 raise ProtocolError(f"{name}: residual has shape {r.shape}")
-            if keep_views:
-                result.seen_residuals.append(r.copy())
             grad = local_gradient(X, r)
-        if keep_views:
-            result.seen_gradients.append(grad.copy())
         w = sgd_update(w, grad, setup.learning_rate)
         act.send(Ack(t))
     result.weights = w
@@ -750,14 +748,15 @@ def run_local(
     timeout: float = 120.0,
     ids_train: Sequence[Sequence[str] | None] | None = None,
     keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
-    keep_views: bool = False,
     passive_override: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
+    tap: AuditTap | None = None,
 ) -> LocalRun:
     """Run the active party and one passive party per feature block in this process.
 
     ``ids_train`` optionally gives each party's row IDs (first entry: the active party's)
     so misaligned inputs are caught. ``passive_override`` replaces a party's role function
-    (tests use it to simulate a stalled or misbehaving party).
+    (tests use it to simulate a stalled or misbehaving party). ``tap`` (audits) keeps what
+    each party received and holds.
     """
     if not X_train:
         raise InputDataError("at least one passive party (feature block) is required")
@@ -767,7 +766,7 @@ def run_local(
     if secure:
         links += [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     net = LocalNetwork(endpoints, links=links, timeout=timeout, run_id=secrets.token_hex(8),
-                       allow_insecure=allow_insecure)
+                       allow_insecure=allow_insecure, transcript=Transcript(tap))
     identities = {n: Ed25519PrivateKey.generate() for n in names}
     pinned = {n: k.public_key() for n, k in identities.items()}
     ids_active = ids_train[0] if ids_train else None
@@ -786,7 +785,7 @@ def run_local(
             net.channels(name), name, X_train[k], None if X_test is None else X_test[k],
             identity=identities[name],
             peer_identities={p: pinned[p] for p in names if p != name},
-            ids_train=ids_train[k + 1] if ids_train else None, keep_views=keep_views))
+            ids_train=ids_train[k + 1] if ids_train else None))
     results = run_parties(tasks, network=net, timeout=timeout * (steps + 4))
     return LocalRun(results[ACTIVE], {n: results[n] for n in names}, net.transcript,
                     net.transcript.bytes_sent_by("sender"))
@@ -920,53 +919,80 @@ def titanic_parties(path: str | Path | None = None, seed: int = 0,
 # =========================================================================== audit & demo
 
 
-def label_recovery(observed_residual: np.ndarray, y: np.ndarray) -> float:
-    """A passive party's guess y_i = 1 iff r_i < 0 (as p - y < 0 exactly when y = 1)."""
-    return float(np.mean((np.asarray(observed_residual) < 0) == (np.asarray(y) == 1)))
-
-
 def majority_rate(y: np.ndarray) -> float:
     """Accuracy of always guessing the majority class (the best guess without r)."""
     m = float(np.mean(y))
     return max(m, 1.0 - m)
 
 
-def audit_run(key_bits: int = 2048) -> AuditOutcome:
-    """Run plain and secure logistic regression on Titanic and measure label leakage.
+def label_attack(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
+    """A feature party guesses every training label from the first residuals it received.
 
-    Plain: passive-0 guesses every training label from the sign of the residuals it
-    receives (100 %). Secure: it receives no residual at all, so its best guess is the
-    majority class (the base rate). Also audits the secure run's transcript.
+    It reads r = (p - y)/n where it can: in the clear (plain protocol, ``logreg.residual``)
+    or from a ciphertext that carries no randomness (c = 1 + m n, ``logreg.encrypted_residual``);
+    then y = 1 iff r < 0. Where it reads nothing it guesses the majority class (assumed
+    public). The figure is the accuracy of those guesses on the true labels.
+    """
+    plain = tap.received(party, Residual)
+    majority = float(np.mean(y) >= 0.5)
+    if plain:
+        r = np.asarray(plain[0].values, dtype=np.float64)
+        kind, protection = "logreg.residual", None
+    else:
+        enc = tap.received(party, EncryptedResidual)[0].values
+        n = int(enc.public_key.n)
+        half = n // 2
+        r = np.asarray([np.nan if m is None else float(m - n if m > half else m)
+                        for m in unrandomized_paillier(n, enc.ciphertexts())])
+        kind, protection = "logreg.encrypted_residual", Protection.CIPHERTEXT
+    guess = np.where(np.isnan(r), majority, (r < 0).astype(np.float64))
+    return accuracy_finding(
+        party, f"label recovery from {kind}", guess, y, majority_rate(y), attacks=(kind,),
+        protection=protection,
+        description=f"guesses y = [r < 0] from the residuals it could read in its first {kind} and the "
+                    "majority class elsewhere; baseline = the majority-class rate")
+
+
+def secure_findings(tap: AuditTap, parties: Sequence[str], y: np.ndarray) -> list[EmpiricalFinding]:
+    """Attacks on a secure run: labels from [[r]]; the active party on masked logits and gradients."""
+    findings = [label_attack(tap, p, y) for p in parties]
+    findings += ring_mask_findings(
+        ACTIVE, "logreg.masked_logits", "masked logits",
+        [[m.values.tolist() for m in tap.received(ACTIVE, MaskedLogits, sender=p)] for p in parties],
+        _RING_MOD, truth=[tap.held(p, "logits") for p in parties], truth_protection=Protection.AGGREGATE)
+    sk = tap.held_one(ACTIVE, "secret_key")
+    n = int(sk.public_key.n)
+    findings += ring_mask_findings(
+        ACTIVE, "logreg.masked_gradient", "masked gradient",
+        [[[v % n for v in sk.decrypt(m.values)] for m in tap.received(ACTIVE, MaskedGradient, sender=p)]
+         for p in parties], n, truth=[tap.held(p, "gradient") for p in parties])
+    return findings
+
+
+def audit_run(key_bits: int = 2048, *, steps: int = 20) -> AuditOutcome:
+    """Run plain and secure logistic regression on Titanic and attack what each role received.
+
+    Plain: a feature party reads every label off the signs of the residuals (by design).
+    Secure: each feature party attacks [[r]] for labels; the active party tests the
+    pairwise-masked logits (mod 2^64) and the Paillier-masked gradients it decrypted
+    (uniform, fresh per step, uncorrelated with the true values, which serve only as
+    ground truth).
     """
     data = titanic_parties()
-    steps = 5
+    plain_tap, secure_tap = AuditTap(), AuditTap()
     plain = run_local(list(data.X_train), data.y_train, list(data.X_test), data.y_test,
-                      steps=steps, keep_views=True)
+                      steps=steps, tap=plain_tap)
     secure = run_local(list(data.X_train), data.y_train, list(data.X_test), data.y_test,
                        secure=True, steps=steps, key_bits=key_bits,
-                       allow_insecure=key_bits < 2048, keep_views=True)
-    base = majority_rate(data.y_train)
-    p0 = plain.passives["passive-0"]
-    plain_rate = label_recovery(p0.seen_residuals[0], data.y_train)
-    s0 = secure.passives["passive-0"]
-    secure_rate = majority_rate(data.y_train) if not s0.seen_residuals else label_recovery(
-        s0.seen_residuals[0], data.y_train)
+                       allow_insecure=key_bits < 2048, tap=secure_tap)
+    parties = sorted(secure.passives)
+    findings = [label_attack(plain_tap, "passive-0", data.y_train), *secure_findings(secure_tap, parties, data.y_train)]
     # Plain-protocol messages never appear in the secure transcript: merge both so the
     # table shows each role's view in each mode.
     merged = Transcript()
     merged.merge(plain.transcript)
     merged.merge(secure.transcript)
-    findings = (
-        EmpiricalFinding(
-            "passive-0", "label recovery, plain protocol", plain_rate, base,
-            "fraction of training labels a feature party recovers as y = [r < 0] from the "
-            "plaintext residuals of one step"),
-        EmpiricalFinding(
-            "passive-0", "label recovery, secure protocol", secure_rate, base,
-            "the party receives only [[r]] under the active party's key and its own "
-            "gradient; its best per-row guess is the majority class (base rate)"),
-    )
-    return AuditOutcome("logreg", audit(merged), findings)
+    return AuditOutcome("logreg", audit(merged), tuple(findings))
 
 
 def demo_step(ctx: DemoContext) -> dict[str, Any]:
@@ -977,9 +1003,10 @@ def demo_step(ctx: DemoContext) -> dict[str, Any]:
     for secure in (False, True):
         mode = "secure" if secure else "plain"
         t0 = time.perf_counter()
+        tap = AuditTap()
         run = run_local(list(data.X_train), data.y_train, list(data.X_test), data.y_test,
                         secure=secure, steps=steps, key_bits=ctx.key_bits,
-                        allow_insecure=ctx.key_bits < 2048, keep_views=True)
+                        allow_insecure=ctx.key_bits < 2048, tap=tap)
         a = run.active
         secs = time.perf_counter() - t0
         ctx.say(f"{mode:>6}: {steps} steps, loss {a.loss_history[0]:.4f} -> {a.loss_history[-1]:.4f}, "
@@ -988,8 +1015,7 @@ def demo_step(ctx: DemoContext) -> dict[str, Any]:
         out[mode] = {"train_loss": a.train_loss, "test_loss": a.test_loss,
                      "test_accuracy": a.test_accuracy, "bytes": run.transcript.total_bytes,
                      "seconds": round(secs, 3)}
-        seen = run.passives["passive-0"].seen_residuals
-        rate = label_recovery(seen[0], data.y_train) if seen else majority_rate(data.y_train)
+        rate = label_attack(tap, "passive-0", data.y_train).value
         out[mode]["label_recovery"] = rate
         ctx.say(f"        passive-0 recovers {rate:.1%} of training labels "
                 f"(base rate {majority_rate(data.y_train):.1%})")

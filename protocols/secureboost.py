@@ -134,6 +134,7 @@ from protocols._tree import (
     valid_candidates,
     value_bound_bits,
 )
+from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, unrandomized_paillier
 from vflcrypto.dataio import PartyTable, ids_digest, load_model, save_model
 from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import (
@@ -151,7 +152,7 @@ from vflcrypto.paillier import (
     fold_ciphertexts,
     generate_keypair,
 )
-from vflcrypto.runtime import DEFAULT_TIMEOUT, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 
 __all__ = [
     "ACTIVE",
@@ -429,12 +430,11 @@ class _Timer:
 
 @dataclass
 class ActiveResult:
-    """What the active party ends with: the model, training margins and its view."""
+    """What the active party ends with: the model, training margins and phase timings."""
 
     model: ActiveModel
     train_margin: np.ndarray
     timings: dict[str, float]
-    view: dict[str, Any] = field(default_factory=dict)
 
     def train_predictions(self) -> np.ndarray:
         return _link(self.model.objective, self.train_margin)
@@ -442,11 +442,10 @@ class ActiveResult:
 
 @dataclass
 class PassiveResult:
-    """What a passive party ends with: its lookup table, timings and what it observed."""
+    """What a passive party ends with: its lookup table and phase timings."""
 
     model: PassiveModel
     timings: dict[str, float]
-    view: dict[str, Any] = field(default_factory=dict)
 
 
 def _link(objective: str, margin: np.ndarray) -> np.ndarray:
@@ -545,6 +544,7 @@ def run_active(
         t0 = time.perf_counter()
         pk, sk = keys if keys is not None else generate_keypair(key_bits, allow_insecure=allow_insecure)
         timer.add("keygen", t0)
+        channels[names[0]].hold("secret_key", sk)
         for ch in channels.values():
             ch.keyring.add(pk)
     model_id = secrets.token_hex(16)
@@ -561,7 +561,6 @@ def run_active(
     margin = np.full(n, base)
     vbb = 1
     trees: list[_TreeBuilder] = []
-    view: dict[str, Any] = {"candidates": 0, "small_candidates": 0, "reidentified_rows": 0}
 
     for t in range(params.n_trees):
         g, h = gradients(params.objective, y, margin)
@@ -569,6 +568,8 @@ def run_active(
         frac = choose_frac_bits(vbb, n)
         gq, hq = quantize(g, frac), quantize(h, frac)
         spec = packing_spec(n, frac, vbb)
+        channels[names[0]].hold("gradients", gq)  # its own (g, h) per tree, for the audit
+        channels[names[0]].hold("packing", spec)
         t0 = time.perf_counter()
         if plaintext:
             grad_msg: Any = PlainGradients(t, frac, gq, hq)
@@ -588,6 +589,7 @@ def run_active(
         for depth in range(params.max_depth):
             if not level:
                 break
+            channels[names[0]].hold("node_rows", [nd.rows for nd in level])
             node_of_row = np.full(n, -1, dtype=np.int32)
             for i, nd in enumerate(level):
                 node_of_row[nd.rows] = i
@@ -616,7 +618,6 @@ def run_active(
             for i, nd in enumerate(level):
                 blocks = [own[i]] + [pb[i] for pb in passive_blocks]
                 choices.append(select_split(blocks, nd.G, nd.H, frac, params))
-                _observe_small(view, passive_blocks, i, nd, gq)
             timer.add("split_search", t0)
             # ask the owners
             for p, name in enumerate(names):
@@ -665,7 +666,7 @@ def run_active(
         trees.append(tree)
 
     model = _assemble(trees, model_id, params, base, cols, tuple(names))
-    return ActiveResult(model, margin, timer.phases, view)
+    return ActiveResult(model, margin, timer.phases)
 
 
 def _plan(level: list[_Node]) -> tuple[np.ndarray, np.ndarray]:
@@ -695,30 +696,9 @@ def _read_histograms(hist: Any, tree: int, depth: int, level: list[_Node],
         raise ProtocolError(f"{name} sent histograms for the wrong nodes")
     if counts.shape != (len(level),) or (counts < 0).any():
         raise ProtocolError(f"{name} sent malformed candidate counts")
-    total = int(counts.sum())
-    if isinstance(hist, PlainHistograms):
-        GL, HL, NL = (np.asarray(a) for a in (hist.grad, hist.hess, hist.rows))
-        if any(a.shape != (total,) or a.dtype.kind not in "iu" for a in (GL, HL, NL)):
-            raise ProtocolError(f"{name} sent malformed plaintext histograms")
-        GL, HL, NL = GL.astype(np.int64), HL.astype(np.int64), NL.astype(np.int64)
-    else:
-        assert sk is not None
-        t0 = time.perf_counter()
-        bits = 2 * spec.slot_bits
-        per = (sk.public_key.bits - 1) // bits
-        if hist.value_bits != bits or hist.per_ciphertext != per:
-            raise ProtocolError(f"{name} folded its histograms with the wrong layout")
-        if len(hist.folded) != -(-total // per):
-            raise ProtocolError(f"{name} sent {len(hist.folded)} folded ciphertexts for {total} candidates")
-        if hist.folded.public_key != sk.public_key:
-            raise ProtocolError(f"{name} sent histograms under another key")
-        n = int(sk.public_key.n)
-        raw = [v % n for v in sk.decrypt(hist.folded)] if total else []
-        timer.add("decrypt", t0)
-        t0 = time.perf_counter()
-        packed = unfold_candidates(raw, total, per, bits)
-        GL, HL, NL = unpack_candidates(packed, spec)
-        timer.add("decrypt", t0)
+    t0 = time.perf_counter()
+    GL, HL, NL = decode_histograms(hist, sk, spec, name)
+    timer.add("decrypt", t0)
     out = []
     start = 0
     for nd, k in zip(level, counts.tolist(), strict=True):
@@ -728,6 +708,30 @@ def _read_histograms(hist: Any, tree: int, depth: int, level: list[_Node],
         out.append((gl, hl, nl, np.arange(k)))
         start += k
     return out
+
+
+def decode_histograms(hist: EncryptedHistograms | PlainHistograms, sk: PaillierPrivateKey | None,
+                      spec: PackingSpec, name: str = "passive party") -> tuple[np.ndarray, ...]:
+    """(G_L, H_L, n_L) of every candidate in a histogram message, in its order (layout checked)."""
+    total = int(np.asarray(hist.counts).sum())
+    if isinstance(hist, PlainHistograms):
+        GL, HL, NL = (np.asarray(a) for a in (hist.grad, hist.hess, hist.rows))
+        if any(a.shape != (total,) or a.dtype.kind not in "iu" for a in (GL, HL, NL)):
+            raise ProtocolError(f"{name} sent malformed plaintext histograms")
+        return GL.astype(np.int64), HL.astype(np.int64), NL.astype(np.int64)
+    if sk is None:
+        raise ProtocolError(f"{name} sent encrypted histograms in plaintext mode")
+    bits = 2 * spec.slot_bits
+    per = (sk.public_key.bits - 1) // bits
+    if hist.value_bits != bits or hist.per_ciphertext != per:
+        raise ProtocolError(f"{name} folded its histograms with the wrong layout")
+    if len(hist.folded) != -(-total // per):
+        raise ProtocolError(f"{name} sent {len(hist.folded)} folded ciphertexts for {total} candidates")
+    if hist.folded.public_key != sk.public_key:
+        raise ProtocolError(f"{name} sent histograms under another key")
+    n = int(sk.public_key.n)
+    raw = [v % n for v in sk.decrypt(hist.folded)] if total else []
+    return unpack_candidates(unfold_candidates(raw, total, per, bits), spec)
 
 
 def _read_response(resp: SplitResponse, tree: int, depth: int, level: list[_Node],
@@ -750,22 +754,6 @@ def _read_response(resp: SplitResponse, tree: int, depth: int, level: list[_Node
         out.append((i, mask, int(rec)))
         start += size
     return out
-
-
-def _observe_small(view: dict[str, Any], passive_blocks: list[list[tuple[np.ndarray, ...]]],
-                   i: int, nd: _Node, gq: np.ndarray) -> None:
-    """Count what the active party can read off small candidates (for the audit)."""
-    n_node = len(nd.rows)
-    g_node = gq[nd.rows]
-    for blocks in passive_blocks:
-        GL, _HL, NL, _ids = blocks[i]
-        view["candidates"] += len(NL)
-        small = (NL <= 2) | (n_node - NL <= 2)
-        view["small_candidates"] += int(small.sum())
-        for gl, nl in zip(GL[small].tolist(), NL[small].tolist(), strict=True):
-            target = gl if nl == 1 else (nd.G - gl if n_node - nl == 1 else None)
-            if target is not None and int(np.count_nonzero(g_node == target)) == 1:
-                view["reidentified_rows"] += 1
 
 
 def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, base: float,
@@ -824,9 +812,6 @@ def run_passive(
     timer.add("binning", t0)
     rec_f: list[int] = []
     rec_b: list[int] = []
-    rng = secrets.SystemRandom()
-    partitions: list[np.ndarray] = []
-    first_g: np.ndarray | None = None  # plaintext mode only: what the party saw (for the audit)
 
     for t in range(setup.n_trees):
         if setup.plaintext:
@@ -836,8 +821,6 @@ def run_passive(
                     gq.dtype.kind != "i" or hq.dtype.kind != "i":
                 raise ProtocolError("malformed plaintext gradients")
             blob = b""
-            if t == 0:
-                first_g = gq.copy()
         else:
             grad = _recv(ch, EncryptedGradients, timer, timeout)
             if grad.tree != t or len(grad.gh) != n:
@@ -883,9 +866,7 @@ def run_passive(
             anon: list[np.ndarray] = []
             for i in range(n_nodes):
                 flat = np.flatnonzero(valid_candidates(counts[i], len(node_rows[i])).ravel())
-                perm = flat.tolist()
-                rng.shuffle(perm)
-                anon.append(np.asarray(perm, dtype=np.int64))
+                anon.append(shuffle_candidates(flat))
             node_ids = np.arange(n_nodes, dtype=np.int32)
             cnts = np.asarray([len(a) for a in anon], dtype=np.int32)
             if setup.plaintext:
@@ -934,12 +915,19 @@ def run_passive(
                                     left_bits), timer)
         else:
             raise ProtocolError("tree did not end within max_depth levels")
-        partitions.append(partition)
+        ch.hold("instance_partition", partition)  # its finest view of the tree (for the audit)
 
     thr = np.asarray([float(splits[f][b]) for f, b in zip(rec_f, rec_b, strict=True)], np.float64)
     model = PassiveModel(setup.model_id, name, cols, np.arange(len(rec_f), dtype=np.int64),
                          np.asarray(rec_f, np.int32), np.asarray(rec_b, np.int32), thr)
-    return PassiveResult(model, timer.phases, {"partitions": partitions, "plain_g": first_g})
+    return PassiveResult(model, timer.phases)
+
+
+def shuffle_candidates(flat: np.ndarray) -> np.ndarray:
+    """A node's candidate ids in a fresh uniformly random order (``secrets``): the anonymous ids."""
+    perm = flat.tolist()
+    secrets.SystemRandom().shuffle(perm)
+    return np.asarray(perm, dtype=np.int64)
 
 
 def _plain_level(bins: np.ndarray, node_rows: list[np.ndarray], compute: np.ndarray,
@@ -1123,14 +1111,17 @@ def run_local(
     passive_columns: Sequence[Sequence[str]] | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     passive_override: dict[str, Any] | None = None,
+    tap: AuditTap | None = None,
 ) -> LocalRun:
     """Train with every party in this process (threads over in-memory channels).
 
     ``passive_override`` maps a passive party name to a callable ``(channels) -> Any`` that
-    replaces its role (hostile-peer tests).
+    replaces its role (hostile-peer tests); ``tap`` (audits) keeps what each party received
+    and holds.
     """
     names = [f"passive-{i}" for i in range(len(X_passive))]
-    net = _network(names, timeout, allow_insecure or (keys is not None and keys[0].bits < 2048))
+    net = _network(names, timeout, allow_insecure or (keys is not None and keys[0].bits < 2048),
+                   Transcript(tap))
     tasks: dict[str, Any] = {
         "active": lambda: run_active(net.channels("active"), X_active, y, ids=ids,
                                      columns=active_columns, params=params, plaintext=plaintext,
@@ -1245,55 +1236,122 @@ def demo_step(ctx: Any) -> dict[str, Any]:
 
 
 def label_inference_attack(partition: np.ndarray, y: np.ndarray, known_fraction: float = 0.05,
-                           seed: int = 0) -> tuple[float, float]:
+                           seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """A passive party's attack: label each cell of an instance-space partition it saw by the
-    majority of a few labels it knows; returns (accuracy on the other rows, base rate)."""
-    rng = np.random.default_rng(seed)  # attack simulation, not secret
+    majority of a few labels it knows; returns (guesses, mask of the rows it did not know)."""
+    rng = np.random.default_rng(seed)  # which labels the attacker knows: a simulation, not a secret
     n = len(y)
     known = np.zeros(n, dtype=bool)
     known[rng.choice(n, size=max(10, int(known_fraction * n)), replace=False)] = True
-    fallback = float(np.mean(y[known]) >= 0.5)
-    guess = np.full(n, fallback)
+    guess = np.full(n, float(np.mean(y[known]) >= 0.5))
     for cell in np.unique(partition):
         members = partition == cell
         k = members & known
         if k.any():
             guess[members] = float(np.mean(y[k]) >= 0.5)
-    unknown = ~known
-    acc = float(np.mean(guess[unknown] == y[unknown]))
-    base = float(max(np.mean(y[unknown]), 1 - np.mean(y[unknown])))
-    return acc, base
+    return guess, ~known
+
+
+def _gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
+    """A passive party guesses labels from the first tree's gradients (g = p - y < 0 iff y = 1)."""
+    plain = tap.received(party, PlainGradients)
+    if plain:
+        g = np.asarray(plain[0].g, dtype=np.float64)
+        kind, protection = "secureboost.plain_gradients", None
+    else:
+        gh = tap.received(party, EncryptedGradients)[0].gh
+        assert gh.packing is not None
+        decoded = unrandomized_paillier(int(gh.public_key.n), gh.ciphertexts())
+        g = np.full(len(decoded), np.nan)
+        ok = [i for i, v in enumerate(decoded) if v is not None]
+        if ok:
+            g[ok] = unpack_candidates([decoded[i] for i in ok], gh.packing)[0]
+        kind, protection = "secureboost.gradients", Protection.CIPHERTEXT
+    majority = float(np.mean(y) >= 0.5)
+    guess = np.where(np.isnan(g), majority, (g < 0).astype(np.float64))
+    return accuracy_finding(
+        party, f"label recovery from {kind}", guess, y, float(max(np.mean(y), 1 - np.mean(y))),
+        attacks=(kind,), protection=protection,
+        description=f"guesses y = [g < 0] where it can read g in its first {kind} (plaintext, or a "
+                    "ciphertext without randomness) and the majority class elsewhere")
+
+
+def _histogram_findings(tap: AuditTap, party: str, kind: str) -> list[EmpiricalFinding]:
+    """The active party decodes the histogram messages it received with its own key and attacks them.
+
+    * order: are the anonymous candidates of a node still in feature and bin order? (Their
+      n_L then increase along runs: a reader would regroup features and rank bins.)
+    * aggregation: does a candidate single out one row (n_L or n_node - n_L = 1) whose
+      gradient is unique in the node? Then the active party learns that row's extreme rank
+      in an unknown passive feature within the node.
+    """
+    cls = PlainHistograms if kind == "secureboost.plain_histograms" else EncryptedHistograms
+    hists = tap.received(ACTIVE, cls, sender=party)
+    held_sk = tap.held(ACTIVE, "secret_key") if cls is EncryptedHistograms else [None]
+    specs, grads = tap.held(ACTIVE, "packing"), tap.held(ACTIVE, "gradients")
+    levels = tap.held(ACTIVE, "node_rows")  # per (tree, depth), in the order the histograms arrive
+    blocks: list[np.ndarray] = []
+    candidates = singled = 0
+    for hist, rows_of in zip(hists, levels, strict=True):
+        GL, _HL, NL = decode_histograms(hist, held_sk[0], specs[hist.tree], party)
+        g = grads[hist.tree]
+        start = 0
+        for rows, k in zip(rows_of, np.asarray(hist.counts).tolist(), strict=True):
+            gl, nl = GL[start : start + k], NL[start : start + k]
+            start += k
+            blocks.append(nl)
+            candidates += k
+            g_node = g[rows]
+            total = int(g_node.sum())
+            for a, b in zip(gl.tolist(), nl.tolist(), strict=True):
+                target = a if b == 1 else (total - a if len(rows) - b == 1 else None)
+                singled += target is not None and int(np.count_nonzero(g_node == target)) == 1
+    return [
+        adjacent_order_finding(
+            ACTIVE, f"{kind}: candidate order", kind, blocks,
+            f"share of neighbouring candidates (of {len(blocks)} node lists from {party}) whose n_L "
+            "increases; baseline = the same for random orders of the same lists"),
+        EmpiricalFinding(
+            ACTIVE, f"{kind}: rows singled out by a candidate", singled / max(1, candidates), 0.0,
+            f"{singled} of {candidates} decoded candidates from {party} sum one row whose gradient is "
+            "unique in its node (that row's rank in an unknown passive feature is revealed); "
+            "declared: tiny nodes or bins allow this",
+            attacks=(kind,), protection=Protection.AGGREGATE, flagged=singled > 0, samples=candidates,
+            detects="any one row singled out"),
+    ]
 
 
 def audit_run(key_bits: int = 2048) -> AuditOutcome:
-    """Train (encrypted) and predict on the synthetic split, audit, and measure leakage."""
+    """Train encrypted and in plaintext mode on the synthetic split and attack what each role received.
+
+    * passive: labels from the gradients it received (ciphertexts; plaintext by design in
+      the debug mode) and from the instance space (the partition it saw in tree 1, plus 5 %
+      of labels it is assumed to know: by design);
+    * active: decodes the passive candidates it received with its own key and tests their
+      order (shuffled?) and whether single candidates isolate single rows.
+    """
     Xa, y, ca, Xp, cp = _synthetic()
     params = BoostParams(n_trees=3, max_depth=3, max_bin=16)
-    run = run_local(Xa, y, [Xp], params=params, key_bits=key_bits,
-                    allow_insecure=key_bits < 2048, active_columns=ca, passive_columns=[cp])
-    predict_local(run.active.model, Xa, [(run.passive["passive-0"].model, Xp)],
-                  transcript=run.transcript)
-    findings = []
-    parts = run.passive["passive-0"].view["partitions"]
-    acc, base = label_inference_attack(parts[0], y)
-    findings.append(EmpiricalFinding(
-        "passive-0", "label inference from tree-1 instance sets", acc, base,
-        "majority vote of 5% known labels per cell of the finest partition the passive party saw "
-        "in the first tree (instance space + its own left sets); baseline = majority-class rate"))
-    v = run.active.view
-    frac_small = v["small_candidates"] / max(1, v["candidates"])
-    findings.append(EmpiricalFinding(
-        "active", "passive candidates with <= 2 rows on one side", frac_small, None,
-        f"{v['small_candidates']} of {v['candidates']} decrypted (G_L, H_L, n_L) candidates isolate "
-        f"1-2 rows; {v['reidentified_rows']} single-row candidates matched exactly one row's "
-        "gradient, revealing that row's extreme rank in an (unknown) passive feature within its node"))
-    plain = run_local(Xa, y, [Xp], params=BoostParams(n_trees=1, max_depth=1, max_bin=16),
-                      plaintext=True)
-    seen_g = plain.passive["passive-0"].view["plain_g"]
-    recovered = float(np.mean((seen_g < 0) == (y == 1)))  # g = p - y < 0 iff y = 1
-    findings.append(EmpiricalFinding(
-        "passive-0", "label recovery in plaintext mode (sign of g)", recovered,
-        float(max(np.mean(y), 1 - np.mean(y))),
-        "in plaintext (debug) mode the passive party reads g = p - y: every label; encrypted mode "
-        "removes this (ciphertexts only)"))
-    return AuditOutcome("secureboost", audit(run.transcript), tuple(findings))
+    tap, plain_tap = AuditTap(), AuditTap()
+    run = run_local(Xa, y, [Xp], params=params, key_bits=key_bits, allow_insecure=key_bits < 2048,
+                    active_columns=ca, passive_columns=[cp], tap=tap)
+    predict_local(run.active.model, Xa, [(run.passive["passive-0"].model, Xp)], transcript=run.transcript)
+    plain = run_local(Xa, y, [Xp], params=params, plaintext=True, tap=plain_tap)
+    guess, unknown = label_inference_attack(tap.held("passive-0", "instance_partition")[0], y)
+    findings = [
+        accuracy_finding(
+            "passive-0", "label inference from tree-1 instance sets", guess[unknown], y[unknown],
+            float(max(np.mean(y[unknown]), 1 - np.mean(y[unknown]))),
+            attacks=("secureboost.level", "secureboost.split_request"), protection=None,
+            description="majority vote of 5% known labels per cell of the finest partition the passive "
+                        "party saw in the first tree (instance space + its own left sets); baseline = "
+                        "majority-class rate"),
+        _gradient_label_finding(tap, "passive-0", y),
+        _gradient_label_finding(plain_tap, "passive-0", y),
+        *_histogram_findings(tap, "passive-0", "secureboost.histograms"),
+        *_histogram_findings(plain_tap, "passive-0", "secureboost.plain_histograms"),
+    ]
+    merged = Transcript()
+    merged.merge(run.transcript)
+    merged.merge(plain.transcript)
+    return AuditOutcome("secureboost", audit(merged), tuple(findings))

@@ -155,11 +155,14 @@ def test_audit_kinds_per_mode() -> None:
 def test_audit_run_findings() -> None:
     outcome = al.audit_run()
     outcome.report.check()
-    by_name = {(f.observer, f.name): f for f in outcome.findings}
-    assert by_name[(al.ACTIVE, "peer non-common IDs identified (ECDH-PSI)")].value == 0
-    assert by_name[(al.PASSIVE, "peer non-common IDs identified (ECDH-PSI)")].value == 0
-    hash_f = by_name[(al.ACTIVE, "peer non-common IDs identified (keyed-hash PSI, same dictionary)")]
-    assert hash_f.value == hash_f.baseline == 400
+    for observer, peer in ((al.ACTIVE, al.PASSIVE), (al.PASSIVE, al.ACTIVE)):
+        dictionary = outcome.finding(f"dictionary attack on the {peer}'s blinded IDs", observer)
+        assert dictionary.value == 0 and not dictionary.flagged
+        assert dictionary.samples == {al.ACTIVE: 400, al.PASSIVE: 700}[observer]  # the peer's other IDs
+        order = outcome.finding(f"order of the {peer}'s blinded IDs", observer)
+        assert order.samples == 800  # it identified exactly the common IDs
+    hash_f = outcome.finding("dictionary attack on the passive party's keyed-hash tags")
+    assert hash_f.value == 400 and hash_f.flagged and hash_f.by_design  # the key holder's dictionary
 
 
 def test_demo_step(tmp_path: Path) -> None:

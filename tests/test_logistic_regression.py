@@ -100,11 +100,15 @@ def test_masked_logits_cancel_and_hide() -> None:
 
 
 def test_audit_plain_recovers_every_label_secure_only_base_rate() -> None:
-    outcome = lr.audit_run(key_bits=512)
-    plain, secure = outcome.findings
-    assert plain.value == 1.0
-    assert secure.value == pytest.approx(secure.baseline)
-    assert secure.baseline < 0.7
+    outcome = lr.audit_run(key_bits=512, steps=3)
+    plain = outcome.finding("label recovery from logreg.residual")
+    assert plain.value == 1.0 and plain.flagged and plain.by_design
+    for k in range(3):
+        secure = outcome.finding("label recovery from logreg.encrypted_residual", f"passive-{k}")
+        assert not secure.flagged and secure.protection is not None
+        assert secure.baseline < 0.7 and secure.samples == 713
+    # 3 parties x (3 steps + the train predictions) x 713 rows, plus the 178 test rows each
+    assert outcome.finding("masked logits: uniform over Z_M").samples == 3 * (3 + 1) * 713 + 3 * 178
     outcome.report.check()
 
 

@@ -17,7 +17,7 @@ from vflcrypto.errors import (
     UndeclaredMessageError,
 )
 from vflcrypto.leakage import Protection, audit, declare
-from vflcrypto.runtime import Channel, Endpoint, LocalNetwork, QueueTransport, Transcript, run_parties
+from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, QueueTransport, Transcript, run_parties
 from vflcrypto.wire import (
     HEADER_BYTES,
     WIRE_VERSION,
@@ -293,3 +293,42 @@ def test_audit_flags_undeclared_entries() -> None:
     assert report.undeclared
     with pytest.raises(UndeclaredMessageError):
         report.check()
+
+
+# --------------------------------------------------------------------------- audit tap
+
+
+def test_audit_tap_keeps_decoded_messages_and_held_values_only_when_on() -> None:
+    for tap in (None, AuditTap()):
+        net = LocalNetwork([ALICE, BOB], transcript=Transcript(tap))
+        a, b = net.channels("alice-0")["bob-0"], net.channels("bob-0")["alice-0"]
+        a.hold("secret", 41)
+        a.send(Ping(1, np.arange(3.0), None, ()))
+        got = b.recv(Ping)
+        b.send(Pong(got.counter))
+        a.recv(Pong)
+        if tap is None:
+            assert net.transcript.tap is None  # production runs keep sizes and kinds only
+            continue
+        (ping,) = tap.received("bob-0", Ping)
+        assert ping.counter == 1 and np.array_equal(ping.values, np.arange(3.0))
+        assert tap.received("bob-0", "test.ping", sender="alice-0") == [ping]
+        assert tap.received("alice-0", Pong)[0].counter == 1 and tap.received("alice-0", Ping) == []
+        (rec,) = tap.records("bob-0")
+        assert rec.entry.kind == "test.ping" and rec.entry.event == "recv"
+        assert tap.held_one("alice-0", "secret") == 41
+        with pytest.raises(KeyError, match="recorded nothing"):
+            tap.held("bob-0", "secret")
+
+
+def test_claimed_protections_exclude_public_plaintext_and_the_receivers_own_key() -> None:
+    import protocols.linear_regression  # noqa: F401  (registers its declarations)
+    from vflcrypto.leakage import declaration_for
+
+    masked = declaration_for("linreg.masked_gradient")  # under C's key, sent to C
+    assert masked.receiver_holds_key
+    assert masked.claimed_protections == (Protection.MASKED,)
+    assert "the receiver's own" in masked.protection_label
+    residual = declaration_for("linreg.encrypted_residual")  # under C's key, sent to a data party
+    assert residual.claimed_protections == (Protection.CIPHERTEXT,)
+    assert declaration_for("linreg.plan").claimed_protections == ()

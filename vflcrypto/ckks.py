@@ -328,6 +328,16 @@ class CKKSVector:
 
     __radd__ = __add__
 
+    def rerandomize(self) -> CKKSVector:
+        """Same values plus a fresh encryption of zero (public context suffices).
+
+        A ciphertext derived from ciphertexts its receiver knows (e.g. its own [[u]] plus a
+        plaintext) must be re-randomized before it is sent, or the receiver subtracts what
+        it knows and reads the rest. The derived ciphertext's noise is not flooded: that
+        needs noise flooding, which vflcrypto does not implement (SECURITY.md).
+        """
+        return self + CKKSVector.encrypt(self.context, np.zeros(self._length))
+
     def __neg__(self) -> CKKSVector:
         return CKKSVector(self.context, [-p for p in self._parts], self._length)
 

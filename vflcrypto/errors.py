@@ -10,7 +10,9 @@ secret data stay terse so they cannot serve as oracles; messages about public st
 from __future__ import annotations
 
 __all__ = [
+    "AuditError",
     "CiphertextError",
+    "ConfigurationError",
     "DecodeError",
     "EncodingError",
     "EncodingOverflowError",
@@ -77,3 +79,11 @@ class PeerDisconnectedError(VflError, ConnectionError):
 
 class InputDataError(VflError, ValueError):
     """A party's input data is unusable: duplicate or empty IDs, mismatched rows, NaN, ..."""
+
+
+class AuditError(VflError, ValueError):
+    """An empirical audit cannot be computed from what it was given (inconsistent views)."""
+
+
+class ConfigurationError(VflError, ValueError):
+    """An option or parameter has an invalid value (e.g. a negative timeout, zero repeats)."""

@@ -87,10 +87,28 @@ class Declaration:
     hiding_bits: int | str | None = None
 
     @property
+    def receiver_holds_key(self) -> bool:
+        """The ciphertext is under the receiver's own key: it protects in transit only."""
+        return Protection.CIPHERTEXT in self.protection and self.key_owner in self.receiver
+
+    @property
+    def claimed_protections(self) -> tuple[Protection, ...]:
+        """Protections claimed *against the receiver*, each of which a mutation test must break.
+
+        PUBLIC and PLAINTEXT claim nothing, and a ciphertext under the receiver's own key
+        hides nothing from the receiver (it decrypts it; a mask may then protect the value).
+        """
+        return tuple(p for p in self.protection
+                     if p not in (Protection.PUBLIC, Protection.PLAINTEXT)
+                     and not (p is Protection.CIPHERTEXT and self.receiver_holds_key))
+
+    @property
     def protection_label(self) -> str:
         parts = []
         for p in self.protection:
-            if p is Protection.CIPHERTEXT and self.key_owner:
+            if p is Protection.CIPHERTEXT and self.receiver_holds_key:
+                parts.append(f"ciphertext (key: {self.key_owner}, the receiver's own)")
+            elif p is Protection.CIPHERTEXT and self.key_owner:
                 parts.append(f"ciphertext (key: {self.key_owner})")
             elif p is Protection.MASKED and self.hiding_bits == PERFECT:
                 parts.append("masked (uniform: perfect hiding)")
@@ -293,10 +311,17 @@ def audit(transcript: Transcript) -> AuditReport:
 
 @dataclass(frozen=True)
 class EmpiricalFinding:
-    """A measured leakage: what ``observer`` could infer, against a baseline.
+    """A measured leakage: what ``observer`` inferred from the messages it received.
 
-    E.g. a feature party's label-recovery accuracy (``value``) against the majority-class
-    rate (``baseline``).
+    ``value`` is computed from the attack's output (e.g. the label-recovery accuracy of
+    its guesses) and set beside ``baseline`` (what a guess without the messages achieves).
+    ``attacks`` names the message kinds whose received payloads the attack read.
+    ``protection`` is the declared protection the check tests (a mutation that switches
+    it off must make the check flag); ``None`` marks a leak the declarations admit by
+    design (e.g. plaintext residuals). ``flagged`` is the check's verdict: the attack did
+    better than chance, at ``p_value`` below :data:`vflcrypto.attacks.ALPHA` or by an
+    exact criterion stated in ``description``; ``detects`` states the smallest effect the
+    check detects with its sample size.
     """
 
     observer: str
@@ -304,10 +329,25 @@ class EmpiricalFinding:
     value: float
     baseline: float | None
     description: str
+    attacks: tuple[str, ...] = ()
+    protection: Protection | None = None
+    flagged: bool = False
+    p_value: float | None = None
+    samples: int | None = None
+    detects: str = ""
+
+    @property
+    def by_design(self) -> bool:
+        """A leak the declarations admit (no protection claimed against it)."""
+        return self.protection is None
 
     def to_dict(self) -> dict[str, Any]:
         return {"observer": self.observer, "name": self.name, "value": self.value,
-                "baseline": self.baseline, "description": self.description}
+                "baseline": self.baseline, "description": self.description,
+                "attacks": list(self.attacks),
+                "protection": None if self.protection is None else self.protection.value,
+                "flagged": self.flagged, "p_value": self.p_value, "samples": self.samples,
+                "detects": self.detects}
 
 
 @dataclass(frozen=True)
@@ -318,6 +358,18 @@ class AuditOutcome:
     report: AuditReport
     findings: tuple[EmpiricalFinding, ...] = ()
 
+    def finding(self, name: str, observer: str | None = None) -> EmpiricalFinding:
+        """The one finding called ``name`` (of ``observer``); ``KeyError`` listing the names if none."""
+        hits = [f for f in self.findings if f.name == name and (observer is None or f.observer == observer)]
+        if len(hits) != 1:
+            names = sorted({f"{f.observer}: {f.name}" for f in self.findings})
+            raise KeyError(f"{len(hits)} findings named {name!r} (observer {observer}); have {names}")
+        return hits[0]
+
+    def broken_protections(self) -> list[EmpiricalFinding]:
+        """Findings that test a declared protection and flagged it as failing."""
+        return [f for f in self.findings if f.protection is not None and f.flagged]
+
     def to_dict(self) -> dict[str, Any]:
         return {"protocol": self.protocol, **self.report.to_dict(),
                 "empirical": [f.to_dict() for f in self.findings]}
@@ -325,11 +377,19 @@ class AuditOutcome:
     def to_text(self) -> str:
         lines = [f"Leakage audit: {self.protocol}", "", self.report.to_text()]
         if self.findings:
-            lines += ["", "Empirical checks:"]
+            lines += ["", "Empirical checks (attacks on the messages each role received):"]
             for f in self.findings:
                 base = "" if f.baseline is None else f" (baseline {f.baseline:.4g})"
-                lines.append(f"  [{f.observer}] {f.name}: {f.value:.4g}{base}")
+                if f.protection is None:
+                    verdict = "LEAKS (by design)" if f.flagged else "no leak measured"
+                else:
+                    verdict = (f"PROTECTION FAILED ({f.protection.value})" if f.flagged
+                               else f"holds ({f.protection.value})")
+                pv = "" if f.p_value is None else f", p = {f.p_value:.2g}"
+                lines.append(f"  [{f.observer}] {f.name}: {f.value:.4g}{base}{pv} -> {verdict}")
                 lines.append(f"      {f.description}")
+                if f.detects:
+                    lines.append(f"      detects: {f.detects}")
         return "\n".join(lines)
 
 

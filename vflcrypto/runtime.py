@@ -7,6 +7,13 @@ frames so a replayed, dropped or reordered frame is rejected, enforces a timeout
 receive (a stalled or vanished peer raises, it never hangs), and appends every send and
 receive to a shared :class:`Transcript` that the audit and benchmarks read.
 
+The transcript keeps sizes and kinds only. For an audit run it can carry an
+:class:`AuditTap`, which also keeps every *decoded* message each party received and the
+secrets each party declared it holds (:meth:`Channel.hold`), so that empirical attacks
+read exactly what a role saw in that run, with that role's own keys, instead of
+re-simulating it. The tap lives in memory only, is never serialized, and is off unless a
+caller asks for it.
+
 Transports move opaque frames. :class:`QueueTransport` is the in-process one (each party
 in its own thread; see :class:`LocalNetwork` and :func:`run_parties`); a network
 transport implements the same three methods.
@@ -29,10 +36,12 @@ from .wire import DEFAULT_MAX_FRAME_BYTES, DecodeContext, KeyRing, decode_frame,
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "AuditTap",
     "Channel",
     "Endpoint",
     "LocalNetwork",
     "QueueTransport",
+    "Received",
     "Transcript",
     "TranscriptEntry",
     "Transport",
@@ -72,22 +81,91 @@ class TranscriptEntry:
     time: float
 
 
-class Transcript:
-    """Append-only, thread-safe log of every frame sent and received by the parties that share it."""
+@dataclass(frozen=True)
+class Received:
+    """One decoded message as its receiver got it (kept by an :class:`AuditTap`)."""
+
+    entry: TranscriptEntry
+    message: Any
+
+
+class AuditTap:
+    """What each party received (decoded) and holds, for the empirical audit only.
+
+    A role's attack must use that role's view: the messages it received in the run
+    (:meth:`received`) and the secrets it holds (:meth:`held`: its own decryption key,
+    PSI scalar, mask state), recorded by the role itself through :meth:`Channel.hold`.
+    Values a *sender* holds (the unmasked gradient behind a masked one) serve only as
+    ground truth to score an attack, never as the attacker's input. Thread-safe; memory
+    only; never serialized.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._received: list[Received] = []
+        self._held: dict[tuple[str, str], list[Any]] = {}
+
+    def record(self, entry: TranscriptEntry, message: Any) -> None:
+        with self._lock:
+            self._received.append(Received(entry, message))
+
+    def hold(self, party: str, label: str, value: Any) -> None:
+        """Append ``value`` to what ``party`` holds under ``label`` (one entry per use)."""
+        with self._lock:
+            self._held.setdefault((party, label), []).append(value)
+
+    def received(self, party: str | None = None, kind: str | type | None = None, *,
+                 sender: str | None = None) -> list[Any]:
+        """Messages ``party`` received (of ``kind``, from ``sender``), in arrival order."""
+        return [r.message for r in self.records(party, kind, sender=sender)]
+
+    def records(self, party: str | None = None, kind: str | type | None = None, *,
+                sender: str | None = None) -> list[Received]:
+        """Like :meth:`received`, with each message's transcript entry."""
+        want = kind if kind is None or isinstance(kind, str) else message_kind(kind)
+        with self._lock:
+            items = list(self._received)
+        return [r for r in items
+                if (party is None or r.entry.receiver == party)
+                and (want is None or r.entry.kind == want)
+                and (sender is None or r.entry.sender == sender)]
+
+    def held(self, party: str, label: str) -> list[Any]:
+        """Every value ``party`` recorded under ``label``; ``KeyError`` naming it if none."""
+        with self._lock:
+            values = self._held.get((party, label))
+        if values is None:
+            raise KeyError(f"{party} recorded nothing under {label!r} (was the tap on?)")
+        return list(values)
+
+    def held_one(self, party: str, label: str) -> Any:
+        """The single value ``party`` recorded under ``label``."""
+        values = self.held(party, label)
+        if len(values) != 1:
+            raise KeyError(f"{party} recorded {len(values)} values under {label!r}, expected one")
+        return values[0]
+
+
+class Transcript:
+    """Append-only, thread-safe log of every frame sent and received by the parties that share it.
+
+    ``tap`` (audit runs only) also keeps the decoded received messages and held secrets.
+    """
+
+    def __init__(self, tap: AuditTap | None = None) -> None:
+        self._lock = threading.Lock()
         self._entries: list[TranscriptEntry] = []
         self._t0 = time.monotonic()
+        self.tap = tap
 
     def record(self, event: str, seq: int, sender: Endpoint, receiver: Endpoint,
-               kind: str, nbytes: int) -> None:
+               kind: str, nbytes: int) -> TranscriptEntry:
         with self._lock:
-            self._entries.append(
-                TranscriptEntry(len(self._entries), event, seq, sender.name, sender.role,
-                                receiver.name, receiver.role, kind, nbytes,
-                                time.monotonic() - self._t0)
-            )
+            entry = TranscriptEntry(len(self._entries), event, seq, sender.name, sender.role,
+                                    receiver.name, receiver.role, kind, nbytes,
+                                    time.monotonic() - self._t0)
+            self._entries.append(entry)
+        return entry
 
     def entries(self) -> list[TranscriptEntry]:
         with self._lock:
@@ -283,8 +361,19 @@ class Channel:
             raise ProtocolError(f"{self.local.name} expected {expected} from {self.peer.name}, got {frame.kind}")
         self._recv_seq += 1
         self.bytes_received += len(data)
-        self.transcript.record("recv", frame.seq, self.peer, self.local, frame.kind, len(data))
+        entry = self.transcript.record("recv", frame.seq, self.peer, self.local, frame.kind, len(data))
+        if self.transcript.tap is not None:
+            self.transcript.tap.record(entry, frame.message)
         return frame.message
+
+    def hold(self, label: str, value: Any) -> None:
+        """Record, for an audit run only, a secret or value this party holds (no-op otherwise).
+
+        Attacks in the audit use what the *receiving* role holds (its key, its PSI scalar)
+        on what it received; what a sender holds is ground truth for scoring them.
+        """
+        if self.transcript.tap is not None:
+            self.transcript.tap.hold(self.local.name, label, value)
 
     def close(self) -> None:
         self.transport.close()

@@ -1,0 +1,250 @@
+"""Privacy mutation suite: switch off one protection at a time and see the audit flag it.
+
+Every protection a leakage declaration claims against its receiver
+(:attr:`vflcrypto.leakage.Declaration.claimed_protections`) must be covered by a mutation
+below: a test-only seam (a monkeypatch of the function that provides the protection)
+that drops a mask, reuses it across iterations, fixes or skips a secret scalar, skips a
+shuffle, or sends a ciphertext without randomness. Under the mutation the protocol's
+own ``audit_run`` must flag a finding that attacks that message kind for that
+protection; without any mutation no declared protection may be flagged. A declaration
+without a covering mutation fails :func:`test_every_declared_protection_has_a_mutation`.
+
+Seams that act in one party only check the thread name (``run_parties`` runs party
+``p`` in thread ``party-p``). The process pool is disabled so that every seam runs in
+the calling process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vflcrypto import ckks, masking, paillier, psi
+from vflcrypto.cli.audit import load_all_protocols
+from vflcrypto.leakage import AuditOutcome, Protection, declarations
+
+KEY_BITS = 512  # insecure size: audits at test speed
+
+P = Protection
+
+
+def _only_in(party_prefix: str, weak: Callable[..., Any], strong: Callable[..., Any]) -> Callable[..., Any]:
+    """Call ``weak`` in the threads of parties whose name starts with ``party_prefix``."""
+
+    def seam(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith(f"party-{party_prefix}"):
+            return weak(*args, **kwargs)
+        return strong(*args, **kwargs)
+
+    return seam
+
+
+def _reuse(fn: Callable[..., Any], key: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` that returns its first result again for every later call with the same key."""
+    cache: dict[Any, Any] = {}
+
+    def seam(*args: Any) -> Any:
+        k = key(*args)
+        if k not in cache:
+            cache[k] = fn(*args)
+        return cache[k]
+
+    return seam
+
+
+# --------------------------------------------------------------------------- seams
+
+
+def drop_uniform_masks(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(masking, "uniform_mod", lambda modulus, size: [0] * size)
+
+
+def reuse_uniform_masks(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(masking, "uniform_mod", _reuse(masking.uniform_mod, lambda modulus, size: (modulus, size)))
+
+
+def unrandomized_paillier(mp: pytest.MonkeyPatch) -> None:
+    """Every Paillier obfuscator (DJN h_s^a, public and CRT paths) becomes 1."""
+    strong = paillier._random_digits
+    mp.setattr(paillier, "_random_digits", lambda count, nbytes, w: [[0] * len(r) for r in strong(count, nbytes, w)])
+
+
+def no_rerandomization(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(paillier.PaillierVector, "rerandomize", lambda self: self)
+
+
+def drop_ckks_masks(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(ckks, "uniform_real_mask", lambda context, size, bound: np.zeros(size))
+
+
+def reuse_ckks_masks(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(ckks, "uniform_real_mask", _reuse(ckks.uniform_real_mask, lambda context, size, bound: size))
+
+
+def passive_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
+    fixed = psi.generate_secret()
+    mp.setattr(psi, "generate_secret", _only_in("passive", lambda: fixed, psi.generate_secret))
+
+
+def passive_skips_blinding(mp: pytest.MonkeyPatch) -> None:
+    from protocols.alignment import _unblinded_point
+
+    def no_reblind(secret: bytes, points: bytes) -> bytes:
+        return b"".join(psi.point_digest(points[i : i + psi.POINT_BYTES])
+                        for i in range(0, len(points), psi.POINT_BYTES))
+
+    mp.setattr(psi, "blind_ids", _only_in("passive", lambda secret, ids: b"".join(map(_unblinded_point, ids)),
+                                          psi.blind_ids))
+    mp.setattr(psi, "reblind_points", _only_in("passive", no_reblind, psi.reblind_points))
+
+
+def passive_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(psi, "random_permutation", _only_in("passive", lambda n: np.arange(n, dtype=np.int64),
+                                                   psi.random_permutation))
+
+
+def drop_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
+    import protocols.logistic_regression as lg
+
+    mp.setattr(lg, "pairwise_masks", lambda seed, size, modulus: [0] * size)
+
+
+def reuse_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
+    import protocols.logistic_regression as lg
+
+    mp.setattr(lg, "pair_step_seed", lambda seed, label: seed)  # the same PRG output every step
+
+
+def unshuffled_candidates(mp: pytest.MonkeyPatch) -> None:
+    import protocols.secureboost as sb
+
+    mp.setattr(sb, "shuffle_candidates", lambda flat: np.asarray(flat, dtype=np.int64))
+
+
+def one_bin_per_value(mp: pytest.MonkeyPatch) -> None:
+    """The passive party bins every distinct value on its own: candidates sum single rows."""
+    import protocols.secureboost as sb
+
+    strong = sb.bin_features
+    mp.setattr(sb, "bin_features", _only_in("passive", lambda X, max_bin: strong(X, 10**6), strong))
+
+
+# --------------------------------------------------------------------------- the suite
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One weakened protection: where (protocol module), what it breaks, how, and audit options."""
+
+    name: str
+    module: str
+    covers: tuple[tuple[str, Protection], ...]
+    seam: Callable[[pytest.MonkeyPatch], None]
+    audit_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+MUTATIONS = (
+    # alignment
+    Mutation("ECDH: passive party's scalar fixed across sessions", "alignment",
+             (("align.blinded", P.BLINDED),), passive_fixed_scalar),
+    Mutation("ECDH: passive party applies no scalar", "alignment",
+             (("align.blinded", P.BLINDED), ("align.doubled", P.BLINDED),
+              ("align.doubled_shuffled", P.BLINDED)), passive_skips_blinding),
+    Mutation("PSI: passive party skips its shuffles", "alignment",
+             (("align.blinded", P.SHUFFLED), ("align.doubled_shuffled", P.SHUFFLED),
+              ("align.tags", P.SHUFFLED)), passive_skips_shuffle),
+    # gradient exchange
+    Mutation("exchange: gradient mask dropped", "gradient_exchange",
+             (("exchange.masked_gradient", P.MASKED),), drop_uniform_masks),
+    Mutation("exchange: gradient mask reused across runs", "gradient_exchange",
+             (("exchange.masked_gradient", P.MASKED),), reuse_uniform_masks),
+    Mutation("exchange: residuals encrypted without randomness", "gradient_exchange",
+             (("exchange.encrypted_residuals", P.CIPHERTEXT),), unrandomized_paillier),
+    # linear regression
+    Mutation("linreg: gradient and prediction masks dropped", "linear_regression",
+             (("linreg.masked_gradient", P.MASKED), ("linreg.predict_masked", P.MASKED)), drop_uniform_masks),
+    Mutation("linreg: gradient mask reused across iterations", "linear_regression",
+             (("linreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
+    Mutation("linreg: CKKS gradient mask dropped", "linear_regression",
+             (("linreg.masked_gradient_ckks", P.MASKED),), drop_ckks_masks),
+    Mutation("linreg: CKKS gradient mask reused across iterations", "linear_regression",
+             (("linreg.masked_gradient_ckks", P.MASKED),), reuse_ckks_masks),
+    Mutation("linreg: ciphertexts without randomness", "linear_regression",
+             (("linreg.encrypted_u", P.CIPHERTEXT), ("linreg.partial_sum", P.CIPHERTEXT),
+              ("linreg.cross_term", P.CIPHERTEXT), ("linreg.encrypted_residual", P.CIPHERTEXT),
+              ("linreg.predict_partial", P.CIPHERTEXT)), unrandomized_paillier),
+    Mutation("linreg: derived ciphertexts not re-randomized", "linear_regression",
+             (("linreg.encrypted_residual", P.CIPHERTEXT), ("linreg.cross_term", P.CIPHERTEXT)),
+             no_rerandomization),
+    Mutation("linreg: losses over batches of one row", "linear_regression",
+             (("linreg.encrypted_loss", P.AGGREGATE),), lambda mp: None, {"batch_size": 1, "n_rows": 12}),
+    # logistic regression
+    Mutation("logreg: pairwise logit masks dropped", "logistic_regression",
+             (("logreg.masked_logits", P.MASKED), ("logreg.masked_logits", P.AGGREGATE)), drop_pairwise_masks),
+    Mutation("logreg: pairwise logit masks reused across steps", "logistic_regression",
+             (("logreg.masked_logits", P.MASKED),), reuse_pairwise_masks),
+    Mutation("logreg: gradient mask dropped", "logistic_regression",
+             (("logreg.masked_gradient", P.MASKED),), drop_uniform_masks),
+    Mutation("logreg: gradient mask reused across steps", "logistic_regression",
+             (("logreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
+    Mutation("logreg: residuals encrypted without randomness", "logistic_regression",
+             (("logreg.encrypted_residual", P.CIPHERTEXT),), unrandomized_paillier),
+    # SecureBoost
+    Mutation("secureboost: gradients encrypted without randomness", "secureboost",
+             (("secureboost.gradients", P.CIPHERTEXT),), unrandomized_paillier),
+    Mutation("secureboost: candidates not shuffled", "secureboost",
+             (("secureboost.histograms", P.SHUFFLED), ("secureboost.plain_histograms", P.SHUFFLED)),
+             unshuffled_candidates),
+    Mutation("secureboost: one bin per distinct value", "secureboost",
+             (("secureboost.histograms", P.AGGREGATE), ("secureboost.plain_histograms", P.AGGREGATE)),
+             one_bin_per_value),
+)
+
+MODULES = sorted({m.module for m in MUTATIONS})
+
+
+def _audit(module: str, **kwargs: Any) -> AuditOutcome:
+    return importlib.import_module(f"protocols.{module}").audit_run(key_bits=KEY_BITS, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VFLCRYPTO_WORKERS", "1")
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=[m.name for m in MUTATIONS])
+def test_audit_flags_the_switched_off_protection(mutation: Mutation, monkeypatch: pytest.MonkeyPatch) -> None:
+    mutation.seam(monkeypatch)
+    outcome = _audit(mutation.module, **mutation.audit_kwargs)
+    broken = outcome.broken_protections()
+    for kind, protection in mutation.covers:
+        assert any(kind in f.attacks and f.protection is protection for f in broken), (
+            f"{mutation.name}: no finding flagged {protection.value} of {kind}; "
+            f"flagged: {[(f.observer, f.name) for f in broken]}")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_no_declared_protection_is_flagged_in_an_honest_run(module: str) -> None:
+    outcome = _audit(module)
+    assert not outcome.broken_protections(), [(f.name, f.value, f.p_value) for f in outcome.broken_protections()]
+    outcome.report.check()
+    declared = {d.kind for d in declarations()}
+    for f in outcome.findings:
+        assert set(f.attacks) <= declared, f"{f.name} attacks undeclared kinds {f.attacks}"
+        assert f.value == f.value, f"{f.name}: NaN figure"  # computed, never missing
+
+
+def test_every_declared_protection_has_a_mutation() -> None:
+    load_all_protocols()
+    covered = {pair for m in MUTATIONS for pair in m.covers}
+    shipped = [d for d in declarations() if d.protocol != "test"]  # "test.*": fixtures of other tests
+    missing = [(d.kind, p.value) for d in shipped for p in d.claimed_protections if (d.kind, p) not in covered]
+    assert not missing, f"declared protections without a mutation test: {missing}"
+    stale = sorted(k for k, _ in covered if k not in {d.kind for d in declarations()})
+    assert not stale, f"mutations cover kinds that are no longer declared: {stale}"
