@@ -46,22 +46,6 @@ def _cpu() -> float:
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
-def _workers_usage(ex: Any) -> tuple[float, int]:
-    """CPU seconds and max peak RSS (KiB) of the pool's worker processes (Linux /proc)."""
-    cpu, rss = 0.0, 0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in list(getattr(ex, "_processes", None) or {}):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            cpu += (int(stat[11]) + int(stat[12])) / tick
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    rss = max(rss, int(line.split()[1]))
-        except (OSError, IndexError, ValueError):
-            continue
-    return cpu, rss
-
-
 def run_worker(contender: str, n: int, overlap: float) -> dict[str, Any]:
     """One contender in this process; returns its measurements."""
     left, right = make_ids(n, overlap)
@@ -84,7 +68,7 @@ def run_worker(contender: str, n: int, overlap: float) -> dict[str, Any]:
         out["intersection"] = ra.size
         out["bytes"] = run.transcript.total_bytes
         # Pool workers are forkserver children (not ours): read their CPU and peak RSS from /proc.
-        wcpu, wrss = _workers_usage(ex)
+        wcpu, wrss = parallel.pool_usage()
         out["cpu_s"] = _cpu() - cpu0 + wcpu
         out["worker_rss_kib"] = wrss
         out["learns"] = "both"

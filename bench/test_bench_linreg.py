@@ -14,11 +14,12 @@ _spec.loader.exec_module(linreg_epoch)
 
 
 def test_bench_runs_at_tiny_size() -> None:
-    args = argparse.Namespace(rows=120, active_features=3, passive_features=2, epochs=1,
+    args = argparse.Namespace(rows=120, active_features=3, passive_features=2, epochs=2,
                               key_bits=512, allow_insecure=True, schemes="paillier,ckks")
     out = linreg_epoch.bench(args)
     for scheme in ("paillier", "ckks"):
         assert out[scheme]["epoch_s"] > 0
-        assert out[scheme]["macs_per_s_per_core"] > 0
+        assert out[scheme]["macs_per_s_per_core"] > 0 and out[scheme]["epochs_timed"] == 2
+        assert out[scheme]["max_weight_error_vs_plaintext"] < 1e-2
     assert out["plaintext"]["epoch_s"] >= 0
     assert out["macs_per_epoch"] == 120 * 6

@@ -1,28 +1,48 @@
-"""``vflcrypto bench gradients``: every backend runs, results are correct, JSON is clean."""
+"""``vflcrypto bench gradients``: every backend runs, results are checked, output states how it ran."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
+from vflcrypto import gradbench
 from vflcrypto.cli import main
-from vflcrypto.gradbench import OPERATIONS, run_gradient_bench
+from vflcrypto.gradbench import OPERATIONS, BenchmarkError, run_gradient_bench
 
 
 def test_backends_measure_every_operation_correctly() -> None:
-    results = {r.name: r for r in run_gradient_bench(300, 1024, phe_n=30, heu_n=60)}
+    results = {r.name: r for r in run_gradient_bench(300, 1024, phe_n=30, repeats=2)}
     assert {"vflcrypto-paillier", "vflcrypto-paillier-packed", "vflcrypto-ckks", "phe"} <= set(results)
     for name in ("vflcrypto-paillier", "vflcrypto-ckks", "phe"):
-        assert set(results[name].rates) == set(OPERATIONS), name
-        assert all(v > 0 for v in results[name].rates.values())
-    # each backend checked its own results against numpy
+        assert set(results[name].ops) == set(OPERATIONS), name
+        for op, t in results[name].ops.items():
+            assert len(t.wall) == len(t.cpu) == 2 and t.wall_rate > 0 and t.per_core_rate > 0, (name, op)
+    assert results["phe"].n == 30 and results["phe"].workers == 1
+    assert results["vflcrypto-paillier"].ops["dot"].count == 300 * gradbench.DOT_COLUMNS
+    packed = results["vflcrypto-paillier-packed"]
+    assert packed.values_per_ciphertext > 1 and "mul_plain" not in packed.ops
+    # each backend checked its own results against numpy, on every call
     assert results["vflcrypto-paillier"].max_abs_error < 1e-6
-    assert results["vflcrypto-paillier-packed"].max_abs_error < 1e-5
+    assert packed.max_abs_error < 1e-5
     assert results["vflcrypto-ckks"].max_abs_error < 1e-2
 
 
-def test_cli_json_is_machine_readable(capsys) -> None:
+def test_a_wrong_result_reports_no_speed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gradbench, "_err", lambda got, want: 1.0)
+    with pytest.raises(BenchmarkError, match="max abs error"):
+        run_gradient_bench(50, 1024, phe_n=10, repeats=1, backends=("phe",))
+
+
+def test_cli_states_workers_per_core_rates_and_spread(capsys) -> None:
     assert main(["bench", "gradients", "--n", "100", "--key-bits", "1024", "--phe-n", "10",
-                 "--heu-n", "20", "--json"]) == 0
+                 "--repeats", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["backends"]["phe"]["encrypt"] > 0
-    assert "vflcrypto-paillier" in out["backends"]
+    phe = out["backends"]["phe"]
+    assert phe["n"] == 10 and phe["workers"] == 1
+    enc = phe["ops"]["encrypt"]
+    assert enc["wall_rate"] > 0 and enc["per_core_rate"] > 0 and len(enc["wall_seconds"]) == 2
+    assert out["backends"]["vflcrypto-paillier"]["workers"] >= 1
+    assert main(["bench", "gradients", "--n", "60", "--key-bits", "1024", "--phe-n", "10", "--repeats", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "per core" in text and "x phe/core" in text and "smaller n" in text and "set-up" in text

@@ -25,17 +25,21 @@ import atexit
 import multiprocessing
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = [
     "PARALLEL_MIN_COST",
     "chunk_ranges",
+    "cpu_seconds",
     "get_executor",
     "parallel_map",
+    "pool_usage",
     "shutdown",
     "worker_count",
 ]
@@ -89,6 +93,34 @@ def shutdown() -> None:
 
 
 atexit.register(shutdown)
+
+
+def pool_usage() -> tuple[float, int]:
+    """CPU seconds used so far and the largest peak RSS (KiB) of the pool's live workers.
+
+    The workers are forkserver children, not this process's, so their usage is read from
+    ``/proc`` (Linux; elsewhere ``(0.0, 0)``). For benchmarks: per-core rates need the CPU
+    time of every process that did the work.
+    """
+    with _lock:
+        pids = list(getattr(_executor, "_processes", None) or {})
+    cpu, rss = 0.0, 0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu += (int(stat[11]) + int(stat[12])) / tick
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    rss = max(rss, int(line.split()[1]))
+        except (OSError, IndexError, ValueError):
+            continue
+    return cpu, rss
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process (all its threads) plus the pool's workers, so far."""
+    return time.process_time() + pool_usage()[0]
 
 
 def chunk_ranges(total: int, parts: int, *, min_size: int = 1) -> list[tuple[int, int]]:
