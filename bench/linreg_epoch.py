@@ -33,7 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocols import linear_regression as lr
+from vflcrypto.protocols import linreg as lr
+
 from vflcrypto import parallel
 from vflcrypto.dataio import PartyTable
 

@@ -4,7 +4,7 @@ Each contender runs in its own subprocess (so peak memory is its own): the paren
 the child's ``ru_maxrss`` from ``os.wait4``; the child reports its wall time, CPU time
 (itself plus its reaped pool workers), bytes on the wire and the intersection size.
 
-* ``ecdh``/``hash``: :func:`protocols.alignment.run_local`, mode ``both`` (both parties
+* ``ecdh``/``hash``: :func:`vflcrypto.protocols.align.run_local`, mode ``both`` (both parties
   learn the rows), both parties in one process sharing the process pool (so memory is
   for BOTH parties together; a single party needs about half). Pool start-up is measured
   separately (``pool_start_s``) and excluded from ``wall_s``.
@@ -52,7 +52,8 @@ def run_worker(contender: str, n: int, overlap: float) -> dict[str, Any]:
     out: dict[str, Any] = {"contender": contender, "n": n}
     if contender in ("ecdh", "hash"):
         sys.path.insert(0, str(ROOT))
-        from protocols.alignment import ACTIVE, PASSIVE, run_local
+        from vflcrypto.protocols.align import ACTIVE, PASSIVE, run_local
+
         from vflcrypto import parallel
 
         t = time.perf_counter()

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    from protocols import secureboost as sb
+    from vflcrypto.protocols import secureboost as sb
+
     from vflcrypto import parallel
     from vflcrypto.metrics import roc_auc
     from vflcrypto.paillier import generate_keypair

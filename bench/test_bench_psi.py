@@ -12,8 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from protocols.alignment import ACTIVE, run_local
+from vflcrypto.protocols.align import ACTIVE, run_local
 
 N = int(os.environ.get("VFL_BENCH_N", "20000"))
 LEFT = [f"user-{i}" for i in range(N)]

@@ -4,7 +4,7 @@
     .venv/bin/python bench/transport_bench.py --ids 500 --block-mb 5   # smoke test
 
 Reports, for ECDH alignment on the same IDs: wall time and bytes of the in-process run
-(``protocols.alignment.run_local``) and of the same roles over loopback gRPC with mutual
+(``vflcrypto.protocols.align.run_local``) and of the same roles over loopback gRPC with mutual
 TLS (each party in its own thread here; the process tests run them as processes), and
 the throughput of one large ciphertext-sized block through a :class:`GrpcTransport`
 (target >= 100 MB/s on loopback).
@@ -56,7 +56,8 @@ def _connect(d: Path, names: list[str], chunk_kb: int = 4096) -> dict[str, Any]:
 
 
 def bench_alignment(n_ids: int) -> dict[str, Any]:
-    from protocols import alignment as al
+    from vflcrypto.protocols import align as al
+
     from vflcrypto.runtime import run_parties
 
     a = [f"id{i}" for i in range(n_ids)]

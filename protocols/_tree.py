@@ -1,8 +1,8 @@
-"""Pure helpers of SecureBoost (:mod:`protocols.secureboost`): parameters, binning, the
+"""Pure helpers of SecureBoost (:mod:`vflcrypto.protocols.secureboost`): parameters, binning, the
 gain and leaf math, exact fixed-point quantization, the packing layout, split selection,
 and the ciphertext kernels (per-bin sums, folding, unfolding) that the process pool runs.
 
-Nothing here talks to a channel; roles and messages live in :mod:`protocols.secureboost`.
+Nothing here talks to a channel; roles and messages live in :mod:`vflcrypto.protocols.secureboost`.
 Worker functions (``_w_*``) are module-level and take only ints/bytes, as
 :mod:`vflcrypto.parallel` requires.
 """

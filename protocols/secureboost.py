@@ -8,7 +8,7 @@ Parties and data
     * **passive parties** (role ``"passive"``, parties ``"passive-0"``, ``"passive-1"``,
       ...; k >= 1): each holds a feature block ``X_k`` of the same aligned rows, and at
       the end a lookup table ``record id -> (feature, threshold)`` for the splits it owns.
-    Rows are aligned beforehand (:mod:`protocols.alignment`); a digest of the ordered row
+    Rows are aligned beforehand (:mod:`vflcrypto.protocols.align`); a digest of the ordered row
     IDs in ``secureboost.setup`` makes misaligned inputs fail before training.
 
 Threat model
@@ -93,7 +93,7 @@ Optimisations (and why)
       encrypting every row's (g, h) once per tree dominates: see bench/secureboost_bench.py.
 
 Pure helpers (parameters, binning, gain math, quantization, split selection, ciphertext
-kernels) live in :mod:`protocols._tree`; roles and messages stay here.
+kernels) live in :mod:`vflcrypto.protocols._tree`; roles and messages stay here.
 
 Exactness: g and h are quantized to ``frac_bits`` fixed-point integers *before*
 encryption and plaintext mode uses the same integers, so decrypted sums equal the
@@ -112,7 +112,27 @@ from typing import Any
 import numpy as np
 from gmpy2 import mpz
 
-from protocols._tree import (
+from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, unrandomized_paillier
+from vflcrypto.dataio import PartyTable, ids_digest, load_model, save_model
+from vflcrypto.encoding import PackingSpec
+from vflcrypto.errors import (
+    InputDataError,
+    ProtocolError,
+)
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, declare
+from vflcrypto.paillier import (
+    DEFAULT_KEY_BITS,
+    PaillierPrivateKey,
+    PaillierPublicKey,
+    PaillierVector,
+    batch_invert,
+    ciphertext_width,
+    fold_ciphertexts,
+    generate_keypair,
+)
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+
+from ._tree import (
     GAIN_EPS,
     BoostParams,
     Choice,
@@ -134,25 +154,6 @@ from protocols._tree import (
     valid_candidates,
     value_bound_bits,
 )
-from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, unrandomized_paillier
-from vflcrypto.dataio import PartyTable, ids_digest, load_model, save_model
-from vflcrypto.encoding import PackingSpec
-from vflcrypto.errors import (
-    InputDataError,
-    ProtocolError,
-)
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, declare
-from vflcrypto.paillier import (
-    DEFAULT_KEY_BITS,
-    PaillierPrivateKey,
-    PaillierPublicKey,
-    PaillierVector,
-    batch_invert,
-    ciphertext_width,
-    fold_ciphertexts,
-    generate_keypair,
-)
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 
 __all__ = [
     "ACTIVE",

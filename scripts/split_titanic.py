@@ -3,7 +3,7 @@
 
     python scripts/split_titanic.py OUT_DIR [--unaligned]
 
-A thin wrapper of :func:`protocols.logistic_regression.export_titanic_parties` (also
+A thin wrapper of :func:`vflcrypto.protocols.logreg.export_titanic_parties` (also
 reachable as ``vflcrypto examples DIR``).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from protocols.logistic_regression import export_titanic_parties
+from vflcrypto.protocols.logreg import export_titanic_parties
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vflcrypto.protocols import linreg as lr
 
-from protocols import linear_regression as lr
 from vflcrypto.cli import main
 from vflcrypto.dataio import read_party_csv, write_csv_atomic
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vflcrypto.protocols import secureboost as sb
 
-from protocols import secureboost as sb
 from vflcrypto.cli import main
 from vflcrypto.dataio import write_csv_atomic
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vflcrypto.protocols import logreg as lr
 
-from protocols import logistic_regression as lr
 from vflcrypto.metrics import accuracy
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Imports point down only: vflcrypto's primitives and runtime never import protocols."""
+"""Imports point down only: vflcrypto's primitives and runtime never import vflcrypto.protocols."""
 
 from __future__ import annotations
 
@@ -19,20 +19,112 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_low_level_modules_do_not_import_protocols() -> None:
+LOW, PROTOCOLS, ENTRY = "low", "protocols", "entry"
+
+
+def _layer_of_path(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    if rel.parts[0] == "protocols":
+        return PROTOCOLS
+    entry = rel.parts[:2] == ("vflcrypto", "cli") or rel == Path("vflcrypto/__main__.py")
+    return ENTRY if entry else LOW
+
+
+def _layer_of_module(name: str) -> str | None:
+    if name == "vflcrypto.protocols" or name.startswith("vflcrypto.protocols."):
+        return PROTOCOLS
+    if name == "vflcrypto.cli" or name.startswith("vflcrypto.cli."):
+        return ENTRY
+    if name == "vflcrypto" or name.startswith("vflcrypto."):
+        return LOW
+    return None
+
+
+def _package_files() -> list[Path]:
+    return [*(ROOT / "vflcrypto").rglob("*.py"), *(ROOT / "protocols").rglob("*.py")]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] == "protocols":
+        parts = ["vflcrypto", *parts]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _resolved_imports(path: Path) -> set[str]:
+    """Absolute module names imported by ``path`` (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    me = _module_name(path).split(".")
+    package = me if path.name == "__init__.py" else me[:-1]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            out.add(mod)
+            out.update(f"{mod}.{alias.name}" for alias in node.names)  # "from pkg import module"
+    return out
+
+
+def test_imports_point_down_only() -> None:
+    """low (primitives, runtime) <- protocols <- entry (cli); nothing imports upward."""
+    rank = {LOW: 0, PROTOCOLS: 1, ENTRY: 2}
     offenders = []
-    for path in (ROOT / "vflcrypto").rglob("*.py"):
-        if "cli" in path.relative_to(ROOT / "vflcrypto").parts:
-            continue  # the entry-point layer sits above protocols
-        for name in _imports(path):
+    for path in _package_files():
+        mine = _layer_of_path(path)
+        for name in _resolved_imports(path):
+            theirs = _layer_of_module(name)
+            if theirs is not None and rank[theirs] > rank[mine]:
+                offenders.append(f"{path.relative_to(ROOT)} ({mine}) imports {name} ({theirs})")
             if name == "protocols" or name.startswith("protocols."):
-                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+                offenders.append(f"{path.relative_to(ROOT)} imports the old top-level name {name}")
     assert not offenders, offenders
+
+
+def test_no_import_cycles_between_modules() -> None:
+    """The module import graph of the package has no cycle, counting every import
+    (module level, inside functions and under ``TYPE_CHECKING``)."""
+    mods = {_module_name(p): p for p in _package_files()}
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        deps = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                me = name.split(".")
+                package = me if path.name == "__init__.py" else me[:-1]
+                base = package[: len(package) - node.level + 1] if node.level else []
+                mod = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                deps |= {m for m in (mod, *(f"{mod}.{a.name}" for a in node.names)) if m in mods}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name in mods}
+        graph[name] = deps - {name} - {n for n in deps if name.startswith(n + ".")}  # a package's own parents
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(nxt):], nxt]))
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, cycles
 
 
 def test_no_pickle_anywhere_in_the_package() -> None:
     offenders = []
-    for pkg in ("vflcrypto", "protocols"):
+    for pkg in ("vflcrypto", "protocols"):  # protocols/ is vflcrypto.protocols
         for path in (ROOT / pkg).rglob("*.py"):
             names = _imports(path)
             if {"pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve"} & names:

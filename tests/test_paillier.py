@@ -427,12 +427,6 @@ def test_big_python_int_multipliers(small_paillier_keys):
     assert sk.decrypt(v * np.array([2**70, -(2**70)], dtype=object)) == [3 * 2**70, 2 * 2**70]
 
 
-def test_compress_reexported_from_encoding():
-    from vflcrypto import encoding
-
-    assert encoding.compress is compress
-
-
 def test_fixed_base_windows_and_growth(small_paillier_keys):
     """Every table window gives correct ``hs**a``; the window grows only with use."""
     from vflcrypto import paillier as P

@@ -125,7 +125,7 @@ def write_ids(path: Path, ids: list[str]) -> None:
 
 
 def test_two_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None:
-    from protocols import alignment as al
+    from vflcrypto.protocols import align as al
 
     rng = np.random.default_rng(3)
     a_ids = [f"user{i}" for i in rng.choice(3000, 800, replace=False)]
@@ -163,7 +163,7 @@ def test_two_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) ->
 
 
 def test_three_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None:
-    from protocols import alignment as al
+    from vflcrypto.protocols import align as al
 
     rng = np.random.default_rng(5)
     sets = [[f"u{i}" for i in rng.choice(600, 300, replace=False)] for _ in NAMES]
@@ -185,7 +185,7 @@ def test_three_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) 
 
 
 def _logreg_files(tmp_path: Path) -> tuple[list[np.ndarray], np.ndarray, list[str]]:
-    from protocols import logistic_regression as lr
+    from vflcrypto.protocols import logreg as lr
 
     split = lr.titanic_parties()
     ids = list(split.ids_train)
@@ -201,7 +201,7 @@ def _logreg_files(tmp_path: Path) -> tuple[list[np.ndarray], np.ndarray, list[st
 
 @pytest.mark.slow
 def test_logistic_regression_in_separate_processes(tmp_path: Path, pki: Path) -> None:
-    from protocols import logistic_regression as lr
+    from vflcrypto.protocols import logreg as lr
 
     X, y, ids = _logreg_files(tmp_path)
     cfg = make_config(tmp_path, pki, NAMES)
@@ -292,7 +292,8 @@ def check_ok(res: dict[str, tuple[int, dict | None, str]]) -> dict[str, dict]:
 def test_linear_regression_three_processes_with_alignment(tmp_path: Path, pki: Path) -> None:
     """active, passive-0 and the coordinator each in a process; rows aligned by PSI first
     (each party's file lists its own IDs, shuffled, with rows the others lack)."""
-    from protocols import linear_regression as linreg
+    from vflcrypto.protocols import linreg as linreg
+
     from vflcrypto.dataio import PartyTable
 
     active, (passive,) = linreg.synthetic_split(n_rows=60, p_active=2, p_passive=(2,))
@@ -346,7 +347,7 @@ def test_linear_regression_three_processes_with_alignment(tmp_path: Path, pki: P
 
 
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
-    from protocols import secureboost as sb
+    from vflcrypto.protocols import secureboost as sb
 
     Xa, y, ca, Xp, cp = sb._synthetic(n=120)
     ids = [f"r{i}" for i in range(120)]
@@ -378,7 +379,7 @@ def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
 
 def test_secure_logistic_regression_four_processes(tmp_path: Path, pki: Path) -> None:
     """--secure: three feature parties agree on pairwise masks with pinned identity keys."""
-    from protocols import logistic_regression as lr
+    from vflcrypto.protocols import logreg as lr
 
     split = lr.titanic_parties()
     ids = list(split.ids_train)[:120]
@@ -452,7 +453,8 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Raw per-party files (missing ages included): each feature party imputes and
     standardizes its own columns, as `vflcrypto train logreg` does in-process."""
-    from protocols import logistic_regression as lr
+    from vflcrypto.protocols import logreg as lr
+
     from vflcrypto.cli import main
 
     files = dict(zip(["active", "passive-0", "passive-1", "passive-2"],

@@ -93,7 +93,7 @@ def passive_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
 
 
 def passive_skips_blinding(mp: pytest.MonkeyPatch) -> None:
-    from protocols.alignment import _unblinded_point
+    from vflcrypto.protocols.align import _unblinded_point
 
     def no_reblind(secret: bytes, points: bytes) -> bytes:
         return b"".join(psi.point_digest(points[i : i + psi.POINT_BYTES])
@@ -110,26 +110,26 @@ def passive_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
 
 
 def drop_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
-    import protocols.logistic_regression as lg
+    import vflcrypto.protocols.logreg as lg
 
     mp.setattr(lg, "pairwise_masks", lambda seed, size, modulus: [0] * size)
 
 
 def reuse_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
-    import protocols.logistic_regression as lg
+    import vflcrypto.protocols.logreg as lg
 
     mp.setattr(lg, "pair_step_seed", lambda seed, label: seed)  # the same PRG output every step
 
 
 def unshuffled_candidates(mp: pytest.MonkeyPatch) -> None:
-    import protocols.secureboost as sb
+    import vflcrypto.protocols.secureboost as sb
 
     mp.setattr(sb, "shuffle_candidates", lambda flat: np.asarray(flat, dtype=np.int64))
 
 
 def one_bin_per_value(mp: pytest.MonkeyPatch) -> None:
     """The passive party bins every distinct value on its own: candidates sum single rows."""
-    import protocols.secureboost as sb
+    import vflcrypto.protocols.secureboost as sb
 
     strong = sb.bin_features
     mp.setattr(sb, "bin_features", _only_in("passive", lambda X, max_bin: strong(X, 10**6), strong))
@@ -151,49 +151,49 @@ class Mutation:
 
 MUTATIONS = (
     # alignment
-    Mutation("ECDH: passive party's scalar fixed across sessions", "alignment",
+    Mutation("ECDH: passive party's scalar fixed across sessions", "align",
              (("align.blinded", P.BLINDED),), passive_fixed_scalar),
-    Mutation("ECDH: passive party applies no scalar", "alignment",
+    Mutation("ECDH: passive party applies no scalar", "align",
              (("align.blinded", P.BLINDED), ("align.doubled", P.BLINDED),
               ("align.doubled_shuffled", P.BLINDED)), passive_skips_blinding),
-    Mutation("PSI: passive party skips its shuffles", "alignment",
+    Mutation("PSI: passive party skips its shuffles", "align",
              (("align.blinded", P.SHUFFLED), ("align.doubled_shuffled", P.SHUFFLED),
               ("align.tags", P.SHUFFLED)), passive_skips_shuffle),
     # gradient exchange
-    Mutation("exchange: gradient mask dropped", "gradient_exchange",
+    Mutation("exchange: gradient mask dropped", "exchange",
              (("exchange.masked_gradient", P.MASKED),), drop_uniform_masks),
-    Mutation("exchange: gradient mask reused across runs", "gradient_exchange",
+    Mutation("exchange: gradient mask reused across runs", "exchange",
              (("exchange.masked_gradient", P.MASKED),), reuse_uniform_masks),
-    Mutation("exchange: residuals encrypted without randomness", "gradient_exchange",
+    Mutation("exchange: residuals encrypted without randomness", "exchange",
              (("exchange.encrypted_residuals", P.CIPHERTEXT),), unrandomized_paillier),
     # linear regression
-    Mutation("linreg: gradient and prediction masks dropped", "linear_regression",
+    Mutation("linreg: gradient and prediction masks dropped", "linreg",
              (("linreg.masked_gradient", P.MASKED), ("linreg.predict_masked", P.MASKED)), drop_uniform_masks),
-    Mutation("linreg: gradient mask reused across iterations", "linear_regression",
+    Mutation("linreg: gradient mask reused across iterations", "linreg",
              (("linreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
-    Mutation("linreg: CKKS gradient mask dropped", "linear_regression",
+    Mutation("linreg: CKKS gradient mask dropped", "linreg",
              (("linreg.masked_gradient_ckks", P.MASKED),), drop_ckks_masks),
-    Mutation("linreg: CKKS gradient mask reused across iterations", "linear_regression",
+    Mutation("linreg: CKKS gradient mask reused across iterations", "linreg",
              (("linreg.masked_gradient_ckks", P.MASKED),), reuse_ckks_masks),
-    Mutation("linreg: ciphertexts without randomness", "linear_regression",
+    Mutation("linreg: ciphertexts without randomness", "linreg",
              (("linreg.encrypted_u", P.CIPHERTEXT), ("linreg.partial_sum", P.CIPHERTEXT),
               ("linreg.cross_term", P.CIPHERTEXT), ("linreg.encrypted_residual", P.CIPHERTEXT),
               ("linreg.predict_partial", P.CIPHERTEXT)), unrandomized_paillier),
-    Mutation("linreg: derived ciphertexts not re-randomized", "linear_regression",
+    Mutation("linreg: derived ciphertexts not re-randomized", "linreg",
              (("linreg.encrypted_residual", P.CIPHERTEXT), ("linreg.cross_term", P.CIPHERTEXT)),
              no_rerandomization),
-    Mutation("linreg: losses over batches of one row", "linear_regression",
+    Mutation("linreg: losses over batches of one row", "linreg",
              (("linreg.encrypted_loss", P.AGGREGATE),), lambda mp: None, {"batch_size": 1, "n_rows": 12}),
     # logistic regression
-    Mutation("logreg: pairwise logit masks dropped", "logistic_regression",
+    Mutation("logreg: pairwise logit masks dropped", "logreg",
              (("logreg.masked_logits", P.MASKED), ("logreg.masked_logits", P.AGGREGATE)), drop_pairwise_masks),
-    Mutation("logreg: pairwise logit masks reused across steps", "logistic_regression",
+    Mutation("logreg: pairwise logit masks reused across steps", "logreg",
              (("logreg.masked_logits", P.MASKED),), reuse_pairwise_masks),
-    Mutation("logreg: gradient mask dropped", "logistic_regression",
+    Mutation("logreg: gradient mask dropped", "logreg",
              (("logreg.masked_gradient", P.MASKED),), drop_uniform_masks),
-    Mutation("logreg: gradient mask reused across steps", "logistic_regression",
+    Mutation("logreg: gradient mask reused across steps", "logreg",
              (("logreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
-    Mutation("logreg: residuals encrypted without randomness", "logistic_regression",
+    Mutation("logreg: residuals encrypted without randomness", "logreg",
              (("logreg.encrypted_residual", P.CIPHERTEXT),), unrandomized_paillier),
     # SecureBoost
     Mutation("secureboost: gradients encrypted without randomness", "secureboost",
@@ -210,7 +210,7 @@ MODULES = sorted({m.module for m in MUTATIONS})
 
 
 def _audit(module: str, **kwargs: Any) -> AuditOutcome:
-    return importlib.import_module(f"protocols.{module}").audit_run(key_bits=KEY_BITS, **kwargs)
+    return importlib.import_module(f"vflcrypto.protocols.{module}").audit_run(key_bits=KEY_BITS, **kwargs)
 
 
 @pytest.fixture(autouse=True)

@@ -322,7 +322,8 @@ def test_audit_tap_keeps_decoded_messages_and_held_values_only_when_on() -> None
 
 
 def test_claimed_protections_exclude_public_plaintext_and_the_receivers_own_key() -> None:
-    import protocols.linear_regression  # noqa: F401  (registers its declarations)
+    import vflcrypto.protocols.linreg  # noqa: F401  (registers its declarations)
+
     from vflcrypto.leakage import declaration_for
 
     masked = declaration_for("linreg.masked_gradient")  # under C's key, sent to C

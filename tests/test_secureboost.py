@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vflcrypto.protocols import secureboost as sb
 
-from protocols import secureboost as sb
 from vflcrypto.dataio import read_party_csv
 from vflcrypto.errors import (
     InputDataError,

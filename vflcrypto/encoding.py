@@ -300,13 +300,3 @@ def unpack(plaintexts: Sequence[int], spec: PackingSpec, slots: int, terms: int)
         rows.append(row)
     flat = ints_to_float([v for r in rows for v in r], spec.frac_bits)
     return flat.reshape(len(rows), slots)
-
-
-def __getattr__(name: str) -> object:
-    # The API contract lists ciphertext compression here; it lives in vflcrypto.paillier
-    # (it needs ciphertexts) and is re-exported lazily to keep imports one-way.
-    if name in ("compress", "CompressedVector"):
-        from . import paillier
-
-        return getattr(paillier, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

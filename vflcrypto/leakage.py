@@ -16,7 +16,7 @@ Every message that crosses a party boundary is declared once, beside its datacla
 :func:`declare` registers the class with :mod:`vflcrypto.wire` (so it can cross the
 wire at all) and records its :class:`Declaration`. A :class:`~vflcrypto.runtime.Channel`
 refuses to send or accept a kind without one, and checks that the sending and receiving
-roles match it. :func:`audit` joins a :class:`~vflcrypto.runtime.Transcript` with the
+roles match it. :func:`audit` joins a :class:`~vflcrypto.transcript.Transcript` with the
 declarations and reports, per role, every message received, its protection, what it
 reveals and its bytes. :func:`render_security_md` regenerates the per-protocol tables in
 SECURITY.md from the declarations, so the document cannot drift from the code.
@@ -36,7 +36,7 @@ from .errors import UndeclaredMessageError
 from .wire import register_message
 
 if TYPE_CHECKING:
-    from .runtime import Transcript
+    from .transcript import Transcript
 
 __all__ = [
     "PERFECT",

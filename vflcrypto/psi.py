@@ -1,6 +1,6 @@
 """Private set intersection primitives: ID hygiene, ECDH (X25519) blinding, keyed hashing.
 
-Two families, both used by :mod:`protocols.alignment`:
+Two families, both used by :mod:`vflcrypto.protocols.align`:
 
 **ECDH-PSI** (Meadows 1986; Huberman–Franklin–Hogg 1999; the DH-PSI of Pinkas et al.).
 Each ID is hashed with a domain-separated SHA-256 to a 32-byte X25519 u-coordinate

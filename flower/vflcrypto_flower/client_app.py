@@ -11,8 +11,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from vflcrypto.protocols import logreg as lr
 
-from protocols import logistic_regression as lr
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.paillier import PaillierPublicKey
 from vflcrypto.wire import IntVector, KeyRing, decode_value, encode_value

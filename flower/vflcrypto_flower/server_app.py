@@ -1,6 +1,6 @@
 """ServerApp: the active party (labels, coordinator of the loop, Paillier key owner).
 
-Drives the protocol of :mod:`protocols.logistic_regression` over Flower messages: each
+Drives the protocol of :mod:`vflcrypto.protocols.logreg` over Flower messages: each
 message carries one declared ``logreg.*`` frame. A missing or failed reply aborts the run
 with an exception (so the run's final status is a failure).
 """
@@ -12,8 +12,8 @@ import time
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
+from vflcrypto.protocols import logreg as lr
 
-from protocols import logistic_regression as lr
 from vflcrypto.errors import PeerTimeoutError, ProtocolError
 from vflcrypto.metrics import accuracy
 from vflcrypto.paillier import generate_keypair

@@ -1,7 +1,7 @@
 """Shared pieces of the Flower App: data partitions, framing, and node state.
 
 Every Flower message carries exactly one declared ``logreg.*`` message of
-:mod:`protocols.logistic_regression`, framed and validated by :mod:`vflcrypto.wire`
+:mod:`vflcrypto.protocols.logreg`, framed and validated by :mod:`vflcrypto.wire`
 (typed fields, Paillier ciphertexts checked against the receiver's accepted key), so the
 Flower transport exchanges only the protocol's declared messages. Role code in
 ``server_app.py`` / ``client_app.py`` stays thin: the math is the protocol module's.
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
+from vflcrypto.protocols import logreg as lr
 
-from protocols import logistic_regression as lr
 from vflcrypto.errors import ProtocolError
 from vflcrypto.leakage import declaration_for
 from vflcrypto.wire import DecodeContext, KeyRing, decode_frame, encode_frame, message_kind

@@ -1,9 +1,9 @@
 """The ``vflcrypto`` command line: the entry-point layer.
 
 Each sub-command lives in its own module under :mod:`vflcrypto.cli` and exposes
-``register(subparsers)``. The entry-point layer sits *above* both :mod:`vflcrypto`
-primitives and :mod:`protocols`; it is the only part of the ``vflcrypto`` package that
-imports protocols, and it does so lazily inside command handlers.
+``register(subparsers)``. The entry-point layer sits *above* both the :mod:`vflcrypto`
+primitives and :mod:`vflcrypto.protocols`; it is the only part of the ``vflcrypto``
+package that imports protocols.
 """
 
 from __future__ import annotations

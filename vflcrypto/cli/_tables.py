@@ -3,7 +3,7 @@
 Every ``vflcrypto train MODEL`` command starts the same way: read the label holder's
 file and each feature party's file, check that no feature party holds the label, then
 either check that the files are pre-aligned (``--aligned``) or align them by private set
-intersection (:mod:`protocols.alignment`, ECDH, every party learns its rows of the common
+intersection (:mod:`vflcrypto.protocols.align`, ECDH, every party learns its rows of the common
 IDs in one shared order).
 """
 
@@ -47,15 +47,15 @@ def align_tables(tables: list[PartyTable], names: Sequence[str], *,
     if aligned:
         require_same_ids(tables, names)
         return tables, 0
-    from protocols import alignment
+    from ..protocols import align
 
     ids = [list(t.ids) for t in tables]
     if len(tables) == 2:
-        run = alignment.run_local(ids[0], ids[1], mode="both")
-        results = [run.results[alignment.ACTIVE], run.results[alignment.PASSIVE]]
+        run = align.run_local(ids[0], ids[1], mode="both")
+        results = [run.results[align.ACTIVE], run.results[align.PASSIVE]]
     else:
-        run = alignment.run_multiparty_local(ids)
-        results = [run.results[alignment.ACTIVE]] + [
+        run = align.run_multiparty_local(ids)
+        results = [run.results[align.ACTIVE]] + [
             run.results[f"passive-{j}"] for j in range(len(tables) - 1)]
     out = []
     for t, res, name in zip(tables, results, names, strict=True):

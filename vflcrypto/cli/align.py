@@ -19,7 +19,7 @@ __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from protocols.alignment import align_files, read_id_table  # lazy: CLI sits above protocols
+    from vflcrypto.protocols.align import align_files, read_id_table  # lazy: CLI sits above protocols
 
     n_left = len(read_id_table(args.left, args.id_column).rows)
     n_right = len(read_id_table(args.right, args.right_id_column or args.id_column).rows)

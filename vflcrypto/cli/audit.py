@@ -17,11 +17,11 @@ from pathlib import Path
 __all__ = ["AUDITS", "load_all_protocols", "register"]
 
 AUDITS: dict[str, str] = {
-    "demo": "protocols.gradient_exchange:audit_run",
-    "align": "protocols.alignment:audit_run",
-    "linreg": "protocols.linear_regression:audit_run",
-    "secureboost": "protocols.secureboost:audit_run",
-    "logreg": "protocols.logistic_regression:audit_run",
+    "exchange": "vflcrypto.protocols.exchange:audit_run",
+    "align": "vflcrypto.protocols.align:audit_run",
+    "linreg": "vflcrypto.protocols.linreg:audit_run",
+    "secureboost": "vflcrypto.protocols.secureboost:audit_run",
+    "logreg": "vflcrypto.protocols.logreg:audit_run",
     "net": "vflcrypto.transport_grpc:audit_run",
 }
 

@@ -12,35 +12,21 @@ import importlib
 import json
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STEPS", "DemoContext", "register"]
+from ..spec import DemoContext
+
+__all__ = ["STEPS", "register"]
 
 # (title, "module:function"); a step whose module is not present yet is skipped.
 STEPS: tuple[tuple[str, str], ...] = (
-    ("Entity alignment (ECDH PSI)", "protocols.alignment:demo_step"),
-    ("Encrypted gradient exchange (Paillier)", "protocols.gradient_exchange:demo_step"),
-    ("Secure federated linear regression", "protocols.linear_regression:demo_step"),
-    ("SecureBoost", "protocols.secureboost:demo_step"),
-    ("Vertical logistic regression (plain vs secure)", "protocols.logistic_regression:demo_step"),
+    ("Entity alignment (ECDH PSI)", "vflcrypto.protocols.align:demo_step"),
+    ("Encrypted gradient exchange (Paillier)", "vflcrypto.protocols.exchange:demo_step"),
+    ("Secure federated linear regression", "vflcrypto.protocols.linreg:demo_step"),
+    ("SecureBoost", "vflcrypto.protocols.secureboost:demo_step"),
+    ("Vertical logistic regression (plain vs secure)", "vflcrypto.protocols.logreg:demo_step"),
 )
-
-
-@dataclass
-class DemoContext:
-    """What every demo step receives: a scratch directory, the key size, and shared state."""
-
-    workdir: Path
-    key_bits: int
-    quick: bool
-    state: dict[str, Any] = field(default_factory=dict)
-    verbose: bool = True
-
-    def say(self, text: str) -> None:
-        if self.verbose:
-            print(text, flush=True)
 
 
 def _load(target: str) -> Any | None:

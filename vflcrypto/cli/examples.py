@@ -20,7 +20,7 @@ __all__ = ["register"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from protocols.logistic_regression import export_titanic_parties
+    from vflcrypto.protocols.logreg import export_titanic_parties
 
     out = Path(args.dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -128,7 +128,7 @@ def _align_rows(ctx: TaskContext, ids: Any, *, protocol: str = "ecdh", mode: str
                 chunk_size: int | None = None) -> Any:
     """Run entity alignment between the active party and every passive party (a coordinator,
     if any, takes no part); returns this party's AlignmentResult."""
-    from protocols import alignment as al
+    from vflcrypto.protocols import align as al
 
     actives, passives = ctx.names(al.ACTIVE), ctx.names(al.PASSIVE)
     if len(actives) != 1 or not passives:
@@ -157,8 +157,8 @@ def _align_rows(ctx: TaskContext, ids: Any, *, protocol: str = "ecdh", mode: str
 
 
 def _task_align(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    from protocols import alignment as al
     from vflcrypto.dataio import write_csv_atomic
+    from vflcrypto.protocols import align as al
 
     table = al.read_id_table(args.data, args.id_column)
     canon = al._canon_table(table, args.duplicates, False)
@@ -204,7 +204,7 @@ def _read_own(args: argparse.Namespace, ctx: TaskContext, *, label_role: str) ->
 def _task_logreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    from protocols import logistic_regression as lr
+    from vflcrypto.protocols import logreg as lr
 
     me, role = ctx.me, ctx.role
     passives = ctx.names(lr.PASSIVE)
@@ -254,7 +254,7 @@ def _task_logreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
 
 
 def _task_linreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    from protocols import linear_regression as linreg
+    from vflcrypto.protocols import linreg as linreg
 
     from ..metrics import r2_score, rmse
     from .train_linreg import config_from_args
@@ -328,7 +328,7 @@ def _task_linreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
 
 
 def _task_secureboost(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    from protocols import secureboost as sb
+    from vflcrypto.protocols import secureboost as sb
 
     from ..metrics import rmse, roc_auc
 
@@ -387,10 +387,10 @@ def _task_secureboost(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcom
 
 #: task name -> (module that must exist, handler)
 TASKS: dict[str, tuple[str, Callable[..., PartyOutcome]]] = {
-    "align": ("protocols.alignment", _task_align),
-    "train-logreg": ("protocols.logistic_regression", _task_logreg),
-    "train-linreg": ("protocols.linear_regression", _task_linreg),
-    "train-secureboost": ("protocols.secureboost", _task_secureboost),
+    "align": ("vflcrypto.protocols.align", _task_align),
+    "train-logreg": ("vflcrypto.protocols.logreg", _task_logreg),
+    "train-linreg": ("vflcrypto.protocols.linreg", _task_linreg),
+    "train-secureboost": ("vflcrypto.protocols.secureboost", _task_secureboost),
 }
 
 

@@ -3,15 +3,15 @@
 ``--active`` is the active party's file (ID column, the numeric label ``--label`` and its
 features); each ``--passive`` file (ID column and features) is a passive party
 ``passive-0``, ``passive-1``, ... in the order given. A coordinator holding the keys runs
-in the same process (:mod:`protocols.linear_regression`). Unless ``--aligned`` says the
+in the same process (:mod:`vflcrypto.protocols.linreg`). Unless ``--aligned`` says the
 files already list the same IDs in the same order, rows are first aligned by private set
-intersection (:mod:`protocols.alignment`, ECDH; every party learns its rows of the
+intersection (:mod:`vflcrypto.protocols.align`, ECDH; every party learns its rows of the
 common IDs).
 
 Rows are split into train and test with the public, seeded
 :func:`vflcrypto.dataio.train_test_split`; each party fits its local preprocessing on its
 own training rows. Test metrics use the secure prediction path
-(:func:`protocols.linear_regression.predict_local`): only the active party learns the
+(:func:`vflcrypto.protocols.linreg.predict_local`): only the active party learns the
 predictions. ``--model-dir`` saves one ``<party>.npz`` per party (no pickle).
 """
 
@@ -27,9 +27,9 @@ __all__ = ["config_from_args", "register", "run"]
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`protocols.linear_regression.LinRegConfig` the training flags describe
+    """The :class:`vflcrypto.protocols.linreg.LinRegConfig` the training flags describe
     (shared with ``vflcrypto party ... train linreg``)."""
-    from protocols import linear_regression as linreg
+    from vflcrypto.protocols import linreg as linreg
 
     return linreg.LinRegConfig(
         epochs=args.epochs, lr=args.lr, momentum=args.momentum, l2=args.l2,
@@ -39,10 +39,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from protocols import linear_regression as linreg
     from vflcrypto.dataio import train_test_split
     from vflcrypto.errors import InputDataError
     from vflcrypto.metrics import r2_score, rmse
+    from vflcrypto.protocols import linreg as linreg
 
     from ._tables import align_tables, read_tables
 

@@ -1,12 +1,12 @@
 """``vflcrypto train logreg``: vertical logistic regression from CSV files, parties in-process.
 
 The coordinator file (``--coordinator``) holds the ID column and the 0/1 label: it is the
-*active* party of :mod:`protocols.logistic_regression` (labels, no features). Each
+*active* party of :mod:`vflcrypto.protocols.logreg` (labels, no features). Each
 ``--party`` file holds the ID column and numeric features: the passive parties
 ``passive-0``, ``passive-1``, ... in the order given; ``passive-0`` also gets the
 intercept. Unless ``--aligned`` says the files already list the same IDs in the same
 order, the rows are first aligned by private set intersection
-(:mod:`protocols.alignment`, ECDH; every party learns its rows of the common IDs).
+(:mod:`vflcrypto.protocols.align`, ECDH; every party learns its rows of the common IDs).
 
 Each party then preprocesses its own columns locally: the rows are split into train and
 test with the public, seeded :func:`vflcrypto.dataio.train_test_split`; missing values
@@ -27,9 +27,9 @@ __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from protocols import logistic_regression as lr
     from vflcrypto.dataio import train_test_split
     from vflcrypto.errors import InputDataError
+    from vflcrypto.protocols import logreg as lr
 
     from ._tables import align_tables, read_tables
 

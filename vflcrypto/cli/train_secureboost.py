@@ -2,9 +2,9 @@
 
 ``--active`` is the active party's file (ID column, the label ``--label`` and its
 features); each ``--passive`` file (ID column and features) is a passive party
-``passive-0``, ``passive-1``, ... in the order given (:mod:`protocols.secureboost`).
+``passive-0``, ``passive-1``, ... in the order given (:mod:`vflcrypto.protocols.secureboost`).
 Unless ``--aligned`` says the files already list the same IDs in the same order, rows
-are first aligned by private set intersection (:mod:`protocols.alignment`, ECDH; every
+are first aligned by private set intersection (:mod:`vflcrypto.protocols.align`, ECDH; every
 party learns its rows of the common IDs).
 
 Rows are split into train and test with the public, seeded
@@ -27,10 +27,10 @@ __all__ = ["register", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from protocols import secureboost as sb
     from vflcrypto.dataio import train_test_split
     from vflcrypto.errors import InputDataError
     from vflcrypto.metrics import rmse, roc_auc
+    from vflcrypto.protocols import secureboost as sb
     from vflcrypto.runtime import Transcript
 
     from ._tables import align_tables, read_tables

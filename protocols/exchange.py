@@ -13,7 +13,7 @@ Threat model
     passive party learns its gradient ``Xᵀd`` itself, which over many iterations reveals
     information about ``d`` (and so about labels) — see Weng et al., "Privacy Leakage of
     Real-World Vertical Federated Learning" (2020). Protocols that must hide gradients
-    from their owner use a coordinator (see :mod:`protocols.linear_regression`).
+    from their owner use a coordinator (see :mod:`vflcrypto.protocols.linreg`).
 
 Message flow (Hardy et al., "Private federated learning on vertically partitioned data
 via entity resolution and additively homomorphic encryption", 2017, §3; one step)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from vflcrypto.protocols import linreg as lr
+from vflcrypto.protocols.linreg import LinRegConfig, plaintext_gradient_descent, run_local
 
-from protocols import linear_regression as lr
-from protocols.linear_regression import LinRegConfig, plaintext_gradient_descent, run_local
 from vflcrypto.dataio import PartyTable, read_party_csv
 from vflcrypto.errors import EncodingOverflowError, InputDataError, PeerTimeoutError
 from vflcrypto.leakage import PERFECT, Protection, audit, declaration_for
@@ -291,7 +291,7 @@ def test_preprocessing_is_linear_and_split_consistent() -> None:
 
 
 def test_demo_step_runs_quickly(tmp_path: Path) -> None:
-    from vflcrypto.cli.demo import DemoContext
+    from vflcrypto.spec import DemoContext
 
     ctx = DemoContext(workdir=tmp_path, key_bits=1024, quick=True, verbose=False)
     out = lr.demo_step(ctx)

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from vflcrypto.protocols import exchange as gx
 
-from protocols import gradient_exchange as gx
 from vflcrypto.cli import main
 from vflcrypto.errors import InputDataError, PeerTimeoutError
 from vflcrypto.leakage import audit
@@ -66,7 +66,7 @@ def test_stalled_active_party_times_out() -> None:
 
 
 def test_audit_cli_prints_table_and_json(capsys) -> None:
-    assert main(["audit", "demo", "--key-bits", "512", "--json"]) == 0
+    assert main(["audit", "exchange", "--key-bits", "512", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["protocol"] == "exchange"
     assert {r["kind"] for r in out["parties"]["active"]["received"]} == {"exchange.masked_gradient"}

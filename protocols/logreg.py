@@ -122,7 +122,7 @@ from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcr
 from vflcrypto.wire import IntVector
 
 if TYPE_CHECKING:
-    from vflcrypto.cli.demo import DemoContext
+    from vflcrypto.spec import DemoContext
 
 __all__ = [
     "ACTIVE",

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from vflcrypto.protocols import logreg as lr
 
-from protocols import logistic_regression as lr
 from vflcrypto.errors import (
     EncodingOverflowError,
     InputDataError,

@@ -9,7 +9,7 @@ Parties and their inputs/outputs
 * **coordinator** C (``"coordinator"``, FATE's arbiter): no data; holds the decryption
   key; learns the training loss of every iteration (declared) and nothing else.
 
-Rows are aligned beforehand (``protocols.alignment``); every party holds the same rows in
+Rows are aligned beforehand (``vflcrypto.protocols.align``); every party holds the same rows in
 the same order. Citation: Q. Yang, Y. Liu, Y. Cheng, Y. Kang, T. Chen, H. Yu, *Federated
 Machine Learning*, Morgan & Claypool 2019, ch. 5 (vertical linear regression), and FATE's
 hetero linear regression (``HeteroLinR`` guest/host/arbiter).

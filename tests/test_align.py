@@ -1,4 +1,4 @@
-"""protocols.alignment: correctness against set intersection and openmined-psi, hostile peers, audit."""
+"""vflcrypto.protocols.align: correctness against set intersection and openmined-psi, hostile peers, audit."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from vflcrypto.protocols import align as al
 
-from protocols import alignment as al
 from vflcrypto import psi
 from vflcrypto.errors import InputDataError, PeerTimeoutError, ProtocolError
 from vflcrypto.leakage import audit
@@ -166,7 +166,7 @@ def test_audit_run_findings() -> None:
 
 
 def test_demo_step(tmp_path: Path) -> None:
-    from vflcrypto.cli.demo import DemoContext
+    from vflcrypto.spec import DemoContext
 
     ctx = DemoContext(workdir=tmp_path, key_bits=1024, quick=True, verbose=False)
     summary = al.demo_step(ctx)
