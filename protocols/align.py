@@ -75,6 +75,7 @@ from vflcrypto.dataio import read_csv_strings, write_csv_atomic
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, declare
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.spec import ProtocolSpec
 from vflcrypto.wire import encode_value
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "PASSIVE",
     "PROTOCOLS",
     "PROTOCOL_VERSION",
+    "SPEC",
     "AlignmentResult",
     "BlindedChunk",
     "Cardinality",
@@ -818,12 +820,13 @@ def _unblinded_finding(obs: _Observer, kind: str, doubled: list[bytes]) -> Empir
         detects="any one digest without the peer's scalar")
 
 
-def audit_run(key_bits: int = 2048) -> AuditOutcome:
+def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
     """Align the demo data and attack what each party received.
 
     Sessions: ECDH both-learn twice (the second for cross-session linkage), ECDH
     cardinality-only, keyed-hash both-learn; every attack reads that session's tap.
-    ``key_bits`` is unused (PSI has no Paillier key); kept for the common signature.
+    ``key_bits`` and ``allow_insecure`` are unused (PSI has no Paillier key); kept for the
+    common signature of audits.
     """
     bank, shop = _demo_ids()
     enc = {ACTIVE: psi.canonicalize_ids(bank).encoded, PASSIVE: psi.canonicalize_ids(shop).encoded}
@@ -903,3 +906,14 @@ def _keyed_hash_findings(tap: AuditTap, enc: dict[str, list[bytes]], universe: l
         attacks=("align.tags",), protection=None, flagged=hits > 0, samples=len(outside),
         detects="any one candidate ID recovered"))
     return out
+
+
+SPEC = ProtocolSpec(
+    name="align",
+    title="Entity alignment (ECDH PSI)",
+    roles={},
+    run_local=run_local,
+    audit=audit_run,
+    demo=demo_step,
+    demo_order=10,
+)

@@ -130,6 +130,7 @@ from vflcrypto.paillier import (
     generate_keypair,
 )
 from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.spec import ProtocolSpec
 from vflcrypto.wire import IntVector
 
 __all__ = [
@@ -137,6 +138,7 @@ __all__ = [
     "CKKS_HIDING_BITS",
     "FRAC_BITS",
     "SCHEMES",
+    "SPEC",
     "LinRegConfig",
     "LinRegRun",
     "PartyModel",
@@ -1099,7 +1101,7 @@ def demo_step(ctx: Any) -> dict[str, Any]:
     epochs = 3 if ctx.quick else 8
     cfg = LinRegConfig(epochs=epochs, lr=0.5, key_bits=ctx.key_bits, fit_intercept=True,
                        tol=None)
-    run = run_local(active, passives, config=cfg, allow_insecure=ctx.key_bits < DEFAULT_KEY_BITS)
+    run = run_local(active, passives, config=cfg, allow_insecure=ctx.allow_insecure)
     ref = plaintext_gradient_descent(active.X, active.label, [p.X for p in passives], config=cfg)
     pred = predict_plain(run.models, [active, *passives])
     diff = float(np.max(np.abs(run.active.model.weights - ref.active_weights)))
@@ -1160,7 +1162,8 @@ def _loss_aggregate_finding(tap: AuditTap) -> EmpiricalFinding:
         samples=len(sizes), detects="any loss over a single row")
 
 
-def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, batch_size: int = 25, n_rows: int = 200) -> AuditOutcome:
+def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False, batch_size: int = 25,
+              n_rows: int = 200) -> AuditOutcome:
     """Paillier and CKKS training runs plus a secure prediction; every attack reads the run's tap.
 
     * data parties: try to read, without C's key, each ciphertext they received;
@@ -1173,7 +1176,7 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, batch_size: int = 25, n_rows:
     """
     from vflcrypto.ckks import mask_bound
 
-    insecure = key_bits < DEFAULT_KEY_BITS
+    insecure = allow_insecure
     active, passives = synthetic_split(n_rows=n_rows, p_active=4, p_passive=(4, 3))
     names = ["active", *_passive_names(len(passives))]
     cfg = LinRegConfig(epochs=2, lr=0.1, key_bits=key_bits, tol=None, batch_size=batch_size)
@@ -1213,3 +1216,15 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, batch_size: int = 25, n_rows:
     report = audit(merged)
     report.check()
     return AuditOutcome("linreg", report, tuple(findings))
+
+
+SPEC = ProtocolSpec(
+    name="linreg",
+    title="Secure federated linear regression",
+    roles={},
+    run_local=run_local,
+    audit=audit_run,
+    config=LinRegConfig,
+    demo=demo_step,
+    demo_order=30,
+)

@@ -131,6 +131,7 @@ from vflcrypto.paillier import (
     generate_keypair,
 )
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.spec import ProtocolSpec
 
 from ._tree import (
     GAIN_EPS,
@@ -159,6 +160,7 @@ __all__ = [
     "ACTIVE",
     "GAIN_EPS",
     "PASSIVE",
+    "SPEC",
     "ActiveModel",
     "ActiveResult",
     "BoostParams",
@@ -1121,7 +1123,7 @@ def run_local(
     and holds.
     """
     names = [f"passive-{i}" for i in range(len(X_passive))]
-    net = _network(names, timeout, allow_insecure or (keys is not None and keys[0].bits < 2048),
+    net = _network(names, timeout, allow_insecure,
                    Transcript(tap))
     tasks: dict[str, Any] = {
         "active": lambda: run_active(net.channels("active"), X_active, y, ids=ids,
@@ -1224,7 +1226,7 @@ def demo_step(ctx: Any) -> dict[str, Any]:
     trees = 2 if ctx.quick else 3
     params = BoostParams(n_trees=trees, max_depth=3, learning_rate=0.3, max_bin=16)
     run = run_local(Xa, y, [Xp], params=params, key_bits=ctx.key_bits,
-                    allow_insecure=ctx.key_bits < 2048, active_columns=ca, passive_columns=[cp])
+                    allow_insecure=ctx.allow_insecure, active_columns=ca, passive_columns=[cp])
     auc = roc_auc(y, run.active.train_predictions())
     n_passive = int(np.sum(run.active.model.kind == 2))
     ctx.say(f"data: {source}; {len(y)} rows, active {len(ca)} features + label, passive {len(cp)}")
@@ -1322,7 +1324,7 @@ def _histogram_findings(tap: AuditTap, party: str, kind: str) -> list[EmpiricalF
     ]
 
 
-def audit_run(key_bits: int = 2048) -> AuditOutcome:
+def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
     """Train encrypted and in plaintext mode on the synthetic split and attack what each role received.
 
     * passive: labels from the gradients it received (ciphertexts; plaintext by design in
@@ -1334,7 +1336,7 @@ def audit_run(key_bits: int = 2048) -> AuditOutcome:
     Xa, y, ca, Xp, cp = _synthetic()
     params = BoostParams(n_trees=3, max_depth=3, max_bin=16)
     tap, plain_tap = AuditTap(), AuditTap()
-    run = run_local(Xa, y, [Xp], params=params, key_bits=key_bits, allow_insecure=key_bits < 2048,
+    run = run_local(Xa, y, [Xp], params=params, key_bits=key_bits, allow_insecure=allow_insecure,
                     active_columns=ca, passive_columns=[cp], tap=tap)
     predict_local(run.active.model, Xa, [(run.passive["passive-0"].model, Xp)], transcript=run.transcript)
     plain = run_local(Xa, y, [Xp], params=params, plaintext=True, tap=plain_tap)
@@ -1356,3 +1358,15 @@ def audit_run(key_bits: int = 2048) -> AuditOutcome:
     merged.merge(run.transcript)
     merged.merge(plain.transcript)
     return AuditOutcome("secureboost", audit(merged), tuple(findings))
+
+
+SPEC = ProtocolSpec(
+    name="secureboost",
+    title="SecureBoost",
+    roles={},
+    run_local=run_local,
+    audit=audit_run,
+    config=BoostParams,
+    demo=demo_step,
+    demo_order=40,
+)

@@ -168,7 +168,7 @@ def test_audit_run_findings() -> None:
 def test_demo_step(tmp_path: Path) -> None:
     from vflcrypto.spec import DemoContext
 
-    ctx = DemoContext(workdir=tmp_path, key_bits=1024, quick=True, verbose=False)
+    ctx = DemoContext(workdir=tmp_path, key_bits=1024, quick=True, verbose=False, allow_insecure=True)
     summary = al.demo_step(ctx)
     assert summary["intersection"] == 800
     bank = ctx.state["aligned"]["bank"].read_text().splitlines()

@@ -130,3 +130,12 @@ def test_no_pickle_anywhere_in_the_package() -> None:
             if {"pickle", "cPickle", "dill", "cloudpickle", "marshal", "shelve"} & names:
                 offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, offenders
+
+
+def test_every_package_directory_is_installed() -> None:
+    """pyproject's explicit package list names every package folder (a wheel would miss one)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {_module_name(init) for init in _package_files() if init.name == "__init__.py"}
+    assert found == listed, {"not listed": sorted(found - listed), "listed but absent": sorted(listed - found)}

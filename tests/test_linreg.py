@@ -240,7 +240,7 @@ def test_audit_kinds_per_role_and_coordinator_sees_only_masked_gradients(
 
 
 def test_audit_run_attacks_the_coordinators_view() -> None:
-    outcome = lr.audit_run(key_bits=512)
+    outcome = lr.audit_run(key_bits=512, allow_insecure=True)
     outcome.report.check()
     assert EXPECTED["coordinator"] <= outcome.report.kinds_received("coordinator")
     # 16 iterations x (4 + 4 + 3) gradient entries, one message per party and iteration
@@ -293,7 +293,7 @@ def test_preprocessing_is_linear_and_split_consistent() -> None:
 def test_demo_step_runs_quickly(tmp_path: Path) -> None:
     from vflcrypto.spec import DemoContext
 
-    ctx = DemoContext(workdir=tmp_path, key_bits=1024, quick=True, verbose=False)
+    ctx = DemoContext(workdir=tmp_path, key_bits=1024, quick=True, verbose=False, allow_insecure=True)
     out = lr.demo_step(ctx)
     assert out["max_weight_diff_vs_plaintext"] < 1e-6
     assert (tmp_path / "linreg_model" / "active.npz").exists()

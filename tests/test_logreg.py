@@ -100,7 +100,7 @@ def test_masked_logits_cancel_and_hide() -> None:
 
 
 def test_audit_plain_recovers_every_label_secure_only_base_rate() -> None:
-    outcome = lr.audit_run(key_bits=512, steps=3)
+    outcome = lr.audit_run(key_bits=512, allow_insecure=True, steps=3)
     plain = outcome.finding("label recovery from logreg.residual")
     assert plain.value == 1.0 and plain.flagged and plain.by_design
     for k in range(3):
@@ -190,7 +190,7 @@ def test_stalled_party_times_out() -> None:
     # parties (waiting twice as long) even on a loaded machine
     t0 = time.monotonic()
     with pytest.raises(PeerTimeoutError, match="passive-2"):
-        lr.run_local(blocks, y, steps=2, timeout=2.0, passive_override={"passive-2": stall})
+        lr.run_local(blocks, y, steps=2, timeout=2.0, overrides={"passive-2": stall})
     assert time.monotonic() - t0 < 15
 
 
@@ -202,7 +202,7 @@ def test_party_vanishing_mid_run_fails_fast(small_paillier_keys) -> None:
         raise RuntimeError("node crashed")
 
     with pytest.raises(RuntimeError, match="node crashed"):
-        lr.run_local(blocks, y, steps=2, timeout=5, passive_override={"passive-1": vanish})
+        lr.run_local(blocks, y, steps=2, timeout=5, overrides={"passive-1": vanish})
 
 
 def test_forged_key_share_is_rejected() -> None:

@@ -429,36 +429,38 @@ def test_big_python_int_multipliers(small_paillier_keys):
 
 def test_fixed_base_windows_and_growth(small_paillier_keys):
     """Every table window gives correct ``hs**a``; the window grows only with use."""
-    from vflcrypto import paillier as P
+    from vflcrypto.encoding import encode_ints
+    from vflcrypto.paillier import fixed_base
+    from vflcrypto.paillier.kernels import _obfuscate_public
 
     pk, sk = small_paillier_keys
-    fb = P._FixedBase(pk.hs, (pk.nsquare,), pk._exp_bytes)
-    assert fb.prepare(0)[0] == P.TABLE_WINDOW
-    for w in range(P.TABLE_WINDOW, P.TABLE_MAX_WINDOW + 1):
-        table = P._fixed_base_table(pk.hs, fb.ebits, w, pk.nsquare)
-        for digits in P._random_digits(3, fb.nbytes, w):
+    fb = fixed_base._FixedBase(pk.hs, (pk.nsquare,), pk._exp_bytes)
+    assert fb.prepare(0)[0] == fixed_base.TABLE_WINDOW
+    for w in range(fixed_base.TABLE_WINDOW, fixed_base.TABLE_MAX_WINDOW + 1):
+        table = fixed_base._fixed_base_table(pk.hs, fb.ebits, w, pk.nsquare)
+        for digits in fixed_base._random_digits(3, fb.nbytes, w):
             a = sum(d << (w * k) for k, d in enumerate(digits))
             assert a < 2 ** fb.ebits
             acc = gmpy2.mpz(1)
             for row, d in zip(table, digits, strict=True):
                 acc = acc * row[d] % pk.nsquare
             assert acc == gmpy2.powmod(pk.hs, a, pk.nsquare)
-    assert P._pick_window(1024, 512, 8, 1000) == 8  # small jobs keep the small table
-    assert P._pick_window(1024, 512, 8, 10**6) == P.TABLE_MAX_WINDOW
-    assert P._pick_window(1024, 512, 8, 10**6) <= 12
-    grown = P._FixedBase(pk.hs, (pk.nsquare,), pk._exp_bytes)
+    assert fixed_base._pick_window(1024, 512, 8, 1000) == 8  # small jobs keep the small table
+    assert fixed_base._pick_window(1024, 512, 8, 10**6) == fixed_base.TABLE_MAX_WINDOW
+    assert fixed_base._pick_window(1024, 512, 8, 10**6) <= 12
+    grown = fixed_base._FixedBase(pk.hs, (pk.nsquare,), pk._exp_bytes)
     w, _ = grown.prepare(10**6)
-    assert w > P.TABLE_WINDOW and grown.nbytes_held <= P.TABLE_MAX_BYTES
+    assert w > fixed_base.TABLE_WINDOW and grown.nbytes_held <= fixed_base.TABLE_MAX_BYTES
     vals = [0, 1, -1, 2**100]
-    assert sk.decrypt(P.PaillierVector._make(pk, P._obfuscate_public(
-        grown, pk.n, pk.nsquare, P.encode_ints(np.array(vals, dtype=object), pk.n)))) == vals
+    assert sk.decrypt(PaillierVector._make(pk, _obfuscate_public(
+        grown, pk.n, pk.nsquare, encode_ints(np.array(vals, dtype=object), pk.n)))) == vals
 
 
 def test_pool_reuses_shipped_vectors(monkeypatch, small_paillier_keys):
     pk, sk = small_paillier_keys
     monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
     monkeypatch.setattr(parallel, "PARALLEL_MIN_COST", 0)
-    from vflcrypto import paillier as P
+    from vflcrypto.paillier import blocks
 
     x = rng.normal(size=12)
     v = PaillierVector.from_bytes(pk, pk.encrypt_fixed(x, 24).to_bytes(), frac_bits=24)
@@ -466,6 +468,6 @@ def test_pool_reuses_shipped_vectors(monkeypatch, small_paillier_keys):
     expect = np.bincount(g, weights=x, minlength=3)
     for _ in range(3):  # first call ships the chunks, later ones send the token only
         assert np.allclose(sk.decrypt_fixed(v.sum_by_group(g, 3)), expect, atol=1e-6)
-    P._chunk_cache.clear()  # in-process fallback or a worker that lost its cache: resend
+    blocks._chunk_cache.clear()  # in-process fallback or a worker that lost its cache: resend
     X = rng.normal(size=(12, 2))
     assert np.allclose(sk.decrypt_fixed(v.dot(X)), x @ X, atol=1e-5)

@@ -208,7 +208,8 @@ def test_logistic_regression_in_separate_processes(tmp_path: Path, pki: Path) ->
     procs = {}
     for n in NAMES:
         extra = ["--label", "y"] if n == "active" else []
-        procs[n] = party(cfg, n, "train", "logreg", "--preprocess", "none", "--data", str(tmp_path / f"{n}.csv"),
+        procs[n] = party(cfg, n, "train", "logreg", "--plain", "--preprocess", "none",
+                         "--data", str(tmp_path / f"{n}.csv"), "--test-fraction", "0",
                          "--id-column", "id", "--steps", "5", "--aligned", *extra,
                          "--out", str(tmp_path / f"{n}.npz"))
     res = finish(procs)
@@ -229,7 +230,8 @@ def test_killed_party_stops_the_others(tmp_path: Path, pki: Path) -> None:
     cfg = make_config(tmp_path, pki, NAMES, timeout=8.0)
     # passive-1 is a real party process that connects and then hangs (mid-protocol)
     victim = spawn_connected_then_hanging(cfg, "passive-1", "train-logreg", 120)
-    procs = {n: party(cfg, n, "train", "logreg", "--preprocess", "none", "--data", str(tmp_path / f"{n}.csv"),
+    procs = {n: party(cfg, n, "train", "logreg", "--plain", "--preprocess", "none",
+                      "--data", str(tmp_path / f"{n}.csv"),
                       "--id-column", "id", "--aligned", *(["--label", "y"] if n == "active" else []),
                       "--out", str(tmp_path / f"{n}.npz")) for n in NAMES[:2]}
     try:
@@ -391,7 +393,8 @@ def test_secure_logistic_regression_four_processes(tmp_path: Path, pki: Path) ->
     names = ["active", "passive-0", "passive-1", "passive-2"]
     cfg = make_config(tmp_path, pki, names, identities=True, timeout=20.0)
     procs = {n: party(cfg, n, "train", "logreg", "--preprocess", "none", "--data", str(tmp_path / f"{n}.csv"),
-                      "--id-column", "id", "--steps", "2", "--secure", "--aligned", *SMALL_KEYS,
+                      "--id-column", "id", "--steps", "2", "--secure", "--aligned", "--test-fraction", "0",
+                      *SMALL_KEYS,
                       *(["--label", "y"] if n == "active" else []),
                       "--out", str(tmp_path / f"{n}.npz")) for n in names}
     recs = check_ok(finish(procs, timeout=60))
@@ -466,7 +469,7 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     local = json.loads(capsys.readouterr().out)
     names = list(files)
     cfg = make_config(tmp_path, pki, names, timeout=20.0)
-    procs = {n: party(cfg, n, "train", "logreg", "--data", str(files[n]), "--id-column", "PassengerId",
+    procs = {n: party(cfg, n, "train", "logreg", "--plain", "--data", str(files[n]), "--id-column", "PassengerId",
                       *(["--label", "Survived"] if n == "active" else []), "--aligned", "--steps", "5",
                       "--test-fraction", "0.2", "--out", str(tmp_path / f"{n}.npz")) for n in names}
     recs = check_ok(finish(procs, timeout=60))

@@ -16,7 +16,6 @@ the calling process.
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,8 @@ import pytest
 from vflcrypto import ckks, masking, paillier, psi
 from vflcrypto.cli.audit import load_all_protocols
 from vflcrypto.leakage import AuditOutcome, Protection, declarations
+from vflcrypto.protocols import get
+from vflcrypto.paillier import fixed_base
 
 KEY_BITS = 512  # insecure size: audits at test speed
 
@@ -71,8 +72,8 @@ def reuse_uniform_masks(mp: pytest.MonkeyPatch) -> None:
 
 def unrandomized_paillier(mp: pytest.MonkeyPatch) -> None:
     """Every Paillier obfuscator (DJN h_s^a, public and CRT paths) becomes 1."""
-    strong = paillier._random_digits
-    mp.setattr(paillier, "_random_digits", lambda count, nbytes, w: [[0] * len(r) for r in strong(count, nbytes, w)])
+    strong = fixed_base._random_digits  # every encryptor looks it up there (paillier.kernels)
+    mp.setattr(fixed_base, "_random_digits", lambda count, nbytes, w: [[0] * len(r) for r in strong(count, nbytes, w)])
 
 
 def no_rerandomization(mp: pytest.MonkeyPatch) -> None:
@@ -110,13 +111,13 @@ def passive_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
 
 
 def drop_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
-    import vflcrypto.protocols.logreg as lg
+    from vflcrypto.protocols.logreg import math as lg
 
     mp.setattr(lg, "pairwise_masks", lambda seed, size, modulus: [0] * size)
 
 
 def reuse_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
-    import vflcrypto.protocols.logreg as lg
+    from vflcrypto.protocols.logreg import math as lg
 
     mp.setattr(lg, "pair_step_seed", lambda seed, label: seed)  # the same PRG output every step
 
@@ -209,8 +210,8 @@ MUTATIONS = (
 MODULES = sorted({m.module for m in MUTATIONS})
 
 
-def _audit(module: str, **kwargs: Any) -> AuditOutcome:
-    return importlib.import_module(f"vflcrypto.protocols.{module}").audit_run(key_bits=KEY_BITS, **kwargs)
+def _audit(protocol: str, **kwargs: Any) -> AuditOutcome:
+    return get(protocol).audit(KEY_BITS, allow_insecure=True, **kwargs)
 
 
 @pytest.fixture(autouse=True)

@@ -227,7 +227,7 @@ def test_plaintext_matches_xgboost_exact_on_the_same_bins(objective: str) -> Non
 def test_encrypted_matches_plaintext_two_passive(small_paillier_keys) -> None:
     Xa, y, Xps = _data(n=120)
     params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
-    enc = sb.run_local(Xa, y, Xps, params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    enc = sb.run_local(Xa, y, Xps, params=params, keys=small_paillier_keys, allow_insecure=True, timeout=TIMEOUT)
     plain = sb.run_local(Xa, y, Xps, params=params, plaintext=True, timeout=TIMEOUT)
     _assert_same_trees(_trees(enc), _trees(plain))
     assert np.allclose(enc.active.train_margin, plain.active.train_margin, atol=1e-9)
@@ -243,7 +243,7 @@ def test_ties_are_resolved_independently_of_the_shuffle(small_paillier_keys) -> 
     Xp = np.column_stack([x, x, rng.normal(size=n)])
     Xa = rng.normal(size=(n, 1))
     params = sb.BoostParams(n_trees=2, max_depth=2, max_bin=8)
-    runs = [sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    runs = [sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, allow_insecure=True, timeout=TIMEOUT)
             for _ in range(2)]
     runs.append(sb.run_local(Xa, y, [Xp], params=params, plaintext=True, timeout=TIMEOUT))
     trees = [_trees(r) for r in runs]
@@ -259,7 +259,7 @@ def test_ties_are_resolved_independently_of_the_shuffle(small_paillier_keys) -> 
 def test_encrypted_breast_1024_matches_plaintext(paillier_keys) -> None:
     Xa, y, Xp = _load_fate("breast")
     params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=32)
-    enc = sb.run_local(Xa, y, [Xp], params=params, keys=paillier_keys, timeout=60)
+    enc = sb.run_local(Xa, y, [Xp], params=params, keys=paillier_keys, allow_insecure=True, timeout=60)
     plain = sb.run_local(Xa, y, [Xp], params=params, plaintext=True)
     _assert_same_trees(_trees(enc), _trees(plain))
     assert roc_auc(y, enc.active.train_predictions()) > 0.98
@@ -313,7 +313,7 @@ def test_close_to_xgboost(name: str, objective: str, trees: int) -> None:
 def test_save_load_and_joint_prediction(tmp_path: Path, small_paillier_keys) -> None:
     Xa, y, Xps = _data(n=120)
     params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
-    run = sb.run_local(Xa, y, Xps, params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    run = sb.run_local(Xa, y, Xps, params=params, keys=small_paillier_keys, allow_insecure=True, timeout=TIMEOUT)
     run.active.model.save(tmp_path / "active.npz")
     for name, res in run.passive.items():
         res.model.save(tmp_path / f"{name}.npz")
@@ -373,7 +373,7 @@ def test_histogram_under_wrong_key_is_refused(small_paillier_keys) -> None:
 
     Xa, y, Xps = _data(n=60, k=1)
     with pytest.raises(KeyMismatchError):
-        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys,
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys, allow_insecure=True,
                      timeout=TIMEOUT, passive_override={"passive-0": _hostile_passive(bad)})
 
 
@@ -396,7 +396,7 @@ def test_malformed_histogram_is_refused(small_paillier_keys, fault: str) -> None
 
     Xa, y, Xps = _data(n=60, k=1)
     with pytest.raises(ProtocolError):
-        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys,
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys, allow_insecure=True,
                      timeout=TIMEOUT, passive_override={"passive-0": _hostile_passive(bad)})
 
 
@@ -439,7 +439,7 @@ def test_stalled_passive_party_times_out(small_paillier_keys) -> None:
 
     Xa, y, Xps = _data(n=40, k=1)
     with pytest.raises(PeerTimeoutError):
-        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys,
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys, allow_insecure=True,
                      timeout=0.5, passive_override={"passive-0": stall})
     release.set()
 
@@ -448,7 +448,7 @@ def test_constant_features_and_single_bin(small_paillier_keys) -> None:
     Xa, y, _ = _data(n=80, k=1)
     Xp = np.column_stack([np.full(80, 3.0), np.zeros(80)])  # every row in one bin
     params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
-    run = sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    run = sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, allow_insecure=True, timeout=TIMEOUT)
     assert not (run.active.model.kind == 2).any()
     assert len(run.passive["passive-0"].model.record_ids) == 0
     # nothing splits anywhere: every tree is a single leaf
@@ -466,7 +466,7 @@ def test_missing_feature_values_go_right_consistently(small_paillier_keys) -> No
     Xa = Xa.copy()
     Xa[::5, 0] = np.nan
     params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
-    run = sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, timeout=TIMEOUT)
+    run = sb.run_local(Xa, y, [Xp], params=params, keys=small_paillier_keys, allow_insecure=True, timeout=TIMEOUT)
     pred = sb.predict_local(run.active.model, Xa, [(run.passive["passive-0"].model, Xp)])
     assert np.allclose(pred, run.active.train_predictions(), atol=1e-12)
 
@@ -487,7 +487,7 @@ def test_bad_labels_and_alignment() -> None:
 
 
 def test_audit_kinds_per_role_and_check() -> None:
-    outcome = sb.audit_run(key_bits=512)
+    outcome = sb.audit_run(key_bits=512, allow_insecure=True)
     report = outcome.report
     report.check()
     # the encrypted and the plaintext-mode run
@@ -519,7 +519,7 @@ def test_plaintext_mode_declares_its_kinds() -> None:
 
 def test_gradients_are_only_ciphertexts_in_encrypted_mode(small_paillier_keys) -> None:
     Xa, y, Xps = _data(n=60, k=1)
-    run = sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys)
+    run = sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys, allow_insecure=True)
     kinds = set(run.transcript.kinds())
     assert not {k for k in kinds if "plain_" in k}
     assert isinstance(PaillierVector, type)

@@ -57,7 +57,6 @@ from .errors import (
     InsecureParameterError,
     KeyMismatchError,
 )
-from .wire import Codec, DecodeContext, register_codec
 
 __all__ = [
     "DEFAULT_COEFF_MOD_BIT_SIZES",
@@ -506,36 +505,3 @@ def uniform_real_mask(context: CKKSContext, size: int, value_bound: float) -> np
     u = np.array([secrets.randbits(53) for _ in range(size)], dtype=np.float64) / 2.0 ** 53
     return (2.0 * u - 1.0) * room
 
-
-# --------------------------------------------------------------------------- wire codecs
-
-
-def _encode_ctx(ctx: CKKSContext) -> bytes:
-    if ctx.has_secret_key:
-        raise KeyMismatchError("refusing to serialize a CKKS context holding a secret key; "
-                               "send ctx.public()")
-    return ctx.to_bytes()
-
-
-def _decode_ctx(value: Any, dctx: DecodeContext) -> CKKSContext:
-    if not isinstance(value, bytes):
-        raise DecodeError("CKKS context must be bytes")
-    return CKKSContext.from_bytes(value, allow_insecure=dctx.allow_insecure)
-
-
-def _encode_vec(vec: CKKSVector) -> dict[str, Any]:
-    return {"fp": vec.context.fingerprint, "len": vec._length, "parts": vec.to_parts_bytes()}
-
-
-def _decode_vec(value: Any, dctx: DecodeContext) -> CKKSVector:
-    if not (isinstance(value, dict) and set(value) == {"fp", "len", "parts"}
-            and isinstance(value["fp"], str) and isinstance(value["parts"], list)):
-        raise DecodeError("malformed CKKS vector")
-    ctx = dctx.keyring.get(value["fp"])
-    if not isinstance(ctx, CKKSContext):
-        raise KeyMismatchError("the fingerprint names a key that is not a CKKS context")
-    return CKKSVector.from_parts_bytes(ctx, value["len"], value["parts"])
-
-
-register_codec(Codec("ckks.ctx", CKKSContext, _encode_ctx, _decode_ctx))
-register_codec(Codec("ckks.vec", CKKSVector, _encode_vec, _decode_vec))

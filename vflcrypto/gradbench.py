@@ -198,7 +198,7 @@ def _bench_vfl_paillier(data: _Data, key_bits: int, packed: bool, repeats: int) 
     t0 = time.perf_counter()
     pk, sk = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
     # Build the fixed-base tables and start the pool as a long-running party would; the
-    # tables grow with use (vflcrypto.paillier._pick_window), so warm up with a full batch.
+    # tables grow with use (vflcrypto.paillier.fixed_base._pick_window), so warm up with a full batch.
     warm = pk.encrypt_fixed(data.w)
     sk.decrypt_fixed(warm[: min(n, 4000)])
     warm[: min(n, 4000)].dot(data.X[: min(n, 4000)])

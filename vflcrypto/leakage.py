@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import codecs  # noqa: F401  (registers every wire codec: declared messages may carry any of them)
 from .errors import UndeclaredMessageError
 from .wire import register_message
 

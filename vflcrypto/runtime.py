@@ -159,8 +159,11 @@ class Channel:
                 f"not {sender.role} -> {receiver.role}"
             )
 
-    def send(self, msg: Any) -> int:
-        """Send one declared message; return the frame's size in bytes."""
+    def send(self, msg: Any, *, step: str = "") -> int:
+        """Send one declared message; return the frame's size in bytes.
+
+        ``step`` names the protocol step that sends it (recorded in the transcript).
+        """
         kind = message_kind(msg)
         self._check_declared(kind, self.local, self.peer)
         with self._send_lock:
@@ -168,13 +171,13 @@ class Channel:
             if len(frame) > self.max_frame_bytes:
                 raise ProtocolError(f"{kind} frame of {len(frame)} bytes exceeds the channel limit")
             self.transport.send_frame(frame)
-            self.transcript.record("send", self._send_seq, self.local, self.peer, kind, len(frame))
+            self.transcript.record("send", self._send_seq, self.local, self.peer, kind, len(frame), step)
             self._send_seq += 1
             self.bytes_sent += len(frame)
         return len(frame)
 
-    def recv(self, kind: type[M], *, timeout: float | None = None) -> M:
-        """Receive the next message, which must be of type ``kind``.
+    def recv(self, kind: type[M], *, timeout: float | None = None, step: str = "") -> M:
+        """Receive the next message, which must be of type ``kind`` (handled by protocol ``step``).
 
         Raises :class:`PeerTimeoutError` if nothing arrives within ``timeout`` (default:
         the channel's), :class:`ProtocolError` for a different kind, a wrong run id or an
@@ -205,7 +208,7 @@ class Channel:
             raise ProtocolError(f"{self.local.name} expected {expected} from {self.peer.name}, got {frame.kind}")
         self._recv_seq += 1
         self.bytes_received += len(data)
-        entry = self.transcript.record("recv", frame.seq, self.peer, self.local, frame.kind, len(data))
+        entry = self.transcript.record("recv", frame.seq, self.peer, self.local, frame.kind, len(data), step)
         if self.transcript.tap is not None:
             self.transcript.tap.record(entry, frame.message)
         return frame.message

@@ -1,16 +1,119 @@
-"""What a protocol module offers the entry points: its demo step's context (and, later, its spec).
+"""The one protocol shape: what every protocol module offers the runtimes and entry points.
 
-Low layer: no protocol is named here; protocol modules import these types and the entry
-points (CLI, Flower app) read them.
+Each protocol of :mod:`vflcrypto.protocols` exports one :class:`ProtocolSpec` named
+``SPEC``. Its ``name`` is the module's name, the prefix of its message kinds, the name of
+its audit and of its command-line commands. The command line (``vflcrypto
+train|party|audit|demo|align``), the Flower app and the generation of SECURITY.md list
+protocols only through the registry (:func:`vflcrypto.protocols.registry`), so adding a
+protocol means adding its module.
+
+A spec names the protocol's roles (:class:`~vflcrypto.steps.Role` classes: named steps
+that every runtime drives), its configuration dataclass (the single source of its
+training flags and their defaults, see :func:`option`), ``run_local`` (every party in
+this process), its audit, its demo step, its commands and its network task, and how a
+Flower run builds each party's role (:class:`FlowerSpec`).
+
+Low layer: nothing here names a protocol.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["DemoContext"]
+from .errors import ConfigurationError, InputDataError
+
+if TYPE_CHECKING:
+    from .leakage import AuditOutcome
+    from .steps import Role
+
+__all__ = [
+    "Command",
+    "DemoContext",
+    "FlowerSpec",
+    "PartyOutcome",
+    "PartyTask",
+    "ProtocolSpec",
+    "TaskContext",
+    "add_config_arguments",
+    "config_from_args",
+    "option",
+]
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def option(default: Any, help: str, *, flag: str | None = None, aliases: Sequence[str] = (),
+           choices: Sequence[Any] | None = None, negative: str | None = None, cli: bool = True) -> Any:
+    """A configuration field: its default and help text are the CLI flag's (one source).
+
+    ``flag`` overrides the flag name (default ``--field-name``), ``aliases`` adds others;
+    a boolean gets ``--flag`` / ``negative`` (default ``--no-flag``); ``cli=False`` keeps a
+    field out of the command line (set by code only).
+    """
+    meta = {"help": help, "flag": flag, "aliases": tuple(aliases), "negative": negative,
+            "choices": tuple(choices) if choices else None, "cli": cli}
+    return field(default=default, metadata=meta)
+
+
+def _flag(f: dataclasses.Field[Any]) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _base_type(tp: Any) -> tuple[Any, bool]:
+    """(the non-None type, whether None is allowed) of an annotation."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return (args[0] if len(args) == 1 else str), True
+    return tp, False
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: Sequence[str] = ()) -> None:
+    """One flag per CLI field of the configuration dataclass ``cls`` (defaults from ``cls``)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.metadata.get("cli", False) or f.name in skip:
+            continue
+        tp, optional = _base_type(hints[f.name])
+        default = f.default
+        help_text = f.metadata["help"] + (f" (default {default})" if default is not None else "")
+        flags = [_flag(f), *f.metadata.get("aliases", ())]
+        if tp is bool:
+            negative = f.metadata.get("negative") or "--no-" + _flag(f).removeprefix("--")
+            group = parser.add_mutually_exclusive_group()
+            group.add_argument(*flags, dest=f.name, action="store_true", default=default,
+                               help=f.metadata["help"] + (" (default)" if default else ""))
+            group.add_argument(negative, dest=f.name, action="store_false",
+                               help="the opposite" + (" (default)" if not default else ""))
+            continue
+        kw: dict[str, Any] = {"dest": f.name, "help": help_text, "default": default}
+        if f.metadata.get("choices"):
+            kw["choices"] = f.metadata["choices"]
+        parser.add_argument(*flags, type=tp if tp in (int, float, str) else str, **kw)
+        del optional
+
+
+def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
+    """The configuration the parsed flags describe (fields without a flag keep their default)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+              if f.metadata.get("cli", False) and hasattr(args, f.name)}
+    values.update(overrides)
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, InputDataError | ConfigurationError):
+            raise
+        raise ConfigurationError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- entry points
 
 
 @dataclass
@@ -22,7 +125,142 @@ class DemoContext:
     quick: bool
     state: dict[str, Any] = field(default_factory=dict)
     verbose: bool = True
+    allow_insecure: bool = False  # keys below 2048 bits only when the caller opts in
 
     def say(self, text: str) -> None:
         if self.verbose:
             print(text, flush=True)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command-line command of a protocol: ``vflcrypto GROUP NAME`` (or ``vflcrypto NAME``)."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    group: str | None = "train"
+    description: str | None = None
+
+
+@dataclass
+class PartyOutcome:
+    """What a network task returns: a JSON-able summary and a function writing the output file(s)."""
+
+    summary: dict[str, Any]
+    write: Callable[[Path, dict[str, Any]], None]
+
+
+@dataclass
+class TaskContext:
+    """Who this party is and what it is connected to (handed to every network task)."""
+
+    me: str
+    role: str
+    roles: dict[str, str]
+    channels: Mapping[str, Any]
+    config: Any  # vflcrypto.partyconfig.PartyConfig
+    identity_key_path: Path | None = None
+
+    def names(self, role: str) -> list[str]:
+        return sorted(n for n, r in self.roles.items() if r == role)
+
+    def one(self, role: str) -> str:
+        names = self.names(role)
+        if len(names) != 1:
+            raise InputDataError(f"this task needs exactly one {role!r} party, the configuration "
+                                 f"has {names}")
+        return names[0]
+
+    def only(self, names: Sequence[str]) -> dict[str, Any]:
+        """The channels to ``names`` (a clear error if the configuration lacks a link)."""
+        missing = [n for n in names if n not in self.channels]
+        if missing:
+            from .errors import ProtocolError
+
+            raise ProtocolError(f"{self.me}: the configuration has no link to {missing}")
+        return {n: self.channels[n] for n in names}
+
+    def identity(self) -> Any:
+        """This party's Ed25519 identity key, checked against its pin in the configuration."""
+        from .certs import load_identity_key
+
+        spec = self.config.party(self.me)
+        path = self.identity_key_path or spec.identity_key_path
+        if spec.identity is None or path is None:
+            raise InputDataError(
+                f"{self.me}: this task needs an Ed25519 identity key: set identity = \"ed25519:...\" "
+                "and identity_key = <path> for it in the configuration (vflcrypto certs writes both)")
+        key = load_identity_key(path)
+        if key.public_key().public_bytes_raw() != spec.identity:
+            raise InputDataError(f"{self.me}: identity key {path} does not match the identity "
+                                 "pinned in the configuration")
+        return key
+
+    def peer_identity(self, name: str) -> bytes:
+        """The raw Ed25519 public key pinned for party ``name``."""
+        pin = self.config.party(name).identity
+        if pin is None:
+            raise InputDataError(f"this task needs an identity = \"ed25519:...\" pin for {name} "
+                                 "in the configuration")
+        return bytes(pin)
+
+
+@dataclass(frozen=True)
+class PartyTask:
+    """``vflcrypto party ... TASK``: one party of the protocol over the network.
+
+    ``needs_identity(args, ctx)`` says whether this party signs with its Ed25519 identity
+    key (so a missing key fails before any peer waits on it).
+    """
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, TaskContext], PartyOutcome]
+    group: str | None = "train"
+    needs_identity: Callable[[argparse.Namespace, TaskContext], bool] = lambda args, ctx: False
+
+
+@dataclass(frozen=True)
+class FlowerSpec:
+    """How the Flower app runs the protocol: the ServerApp plays ``server_party``.
+
+    ``parties(run_config)`` maps every party name to its role name; ``make_role(party,
+    run_config)`` builds that party's :class:`~vflcrypto.steps.Role` with its inputs (the
+    bundled example data of the run config); ``summary(results, run_config)`` turns the
+    parties' results into the lines the ServerApp prints and the dict it stores.
+    ``relayed`` lists the message kinds that travel between two ClientApps through the
+    ServerApp, each with why the ServerApp's party may see it (a kind not listed is
+    refused by the app).
+    """
+
+    server_party: str
+    parties: Callable[[Mapping[str, Any]], dict[str, str]]
+    make_role: Callable[[str, Mapping[str, Any]], Role[Any]]
+    summary: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]
+    relayed: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    """Everything the runtimes and entry points need to know about one protocol."""
+
+    name: str
+    title: str
+    roles: Mapping[str, type[Role[Any]]]
+    run_local: Callable[..., Any]
+    audit: Callable[..., AuditOutcome]
+    config: type | None = None
+    demo: Callable[[DemoContext], dict[str, Any]] | None = None
+    demo_order: int = 100
+    commands: tuple[Command, ...] = ()
+    party_tasks: tuple[PartyTask, ...] = ()
+    flower: FlowerSpec | None = None
+
+    def kinds(self) -> list[str]:
+        """The message kinds this protocol declares (all start with ``name + "."``)."""
+        from .leakage import declarations
+
+        return [d.kind for d in declarations(self.name)]

@@ -35,7 +35,11 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class TranscriptEntry:
-    """One frame as seen by one side: ``event`` is "send" or "recv"."""
+    """One frame as seen by one side: ``event`` is "send" or "recv".
+
+    ``step`` numbers the entries of the transcript; ``step_name`` is the protocol step that
+    sent the message or handles it (the role's method, see :mod:`vflcrypto.steps`).
+    """
 
     step: int
     event: str
@@ -47,6 +51,7 @@ class TranscriptEntry:
     kind: str
     nbytes: int
     time: float
+    step_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -127,11 +132,11 @@ class Transcript:
         self.tap = tap
 
     def record(self, event: str, seq: int, sender: Endpoint, receiver: Endpoint,
-               kind: str, nbytes: int) -> TranscriptEntry:
+               kind: str, nbytes: int, step_name: str = "") -> TranscriptEntry:
         with self._lock:
             entry = TranscriptEntry(len(self._entries), event, seq, sender.name, sender.role,
                                     receiver.name, receiver.role, kind, nbytes,
-                                    time.monotonic() - self._t0)
+                                    time.monotonic() - self._t0, step_name)
             self._entries.append(entry)
         return entry
 
@@ -166,6 +171,17 @@ class Transcript:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, entries: list[dict[str, Any]]) -> Transcript:
+        """A transcript from :meth:`to_dict` output (e.g. a run record written by another runtime)."""
+        out = cls()
+        names = [f for f in TranscriptEntry.__dataclass_fields__]
+        for i, e in enumerate(entries):
+            values = {k: e[k] for k in names if k in e}
+            values["step"] = i
+            out._entries.append(TranscriptEntry(**values))
+        return out
 
     def merge(self, other: Transcript) -> None:
         """Append another party's entries (e.g. from a separate process), renumbering steps."""

@@ -9,7 +9,9 @@ every decoded value is checked against them. Supported field types:
 * ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``, ``dict[str, X]``;
 * ``numpy.ndarray`` (numeric and bool dtypes only; never ``object``);
 * nested dataclasses (encoded field by field, checked recursively);
-* any type with a registered :class:`Codec` (Paillier and CKKS vectors, public keys).
+* any type with a registered :class:`Codec` (Paillier and CKKS vectors, public keys,
+  :class:`IntVector`; all defined in :mod:`vflcrypto.codecs`, which
+  :mod:`vflcrypto.leakage` imports).
   Codecs see a :class:`DecodeContext` whose :class:`KeyRing` names the keys the
   receiver accepts, so a ciphertext is validated against its key *on receipt*.
 
@@ -467,21 +469,3 @@ class IntVector(tuple):  # type: ignore[type-arg]
     def __new__(cls, values: typing.Iterable[int] = ()) -> IntVector:
         return super().__new__(cls, (int(v) for v in values))
 
-
-def _encode_intvector(vec: IntVector) -> list[Any]:
-    width = max((max(v.bit_length() for v in vec) + 8) // 8, 1) if vec else 1
-    return [len(vec), width, b"".join(v.to_bytes(width, "big", signed=True) for v in vec)]
-
-
-def _decode_intvector(value: Any, ctx: DecodeContext) -> IntVector:
-    if not (isinstance(value, list) and len(value) == 3):
-        raise DecodeError("malformed integer vector")
-    count, width, block = value
-    if not (isinstance(count, int) and isinstance(width, int) and isinstance(block, bytes)):
-        raise DecodeError("malformed integer vector")
-    if count < 0 or width < 1 or count * width != len(block):
-        raise DecodeError("integer vector length does not match its header")
-    return IntVector(int.from_bytes(block[i * width:(i + 1) * width], "big", signed=True) for i in range(count))
-
-
-register_codec(Codec("int.vec", IntVector, _encode_intvector, _decode_intvector))

@@ -1,43 +1,50 @@
 """``vflcrypto audit NAME``: what each role received in a run, and what really leaks.
 
-Each protocol contributes ``audit_run(key_bits: int) -> AuditOutcome`` (see
-:class:`vflcrypto.leakage.AuditOutcome`): it runs the protocol on example data, joins the
-transcript with the declarations, and adds empirical checks. ``--security-md`` rewrites
-the generated leakage tables in SECURITY.md from the declarations.
+Every protocol of the registry (:func:`vflcrypto.protocols.registry`) contributes its
+audit (``SPEC.audit(key_bits, allow_insecure=...) -> AuditOutcome``): it runs the protocol
+on example data, joins the transcript with the declarations and attacks what each role
+received. ``net`` audits the network hello of :mod:`vflcrypto.transport_grpc`.
+``--transcript FILE`` audits a recorded run instead (a ``vflcrypto party`` run record or
+a Flower run's transcript: declared leakage only, no attacks). ``--security-md``
+rewrites the generated leakage tables in SECURITY.md from the declarations.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
 
-__all__ = ["AUDITS", "load_all_protocols", "register"]
+__all__ = ["load_all_protocols", "register"]
 
-AUDITS: dict[str, str] = {
-    "exchange": "vflcrypto.protocols.exchange:audit_run",
-    "align": "vflcrypto.protocols.align:audit_run",
-    "linreg": "vflcrypto.protocols.linreg:audit_run",
-    "secureboost": "vflcrypto.protocols.secureboost:audit_run",
-    "logreg": "vflcrypto.protocols.logreg:audit_run",
-    "net": "vflcrypto.transport_grpc:audit_run",
-}
+NET = "net"  # the runtime's own hello (not a protocol)
 
 
 def load_all_protocols() -> list[str]:
-    """Import every protocol module present, so that all declarations are registered."""
-    loaded = []
-    for target in AUDITS.values():
-        module_name = target.split(":")[0]
-        try:
-            importlib.import_module(module_name)
-            loaded.append(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-    return loaded
+    """Import every protocol (and the network runtime), so that all declarations are registered."""
+    from .. import transport_grpc  # noqa: F401  (declares net.*)
+    from ..protocols import registry
+
+    return [*registry(), NET]
+
+
+def _names() -> list[str]:
+    from ..protocols import registry
+
+    return [*registry(), NET]
+
+
+def _audit_recorded(path: Path, as_json: bool) -> int:
+    from ..leakage import audit
+    from ..transcript import Transcript
+
+    load_all_protocols()
+    data = json.loads(path.read_text(encoding="utf-8"))
+    entries = data["transcript"] if isinstance(data, dict) else data
+    report = audit(Transcript.from_dict(entries))
+    print(report.to_json() if as_json else report.to_text())
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,28 +61,31 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{path} is up to date")
         return 0
+    if args.transcript:
+        return _audit_recorded(Path(args.transcript), args.json)
     if not args.name:
-        print("vflcrypto audit: name a protocol: " + ", ".join(AUDITS), file=sys.stderr)
+        print("vflcrypto audit: name a protocol: " + ", ".join(_names()), file=sys.stderr)
         return 2
-    module_name, func = AUDITS[args.name].split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        print(f"vflcrypto audit: protocol {args.name!r} is not available yet", file=sys.stderr)
-        return 2
-    outcome = getattr(module, func)(key_bits=args.key_bits)
-    if args.json:
-        print(json.dumps(outcome.to_dict(), indent=2))
+    if args.name == NET:
+        from ..transport_grpc import audit_run
+
+        outcome = audit_run(args.key_bits)
     else:
-        print(outcome.to_text())
+        from ..protocols import get
+
+        outcome = get(args.name).audit(args.key_bits, allow_insecure=args.allow_insecure)
+    print(json.dumps(outcome.to_dict(), indent=2) if args.json else outcome.to_text())
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("audit", help="per-role leakage of a protocol run (table or JSON)")
-    p.add_argument("name", nargs="?", choices=sorted(AUDITS), help="protocol to run and audit")
+    p.add_argument("name", nargs="?", choices=_names(), help="protocol to run and audit")
     p.add_argument("--key-bits", type=int, default=2048)
+    p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (tests only)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--transcript", metavar="FILE",
+                   help="audit a recorded run (party run record or Flower transcript JSON) instead")
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.set_defaults(handler=run)

@@ -1,0 +1,183 @@
+"""What every protocol's ``train`` command and network task share: tables, alignment, outputs.
+
+Every ``vflcrypto train NAME`` command starts the same way: read the label holder's file
+and each feature party's file, check that no feature party holds the label, then either
+check that the files are pre-aligned (``--aligned``) or align them by private set
+intersection (:mod:`vflcrypto.protocols.align`, ECDH, every party learns its rows of the
+common IDs in one shared order). A network party (``vflcrypto party ... train NAME``)
+reads only its own file and aligns with its peers over the network first.
+
+The options every training job has (IDs, label, split, alignment, key size, timeout) are
+defined once here (:class:`TrainOptions`); each protocol's own parameters come from its
+configuration dataclass (:func:`vflcrypto.spec.option`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv, require_same_ids
+from vflcrypto.errors import InputDataError
+from vflcrypto.spec import TaskContext, add_config_arguments, option
+
+__all__ = ["TrainOptions", "add_train_options", "align_rows", "align_tables", "metrics_path", "read_own",
+           "read_tables", "training_rows", "write_metrics"]
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """The options of every training job (in-process ``train`` and network ``party ... train``)."""
+
+    test_fraction: float = option(0.0, "fraction of the aligned rows held out for evaluation")
+    split_seed: int = option(0, "public seed of the train/test split", aliases=("--seed",))
+    aligned: bool = option(False, "the files already list the same IDs in the same order (skip PSI)",
+                           negative="--psi")
+    key_bits: int = option(2048, "Paillier modulus bits")
+    allow_insecure: bool = option(False, "accept keys below 2048 bits (tests only)",
+                                  aliases=("--allow-insecure-key",), negative="--secure-keys-only")
+    timeout: float = option(120.0, "seconds a party waits for a peer message before failing")
+
+
+def add_train_options(parser: argparse.ArgumentParser, *, test_fraction: float | None = None) -> None:
+    """The :class:`TrainOptions` flags (``test_fraction`` overrides that default for a protocol)."""
+    add_config_arguments(parser, TrainOptions)
+    if test_fraction is not None:
+        parser.set_defaults(test_fraction=test_fraction)
+
+
+# --------------------------------------------------------------------------- in-process
+
+
+def read_tables(label_path: str, feature_paths: Sequence[str], id_column: str, label: str, *,
+                label_party_features: bool = True) -> list[PartyTable]:
+    """Read the label holder's table (first) and every feature party's table.
+
+    ``label_party_features=False`` reads only the ID and label of the first file (a label
+    holder without features, as in vertical logistic regression).
+    """
+    if not feature_paths:
+        raise InputDataError("at least one feature party file is required")
+    first = read_party_csv(label_path, id_column, label=label,
+                           features=None if label_party_features else [])
+    others = [read_party_csv(p, id_column) for p in feature_paths]
+    for path, t in zip(feature_paths, others, strict=True):
+        if label in t.columns:
+            raise InputDataError(f"{path}: a feature party must not hold the label {label!r}")
+        if not t.columns:
+            raise InputDataError(f"{path}: no feature columns")
+    return [first, *others]
+
+
+def align_tables(tables: list[PartyTable], names: Sequence[str], *,
+                 aligned: bool) -> tuple[list[PartyTable], int]:
+    """Tables restricted to the common IDs in one shared order, and the PSI bytes sent.
+
+    With ``aligned=True`` the files must already list the same IDs in the same order
+    (checked, no PSI, 0 bytes).
+    """
+    if aligned:
+        require_same_ids(tables, names)
+        return tables, 0
+    from .align import ACTIVE, PASSIVE, run_local, run_multiparty_local
+
+    ids = [list(t.ids) for t in tables]
+    if len(tables) == 2:
+        run = run_local(ids[0], ids[1], mode="both")
+        results = [run.results[ACTIVE], run.results[PASSIVE]]
+    else:
+        run = run_multiparty_local(ids)
+        results = [run.results[ACTIVE]] + [run.results[f"passive-{j}"] for j in range(len(tables) - 1)]
+    out = []
+    for t, res, name in zip(tables, results, names, strict=True):
+        if res.rows is None or len(res.rows) == 0:
+            raise InputDataError(f"{name}: no common IDs with the other parties")
+        out.append(t.take(res.rows))
+    return out, run.transcript.total_bytes
+
+
+# --------------------------------------------------------------------------- network
+
+
+def align_rows(ctx: TaskContext, ids: Any, *, protocol: str = "ecdh", mode: str = "both",
+               chunk_size: int | None = None) -> Any:
+    """Entity alignment between the active party and every passive party over the network (a
+    coordinator, if any, takes no part); returns this party's AlignmentResult."""
+    from vflcrypto.psi import IdentityKey
+
+    from . import align as al
+
+    actives, passives = ctx.names(al.ACTIVE), ctx.names(al.PASSIVE)
+    if len(actives) != 1 or not passives:
+        raise InputDataError("alignment needs one 'active' and at least one 'passive' party")
+    multi = len(passives) > 1
+    kw: dict[str, Any] = {"protocol": protocol}
+    if chunk_size is not None:
+        kw["chunk_size"] = chunk_size
+
+    def pins(peers: list[str]) -> tuple[Any, dict[str, bytes]]:
+        return IdentityKey(ctx.identity()), {p: ctx.peer_identity(p) for p in peers}
+
+    if ctx.role == al.ACTIVE:
+        chans = ctx.only(passives)
+        if multi:
+            if protocol == "hash":
+                kw["identities"] = pins(passives)
+            return al.run_active_multiparty(chans, ids, **kw)
+        if protocol == "hash":
+            own, pinned = pins(passives)
+            kw.update(identity=own, peer_identity=pinned[passives[0]])
+        return al.run_active(chans, ids, mode=mode, **kw)
+    if ctx.role != al.PASSIVE:
+        raise InputDataError(f"{ctx.me}: role {ctx.role!r} takes no part in alignment")
+    chans = ctx.only(actives)
+    if protocol == "hash":
+        own, pinned = pins(actives)
+        kw.update(identity=own, peer_identity=pinned[actives[0]])
+    return al.run_passive(chans, ids, mode="all" if multi else mode, **kw)
+
+
+def training_rows(args: argparse.Namespace, ctx: TaskContext, table: PartyTable) -> tuple[PartyTable, int]:
+    """This party's table restricted to the common IDs (PSI first unless ``--aligned``), and
+    the number of rows."""
+    if args.aligned:
+        return table, len(table)
+    res = align_rows(ctx, list(table.ids))
+    if res.rows is None or len(res.rows) == 0:
+        raise InputDataError(f"{ctx.me}: no common IDs with the other parties")
+    return table.take(res.rows), int(res.size)
+
+
+def read_own(args: argparse.Namespace, ctx: TaskContext, *, label_role: str) -> PartyTable:
+    """This party's CSV: the label only at the ``label_role`` party, never at another."""
+    if not args.data:
+        raise InputDataError(f"the {ctx.role} party needs --data")
+    table = read_party_csv(args.data, args.id_column, label=args.label if ctx.role == label_role else None)
+    if ctx.role == label_role and table.label is None:
+        raise InputDataError(f"the {label_role} party needs --label")
+    if ctx.role != label_role and args.label and args.label in table.columns:
+        raise InputDataError(f"{args.data}: a {ctx.role} party must not hold the label {args.label!r}")
+    return table
+
+
+def add_party_data_arguments(parser: argparse.ArgumentParser, *, data_required: bool = True) -> None:
+    """``--data``, ``--id-column``, ``--label``, ``--out`` of a network training task."""
+    parser.add_argument("--data", required=data_required,
+                        help="this party's CSV (ID column, features; the label at the active party)")
+    parser.add_argument("--id-column", required=data_required)
+    parser.add_argument("--label", help="label column (active party)")
+    parser.add_argument("--out", required=True, help="this party's output file (.npz); the "
+                                                     "active party also writes <out>.metrics.json")
+
+
+def metrics_path(out: Path) -> Path:
+    """Where the label holder's evaluation metrics of output ``out`` go."""
+    return out.with_name(out.name + ".metrics.json")
+
+
+def write_metrics(out: Path, meta: dict[str, Any], metrics: dict[str, Any]) -> None:
+    atomic_write_text(metrics_path(out), json.dumps({**meta, **metrics}, indent=1, default=str))

@@ -1,0 +1,154 @@
+"""The two roles of the gradient exchange as named steps, and ``run_local``.
+
+Steps (numbered as in the package docstring):
+
+* active: :meth:`ActiveRole.start` (1 ``public_key``, 2 ``encrypted_residuals``),
+  :meth:`ActiveRole.decrypt_masked_gradient` (4);
+* passive: :meth:`PassiveRole.accept_key`, :meth:`PassiveRole.mask_gradient` (3),
+  :meth:`PassiveRole.unmask_gradient` (5).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vflcrypto.errors import InputDataError, KeyMismatchError
+from vflcrypto.masking import mask_ciphertexts, unmask_residues
+from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
+from vflcrypto.runtime import AuditTap, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.steps import Next, Role, done, send, then
+from vflcrypto.wire import IntVector
+
+from .messages import (
+    ACTIVE,
+    PASSIVE,
+    DecryptedMaskedGradient,
+    EncryptedResiduals,
+    MaskedGradient,
+    PublicKeyAnnouncement,
+)
+
+__all__ = ["FRAC_BITS", "ActiveRole", "ExchangeResult", "PassiveRole", "masked_gradient", "run_local"]
+
+FRAC_BITS = 32  # fixed-point precision of d and X: 2^-32 ≈ 2.3e-10 per value
+
+
+def masked_gradient(enc_d: PaillierVector, X: np.ndarray) -> tuple[PaillierVector, list[int]]:
+    """[[Xᵀd + R]] with R uniform mod n (one multi-exponentiation per feature); returns it and R."""
+    return mask_ciphertexts(enc_d.dot(X))
+
+
+@dataclass
+class _ActiveState:
+    pass  # the active party sends, decrypts once and is done: nothing to carry between steps
+
+
+class ActiveRole(Role[_ActiveState]):
+    """Holds the residuals ``d`` and the key pair; its result is what it decrypted (its view)."""
+
+    role = ACTIVE
+    State = _ActiveState
+
+    def __init__(self, d: np.ndarray, keys: tuple[PaillierPublicKey, PaillierPrivateKey], *,
+                 name: str = ACTIVE, peer: str = PASSIVE) -> None:
+        super().__init__(name)
+        self.d, (self.pk, self.sk), self.peer = np.asarray(d, dtype=np.float64), keys, peer
+
+    def accepted_keys(self) -> list[PaillierPublicKey]:
+        return [self.pk]  # the masked gradient comes back under our own key
+
+    def start(self) -> Next:
+        """Steps 1-2: publish the public key, send [[d]]."""
+        self.hold("secret_key", self.sk)
+        return then([send(self.peer, PublicKeyAnnouncement(self.pk)),
+                     send(self.peer, EncryptedResiduals(self.pk.encrypt_fixed(self.d, FRAC_BITS)))],
+                    self.peer, MaskedGradient, "decrypt_masked_gradient")
+
+    def decrypt_masked_gradient(self, msg: MaskedGradient) -> Next:
+        """Step 4: decrypt Xᵀd + R mod n (uniform to us) and return it."""
+        if msg.values.public_key != self.pk:
+            raise KeyMismatchError("masked gradient under a foreign key")
+        view = [v % self.pk.n for v in self.sk.decrypt(msg.values)]
+        return done(view, [send(self.peer, DecryptedMaskedGradient(IntVector(view)))])
+
+
+@dataclass
+class _PassiveState:
+    public_key: PaillierPublicKey | None = None
+    mask: IntVector = field(default_factory=IntVector)
+    frac_bits: int = 0
+
+
+class PassiveRole(Role[_PassiveState]):
+    """Holds the feature block ``X``; its result is its gradient Xᵀd."""
+
+    role = PASSIVE
+    State = _PassiveState
+
+    def __init__(self, X: np.ndarray, *, name: str = PASSIVE, peer: str = ACTIVE) -> None:
+        super().__init__(name)
+        self.X, self.peer = np.asarray(X, dtype=np.float64), peer
+
+    def accepted_keys(self) -> list[PaillierPublicKey]:
+        return [self.state.public_key] if self.state.public_key is not None else []
+
+    def start(self) -> Next:
+        return then([], self.peer, PublicKeyAnnouncement, "accept_key")
+
+    def accept_key(self, msg: PublicKeyAnnouncement) -> Next:
+        """Accept ciphertexts under the announced key."""
+        self.state.public_key = msg.public_key
+        return then([], self.peer, EncryptedResiduals, "mask_gradient")
+
+    def mask_gradient(self, msg: EncryptedResiduals) -> Next:
+        """Step 3: [[Xᵀd + R]], R uniform mod n, back to the key holder."""
+        if len(msg.residuals) != self.X.shape[0]:
+            raise InputDataError(f"{len(msg.residuals)} residuals for {self.X.shape[0]} rows: "
+                                 "parties are not aligned")
+        masked, mask = masked_gradient(msg.residuals, self.X)
+        self.state.mask, self.state.frac_bits = IntVector(mask), masked.frac_bits
+        return then([send(self.peer, MaskedGradient(masked))], self.peer, DecryptedMaskedGradient,
+                    "unmask_gradient")
+
+    def unmask_gradient(self, msg: DecryptedMaskedGradient) -> Next:
+        """Step 5: remove R; the result is Xᵀd."""
+        pk = self.state.public_key
+        assert pk is not None  # set by accept_key, the only way to reach this step
+        gradient = unmask_residues(msg.values, self.state.mask, pk.n, self.state.frac_bits)
+        self.hold("gradient", gradient)  # the secret behind the masked gradient (audit ground truth)
+        return done(gradient)
+
+
+@dataclass
+class ExchangeResult:
+    """What a local run returns: the passive party's gradient and the transcript."""
+
+    gradient: np.ndarray
+    transcript: Transcript
+    seconds: float
+    modulus: int
+
+
+def run_local(d: np.ndarray, X: np.ndarray, *, keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
+              key_bits: int = 2048, allow_insecure: bool = False, timeout: float = 120.0,
+              tap: AuditTap | None = None) -> ExchangeResult:
+    """Run both roles in-process over a :class:`LocalNetwork` (a fresh key pair unless ``keys``).
+
+    Keys below 2048 bits need ``allow_insecure=True``; ``tap`` (audits) keeps what each
+    party received and holds.
+    """
+    from vflcrypto.steps import drive
+
+    if keys is None:
+        keys = generate_keypair(key_bits, allow_insecure=allow_insecure)
+    net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint(PASSIVE, PASSIVE)], timeout=timeout,
+                       allow_insecure=allow_insecure, transcript=Transcript(tap))
+    t0 = time.perf_counter()
+    out = run_parties({
+        ACTIVE: lambda: drive(ActiveRole(d, keys), net.channels(ACTIVE)),
+        PASSIVE: lambda: drive(PassiveRole(X), net.channels(PASSIVE)),
+    }, network=net)
+    return ExchangeResult(out[PASSIVE], net.transcript, time.perf_counter() - t0, int(keys[0].n))

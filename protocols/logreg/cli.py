@@ -1,0 +1,178 @@
+"""``vflcrypto train logreg`` (every party in this process) and ``vflcrypto party ... train logreg``.
+
+In-process: the label file (``--coordinator``) holds the ID column and the 0/1 label: it is
+the *active* party (labels, no features). Each ``--party`` file holds the ID column and
+numeric features: the passive parties ``passive-0``, ``passive-1``, ... in the order
+given; ``passive-0`` also gets the intercept. Unless ``--aligned`` says the files already
+list the same IDs in the same order, the rows are first aligned by private set
+intersection. Each party then preprocesses its own columns locally: the rows are split
+into train and test with the public, seeded :func:`vflcrypto.dataio.train_test_split`;
+missing values are imputed with the training-row median and features standardized with
+training-row mean and standard deviation (:func:`vflcrypto.preprocess.local_features`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.dataio import PartyTable, save_model, train_test_split
+from vflcrypto.errors import InputDataError
+from vflcrypto.preprocess import local_features
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, option
+
+from .._train import (
+    TrainOptions,
+    add_party_data_arguments,
+    add_train_options,
+    align_tables,
+    read_own,
+    read_tables,
+    training_rows,
+    write_metrics,
+)
+from .messages import ACTIVE, PASSIVE
+from .roles import run_active, run_local, run_passive
+
+__all__ = ["LogRegConfig", "add_party_arguments", "add_train_arguments", "party_task", "train"]
+
+TEST_FRACTION = 0.2  # the Titanic example's split: the default of both commands
+
+
+@dataclass(frozen=True)
+class LogRegConfig:
+    """Training parameters (the single source of the flags and defaults of both commands)."""
+
+    secure: bool = option(True, "masked logits + Paillier residuals", negative="--plain")
+    steps: int = option(20, "full-batch gradient steps")
+    learning_rate: float = option(0.5, "learning rate", flag="--lr", aliases=("--learning-rate",))
+    preprocess: str = option("standardize", "each feature party imputes medians and standardizes its own "
+                             "columns on its training rows, passive-0 adds the intercept; none: as given",
+                             choices=("standardize", "none"))
+
+
+def _blocks(parties: list[PartyTable], train: np.ndarray, preprocess: str) -> list[np.ndarray]:
+    if preprocess == "standardize":
+        return [local_features(t.X, train, intercept=k == 0) for k, t in enumerate(parties)]
+    blocks = [t.X for t in parties]
+    if not all(np.all(np.isfinite(b)) for b in blocks):
+        raise InputDataError("features must be finite with --preprocess none (impute first)")
+    return blocks
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--coordinator", required=True, metavar="Y.csv", help="the label holder's CSV (ID column + label)")
+    p.add_argument("--party", action="append", default=[], metavar="X.csv",
+                   help="a feature party's CSV (repeat; the first also gets the intercept)")
+    p.add_argument("--id-column", required=True, metavar="ID")
+    p.add_argument("--label", required=True, metavar="COL")
+    add_config_arguments(p, LogRegConfig)
+    add_train_options(p, test_fraction=TEST_FRACTION)
+    p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+
+
+def train(args: argparse.Namespace) -> int:
+    from vflcrypto.spec import config_from_args
+
+    cfg: LogRegConfig = config_from_args(LogRegConfig, args)
+    opts: TrainOptions = config_from_args(TrainOptions, args)
+    t0 = time.perf_counter()
+    tables = read_tables(args.coordinator, args.party, args.id_column, args.label, label_party_features=False)
+    tables, align_bytes = align_tables(tables, [str(p) for p in [args.coordinator, *args.party]],
+                                       aligned=opts.aligned)
+    coord, parties = tables[0], tables[1:]
+    y = coord.label
+    if y is None or not np.all((y == 0) | (y == 1)):
+        raise InputDataError(f"label {args.label!r} must be 0/1")
+    tr, te = train_test_split(len(y), opts.test_fraction, opts.split_seed)
+    if len(tr) == 0:
+        raise InputDataError("no training rows")
+    blocks = _blocks(parties, tr, cfg.preprocess)
+    ids_train = [list(coord.ids)[i] for i in tr]
+    res = run_local([b[tr] for b in blocks], y[tr], [b[te] for b in blocks] if len(te) else None,
+                    y[te] if len(te) else None, secure=cfg.secure, steps=cfg.steps,
+                    learning_rate=cfg.learning_rate, key_bits=opts.key_bits,
+                    allow_insecure=opts.allow_insecure, timeout=opts.timeout,
+                    ids_train=[ids_train] * (len(parties) + 1))
+    a = res.active
+    bytes_sent = {("coordinator" if k == ACTIVE else k): v for k, v in res.bytes_sent.items()}
+    summary = {"train_loss": a.train_loss, "test_loss": a.test_loss, "test_accuracy": a.test_accuracy,
+               "steps": cfg.steps, "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
+               "secure": cfg.secure, "rows": {"train": len(tr), "test": len(te)}, "alignment_bytes": align_bytes}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    mode = "secure" if cfg.secure else "plain"
+    print(f"{mode} vertical logistic regression: {len(tr)} train / {len(te)} test rows, "
+          f"{len(parties)} feature parties, {cfg.steps} steps at lr {cfg.learning_rate}")
+    print(f"  loss {a.loss_history[0]:.4f} -> train loss {a.train_loss:.4f}" if a.loss_history
+          else f"  train loss {a.train_loss:.4f}")
+    if a.test_loss is not None:
+        print(f"  test loss {a.test_loss:.4f}, test accuracy {a.test_accuracy:.1%}")
+    print(f"  bytes sent: {bytes_sent}; {summary['seconds']:.1f} s")
+    return 0
+
+
+# --------------------------------------------------------------------------- network party
+
+
+def add_party_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_data_arguments(p)
+    add_config_arguments(p, LogRegConfig)
+    add_train_options(p, test_fraction=TEST_FRACTION)
+
+
+def needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:
+    """Secure feature parties sign their key shares with their pinned identity keys."""
+    return bool(args.secure) and ctx.role == PASSIVE
+
+
+def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from vflcrypto.spec import config_from_args
+
+    cfg: LogRegConfig = config_from_args(LogRegConfig, args)
+    opts: TrainOptions = config_from_args(TrainOptions, args)
+    me, role = ctx.me, ctx.role
+    passives = ctx.names(PASSIVE)
+    table = read_own(args, ctx, label_role=ACTIVE)
+    table, _ = training_rows(args, ctx, table)
+    tr, te = train_test_split(len(table), opts.test_fraction, opts.split_seed)
+    ids_tr = [table.ids[i] for i in tr]
+    if role == ACTIVE:
+        assert table.label is not None  # read_own requires it at the active party
+        res = run_active(ctx.only(passives), table.label[tr], table.label[te] if len(te) else None,
+                         parties=passives, secure=cfg.secure, steps=cfg.steps, learning_rate=cfg.learning_rate,
+                         key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, ids_train=ids_tr)
+        summary: dict[str, Any] = {"loss_history": res.loss_history, "train_loss": res.train_loss,
+                                   "test_loss": res.test_loss, "test_accuracy": res.test_accuracy,
+                                   "secure": cfg.secure}
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            save_model(out, {**meta, **summary}, {"train_probabilities": res.train_probabilities})
+            write_metrics(out, meta, summary)
+
+        return PartyOutcome(summary, write)
+    X = _blocks([table], tr, cfg.preprocess)[0] if cfg.preprocess != "standardize" else \
+        local_features(table.X, tr, intercept=me == passives[0])
+    kw: dict[str, Any] = {}
+    peers = [ACTIVE]
+    if cfg.secure:
+        others = [p for p in passives if p != me]
+        kw["identity"] = ctx.identity()
+        kw["peer_identities"] = {p: Ed25519PublicKey.from_public_bytes(ctx.peer_identity(p)) for p in others}
+        peers += others
+    pres = run_passive(ctx.only(peers), me, X[tr], X[te] if len(te) else None, ids_train=ids_tr, **kw)
+    summary = {"weights": [float(w) for w in pres.weights], "columns": list(table.columns)}
+
+    def write_weights(out: Path, meta: dict[str, Any]) -> None:
+        save_model(out, {**meta, "columns": list(table.columns)}, {"weights": pres.weights})
+
+    return PartyOutcome(summary, write_weights)

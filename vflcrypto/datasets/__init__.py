@@ -1,0 +1,1 @@
+"""Example data bundled with vflcrypto (no download): Titanic, bank/shop, synthetic splits."""

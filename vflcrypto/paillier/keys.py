@@ -1,0 +1,421 @@
+"""Paillier keys: generation, the public key (DJN encryption) and the private key (CRT).
+
+Holds :class:`PaillierPublicKey` (``n``, fingerprint, modulus checks, the per-key-object
+obfuscation base ``hs``, public-key encryption), :class:`PaillierPrivateKey` (CRT
+decryption, decompression, faster key-holder encryption, ``phe`` interop),
+:func:`generate_keypair` with :func:`_random_prime`, and the key sizes
+:data:`DEFAULT_KEY_BITS` / :data:`MIN_KEY_BITS`. Keys build and decrypt vectors, so this
+is the top module of the package: it imports :mod:`.vector` and :mod:`.compress`, never
+the other way round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import gmpy2
+import numpy as np
+from gmpy2 import mpz
+
+from .. import parallel
+from ..encoding import DEFAULT_FRAC_BITS, PackingSpec, decode_fixed, encode_ints, pack, to_fixed_ints, unpack
+from ..errors import DecodeError, EncodingError, EncodingOverflowError, InsecureParameterError, KeyMismatchError
+from .blocks import (
+    _CHUNKS_PER_WORKER,
+    _cost_scale,
+    _exp_bytes,
+    ciphertext_width,
+    ciphertexts_from_bytes,
+    ciphertexts_to_bytes,
+)
+from .compress import CompressedVector
+from .fixed_base import _FixedBase
+from .kernels import _CrtDecryptor, _CrtEncryptor, _obfuscate_public, _w_decrypt, _w_encrypt_private, _w_encrypt_public
+from .vector import PaillierVector
+
+__all__ = ["DEFAULT_KEY_BITS", "MIN_KEY_BITS", "PaillierPrivateKey", "PaillierPublicKey", "generate_keypair"]
+
+DEFAULT_KEY_BITS = 2048  # ~112-bit security (NIST SP 800-57 for 2048-bit factoring moduli)
+MIN_KEY_BITS = 2048
+
+
+def _fingerprint(n: int) -> str:
+    nb = int(n).to_bytes((int(n).bit_length() + 7) // 8, "big")
+    return hashlib.sha256(b"vflcrypto.paillier.pk\x00" + nb).hexdigest()[:32]
+
+
+def _check_modulus(n: int, allow_insecure: bool) -> None:
+    if not isinstance(n, int | type(mpz(0))) or n < 15 or n % 2 == 0:
+        raise InsecureParameterError("Paillier modulus must be an odd integer > 15")
+    if int(n).bit_length() < MIN_KEY_BITS and not allow_insecure:
+        raise InsecureParameterError(
+            f"{int(n).bit_length()}-bit Paillier modulus is below the minimum of {MIN_KEY_BITS}"
+        )
+
+
+class PaillierPublicKey:
+    """A Paillier public key ``n`` (``g = n + 1``), with lazily built DJN tables.
+
+    Equality and hashing are by ``n``. Each key *object* draws its own obfuscation base
+    ``hs`` on first use, so a received key never imports another party's randomness.
+    """
+
+    def __init__(self, n: int, *, allow_insecure: bool = False) -> None:
+        _check_modulus(n, allow_insecure)
+        self.n = mpz(n)
+        self.nsquare = self.n * self.n
+        self.bits = int(n).bit_length()
+        self.fingerprint = _fingerprint(int(n))
+        self.max_int = int(self.n) // 3
+        self._exp_bytes = _exp_bytes(self.bits)
+        self._lock = threading.Lock()
+        self._hs: mpz | None = None
+        self._fb: _FixedBase | None = None
+
+    # ----------------------------------------------------------------- basics
+    def __repr__(self) -> str:
+        return f"PaillierPublicKey(bits={self.bits}, fingerprint={self.fingerprint})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PaillierPublicKey) and self.n == other.n
+
+    def __hash__(self) -> int:
+        return hash(("paillier.pk", int(self.n)))
+
+    @property
+    def ciphertext_bytes(self) -> int:
+        """Width of one serialized ciphertext."""
+        return ciphertext_width(self.n)
+
+    def to_bytes(self) -> bytes:
+        """``n`` as big-endian bytes."""
+        return int(self.n).to_bytes((self.bits + 7) // 8, "big")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, allow_insecure: bool = False) -> PaillierPublicKey:
+        """Parse :meth:`to_bytes`; refuses even or undersized moduli."""
+        if not isinstance(data, bytes | bytearray) or not data:
+            raise DecodeError("malformed Paillier public key")
+        return cls(int.from_bytes(data, "big"), allow_insecure=allow_insecure)
+
+    # ----------------------------------------------------------------- DJN base
+    @property
+    def hs(self) -> mpz:
+        """The obfuscation base ``(-x**2)**n mod n**2`` (drawn once per key object)."""
+        if self._hs is None:
+            with self._lock:
+                if self._hs is None:
+                    while True:
+                        x = mpz(secrets.randbelow(int(self.n) - 2) + 2)
+                        if gmpy2.gcd(x, self.n) == 1:
+                            break
+                    h = (-x * x) % self.n
+                    self._hs = gmpy2.powmod(h, self.n, self.nsquare)
+        return self._hs
+
+    def _fixed_base(self) -> _FixedBase:
+        if self._fb is None:
+            hs = self.hs
+            with self._lock:
+                if self._fb is None:
+                    self._fb = _FixedBase(hs, (self.nsquare,), self._exp_bytes)
+        return self._fb
+
+    def _fixed_table(self) -> list[list[mpz]]:
+        """The in-process fixed-base table (built now if needed, at its current window)."""
+        return self._fixed_base().table()
+
+    def _obfuscator(self) -> mpz:
+        return _obfuscate_public(self._fixed_base(), self.n, self.nsquare, [0])[0]
+
+    # ----------------------------------------------------------------- raw encryption
+    def _raw_encrypt(self, ms: Sequence[int]) -> list[mpz]:
+        """Encrypt plaintexts already reduced to ``[0, n)``."""
+        return self._raw_encrypt_blob(ms)[0]
+
+    def _raw_encrypt_blob(self, ms: Sequence[int]) -> tuple[list[mpz], bytes | None]:
+        """:meth:`_raw_encrypt`, plus the serialized ciphertexts when the pool made them."""
+        count = len(ms)
+        cost = int(count * self._exp_bytes * _cost_scale(self.bits))
+        workers = parallel.worker_count()
+        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
+            hs = int(self.hs)
+            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
+            chunks = [(int(self.n), hs, self._exp_bytes, tuple(int(m) for m in ms[a:b]))
+                      for a, b in ranges]
+            blob = b"".join(parallel.parallel_map(_w_encrypt_public, chunks, cost=cost))
+            return ciphertexts_from_bytes(blob, ciphertext_width(self.n)), blob
+        return _obfuscate_public(self._fixed_base(), self.n, self.nsquare, ms), None
+
+    # ----------------------------------------------------------------- encryption API
+    def encrypt(self, values: Sequence[int] | np.ndarray) -> PaillierVector:
+        """Encrypt signed integers (``|v| <= n // 3``; stored mod ``n``)."""
+        cts, blob = self._raw_encrypt_blob(encode_ints(_as_int_array(values), self.n))
+        return PaillierVector._make(self, cts, blob=blob)
+
+    def encrypt_fixed(self, x: np.ndarray | Sequence[float], frac_bits: int | None = None, *,
+                      packing: PackingSpec | None = None) -> PaillierVector:
+        """Encrypt reals as fixed-point with ``frac_bits`` fractional bits (default 32).
+
+        ``x`` is flattened (C order). With ``packing``, values are packed as densely as
+        the key allows (``packing.slots_for(n)`` per ciphertext) and ``frac_bits`` must
+        be ``None`` or equal ``packing.frac_bits``; decrypt with
+        :meth:`PaillierPrivateKey.decrypt_fixed`, which returns the flat values.
+        """
+        return _encrypt_fixed(self, self._raw_encrypt_blob, x, frac_bits, packing)
+
+    def encrypt_packed(self, x: np.ndarray, spec: PackingSpec) -> PaillierVector:
+        """One ciphertext per row of ``x`` (records, slots) with the slots packed per ``spec``.
+
+        A 1-D ``x`` is packed densely, as :meth:`encrypt_fixed` with ``packing=spec``.
+        """
+        return _encrypt_packed(self, self._raw_encrypt_blob, x, spec)
+
+
+def _as_int_array(values: Sequence[int] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(values) if not isinstance(values, np.ndarray) else values
+    if arr.dtype.kind == "f":
+        raise EncodingError("encrypt() takes integers; use encrypt_fixed() for floats")
+    if arr.dtype.kind not in "iuOb":
+        raise EncodingError(f"cannot encrypt dtype {arr.dtype}")
+    return arr.ravel()
+
+
+def _encrypt_fixed(pk: PaillierPublicKey, raw: Any, x: Any, frac_bits: int | None,
+                   packing: PackingSpec | None) -> PaillierVector:
+    if packing is not None:
+        if frac_bits is not None and frac_bits != packing.frac_bits:
+            raise EncodingError("frac_bits differs from the packing's frac_bits")
+        return _encrypt_packed(pk, raw, np.asarray(x).ravel(), packing)
+    fb = DEFAULT_FRAC_BITS if frac_bits is None else frac_bits
+    ms = encode_ints(to_fixed_ints(np.asarray(x).ravel(), fb), pk.n)
+    cts, blob = raw(ms)
+    return PaillierVector._make(pk, cts, frac_bits=fb, blob=blob)
+
+
+def _encrypt_packed(pk: PaillierPublicKey, raw: Any, x: Any, spec: PackingSpec) -> PaillierVector:
+    arr = np.asarray(x)
+    size = None
+    if arr.ndim == 1:
+        size = arr.shape[0]
+        per = spec.slots_for(pk.n)
+        if per < 1:
+            raise EncodingOverflowError("packing slot wider than the key's plaintext space")
+        rows = -(-size // per)
+        padded = np.zeros(rows * per, dtype=np.float64 if arr.dtype.kind == "f" else arr.dtype)
+        padded[:size] = arr
+        arr = padded.reshape(rows, per)
+    elif arr.ndim != 2:
+        raise EncodingError("encrypt_packed expects a 1-D or 2-D array")
+    ms = pack(arr, spec, pk.n)
+    cts, blob = raw(ms)
+    return PaillierVector._make(pk, cts, blob=blob, frac_bits=spec.frac_bits, packing=spec,
+                                slots=arr.shape[1], terms=1, size=size)
+
+
+class PaillierPrivateKey:
+    """A Paillier private key ``(p, q)``: CRT decryption and fast key-holder encryption.
+
+    ``repr`` shows only the fingerprint; there is no wire codec (the key never leaves its
+    owner through a Channel).
+    """
+
+    def __init__(self, public_key: PaillierPublicKey, p: int, q: int) -> None:
+        p, q = mpz(p), mpz(q)
+        if p * q != public_key.n or p == q or p < 3 or q < 3:
+            raise InsecureParameterError("p * q does not match the public key")
+        if q < p:
+            p, q = q, p
+        self.public_key = public_key
+        self._p, self._q = p, q
+        self._dec = _CrtDecryptor(p, q)
+        self._enc: _CrtEncryptor | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PaillierPrivateKey(fingerprint={self.public_key.fingerprint})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PaillierPrivateKey) and self.public_key == other.public_key
+
+    def __hash__(self) -> int:
+        return hash(("paillier.sk", int(self.public_key.n)))
+
+    @property
+    def fingerprint(self) -> str:
+        return self.public_key.fingerprint
+
+    # ----------------------------------------------------------------- phe interop
+    @classmethod
+    def from_phe(cls, phe_private_key: Any, *, allow_insecure: bool = False) -> PaillierPrivateKey:
+        """Build from a ``phe.PaillierPrivateKey`` (same primes, same ``g = n + 1``)."""
+        pk = PaillierPublicKey(int(phe_private_key.public_key.n), allow_insecure=allow_insecure)
+        return cls(pk, int(phe_private_key.p), int(phe_private_key.q))
+
+    def to_phe(self) -> tuple[Any, Any]:
+        """``(phe.PaillierPublicKey, phe.PaillierPrivateKey)`` over the same primes."""
+        import phe
+
+        pub = phe.PaillierPublicKey(int(self.public_key.n))
+        return pub, phe.PaillierPrivateKey(pub, int(self._p), int(self._q))
+
+    # ----------------------------------------------------------------- decryption
+    def _check(self, vec: PaillierVector | CompressedVector) -> None:
+        if vec.public_key != self.public_key:
+            raise KeyMismatchError("vector is encrypted under another key")
+
+    def _raw_decrypt(self, cts: Sequence[mpz]) -> list[int]:
+        count = len(cts)
+        pk = self.public_key
+        cost = int(count * 1.2 * pk.bits * _cost_scale(pk.bits))  # ~2 half-size powmods
+        workers = parallel.worker_count()
+        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
+            w = ciphertext_width(pk.n)
+            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
+            chunks = [(int(self._p), int(self._q), ciphertexts_to_bytes(cts[a:b], w)) for a, b in ranges]
+            out: list[int] = []
+            for part in parallel.parallel_map(_w_decrypt, chunks, cost=cost):
+                out.extend(part)
+            return out
+        return self._dec.decrypt(cts)
+
+    def decrypt(self, vec: PaillierVector) -> list[int]:
+        """Plaintexts of ``vec``: signed ints centred in ``(-n/2, n/2]``.
+
+        For a packed vector, the raw packed plaintexts in ``[0, n)`` (use
+        :meth:`decrypt_fixed` to unpack them).
+        """
+        self._check(vec)
+        raw = self._raw_decrypt(vec._c)
+        return _finish_ints(raw, vec, int(self.public_key.n))
+
+    def decrypt_fixed(self, vec: PaillierVector) -> np.ndarray:
+        """Decode ``vec`` to float64 using its ``frac_bits`` (and packing).
+
+        Packed vectors give shape ``(len(vec), slots)``, or the flat values for a vector
+        made by dense packing. Raises :class:`EncodingOverflowError` on detectable
+        overflow (middle-third residues, slots outside their range, too many additions).
+        """
+        self._check(vec)
+        return _finish_fixed(self._raw_decrypt(vec._c), vec, int(self.public_key.n))
+
+    def decompress_decrypt(self, cvec: CompressedVector) -> list[int]:
+        """Decrypt a :func:`compress`-ed vector: same result as :meth:`decrypt` of the original."""
+        self._check(cvec)
+        return _finish_ints(self._expand(cvec), cvec.source_meta(), int(self.public_key.n))
+
+    def decompress_decrypt_fixed(self, cvec: CompressedVector) -> np.ndarray:
+        """Same result as :meth:`decrypt_fixed` of the vector that was compressed."""
+        self._check(cvec)
+        return _finish_fixed(self._expand(cvec), cvec.source_meta(), int(self.public_key.n))
+
+    def _expand(self, cvec: CompressedVector) -> list[int]:
+        n = int(self.public_key.n)
+        b, per, count, offset = cvec.value_bits, cvec.per_ciphertext, cvec.count, cvec.offset
+        mask = (1 << b) - 1
+        out: list[int] = []
+        for p in self._raw_decrypt(cvec._c):
+            k = min(per, count - len(out))
+            if p >> (b * k):
+                raise EncodingOverflowError("compressed plaintext exceeds its declared width")
+            for _ in range(k):
+                v = p & mask
+                if offset:
+                    if v >> (b - 1):  # guard bit: the value broke its declared bound
+                        raise EncodingOverflowError("compressed value outside its declared bound")
+                    v = (v - offset) % n
+                out.append(v)
+                p >>= b
+        return out
+
+    # ----------------------------------------------------------------- key-holder encryption
+    def _crt(self) -> _CrtEncryptor:
+        if self._enc is None:
+            hs = self.public_key.hs
+            with self._lock:
+                if self._enc is None:
+                    self._enc = _CrtEncryptor(self._p, self._q, hs, self.public_key._exp_bytes)
+        self._enc.fb.prepare(0)  # the initial table (no-op once built)
+        return self._enc
+
+    def _raw_encrypt(self, ms: Sequence[int]) -> list[mpz]:
+        return self._raw_encrypt_blob(ms)[0]
+
+    def _raw_encrypt_blob(self, ms: Sequence[int]) -> tuple[list[mpz], bytes | None]:
+        pk = self.public_key
+        count = len(ms)
+        cost = int(count * pk._exp_bytes * 0.6 * _cost_scale(pk.bits))
+        workers = parallel.worker_count()
+        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
+            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
+            chunks = [(int(self._p), int(self._q), int(pk.hs), pk._exp_bytes,
+                       tuple(int(m) for m in ms[a:b])) for a, b in ranges]
+            blob = b"".join(parallel.parallel_map(_w_encrypt_private, chunks, cost=cost))
+            return ciphertexts_from_bytes(blob, ciphertext_width(pk.n)), blob
+        return self._crt().encrypt(ms), None
+
+    def encrypt(self, values: Sequence[int] | np.ndarray) -> PaillierVector:
+        """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt`."""
+        pk = self.public_key
+        cts, blob = self._raw_encrypt_blob(encode_ints(_as_int_array(values), pk.n))
+        return PaillierVector._make(pk, cts, blob=blob)
+
+    def encrypt_fixed(self, x: np.ndarray | Sequence[float], frac_bits: int | None = None, *,
+                      packing: PackingSpec | None = None) -> PaillierVector:
+        """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt_fixed`."""
+        return _encrypt_fixed(self.public_key, self._raw_encrypt_blob, x, frac_bits, packing)
+
+    def encrypt_packed(self, x: np.ndarray, spec: PackingSpec) -> PaillierVector:
+        """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt_packed`."""
+        return _encrypt_packed(self.public_key, self._raw_encrypt_blob, x, spec)
+
+
+def _finish_ints(raw: list[int], meta: Any, n: int) -> list[int]:
+    if meta.packing is not None:
+        return raw
+    half = n // 2
+    return [v - n if v > half else v for v in raw]
+
+
+def _finish_fixed(raw: list[int], meta: Any, n: int) -> np.ndarray:
+    if meta.packing is None:
+        return decode_fixed(raw, meta.frac_bits, n)
+    vals = unpack(raw, meta.packing, meta.slots, meta.terms)
+    if meta.size is not None:
+        return vals.ravel()[: meta.size]
+    return vals
+
+
+def _random_prime(bits: int) -> mpz:
+    while True:
+        start = mpz(secrets.randbits(bits)) | (mpz(3) << (bits - 2)) | 1
+        p = gmpy2.next_prime(start)
+        if p.bit_length() == bits:
+            return p
+
+
+def generate_keypair(bits: int = DEFAULT_KEY_BITS, *,
+                     allow_insecure: bool = False) -> tuple[PaillierPublicKey, PaillierPrivateKey]:
+    """A fresh keypair with an exactly ``bits``-bit ``n`` (primes from ``secrets``).
+
+    ``bits < MIN_KEY_BITS`` raises :class:`InsecureParameterError` unless
+    ``allow_insecure=True`` (tests only).
+    """
+    if bits < MIN_KEY_BITS and not allow_insecure:
+        raise InsecureParameterError(f"{bits}-bit Paillier keys are below the minimum of {MIN_KEY_BITS}")
+    if bits < 128:
+        raise InsecureParameterError("Paillier keys need at least 128 bits even for tests")
+    pb = bits // 2
+    while True:
+        p = _random_prime(pb)
+        q = _random_prime(bits - pb)
+        n = p * q
+        if p != q and n.bit_length() == bits and gmpy2.gcd(n, (p - 1) * (q - 1)) == 1:
+            break
+    pk = PaillierPublicKey(int(n), allow_insecure=allow_insecure)
+    return pk, PaillierPrivateKey(pk, p, q)
+
