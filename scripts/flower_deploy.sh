@@ -8,7 +8,7 @@ set -euo pipefail
 # shellcheck source=scripts/flower_common.sh
 source "$(dirname "$0")/flower_common.sh"
 
-NODES=3
+NODES=${NODES:-3}
 LINK_PORT="$(free_port)"   # SuperLink: Fleet, Control and runtime HTTP APIs share one port
 
 flower-superlink --insecure --isolation subprocess --disable-runtime-dependency-installation \

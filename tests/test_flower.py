@@ -1,19 +1,22 @@
 """The Flower App (flower/) end to end, through the same scripts the README documents.
 
-* ``scripts/flower_simulate.sh``: ``flwr run`` local simulation (3 simulated SuperNodes).
-  The secure protocol runs with a 1024-bit key: the run config (``key-bits``) reaches the
-  ClientApps under ``flwr run`` (``flwr.simulation.run_simulation`` has no run config, so
-  it cannot exercise the secure mode with a short test key).
-* ``scripts/flower_deploy.sh``: a real SuperLink + 3 SuperNodes on loopback.
+One app runs every protocol of the registry (run config ``protocol``):
 
-Each test checks the printed losses against the same protocol math computed here in
-plaintext, and that a failed run makes the script exit non-zero (``flwr run --stream``
-itself exits 0). The scripts kill everything they start; on a timeout the test sends
-SIGTERM (the script's trap cleans up) before SIGKILL.
+* ``scripts/flower_simulate.sh``: ``flwr run`` local simulation (``NODES`` simulated
+  SuperNodes). Small keys go through the run config (``key-bits``, ``allow-insecure``),
+  which reaches the ClientApps under ``flwr run``.
+* ``scripts/flower_deploy.sh``: a real SuperLink + SuperNodes on loopback.
+
+Each test compares the run with ``run_local`` of the same protocol on the same example
+data (the printed lines, and every party's own output file in ``out-dir``), and checks
+that a failed run makes the script exit non-zero (``flwr run --stream`` itself exits 0).
+The scripts kill everything they start; on a timeout the test sends SIGTERM (the
+script's trap cleans up) before SIGKILL.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +27,7 @@ import numpy as np
 import pytest
 from vflcrypto.protocols import logreg as lr
 
+from vflcrypto.cli import main
 from vflcrypto.metrics import accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,13 +60,14 @@ def expected_lines(steps: int, mode: str, learning_rate: float = 0.5) -> list[st
     return lines
 
 
-def run_script(name: str, *overrides: str, tmp: Path, timeout: float = 240) -> tuple[int, str]:
+def run_script(name: str, *overrides: str, tmp: Path, timeout: float = 240, nodes: int = 3) -> tuple[int, str]:
     """Run scripts/<name> with run-config overrides; return (exit code, stdout+stderr).
 
     ``tmp`` holds the script's private FLWR_HOME (kept on failure). Not via TMPDIR: Ray
     creates AF_UNIX sockets (max 107 bytes) under TMPDIR and pytest's paths are long.
     """
-    env = dict(os.environ, VENV=sys.prefix, FLWR_WORKDIR=str(tmp), FLWR_TIMEOUT=str(int(timeout - 60)))
+    env = dict(os.environ, VENV=sys.prefix, FLWR_WORKDIR=str(tmp), FLWR_TIMEOUT=str(int(timeout - 60)),
+               NODES=str(nodes))
     proc = subprocess.Popen(["bash", str(SCRIPTS / name), *overrides], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -78,12 +83,37 @@ def run_script(name: str, *overrides: str, tmp: Path, timeout: float = 240) -> t
     return proc.returncode, out
 
 
-def test_simulation_secure_matches_plaintext_math(tmp_path: Path) -> None:
-    rc, out = run_script("flower_simulate.sh", "secure=true", "key-bits=1024", "steps=3", tmp=tmp_path)
+def _outputs(tmp: Path) -> dict[str, object]:
+    return {p.stem: json.loads(p.read_text()) for p in (tmp / "out").glob("*.json")}
+
+
+def test_simulation_secure_logreg_matches_run_local(tmp_path: Path) -> None:
+    rc, out = run_script("flower_simulate.sh", "secure=true", "key-bits=1024", "allow-insecure=true", "steps=3",
+                         f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path)
     assert rc == 0, out[-3000:]
     for line in expected_lines(3, "secure"):
         assert line in out, f"missing {line!r} in:\n{out[-3000:]}"
     assert "status: finished:completed" in out
+    data = lr.titanic_parties(seed=0)
+    local = lr.run_local(list(data.X_train), data.y_train, list(data.X_test), data.y_test, secure=True,
+                         steps=3, key_bits=1024, allow_insecure=True)
+    got = _outputs(tmp_path)
+    for k in range(3):  # every feature party's own weights, as run_local's
+        np.testing.assert_allclose(got[f"passive-{k}"]["weights"], local.passives[f"passive-{k}"].weights,
+                                   rtol=1e-9, atol=1e-12)
+    steps = [e["step_name"] for e in got["transcript"]["transcript"] if e["event"] == "send"]
+    assert {"start", "collect_logits", "mask_gradient", "apply_gradient"} <= set(steps)
+    assert main(["audit", "--transcript", str(tmp_path / "out" / "transcript.json")]) == 0
+
+
+def test_simulation_exchange_matches_run_local(tmp_path: Path) -> None:
+    from vflcrypto.protocols import exchange
+
+    rc, out = run_script("flower_simulate.sh", "protocol='exchange'", "key-bits=1024", "allow-insecure=true",
+                         "rows=120", "features=4", f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=1)
+    assert rc == 0, out[-3000:]
+    d, X = exchange.example(120, 4)
+    np.testing.assert_allclose(_outputs(tmp_path)["passive"], X.T @ d, rtol=1e-8)
 
 
 def test_simulation_failure_is_reported(tmp_path: Path) -> None:

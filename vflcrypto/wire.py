@@ -59,6 +59,7 @@ __all__ = [
     "encode_value",
     "message_kind",
     "message_type",
+    "peek_frame",
     "register_codec",
     "register_message",
 ]
@@ -418,14 +419,7 @@ def encode_frame(msg: Any, *, seq: int, run_id: str = "", mac_key: bytes | None 
     return MAGIC + bytes([WIRE_VERSION]) + _tag(body, mac_key) + body
 
 
-def decode_frame(
-    data: bytes,
-    *,
-    ctx: DecodeContext | None = None,
-    mac_key: bytes | None = None,
-    max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-) -> Frame:
-    """Check and decode one frame; raise :class:`DecodeError` or :class:`ProtocolError`."""
+def _checked_body(data: Any, mac_key: bytes | None, max_bytes: int) -> list[Any]:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise DecodeError("frame must be bytes")
     data = bytes(data)
@@ -445,9 +439,29 @@ def decode_frame(
     parts = _unpack(body)
     if not (isinstance(parts, list) and len(parts) == 4):
         raise DecodeError("malformed frame body")
-    kind, seq, run_id, fields = parts
+    kind, seq, run_id, _fields = parts
     if not isinstance(kind, str) or not isinstance(seq, int) or not isinstance(run_id, str):
         raise DecodeError("malformed frame header")
+    return parts
+
+
+def peek_frame(data: bytes, *, mac_key: bytes | None = None,
+               max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> tuple[str, str]:
+    """(kind, run id) of a frame, integrity checked, fields left undecoded (for relays)."""
+    kind, _seq, run_id, _fields = _checked_body(data, mac_key, max_bytes)
+    message_type(kind)  # a kind nobody registered is refused here too
+    return kind, run_id
+
+
+def decode_frame(
+    data: bytes,
+    *,
+    ctx: DecodeContext | None = None,
+    mac_key: bytes | None = None,
+    max_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+) -> Frame:
+    """Check and decode one frame; raise :class:`DecodeError` or :class:`ProtocolError`."""
+    kind, seq, run_id, fields = _checked_body(data, mac_key, max_bytes)
     cls = message_type(kind)
     message = _build_dataclass(cls, fields, ctx or DecodeContext(), kind)
     return Frame(kind=kind, seq=seq, run_id=run_id, message=message)

@@ -1,37 +1,35 @@
-"""ServerApp: the active party (labels, coordinator of the loop, Paillier key owner).
+"""ServerApp: plays the protocol's server party and delivers every frame between the parties.
 
-Drives the protocol of :mod:`vflcrypto.protocols.logreg` over Flower messages: each
-message carries one declared ``logreg.*`` frame. A missing or failed reply aborts the run
-with an exception (so the run's final status is a failure).
+It runs its own role in-process and relays frames: a frame for a ClientApp party goes to
+that party's SuperNode in one ``train.step`` message (all deliverable frames of a round
+in parallel, one per node); the frames in the replies are queued per (receiver, sender),
+in order, like a Channel. Frames between two ClientApps are forwarded only for the kinds
+the protocol declares ``relayed``. Every frame is recorded in a transcript (``out-dir``
+/transcript.json), so ``vflcrypto audit --transcript`` works on a Flower run. A failed,
+silent or deadlocked party aborts the run with an exception (the run then fails).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
+from typing import Any
 
-import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
-from vflcrypto.protocols import logreg as lr
 
 from vflcrypto.errors import PeerTimeoutError, ProtocolError
-from vflcrypto.metrics import accuracy
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.wire import KeyRing
+from vflcrypto.transcript import Endpoint, Transcript
+from vflcrypto.wire import DecodeContext, decode_frame, message_kind, peek_frame
 
-from .task import load_labels, pack, party_name, unpack
+from .task import client_parties, frame, protocol, read_reply, request, role_config, write_output
 
 app = ServerApp()
-POLL_INTERVAL = 0.1  # seconds between pulls of the replies (loopback/LAN SuperLink)
+POLL_INTERVAL = 0.05  # seconds between pulls of the replies (loopback/LAN SuperLink)
 
 
-def _exchange(grid: Grid, contents: dict[int, RecordDict], mtype: str, timeout: float
-              ) -> dict[int, RecordDict]:
-    """Send one message per node and wait for every reply (error or silence aborts).
-
-    Polls with :data:`POLL_INTERVAL` instead of ``grid.send_and_receive`` (which sleeps 3 s
-    between pulls of a deployed SuperLink): the protocol is many short sequential rounds.
-    """
+def _exchange(grid: Grid, contents: dict[int, RecordDict], mtype: str, timeout: float) -> dict[int, RecordDict]:
+    """Send one message per node and wait for every reply (an error or silence aborts)."""
     msgs = [Message(c, dst_node_id=n, message_type=mtype) for n, c in contents.items()]
     pending = set(grid.push_messages(msgs))
     replies: list[Message] = []
@@ -54,87 +52,100 @@ def _exchange(grid: Grid, contents: dict[int, RecordDict], mtype: str, timeout: 
     return out
 
 
-@app.main()
-def main(grid: Grid, context: Context) -> None:
-    cfg = context.run_config
-    secure = bool(cfg.get("secure", False))
-    steps, rate = int(cfg.get("steps", 20)), float(cfg.get("learning-rate", 0.5))
-    key_bits, timeout = int(cfg.get("key-bits", 2048)), float(cfg.get("timeout", 120.0))
-    num = int(cfg.get("num-parties", 3))
-    run = str(context.run_id)
-    data = load_labels(int(cfg.get("seed", 0)))
-    y, yt = data.y_train, data.y_test
-
+def _nodes(grid: Grid, parties: list[str], timeout: float) -> dict[str, int]:
+    """Wait for the SuperNodes and ask each which party it plays."""
     deadline = time.monotonic() + timeout
     nodes: list[int] = []
-    while len(nodes) < num and time.monotonic() < deadline:
+    while len(nodes) < len(parties) and time.monotonic() < deadline:
         nodes = sorted(grid.get_node_ids())
-        time.sleep(0.5 if len(nodes) < num else 0)
-    if len(nodes) < num:
-        raise PeerTimeoutError(f"only {len(nodes)} of {num} SuperNodes joined within {timeout:g} s")
-    nodes = nodes[:num]
+        time.sleep(0.5 if len(nodes) < len(parties) else 0)
+    if len(nodes) < len(parties):
+        raise PeerTimeoutError(f"only {len(nodes)} of {len(parties)} SuperNodes joined within {timeout:g} s")
+    hello = _exchange(grid, {n: RecordDict({"c": ConfigRecord({})}) for n in nodes}, "query.hello", timeout)
+    node_of = {str(c["c"]["party"]): n for n, c in hello.items() if c["c"]["party"]}
+    missing = [p for p in parties if p not in node_of]
+    if missing:
+        raise ProtocolError(f"no SuperNode plays {missing} (check each node's partition-id)")
+    return node_of
 
-    pk = sk = None
-    ring = KeyRing()
-    if secure:
-        pk, sk = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
-        ring.add(pk)
-    # Which node is which party: nodes announce nothing; the setup reply is checked below.
-    names = [party_name(k) for k in range(num)]
-    setup = lr.Setup(secure=secure, steps=steps, learning_rate=rate, n_train=len(y), n_test=len(yt),
-                     parties=tuple(names), ids_digest=lr.rows_digest(None, len(y)), public_key=pk)
-    replies = _exchange(grid, {n: pack(setup, lr.ACTIVE, run) for n in nodes}, "query.setup", timeout)
-    who = {n: str(c["c"]["sender"]) for n, c in replies.items()}
-    if sorted(who.values()) != names:
-        raise ProtocolError(f"SuperNodes are {sorted(who.values())}, expected {names} "
-                            "(check each node's partition-id)")
-    node_of = {name: n for n, name in who.items()}
-    for c in replies.values():
-        unpack(c, lr.Ack, sender_role=lr.PASSIVE, receiver_role=lr.ACTIVE, run_id=run)
 
-    if secure:  # relay identity keys, then the signed X25519 shares (declared passive -> passive)
-        ids = {who[n]: bytes(c["identity"]["key"]) for n, c in replies.items()}
-        shares = _exchange(grid, {n: RecordDict({"ids": ConfigRecord(ids)}) for n in nodes},
-                           "query.keyshare", timeout)
-        inbox = {
-            n: RecordDict({who[src]: ConfigRecord({"frame": c[who[n]]["frame"]})
-                           for src, c in shares.items() if src != n})
-            for n in nodes
-        }
-        for c in _exchange(grid, inbox, "query.keyagree", timeout).values():
-            unpack(c, lr.Ack, sender_role=lr.PASSIVE, receiver_role=lr.ACTIVE, run_id=run)
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    cfg = role_config(context)
+    run_id, timeout = cfg["_run-id"], float(cfg.get("timeout", 120.0))
+    spec, fl = protocol(cfg)
+    roles = fl.parties(cfg)
+    me, clients = fl.server_party, client_parties(fl, cfg)
+    node_of = _nodes(grid, clients, timeout)
+    transcript = Transcript()
+    ep = {p: Endpoint(p, r) for p, r in roles.items()}
+    mail: dict[tuple[str, str], deque[tuple[bytes, str]]] = {}  # (receiver, sender) -> (frame, sending step)
+    waits: dict[str, tuple[str, str] | None] = {}  # client -> (peer, kind) it waits for; None = done
 
-    def gather(action: str, step: int, rows: int) -> np.ndarray:
-        req = pack(lr.Request(action, step), lr.ACTIVE, run)
-        out = _exchange(grid, {n: req for n in nodes}, "train.logits", timeout)
-        kind = lr.MaskedLogits if secure else lr.Logits
-        parts = [unpack(out[node_of[p]], kind, sender_role=lr.PASSIVE, receiver_role=lr.ACTIVE,
-                        run_id=run).values for p in names]
-        if any(v.shape != (rows,) for v in parts):
-            raise ProtocolError("logits of the wrong length")
-        return lr.unmask_sum(parts) if secure else np.sum(parts, axis=0)
+    role = fl.make_role(me, cfg)
 
-    for t in range(steps):
-        _, r, loss = lr.residuals(gather("step", t, len(y)), y)
-        if secure:
-            enc = pack(lr.EncryptedResidual(t, lr.encrypt_residual(sk, r)), lr.ACTIVE, run)
-            grads = _exchange(grid, {n: enc for n in nodes}, "train.residual", timeout)
-            replies_g = {}
-            for n, c in grads.items():
-                mg = unpack(c, lr.MaskedGradient, sender_role=lr.PASSIVE, receiver_role=lr.ACTIVE,
-                            run_id=run, keyring=ring, allow_insecure=key_bits < 2048)
-                replies_g[n] = pack(lr.GradientReply(t, lr.decrypt_masked(sk, mg.values)), lr.ACTIVE, run)
-            acks = _exchange(grid, replies_g, "train.gradient", timeout)
-        else:
-            res = pack(lr.Residual(t, r), lr.ACTIVE, run)
-            acks = _exchange(grid, {n: res for n in nodes}, "train.residual", timeout)
-        for c in acks.values():
-            if unpack(c, lr.Ack, sender_role=lr.PASSIVE, receiver_role=lr.ACTIVE, run_id=run).step != t:
-                raise ProtocolError("acknowledgement for the wrong step")
-        print(f"[vflcrypto] step {t:2d} loss {loss:.4f}", flush=True)
+    def route(sender: str, step: str, to: str, data: bytes) -> None:
+        kind, frame_run = peek_frame(data)
+        if frame_run != run_id:
+            raise ProtocolError(f"{sender} sent a frame of another run")
+        if sender != me and to != me and kind not in fl.relayed:
+            raise ProtocolError(f"{sender} -> {to}: {kind} may not be relayed through the ServerApp")
+        if to not in roles:
+            raise ProtocolError(f"{sender} sent {kind} to unknown party {to}")
+        transcript.record("send", 0, ep[sender], ep[to], kind, len(data), step)
+        if sender != me and to != me:  # the relay sees the frame: the audit lists it for the ServerApp's party
+            transcript.record("recv", 0, ep[sender], ep[me], kind, len(data), "relay")
+        mail.setdefault((to, sender), deque()).append((data, step))
 
-    p_train = lr.sigmoid(gather("predict-train", steps, len(y)))
-    p_test = lr.sigmoid(gather("predict-test", steps, len(yt)))
-    print(f"[vflcrypto] {'secure' if secure else 'plain'}: train loss {lr.bce_loss(y, p_train):.4f}, "
-          f"test loss {lr.bce_loss(yt, p_test):.4f}, test accuracy {accuracy(yt, p_test):.4f}",
-          flush=True)
+    def own_sends(step: str, sends: Any) -> None:
+        for to, msg in sends:
+            route(me, step, to, frame(msg, run_id))
+
+    # start: the server's role and every client's (their first sends, their first waits)
+    nxt = role.start()
+    own_sends("start", nxt.sends)
+    for content in _exchange(grid, {node_of[c]: RecordDict({"c": ConfigRecord({"start": True})}) for c in clients},
+                             "train.step", timeout).values():
+        party, step, frames, wait = read_reply(content)
+        for to, data in frames:
+            route(party, step, to, data)
+        waits[party] = wait
+    result: Any = None
+    while True:
+        # run the server's role as far as the queued frames allow
+        while nxt.wait is not None and mail.get((me, nxt.wait.peer)):
+            data, _ = mail[(me, nxt.wait.peer)].popleft()
+            got = decode_frame(data, ctx=DecodeContext(role.keyring(), bool(cfg.get("allow-insecure", False))))
+            if got.kind != message_kind(nxt.wait.kind):
+                raise ProtocolError(f"{me} expected {message_kind(nxt.wait.kind)} from {nxt.wait.peer}, got {got.kind}")
+            transcript.record("recv", 0, ep[nxt.wait.peer], ep[me], got.kind, len(data), nxt.wait.step)
+            wait = nxt.wait
+            nxt = role.step(wait, got.message)
+            own_sends(wait.step, nxt.sends)
+        if nxt.wait is None:
+            result = nxt.result
+        # one frame to every client that can take one now
+        batch: dict[int, RecordDict] = {}
+        for c in clients:
+            w = waits.get(c)
+            if w is not None and mail.get((c, w[0])):
+                data, _ = mail[(c, w[0])].popleft()
+                kind, _ = peek_frame(data)
+                transcript.record("recv", 0, ep[w[0]], ep[c], kind, len(data), "")
+                batch[node_of[c]] = request(data, w[0], "")
+        if not batch:
+            if nxt.wait is None and all(w is None for w in waits.values()):
+                break
+            pending = {p: w for p, w in waits.items() if w is not None}
+            raise ProtocolError(f"{spec.name}: no party can proceed (server waits on "
+                                f"{None if nxt.wait is None else nxt.wait.peer}, clients on {pending})")
+        for content in _exchange(grid, batch, "train.step", timeout).values():
+            party, step, frames, wait = read_reply(content)
+            for to, data in frames:
+                route(party, step, to, data)
+            waits[party] = wait
+    summary = fl.summary({me: result}, cfg)
+    for line in summary.get("lines", []):
+        print(line, flush=True)
+    write_output(cfg, me, {"summary": summary, "result": result})
+    write_output(cfg, "transcript", {"protocol": spec.name, "run_id": run_id, "transcript": transcript.to_dict()})

@@ -1,88 +1,129 @@
-"""Shared pieces of the Flower App: data partitions, framing, and node state.
+"""What the ServerApp and the ClientApp share: the protocol, the parties, framing, node state.
 
-Every Flower message carries exactly one declared ``logreg.*`` message of
-:mod:`vflcrypto.protocols.logreg`, framed and validated by :mod:`vflcrypto.wire`
-(typed fields, Paillier ciphertexts checked against the receiver's accepted key), so the
-Flower transport exchanges only the protocol's declared messages. Role code in
-``server_app.py`` / ``client_app.py`` stays thin: the math is the protocol module's.
+One Flower App runs every protocol of the registry (run config ``protocol``). The
+ServerApp plays the protocol's ``SPEC.flower.server_party``; SuperNode ``partition-id = k``
+plays the k-th of the other parties. Both sides run the protocol's own
+:class:`~vflcrypto.steps.Role` classes (the same named steps as ``run_local`` and the
+network parties), so there is no second copy of any role.
 
-A SuperNode's party state lives in ``context.state`` (a message may run in a fresh
-process): weights in an ``ArrayRecord``, seeds, ephemeral keys, gradient masks and the
-Paillier public key as bytes in a ``ConfigRecord``.
+Every Flower message carries one declared message framed by :mod:`vflcrypto.wire` (typed
+fields, ciphertexts checked against the receiver's accepted keys on decode); a ClientApp's
+reply carries the frames its step produced, each one declared and framed on its own.
+Frames between two ClientApps travel through the ServerApp, which sees them: only the
+kinds the spec lists as ``relayed`` (with why the ServerApp's party may see them) are
+forwarded. A SuperNode's role state lives in ``context.state`` (a message may run in a
+fresh process): the role's state dataclass as wire bytes, and what it waits for next.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, RecordDict
-from vflcrypto.protocols import logreg as lr
+from flwr.app import ConfigRecord, Context, RecordDict
+from vflcrypto.protocols import get
 
-from vflcrypto.errors import ProtocolError
-from vflcrypto.leakage import declaration_for
-from vflcrypto.wire import DecodeContext, KeyRing, decode_frame, encode_frame, message_kind
+from vflcrypto.errors import ConfigurationError, ProtocolError
+from vflcrypto.spec import FlowerSpec, ProtocolSpec
+from vflcrypto.steps import Next, Recv
+from vflcrypto.wire import encode_frame, message_kind, message_type
 
-FRAME = "frame"
-STATE = "logreg"
-WEIGHTS = "logreg-weights"
-
-
-def party_name(partition_id: int) -> str:
-    return f"{lr.PASSIVE}-{partition_id}"
+STATE = "vflcrypto-role"  # context.state record of a SuperNode's role
+FRAME, SENDER, STEP = "frame", "sender", "step"
 
 
-def load_party(partition_id: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The feature block of passive party ``partition_id`` of the Titanic example."""
-    data = lr.titanic_parties(seed=seed)
-    if not 0 <= partition_id < len(data.X_train):
-        raise ValueError(f"partition-id {partition_id} out of range (0..{len(data.X_train) - 1})")
-    return data.X_train[partition_id], data.X_test[partition_id]
+def protocol(run_config: Mapping[str, Any]) -> tuple[ProtocolSpec, FlowerSpec]:
+    spec = get(str(run_config.get("protocol", "logreg")))
+    if spec.flower is None:
+        raise ConfigurationError(f"protocol {spec.name!r} has no Flower App")
+    return spec, spec.flower
 
 
-def load_labels(seed: int = 0) -> lr.TitanicSplit:
-    """The active party's view of the example (it uses only the labels and row IDs)."""
-    return lr.titanic_parties(seed=seed)
+def client_parties(fl: FlowerSpec, run_config: Mapping[str, Any]) -> list[str]:
+    """The parties the SuperNodes play, in partition-id order."""
+    return [p for p in fl.parties(run_config) if p != fl.server_party]
 
 
-def pack(msg: Any, sender: str, run_id: str) -> RecordDict:
-    """Frame one declared message into a Flower RecordDict (and say who sent it)."""
-    frame = encode_frame(msg, seq=0, run_id=run_id)
-    return RecordDict({"c": ConfigRecord({FRAME: frame, "sender": sender})})
+def role_config(context: Context) -> dict[str, Any]:
+    """The run config the protocol's Flower spec sees (plus the run id)."""
+    return {**dict(context.run_config), "_run-id": str(context.run_id)}
 
 
-def unpack(content: RecordDict, expected: type, *, sender_role: str, receiver_role: str,
-           run_id: str, keyring: KeyRing | None = None, allow_insecure: bool = False) -> Any:
-    """Decode and validate a framed message: kind, declared route, run id, ciphertexts."""
+def frame(msg: Any, run_id: str) -> bytes:
+    return encode_frame(msg, seq=0, run_id=run_id)
+
+
+def request(frame_bytes: bytes, sender: str, step: str) -> RecordDict:
+    """One frame to a ClientApp (and who sent it)."""
+    return RecordDict({"c": ConfigRecord({FRAME: frame_bytes, SENDER: sender, STEP: step})})
+
+
+def reply(party: str, step: str, nxt: Next, run_id: str) -> RecordDict:
+    """A ClientApp's reply: the frames its step produced (each declared), and what it waits for."""
+    rec: dict[str, Any] = {"party": party, STEP: step, "n": 0, "done": nxt.wait is None}
+    for i, (to, msg) in enumerate(nxt.sends):
+        rec[f"to{i}"], rec[f"frame{i}"] = to, frame(msg, run_id)
+        rec["n"] = i + 1
+    if nxt.wait is not None:
+        rec.update(wait_peer=nxt.wait.peer, wait_kind=message_kind(nxt.wait.kind), wait_step=nxt.wait.step)
+    return RecordDict({"c": ConfigRecord(rec)})
+
+
+def read_reply(content: RecordDict) -> tuple[str, str, list[tuple[str, bytes]], tuple[str, str] | None]:
+    """(party, step, [(to, frame)], (wait peer, wait kind) or None when done)."""
     try:
-        frame_bytes = content["c"][FRAME]  # type: ignore[index]
-    except KeyError:
-        raise ProtocolError("Flower message without a vflcrypto frame") from None
-    frame = decode_frame(bytes(frame_bytes), ctx=DecodeContext(keyring or KeyRing(), allow_insecure))
-    if frame.kind != message_kind(expected):
-        raise ProtocolError(f"expected {message_kind(expected)}, got {frame.kind}")
-    if frame.run_id != run_id:
-        raise ProtocolError("frame belongs to another run")
-    if not declaration_for(frame.kind).allows(sender_role, receiver_role):
-        raise ProtocolError(f"{frame.kind} is not declared {sender_role} -> {receiver_role}")
-    return frame.message
+        rec = content["c"]
+        n = int(rec["n"])  # type: ignore[arg-type]
+        frames = [(str(rec[f"to{i}"]), bytes(rec[f"frame{i}"])) for i in range(n)]  # type: ignore[arg-type]
+        wait = None if bool(rec["done"]) else (str(rec["wait_peer"]), str(rec["wait_kind"]))
+        return str(rec["party"]), str(rec[STEP]), frames, wait
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"malformed ClientApp reply: {exc}") from None
 
 
-def get_state(context: Context) -> dict[str, Any]:
+def save_wait(context: Context, state: bytes, wait: Recv | None) -> None:
+    rec: dict[str, Any] = {"state": state, "done": wait is None}
+    if wait is not None:
+        rec.update(peer=wait.peer, kind=message_kind(wait.kind), step=wait.step)
+    context.state[STATE] = ConfigRecord(rec)
+
+
+def load_wait(context: Context) -> tuple[bytes, Recv | None] | None:
     rec = context.state.get(STATE)
-    return dict(rec) if rec is not None else {}
-
-
-def put_state(context: Context, values: dict[str, Any]) -> None:
-    context.state[STATE] = ConfigRecord(values)
-
-
-def get_weights(context: Context, dim: int) -> np.ndarray:
-    rec = context.state.get(WEIGHTS)  # type: ignore[union-attr]
     if rec is None:
-        return np.zeros(dim)
-    return rec["w"].numpy()  # type: ignore[index]
+        return None
+    if rec["done"]:  # type: ignore[index]
+        return bytes(rec["state"]), None  # type: ignore[index,arg-type]
+    wait = Recv(str(rec["peer"]), message_type(str(rec["kind"])), str(rec["step"]))  # type: ignore[index]
+    return bytes(rec["state"]), wait  # type: ignore[index,arg-type]
 
 
-def put_weights(context: Context, w: np.ndarray) -> None:
-    context.state[WEIGHTS] = ArrayRecord({"w": Array(np.asarray(w, dtype=np.float64))})
+def jsonable(value: Any) -> Any:
+    """A result as JSON-able data (numpy arrays as lists, dataclasses as dicts)."""
+    import dataclasses
+
+    import numpy as np
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, int | float | str | bool) or value is None:
+        return value
+    return repr(value)
+
+
+def write_output(run_config: Mapping[str, Any], name: str, data: Any) -> None:
+    """``<out-dir>/<name>.json`` when the run config names an output directory (each party its own)."""
+    out = str(run_config.get("out-dir", "") or "")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"{name}.json").write_text(json.dumps(jsonable(data), indent=1))
