@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv, require_same_ids
+from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv
 from vflcrypto.errors import InputDataError
 from vflcrypto.spec import TaskContext, add_config_arguments, option
+
+from .align.tables import align_rows, align_tables
 
 __all__ = ["TrainOptions", "add_train_options", "align_rows", "align_tables", "metrics_path", "read_own",
            "read_tables", "training_rows", "write_metrics"]
@@ -73,72 +75,7 @@ def read_tables(label_path: str, feature_paths: Sequence[str], id_column: str, l
     return [first, *others]
 
 
-def align_tables(tables: list[PartyTable], names: Sequence[str], *,
-                 aligned: bool) -> tuple[list[PartyTable], int]:
-    """Tables restricted to the common IDs in one shared order, and the PSI bytes sent.
-
-    With ``aligned=True`` the files must already list the same IDs in the same order
-    (checked, no PSI, 0 bytes).
-    """
-    if aligned:
-        require_same_ids(tables, names)
-        return tables, 0
-    from .align import ACTIVE, PASSIVE, run_local, run_multiparty_local
-
-    ids = [list(t.ids) for t in tables]
-    if len(tables) == 2:
-        run = run_local(ids[0], ids[1], mode="both")
-        results = [run.results[ACTIVE], run.results[PASSIVE]]
-    else:
-        run = run_multiparty_local(ids)
-        results = [run.results[ACTIVE]] + [run.results[f"passive-{j}"] for j in range(len(tables) - 1)]
-    out = []
-    for t, res, name in zip(tables, results, names, strict=True):
-        if res.rows is None or len(res.rows) == 0:
-            raise InputDataError(f"{name}: no common IDs with the other parties")
-        out.append(t.take(res.rows))
-    return out, run.transcript.total_bytes
-
-
 # --------------------------------------------------------------------------- network
-
-
-def align_rows(ctx: TaskContext, ids: Any, *, protocol: str = "ecdh", mode: str = "both",
-               chunk_size: int | None = None) -> Any:
-    """Entity alignment between the active party and every passive party over the network (a
-    coordinator, if any, takes no part); returns this party's AlignmentResult."""
-    from vflcrypto.psi import IdentityKey
-
-    from . import align as al
-
-    actives, passives = ctx.names(al.ACTIVE), ctx.names(al.PASSIVE)
-    if len(actives) != 1 or not passives:
-        raise InputDataError("alignment needs one 'active' and at least one 'passive' party")
-    multi = len(passives) > 1
-    kw: dict[str, Any] = {"protocol": protocol}
-    if chunk_size is not None:
-        kw["chunk_size"] = chunk_size
-
-    def pins(peers: list[str]) -> tuple[Any, dict[str, bytes]]:
-        return IdentityKey(ctx.identity()), {p: ctx.peer_identity(p) for p in peers}
-
-    if ctx.role == al.ACTIVE:
-        chans = ctx.only(passives)
-        if multi:
-            if protocol == "hash":
-                kw["identities"] = pins(passives)
-            return al.run_active_multiparty(chans, ids, **kw)
-        if protocol == "hash":
-            own, pinned = pins(passives)
-            kw.update(identity=own, peer_identity=pinned[passives[0]])
-        return al.run_active(chans, ids, mode=mode, **kw)
-    if ctx.role != al.PASSIVE:
-        raise InputDataError(f"{ctx.me}: role {ctx.role!r} takes no part in alignment")
-    chans = ctx.only(actives)
-    if protocol == "hash":
-        own, pinned = pins(actives)
-        kw.update(identity=own, peer_identity=pinned[actives[0]])
-    return al.run_passive(chans, ids, mode="all" if multi else mode, **kw)
 
 
 def training_rows(args: argparse.Namespace, ctx: TaskContext, table: PartyTable) -> tuple[PartyTable, int]:

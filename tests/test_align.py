@@ -129,7 +129,7 @@ def test_duplicates_policy_through_the_protocol() -> None:
 
 
 def test_same_order_on_demo_data_and_audit_kinds() -> None:
-    bank, shop = al._demo_ids()
+    bank, shop = al.audit.demo_ids()
     run = check_both(bank, shop)
     assert run.results[al.ACTIVE].size == 800
     rep = audit(run.transcript)

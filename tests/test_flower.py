@@ -132,3 +132,19 @@ def test_deployment_on_loopback(tmp_path: Path) -> None:
     for line in expected_lines(1, "plain"):
         assert line in out, f"missing {line!r} in:\n{out[-3000:]}"
     assert "status: finished:completed" in out
+
+
+def test_simulation_align_matches_run_local(tmp_path: Path) -> None:
+    from vflcrypto.protocols import align
+
+    rc, out = run_script("flower_simulate.sh", "protocol='align'", f"out-dir='{tmp_path / 'out'}'",
+                         tmp=tmp_path, nodes=1)
+    assert rc == 0, out[-3000:]
+    bank, shop = align.audit.demo_ids()
+    local = align.run_local(bank, shop)
+    got = _outputs(tmp_path)
+    rows_a, rows_p = got["active"]["result"]["rows"], got["passive"]["rows"]
+    # the same common rows as run_local; the canonical order is the digests' (per-run secrets)
+    assert sorted(rows_a) == sorted(local.results["active"].rows.tolist())
+    assert [bank[i] for i in rows_a] == [shop[j] for j in rows_p]
+    assert "[vflcrypto] align:" in out and "intersection 800" in out

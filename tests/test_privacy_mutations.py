@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from vflcrypto.protocols import get
 
 from vflcrypto import ckks, masking, paillier, psi
 from vflcrypto.cli.audit import load_all_protocols
 from vflcrypto.leakage import AuditOutcome, Protection, declarations
-from vflcrypto.protocols import get
 from vflcrypto.paillier import fixed_base
 
 KEY_BITS = 512  # insecure size: audits at test speed
@@ -94,13 +94,13 @@ def passive_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
 
 
 def passive_skips_blinding(mp: pytest.MonkeyPatch) -> None:
-    from vflcrypto.protocols.align import _unblinded_point
+    from vflcrypto.protocols.align.audit import unblinded_point
 
     def no_reblind(secret: bytes, points: bytes) -> bytes:
         return b"".join(psi.point_digest(points[i : i + psi.POINT_BYTES])
                         for i in range(0, len(points), psi.POINT_BYTES))
 
-    mp.setattr(psi, "blind_ids", _only_in("passive", lambda secret, ids: b"".join(map(_unblinded_point, ids)),
+    mp.setattr(psi, "blind_ids", _only_in("passive", lambda secret, ids: b"".join(map(unblinded_point, ids)),
                                           psi.blind_ids))
     mp.setattr(psi, "reblind_points", _only_in("passive", no_reblind, psi.reblind_points))
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import itertools
 import os
 import unicodedata
 from collections import deque
@@ -59,7 +60,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from . import parallel
 from .errors import InputDataError, ProtocolError
@@ -85,6 +86,7 @@ __all__ = [
     "match_digests",
     "point_digest",
     "random_permutation",
+    "reblind_chunk",
     "reblind_points",
     "reblind_stream",
     "verify_identity",
@@ -291,6 +293,15 @@ def blind_stream(secret: bytes, ids: Sequence[bytes], order: np.ndarray,
     return _pipeline(blind_ids, args, parallel_ok=n >= _PARALLEL_MIN_ITEMS)
 
 
+def reblind_chunk(secret: bytes, points: bytes, total: int) -> bytes:
+    """Digests of one received chunk of points, split over the pool when ``total`` is large."""
+    n = len(points) // POINT_BYTES
+    parts = max(1, min(parallel.worker_count(), n // 512)) if total >= _PARALLEL_MIN_ITEMS else 1
+    bounds = [round(i * n / parts) for i in range(parts + 1)]
+    subs = [points[a * POINT_BYTES : b * POINT_BYTES] for a, b in itertools.pairwise(bounds)]
+    return b"".join(reblind_stream(secret, subs, total))
+
+
 def reblind_stream(secret: bytes, chunks: Iterable[bytes], total: int) -> Iterator[bytes]:
     """Digests of the re-blinded peer points, one block per incoming chunk (lazily consumed)."""
     args = ((secret, c) for c in chunks)
@@ -369,9 +380,20 @@ def verify_identity(public_bytes: bytes, signature: bytes, message: bytes) -> No
 class EphemeralKey:
     """A per-run X25519 key pair for agreeing on the keyed-hash PSI key."""
 
-    def __init__(self) -> None:
-        self._key = X25519PrivateKey.generate()
+    def __init__(self, key: X25519PrivateKey | None = None) -> None:
+        self._key = key if key is not None else X25519PrivateKey.generate()
         self.public_bytes = self._key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+    def private_bytes(self) -> bytes:
+        """The secret half (a role state that must survive between messages keeps it)."""
+        return self._key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
+
+    @classmethod
+    def from_private_bytes(cls, data: bytes) -> EphemeralKey:
+        try:
+            return cls(X25519PrivateKey.from_private_bytes(data))
+        except ValueError:
+            raise ProtocolError("malformed ephemeral key") from None
 
     def exchange(self, peer_public: bytes) -> bytes:
         try:

@@ -20,7 +20,6 @@ __all__ = ["main"]
 COMMAND_MODULES = (
     "vflcrypto.cli.demo",
     "vflcrypto.cli.examples",
-    "vflcrypto.cli.align",
     "vflcrypto.cli.train",
     "vflcrypto.cli.audit",
     "vflcrypto.cli.bench",
@@ -43,6 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    from ..protocols import registry
+
+    for spec in registry().values():  # protocols' top-level commands (e.g. vflcrypto align)
+        for cmd in spec.commands:
+            if cmd.group is None:
+                p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+                cmd.add_arguments(p)
+                p.set_defaults(handler=cmd.run)
     return parser
 
 

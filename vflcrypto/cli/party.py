@@ -40,7 +40,7 @@ import numpy as np
 
 from ..dataio import atomic_write_text, save_model, train_test_split
 from ..errors import InputDataError, ProtocolError
-from ..protocols._train import align_rows, metrics_path, read_own, training_rows, write_metrics
+from ..protocols._train import metrics_path, read_own, training_rows, write_metrics
 from ..spec import PartyOutcome, PartyTask, TaskContext
 
 __all__ = ["metrics_path", "register", "run_party"]
@@ -54,27 +54,6 @@ def _only(channels: Mapping[str, Any], names: list[str], me: str) -> dict[str, A
 
 
 # --------------------------------------------------------------------------- align
-
-
-def _task_align(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    from vflcrypto.dataio import write_csv_atomic
-    from vflcrypto.protocols import align as al
-
-    table = al.read_id_table(args.data, args.id_column)
-    canon = al._canon_table(table, args.duplicates, False)
-    res = align_rows(ctx, canon, protocol=args.protocol, mode=args.mode,
-                      chunk_size=args.chunk_size)
-    summary = {"protocol": args.protocol, "own_size": res.own_size, "peer_sizes": res.peer_sizes,
-               "intersection": res.size,
-               "rows": None if res.rows is None else [int(i) for i in res.rows]}
-
-    def write(out: Path, _meta: dict[str, Any]) -> None:
-        if res.rows is None:
-            atomic_write_text(out, "")  # this party learns no rows in this mode
-        else:
-            write_csv_atomic(out, table.header, (table.rows[i] for i in res.rows.tolist()))
-
-    return PartyOutcome(summary, write)
 
 
 # --------------------------------------------------------------------------- linreg
@@ -214,7 +193,6 @@ def _task_secureboost(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcom
 
 #: tasks whose protocol does not yet export its network task (being moved into the registry)
 LEGACY_TASKS: dict[str, Callable[..., PartyOutcome]] = {
-    "align": _task_align,
     "train-linreg": _task_linreg,
     "train-secureboost": _task_secureboost,
 }
@@ -241,8 +219,6 @@ def sidecar_path(out: Path) -> Path:
 
 def _needs_identity(args: argparse.Namespace, task: str, ctx: TaskContext) -> bool:
     """Whether this party signs with its Ed25519 identity key in ``task``."""
-    if task == "align":
-        return bool(args.protocol == "hash")
     spec = _tasks().get(task)
     return spec is not None and spec.needs_identity(args, ctx)
 
@@ -305,19 +281,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                           "and logreg --secure")
     p.add_argument("--json", action="store_true", help="print the run record as JSON on stdout")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
-
-    a = tasks.add_parser("align", help="private entity alignment (ECDH PSI)")
-    a.add_argument("--data", required=True, help="this party's CSV file")
-    a.add_argument("--id-column", required=True)
-    a.add_argument("--out", required=True, help="aligned rows of this party's file (CSV)")
-    a.add_argument("--protocol", choices=("ecdh", "hash"), default="ecdh",
-                   help="ecdh: X25519 ECDH-PSI (default); hash: HMAC under a key agreed with "
-                        "pinned identity keys (faster, weaker)")
-    a.add_argument("--mode", default="both", choices=("both", "left", "size"),
-                   help="who learns the intersection (two parties; 3+ parties use 'all')")
-    a.add_argument("--duplicates", default="error", choices=("error", "first"))
-    a.add_argument("--chunk-size", type=int, default=50_000)
-    a.set_defaults(handler=run_party)
 
     t = tasks.add_parser("train", help="train a vertical model")
     models = t.add_subparsers(dest="model", required=True, metavar="MODEL")

@@ -1,0 +1,146 @@
+"""Private entity alignment (PSI) for vertical federated learning.
+
+Parties and data
+    Two parties, the **active** party (holds the labels; CLI ``--left``) and the
+    **passive** party (CLI ``--right``), each hold a list of IDs (one per row). For three
+    or more parties: one active party and passive parties ``passive-0``, ``passive-1``, ...
+
+Outputs (per mode)
+    ``both``  both parties learn the intersection: their own row indices of the common
+              IDs, in the *same* canonical order on both sides (sorted by the common
+              double-blinded digest, or HMAC tag), so row ``i`` is the same person
+              everywhere. Vertical FL needs this mode.
+    ``left``  only the active party learns the intersection; the passive party learns
+              only the active party's set size.
+    ``size``  cardinality only (ECDH): the active party learns |X ∩ Y| and tells the
+              passive party; neither learns which rows. Not offered for keyed-hash PSI,
+              where the key holder always learns the rows.
+    ``all``   (3+ parties, :func:`run_multiparty_local`) every party learns its rows of
+              the all-party intersection in one common order. Extra leakage (declared):
+              the active party learns each pairwise intersection with each passive
+              party, and passive party ``j`` learns its pairwise intersection with the
+              active party before it learns the all-party one.
+    Always public: every party's set size (sent in the hello).
+
+Threat model
+    Semi-honest parties. Two-party: nothing to collude with; each party must not see the
+    other's secret scalar (ECDH) — the keyed-hash variant *shares* its key, so it is only
+    as strong as the secrecy of that key from outsiders, and offers no protection of one
+    party's non-common IDs against the other if IDs are guessable (SECURITY.md).
+    Multi-party: the active party sees all pairwise intersections; passive parties must
+    not collude with each other (they could compare what they learned) — they learn
+    nothing about each other's sets except through the all-party output.
+    Security of ECDH-PSI rests on DDH / one-more-DH in Curve25519 (and its twist) with
+    the hash to u-coordinates modelled as a random oracle.
+
+Citation
+    C. Meadows, "A more efficient cryptographic matchmaking protocol", IEEE S&P 1986;
+    B. Huberman, M. Franklin, T. Hogg, "Enhancing privacy and trust in electronic
+    communities", ACM EC 1999 (DH-PSI); B. Pinkas, T. Schneider, M. Zohner, "Scalable
+    private set intersection based on OT extension", ACM TOPS 2018 (§ on DH-PSI and
+    naive hashing); SecretFlow/OpenMined PSI for the mode vocabulary.
+
+Message flow (two parties, ECDH; chunks of ``chunk_size`` IDs)
+    1. both → peer   ``align.hello``  protocol, mode, version, role, set size (mismatch → ProtocolError)
+    2. both → peer   ``align.blinded``  k·H(x) for each own ID, shuffled
+    3. passive → active  ``align.doubled``  k_p·(k_a·H(a)) digests in the active party's
+       sending order (mode both/left), or ``align.doubled_shuffled`` reshuffled (mode size)
+       active → passive  ``align.doubled``  k_a·(k_p·H(p)) digests (mode both only)
+    4. each learner intersects its own doubled digests with the digests it computed for
+       the peer's points; active → passive ``align.cardinality`` (mode size only)
+    5. (3+ parties) active → passive-j ``align.global_order``: positions into passive j's
+       pairwise-intersection list, in the all-party order.
+
+Message flow (keyed-hash): 1. ``align.hello`` with a signed ephemeral X25519 key; both
+derive the HMAC key (HKDF over the hello transcript); 2. ``align.tags``: shuffled HMAC
+tags from each party whose peer learns (both: both ways; left: passive → active).
+
+Modules: :mod:`.messages` (declarations, results), :mod:`.session` (one pairwise session
+as named steps: start, on_hello, on_blinded, on_doubled, on_doubled_shuffled,
+on_cardinality, on_tags), :mod:`.roles` (the roles and local runs), :mod:`.files` (CSV
+alignment), :mod:`.audit` (attacks and demo), :mod:`.cli` (``vflcrypto align`` and the
+network task).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Mapping
+from typing import Any
+
+from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
+
+from . import cli
+from .audit import audit_run, demo_step
+from .files import IdTable, align_files, canon_table, read_id_table
+from .messages import (
+    ACTIVE,
+    MODES,
+    PASSIVE,
+    PROTOCOL_VERSION,
+    PROTOCOLS,
+    AlignmentResult,
+    BlindedChunk,
+    Cardinality,
+    DoubledChunk,
+    DoubledShuffledChunk,
+    GlobalOrder,
+    Hello,
+    TagChunk,
+)
+from .roles import (
+    ActiveRole,
+    LocalRun,
+    MultipartyActiveRole,
+    PassiveRole,
+    canonical,
+    run_active,
+    run_active_multiparty,
+    run_local,
+    run_multiparty_local,
+    run_passive,
+)
+from .session import check_hello
+
+__all__ = [
+    "ACTIVE", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "SPEC", "ActiveRole", "AlignmentResult",
+    "BlindedChunk", "Cardinality", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder", "Hello", "IdTable",
+    "LocalRun", "MultipartyActiveRole", "PassiveRole", "TagChunk", "align_files", "audit_run", "canon_table",
+    "canonical", "check_hello", "demo_step", "read_id_table", "run_active", "run_active_multiparty", "run_local",
+    "run_multiparty_local", "run_passive",
+]
+
+
+def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
+    return {ACTIVE: ACTIVE, PASSIVE: PASSIVE}
+
+
+def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
+    """The bundled bank (active) and shop (passive) files, ECDH, both learn."""
+    data = importlib.resources.files("vflcrypto") / "data"
+    with importlib.resources.as_file(data / ("bank.csv" if party == ACTIVE else "shop.csv")) as path:
+        canon = canon_table(read_id_table(path, "id"), "error", False)
+    cls = ActiveRole if party == ACTIVE else PassiveRole
+    return cls(canon, peer=PASSIVE if party == ACTIVE else ACTIVE, run_id=str(run_config.get("_run-id", "")))
+
+
+def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
+    res = results[ACTIVE]
+    return {"lines": [f"[vflcrypto] align: {res.own_size} and {res.peer_sizes} IDs, intersection {res.size}"],
+            "intersection": res.size}
+
+
+SPEC = ProtocolSpec(
+    name="align",
+    title="Entity alignment (ECDH PSI)",
+    roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
+    run_local=run_local,
+    audit=audit_run,
+    demo=demo_step,
+    demo_order=10,
+    commands=(Command("align", "private entity alignment (PSI) of two CSV files", cli.add_align_arguments,
+                      cli.align, group=None, description=cli.__doc__),),
+    party_tasks=(PartyTask("align", "private entity alignment (ECDH PSI)", cli.add_party_arguments,
+                           cli.party_task, group=None, needs_identity=cli.needs_identity),),
+    flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+)

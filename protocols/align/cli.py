@@ -1,0 +1,98 @@
+"""``vflcrypto align`` (both parties in this process) and ``vflcrypto party ... align``.
+
+In-process: the left file is the active party, the right file the passive party. Each
+party's file is read as raw strings (IDs may be non-numeric; every column is kept
+verbatim) and the intersection rows are written, in the same order on both sides, to
+``DIR/<stem>.aligned.csv`` (atomically). ``--reveal left`` writes only the left file,
+``--reveal size`` writes none and reports only the count. Progress goes to stderr,
+``--json`` output to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from vflcrypto.dataio import atomic_write_text, write_csv_atomic
+from vflcrypto.progress import Progress
+from vflcrypto.spec import PartyOutcome, TaskContext
+
+from .files import align_files, canon_table, read_id_table
+from .tables import align_rows
+
+__all__ = ["add_align_arguments", "add_party_arguments", "align", "needs_identity", "party_task"]
+
+
+def add_align_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--left", required=True, help="active party's CSV (learns in every mode)")
+    p.add_argument("--right", required=True, help="passive party's CSV")
+    p.add_argument("--id-column", required=True, help="ID column of the left file (and right)")
+    p.add_argument("--right-id-column", help="ID column of the right file if it differs")
+    p.add_argument("--protocol", choices=("ecdh", "hash"), default="ecdh",
+                   help="ecdh: X25519 ECDH-PSI (default); hash: HMAC under an agreed key (faster, "
+                        "weaker: each side can dictionary-attack the other's IDs)")
+    p.add_argument("--reveal", choices=("both", "left", "size"), default="both",
+                   help="who learns what: both sides the rows (default), only left, only the count")
+    p.add_argument("--out-dir", required=True, help="directory for <stem>.aligned.csv files")
+    p.add_argument("--keep-first", action="store_true", help="keep the first of duplicate IDs instead of failing")
+    p.add_argument("--strip-ids", action="store_true",
+                   help="strip surrounding whitespace from IDs (off by default: no silent changes)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a peer message")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+
+
+def align(args: argparse.Namespace) -> int:
+    n_left = len(read_id_table(args.left, args.id_column).rows)
+    n_right = len(read_id_table(args.right, args.right_id_column or args.id_column).rows)
+    # Each party blinds its own IDs and re-blinds the peer's (keyed-hash: hashes them).
+    with Progress(f"aligning ({args.protocol})", total=2 * (n_left + n_right)) as bar:
+        summary = align_files(args.left, args.right, id_column=args.id_column, right_id_column=args.right_id_column,
+                              protocol=args.protocol, reveal=args.reveal, out_dir=args.out_dir,
+                              duplicates="keep_first" if args.keep_first else "error", strip=args.strip_ids,
+                              progress=bar.advance, timeout=args.timeout)
+    summary.pop("_run", None)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"left: {summary['left_size']} IDs, right: {summary['right_size']} IDs, "
+          f"intersection: {summary['intersection']}")
+    for side, path in summary["outputs"].items():
+        print(f"wrote {side}: {path}")
+    print(f"{summary['bytes_sent']:,} bytes exchanged in {summary['seconds']:.2f} s")
+    return 0
+
+
+def add_party_arguments(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--data", required=True, help="this party's CSV file")
+    a.add_argument("--id-column", required=True)
+    a.add_argument("--out", required=True, help="aligned rows of this party's file (CSV)")
+    a.add_argument("--protocol", choices=("ecdh", "hash"), default="ecdh",
+                   help="ecdh: X25519 ECDH-PSI (default); hash: HMAC under a key agreed with "
+                        "pinned identity keys (faster, weaker)")
+    a.add_argument("--mode", default="both", choices=("both", "left", "size"),
+                   help="who learns the intersection (two parties; 3+ parties use 'all')")
+    a.add_argument("--duplicates", default="error", choices=("error", "first"))
+    a.add_argument("--chunk-size", type=int, default=50_000)
+
+
+def needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:
+    """Keyed-hash PSI signs its key agreement with the pinned identity keys."""
+    return bool(args.protocol == "hash")
+
+
+def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    table = read_id_table(args.data, args.id_column)
+    canon = canon_table(table, args.duplicates, False)
+    res = align_rows(ctx, canon, protocol=args.protocol, mode=args.mode, chunk_size=args.chunk_size)
+    summary = {"protocol": args.protocol, "own_size": res.own_size, "peer_sizes": res.peer_sizes,
+               "intersection": res.size, "rows": None if res.rows is None else [int(i) for i in res.rows]}
+
+    def write(out: Path, _meta: dict[str, Any]) -> None:
+        if res.rows is None:
+            atomic_write_text(out, "")  # this party learns no rows in this mode
+        else:
+            write_csv_atomic(out, table.header, (table.rows[i] for i in res.rows.tolist()))
+
+    return PartyOutcome(summary, write)

@@ -1,0 +1,162 @@
+"""The declared messages of entity alignment (``align.*``) and a party's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vflcrypto.errors import ProtocolError
+from vflcrypto.leakage import Protection, declare
+
+__all__ = ["ACTIVE", "MAX_CHUNK", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "AlignmentResult",
+           "BlindedChunk", "Cardinality", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder", "Hello", "TagChunk"]
+
+PROTOCOL_VERSION = 1
+ACTIVE = "active"
+PASSIVE = "passive"
+PROTOCOLS = ("ecdh", "hash")
+MODES = ("both", "left", "size", "all")
+MAX_CHUNK = 1 << 20
+
+
+@declare(
+    "align.hello",
+    sender=(ACTIVE, PASSIVE), receiver=(ACTIVE, PASSIVE),
+    protection=Protection.PUBLIC,
+    reveals="protocol, mode, version and the sender's set size (public by design); for "
+            "keyed-hash PSI also the sender's ephemeral X25519 public key, signed by its "
+            "identity key",
+)
+@dataclass(frozen=True)
+class Hello:
+    """First message of every run, both ways: a mismatch is a clear ProtocolError."""
+
+    protocol: str
+    mode: str
+    version: int
+    role: str
+    set_size: int
+    chunk_size: int
+    nonce: bytes
+    ephemeral_public: bytes
+    signature: bytes
+
+
+@declare(
+    "align.blinded",
+    sender=(ACTIVE, PASSIVE), receiver=(ACTIVE, PASSIVE),
+    protection=(Protection.BLINDED, Protection.SHUFFLED),
+    reveals="k·H(x) for each of the sender's IDs in random order: pseudorandom without the "
+            "sender's secret scalar (DDH); only the number of IDs",
+)
+@dataclass(frozen=True)
+class BlindedChunk:
+    """One chunk of the sender's blinded IDs (32-byte u-coordinates, concatenated)."""
+
+    chunk: int
+    points: bytes
+
+
+@declare(
+    "align.doubled",
+    sender=(ACTIVE, PASSIVE), receiver=(ACTIVE, PASSIVE),
+    protection=Protection.BLINDED,
+    reveals="the receiver's own blinded IDs re-blinded by the sender, in the receiver's "
+            "sending order: with its own re-blinding of the sender's points this tells the "
+            "receiver which of its rows are in the intersection, nothing about the "
+            "sender's other IDs",
+)
+@dataclass(frozen=True)
+class DoubledChunk:
+    """Digests of double-blinded values of the receiver's points, in the receiver's order."""
+
+    chunk: int
+    digests: bytes
+
+
+@declare(
+    "align.doubled_shuffled",
+    sender=PASSIVE, receiver=ACTIVE,
+    protection=(Protection.BLINDED, Protection.SHUFFLED),
+    reveals="the active party's IDs double-blinded and reshuffled: only how many of them are "
+            "in the intersection (cardinality mode)",
+)
+@dataclass(frozen=True)
+class DoubledShuffledChunk:
+    """Cardinality mode: double-blinded digests of the active party's IDs, reshuffled."""
+
+    chunk: int
+    digests: bytes
+
+
+@declare(
+    "align.cardinality",
+    sender=ACTIVE, receiver=PASSIVE,
+    protection=Protection.PLAINTEXT,
+    reveals="the intersection size (the declared output of cardinality mode)",
+)
+@dataclass(frozen=True)
+class Cardinality:
+    """Cardinality mode: the intersection size, shared with the passive party."""
+
+    size: int
+
+
+@declare(
+    "align.tags",
+    sender=(ACTIVE, PASSIVE), receiver=(ACTIVE, PASSIVE),
+    protection=Protection.SHUFFLED,
+    reveals="HMAC tags of the sender's IDs under the jointly agreed key, shuffled: the "
+            "receiver holds the key, so it learns which of its IDs are common AND can test "
+            "guessed IDs against the sender's other tags (dictionary attack on "
+            "low-entropy IDs); the key hides the IDs from outsiders only",
+)
+@dataclass(frozen=True)
+class TagChunk:
+    """One chunk of keyed-hash tags (DIGEST_BYTES each, concatenated)."""
+
+    chunk: int
+    tags: bytes
+
+
+@declare(
+    "align.global_order",
+    sender=ACTIVE, receiver=PASSIVE,
+    protection=Protection.PLAINTEXT,
+    reveals="which of the receiver's pairwise-common rows are common to ALL parties, in the "
+            "all-party order (the all-party intersection, the declared output)",
+)
+@dataclass(frozen=True)
+class GlobalOrder:
+    """3+ parties: positions into the receiver's pairwise-intersection list."""
+
+    positions: np.ndarray
+
+
+@dataclass(frozen=True)
+class AlignmentResult:
+    """One party's output.
+
+    ``rows``: the party's own input row indices of the intersection in canonical order
+    (``None`` when this party does not learn it); ``size``: the intersection size
+    (``None`` when not learned); ``own_size``/``peer_sizes``: set sizes after hygiene.
+    """
+
+    party: str
+    role: str
+    protocol: str
+    mode: str
+    own_size: int
+    n_rows: int
+    peer_sizes: dict[str, int]
+    size: int | None
+    rows: np.ndarray | None
+
+    def unaligned_rows(self) -> np.ndarray:
+        """This party's input rows that are not in the intersection (ascending)."""
+        if self.rows is None:
+            raise ProtocolError(f"{self.party} did not learn the intersection in mode {self.mode!r}")
+        mask = np.ones(self.n_rows, dtype=bool)
+        mask[self.rows] = False
+        return np.nonzero(mask)[0].astype(np.int64)

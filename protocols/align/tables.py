@@ -1,0 +1,77 @@
+"""Alignment as the first step of training: in-process tables, or one party over the network."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vflcrypto.dataio import PartyTable, require_same_ids
+from vflcrypto.errors import InputDataError
+from vflcrypto.psi import IdentityKey
+from vflcrypto.spec import TaskContext
+
+from .messages import ACTIVE, PASSIVE
+from .roles import run_active, run_active_multiparty, run_local, run_multiparty_local, run_passive
+
+__all__ = ["align_rows", "align_tables"]
+
+
+def align_tables(tables: list[PartyTable], names: Sequence[str], *,
+                 aligned: bool) -> tuple[list[PartyTable], int]:
+    """Tables restricted to the common IDs in one shared order, and the PSI bytes sent.
+
+    With ``aligned=True`` the files must already list the same IDs in the same order
+    (checked, no PSI, 0 bytes).
+    """
+    if aligned:
+        require_same_ids(tables, names)
+        return tables, 0
+    ids = [list(t.ids) for t in tables]
+    if len(tables) == 2:
+        run = run_local(ids[0], ids[1], mode="both")
+        results = [run.results[ACTIVE], run.results[PASSIVE]]
+    else:
+        run = run_multiparty_local(ids)
+        results = [run.results[ACTIVE]] + [run.results[f"passive-{j}"] for j in range(len(tables) - 1)]
+    out = []
+    for t, res, name in zip(tables, results, names, strict=True):
+        if res.rows is None or len(res.rows) == 0:
+            raise InputDataError(f"{name}: no common IDs with the other parties")
+        out.append(t.take(res.rows))
+    return out, run.transcript.total_bytes
+
+
+def align_rows(ctx: TaskContext, ids: Any, *, protocol: str = "ecdh", mode: str = "both",
+               chunk_size: int | None = None) -> Any:
+    """Entity alignment between the active party and every passive party over the network (a
+    coordinator, if any, takes no part); returns this party's AlignmentResult."""
+
+
+    actives, passives = ctx.names(ACTIVE), ctx.names(PASSIVE)
+    if len(actives) != 1 or not passives:
+        raise InputDataError("alignment needs one 'active' and at least one 'passive' party")
+    multi = len(passives) > 1
+    kw: dict[str, Any] = {"protocol": protocol}
+    if chunk_size is not None:
+        kw["chunk_size"] = chunk_size
+
+    def pins(peers: list[str]) -> tuple[Any, dict[str, bytes]]:
+        return IdentityKey(ctx.identity()), {p: ctx.peer_identity(p) for p in peers}
+
+    if ctx.role == ACTIVE:
+        chans = ctx.only(passives)
+        if multi:
+            if protocol == "hash":
+                kw["identities"] = pins(passives)
+            return run_active_multiparty(chans, ids, **kw)
+        if protocol == "hash":
+            own, pinned = pins(passives)
+            kw.update(identity=own, peer_identity=pinned[passives[0]])
+        return run_active(chans, ids, mode=mode, **kw)
+    if ctx.role != PASSIVE:
+        raise InputDataError(f"{ctx.me}: role {ctx.role!r} takes no part in alignment")
+    chans = ctx.only(actives)
+    if protocol == "hash":
+        own, pinned = pins(actives)
+        kw.update(identity=own, peer_identity=pinned[actives[0]])
+    return run_passive(chans, ids, mode="all" if multi else mode, **kw)
