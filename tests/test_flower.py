@@ -148,3 +148,24 @@ def test_simulation_align_matches_run_local(tmp_path: Path) -> None:
     assert sorted(rows_a) == sorted(local.results["active"].rows.tolist())
     assert [bank[i] for i in rows_a] == [shop[j] for j in rows_p]
     assert "[vflcrypto] align:" in out and "intersection 800" in out
+
+
+def test_simulation_linreg_matches_run_local(tmp_path: Path) -> None:
+    """B is the ServerApp; passive-0 and the coordinator are SuperNodes (C's traffic to
+    passive-0 is relayed through B, which sees only what it may: SECURITY.md)."""
+    from vflcrypto.protocols import linreg
+
+    overrides = ("protocol='linreg'", "key-bits=1024", "allow-insecure=true", "epochs=3", "rows=80")
+    rc, out = run_script("flower_simulate.sh", *overrides, f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=2)
+    assert rc == 0, out[-3000:]
+    run_config = {"epochs": 3, "rows": 80, "key-bits": 1024}
+    active, passives = linreg.flower_data(run_config)
+    local = linreg.run_local(active, passives, config=linreg.flower_config(run_config), allow_insecure=True)
+    got = _outputs(tmp_path)
+    np.testing.assert_allclose(got["active"]["result"]["model"]["weights"], local.active.model.weights,
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got["passive-0"]["model"]["weights"], local.passives[0].model.weights,
+                               rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got["coordinator"]["losses"], local.losses, rtol=1e-9)
+    relayed = {e["kind"] for e in got["transcript"]["transcript"] if e["step_name"] == "relay"}
+    assert relayed == {"linreg.public_key", "linreg.masked_gradient", "linreg.gradient_return", "linreg.control"}

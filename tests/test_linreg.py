@@ -177,7 +177,7 @@ def test_gradient_that_would_overflow_raises_clearly(small_paillier_keys) -> Non
     active, passives = lr.synthetic_split(n_rows=20, seed=4)
     huge = PartyTable(passives[0].ids, passives[0].columns, passives[0].X * 1e70)
     with pytest.raises(EncodingOverflowError, match="overflow"):
-        run_local(active, [huge], config=LinRegConfig(epochs=1, key_bits=512),
+        run_local(active, [huge], config=LinRegConfig(epochs=1, key_bits=512, preprocess="none"),
                   allow_insecure=True, keys=small_paillier_keys, timeout=10)
     assert lr.paillier_value_bits(512, 20, 1, 2) < 232 < lr.paillier_value_bits(2048, 20, 1, 2)
 
@@ -243,10 +243,10 @@ def test_audit_run_attacks_the_coordinators_view() -> None:
     outcome = lr.audit_run(key_bits=512, allow_insecure=True)
     outcome.report.check()
     assert EXPECTED["coordinator"] <= outcome.report.kinds_received("coordinator")
-    # 16 iterations x (4 + 4 + 3) gradient entries, one message per party and iteration
+    # 16 iterations x (4 + 1 intercept + 4 + 3) gradient entries, one message per party and iteration
     uniform = outcome.finding("masked gradient: uniform over Z_M")
-    assert uniform.samples == 16 * 11 and not uniform.flagged
-    assert outcome.finding("masked gradient: fresh mask per message").samples == 15 * 11
+    assert uniform.samples == 16 * 12 and not uniform.flagged
+    assert outcome.finding("masked gradient: fresh mask per message").samples == 15 * 12
     assert outcome.finding("masked prediction sum: uniform over Z_M").samples == 200
     assert outcome.finding("losses that C decrypted over a single row").value == 0
     assert "Empirical checks" in outcome.to_text()

@@ -209,6 +209,21 @@ class CKKSContext:
         """Serialized public context. Never includes the secret key."""
         return self._public_bytes
 
+    def secret_bytes(self) -> bytes:
+        """The whole context *with* its secret key, for the owner's own storage only (never sent)."""
+        if not self.has_secret_key:
+            raise KeyMismatchError("this CKKS context holds no secret key")
+        return bytes(self._ts.serialize(save_secret_key=True))
+
+    @classmethod
+    def from_secret_bytes(cls, data: bytes, public_bytes: bytes) -> CKKSContext:
+        """Restore :meth:`secret_bytes` (with the public context it belongs to)."""
+        try:
+            tsctx = ts.context_from(data)
+        except Exception:
+            raise DecodeError("malformed CKKS secret context") from None
+        return cls(tsctx, public_bytes)
+
     def _level(self, vec: ts.CKKSVector) -> int:
         ct = vec.ciphertext()[0]
         return int(self._ts.seal_context().data.get_context_data(ct.parms_id()).chain_index())

@@ -36,9 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..dataio import atomic_write_text, save_model, train_test_split
+from ..dataio import atomic_write_text, train_test_split
 from ..errors import InputDataError, ProtocolError
 from ..protocols._train import metrics_path, read_own, training_rows, write_metrics
 from ..spec import PartyOutcome, PartyTask, TaskContext
@@ -54,80 +52,6 @@ def _only(channels: Mapping[str, Any], names: list[str], me: str) -> dict[str, A
 
 
 # --------------------------------------------------------------------------- align
-
-
-# --------------------------------------------------------------------------- linreg
-
-
-def _task_linreg(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    from vflcrypto.protocols import linreg as linreg
-
-    from ..metrics import r2_score, rmse
-    from .train_linreg import config_from_args
-
-    me, role = ctx.me, ctx.role
-    active, coord = ctx.one(linreg.ACTIVE), ctx.one(linreg.COORD)
-    passives = ctx.names(linreg.PASSIVE)
-    if not passives:
-        raise InputDataError("linear regression needs at least one 'passive' party")
-    cfg = config_from_args(args)
-    pred_bits = args.key_bits if args.scheme == "paillier" else max(args.key_bits, 2048)
-    # the protocol functions address the active party and the coordinator by role name
-    chans = dict(ctx.channels)
-    if active in chans:
-        chans[linreg.ACTIVE] = chans[active]
-    if coord in chans:
-        chans[linreg.COORD] = chans[coord]
-    if role == linreg.COORD:
-        if args.data:
-            raise InputDataError("the coordinator holds no data: leave out --data")
-        c = linreg.run_coordinator(_only(chans, [linreg.ACTIVE, *passives], me),
-                                   scheme=args.scheme, key_bits=args.key_bits,
-                                   allow_insecure=args.allow_insecure, passives=passives)
-        linreg.run_predict_coordinator(chans, pred_bits, args.allow_insecure, passives)
-        summary: dict[str, Any] = {"losses": c.losses, "epoch_losses": c.epoch_losses,
-                                   "epochs": c.epochs_run, "converged": c.converged}
-
-        def write(out: Path, meta: dict[str, Any]) -> None:
-            save_model(out, {**meta, "protocol": "linreg-coordinator", "epochs": c.epochs_run,
-                             "converged": c.converged},
-                       {"losses": np.asarray(c.losses), "epoch_losses": np.asarray(c.epoch_losses)})
-
-        return PartyOutcome(summary, write)
-    if not args.data:
-        raise InputDataError(f"the {role} party needs --data")
-    table = read_own(args, ctx, label_role=linreg.ACTIVE)
-    if not table.columns:
-        raise InputDataError(f"{args.data}: no feature columns")
-    table, _ = training_rows(args, ctx, table)
-    train, test = train_test_split(len(table), args.test_fraction, seed=args.split_seed)
-    if len(train) == 0:
-        raise InputDataError("no training rows left after the split")
-    tr_table = table.take(train)
-    ev_table = table.take(test) if len(test) else tr_table
-    if role == linreg.ACTIVE:
-        res = linreg.run_active(_only(chans, [linreg.COORD, *passives], me), tr_table,
-                                passives=passives, config=cfg, name=me)
-        pred = linreg.run_predict_active(chans, res.model, ev_table, passives)
-        y = np.asarray(ev_table.label, dtype=np.float64)
-        summary = {"rmse": rmse(y, pred), "r2": r2_score(y, pred),
-                   "evaluated_on": "test" if len(test) else "train",
-                   "rows": {"train": len(train), "test": len(test)},
-                   "weights": [float(w) for w in res.model.weights]}
-    else:
-        index = passives.index(me)
-        res = linreg.run_passive(_only(chans, [linreg.ACTIVE, linreg.COORD], me), tr_table,
-                                 index=index, name=me, preprocess=args.preprocess)
-        linreg.run_predict_passive(chans, res.model, ev_table)
-        summary = {"weights": [float(w) for w in res.model.weights],
-                   "columns": list(table.columns)}
-
-    def write_model(out: Path, meta: dict[str, Any]) -> None:
-        res.model.save(out)
-        if role == linreg.ACTIVE:
-            write_metrics(out, meta, {k: summary[k] for k in ("rmse", "r2", "evaluated_on", "rows")})
-
-    return PartyOutcome(summary, write_model)
 
 
 # --------------------------------------------------------------------------- secureboost
@@ -193,7 +117,6 @@ def _task_secureboost(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcom
 
 #: tasks whose protocol does not yet export its network task (being moved into the registry)
 LEGACY_TASKS: dict[str, Callable[..., PartyOutcome]] = {
-    "train-linreg": _task_linreg,
     "train-secureboost": _task_secureboost,
 }
 
@@ -305,18 +228,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         m.add_argument("--out", required=True, help="this party's output file (.npz); the "
                                                     "active party also writes <out>.metrics.json")
         m.set_defaults(handler=run_party)
-
-    ln = models.add_parser("linreg", help="secure vertical linear regression (with a coordinator)")
-    common(ln, data_required=False)
-    ln.add_argument("--scheme", choices=("paillier", "ckks"), default="paillier")
-    ln.add_argument("--epochs", type=int, default=100)
-    ln.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
-    ln.add_argument("--momentum", type=float, default=0.9, help="heavy-ball momentum (default 0.9)")
-    ln.add_argument("--l2", type=float, default=0.0)
-    ln.add_argument("--batch-size", type=int, default=None, help="default: full batch")
-    ln.add_argument("--tol", type=float, default=1e-6, help="relative loss change to stop; 0 disables")
-    ln.add_argument("--preprocess", choices=("none", "standardize", "whiten"), default="standardize")
-    ln.add_argument("--no-intercept", action="store_true")
 
     sbp = models.add_parser("secureboost", help="SecureBoost gradient-boosted trees (Paillier)")
     common(sbp)

@@ -13,7 +13,6 @@ __all__ = ["register"]
 
 #: models whose protocol does not yet export its train command (being moved into the registry)
 LEGACY_MODULES = (
-    "vflcrypto.cli.train_linreg",
     "vflcrypto.cli.train_secureboost",
 )
 

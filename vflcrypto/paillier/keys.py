@@ -239,6 +239,10 @@ class PaillierPrivateKey:
     def __repr__(self) -> str:
         return f"PaillierPrivateKey(fingerprint={self.public_key.fingerprint})"
 
+    def secret_numbers(self) -> tuple[int, int]:
+        """``(p, q)``, for the owner's own storage only (e.g. a role state kept on its node)."""
+        return int(self._p), int(self._q)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PaillierPrivateKey) and self.public_key == other.public_key
 

@@ -1,0 +1,181 @@
+"""``vflcrypto train linreg`` (every party in this process) and ``vflcrypto party ... train linreg``.
+
+In-process: ``--active`` is the active party's file (ID column, the numeric label
+``--label`` and its features); each ``--passive`` file (ID column and features) is a
+passive party ``passive-0``, ``passive-1``, ... in the order given. A coordinator
+holding the keys runs in the same process. Unless ``--aligned`` says the files already
+list the same IDs in the same order, rows are first aligned by private set
+intersection. Rows are split into train and test with the public, seeded
+:func:`vflcrypto.dataio.train_test_split`; each party fits its local preprocessing on
+its own training rows. Test metrics use the secure prediction path
+(:func:`vflcrypto.protocols.linreg.predict_local`): only the active party learns the
+predictions. ``--model-dir`` saves one ``<party>.npz`` per party (no pickle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.dataio import save_model, train_test_split
+from vflcrypto.errors import InputDataError
+from vflcrypto.metrics import r2_score, rmse
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
+
+from .._train import (
+    TrainOptions,
+    add_party_data_arguments,
+    add_train_options,
+    align_tables,
+    read_own,
+    read_tables,
+    training_rows,
+    write_metrics,
+)
+from .config import LinRegConfig
+from .messages import ACTIVE, COORD, PASSIVE
+from .model import save_models
+from .predict import predict_local, run_predict_active, run_predict_coordinator, run_predict_passive
+from .roles import run_active, run_coordinator, run_local, run_passive
+
+__all__ = ["add_party_arguments", "add_train_arguments", "config", "party_task", "train"]
+
+
+def config(args: argparse.Namespace) -> tuple[LinRegConfig, TrainOptions]:
+    """The configuration the flags describe (the same for both commands)."""
+    opts: TrainOptions = config_from_args(TrainOptions, args)
+    cfg: LinRegConfig = config_from_args(LinRegConfig, args, key_bits=opts.key_bits)
+    return cfg, opts
+
+
+def _prediction_bits(cfg: LinRegConfig, opts: TrainOptions) -> int:
+    return opts.key_bits if cfg.scheme == "paillier" else max(opts.key_bits, 2048)
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--active", required=True, help="active party CSV (ID, label, features)")
+    p.add_argument("--passive", action="append", default=[],
+                   help="passive party CSV (ID, features); repeat for several parties")
+    p.add_argument("--id-column", required=True)
+    p.add_argument("--label", required=True, help="numeric label column of the active file")
+    add_config_arguments(p, LinRegConfig)
+    add_train_options(p)
+    p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+    p.add_argument("--model-dir", help="save one model file per party here")
+
+
+def train(args: argparse.Namespace) -> int:
+    cfg, opts = config(args)
+    t0 = time.perf_counter()
+    tables = read_tables(args.active, args.passive, args.id_column, args.label)
+    names = [ACTIVE] + [f"passive-{k}" for k in range(len(args.passive))]
+    tables, align_bytes = align_tables(tables, names, aligned=opts.aligned)
+    bytes_sent: dict[str, int] = {} if opts.aligned else {"alignment": align_bytes}
+    train_rows, test = train_test_split(len(tables[0]), opts.test_fraction, seed=opts.split_seed)
+    if len(train_rows) == 0:
+        raise InputDataError("no training rows left after the split")
+    train_tables = [t.take(train_rows) for t in tables]
+    result = run_local(train_tables[0], train_tables[1:], config=cfg, allow_insecure=opts.allow_insecure,
+                       timeout=opts.timeout)
+    for name, b in result.transcript.bytes_sent_by().items():
+        bytes_sent[name] = bytes_sent.get(name, 0) + b
+    eval_tables = [t.take(test) for t in tables] if len(test) else train_tables
+    pred, pred_transcript = predict_local(result.models, eval_tables, key_bits=_prediction_bits(cfg, opts),
+                                          allow_insecure=opts.allow_insecure)
+    for name, b in pred_transcript.bytes_sent_by().items():
+        bytes_sent[name] = bytes_sent.get(name, 0) + b
+    y = eval_tables[0].label
+    assert y is not None  # read_tables requires the label at the active party
+    if args.model_dir:
+        save_models(result.models, args.model_dir)
+    summary = {"rmse": rmse(y, pred), "r2": r2_score(y, pred), "epochs": result.coordinator.epochs_run,
+               "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
+               "evaluated_on": "test" if len(test) else "train", "rows": {"train": len(train_rows), "test": len(test)},
+               "converged": result.coordinator.converged, "final_loss": result.losses[-1]}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"trained on {len(train_rows)} rows, {summary['epochs']} epochs ({cfg.scheme}); "
+          f"{summary['evaluated_on']} RMSE {summary['rmse']:.6g}, R² {summary['r2']:.4f}; {summary['seconds']:.1f} s")
+    if args.model_dir:
+        print(f"party models saved in {args.model_dir}")
+    return 0
+
+
+# --------------------------------------------------------------------------- network party
+
+
+def add_party_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_data_arguments(p, data_required=False)
+    add_config_arguments(p, LinRegConfig)
+    add_train_options(p)
+
+
+def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    cfg, opts = config(args)
+    me, role = ctx.me, ctx.role
+    active, coord = ctx.one(ACTIVE), ctx.one(COORD)
+    passives = ctx.names(PASSIVE)
+    if not passives:
+        raise InputDataError("linear regression needs at least one 'passive' party")
+    # the roles address the active party and the coordinator by role name
+    chans = dict(ctx.channels)
+    if active in chans:
+        chans[ACTIVE] = chans[active]
+    if coord in chans:
+        chans[COORD] = chans[coord]
+
+    def only(names: list[str]) -> dict[str, Any]:
+        missing = [n for n in names if n not in chans]
+        if missing:
+            return ctx.only(names)  # the clear error
+        return {n: chans[n] for n in names}
+
+    if role == COORD:
+        if args.data:
+            raise InputDataError("the coordinator holds no data: leave out --data")
+        c = run_coordinator(only([ACTIVE, *passives]), scheme=cfg.scheme, key_bits=cfg.key_bits,
+                            allow_insecure=opts.allow_insecure, passives=passives)
+        run_predict_coordinator(only([ACTIVE, *passives]), _prediction_bits(cfg, opts), opts.allow_insecure, passives)
+        summary: dict[str, Any] = {"losses": c.losses, "epoch_losses": c.epoch_losses, "epochs": c.epochs_run,
+                                   "converged": c.converged}
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            save_model(out, {**meta, "protocol": "linreg-coordinator", "epochs": c.epochs_run,
+                             "converged": c.converged},
+                       {"losses": np.asarray(c.losses), "epoch_losses": np.asarray(c.epoch_losses)})
+
+        return PartyOutcome(summary, write)
+    table = read_own(args, ctx, label_role=ACTIVE)
+    if not table.columns:
+        raise InputDataError(f"{args.data}: no feature columns")
+    table, _ = training_rows(args, ctx, table)
+    train_rows, test = train_test_split(len(table), opts.test_fraction, seed=opts.split_seed)
+    if len(train_rows) == 0:
+        raise InputDataError("no training rows left after the split")
+    tr_table = table.take(train_rows)
+    ev_table = table.take(test) if len(test) else tr_table
+    if role == ACTIVE:
+        res = run_active(only([COORD, *passives]), tr_table, passives=passives, config=cfg, name=me)
+        pred = run_predict_active(only([COORD, *passives]), res.model, ev_table, passives)
+        y = np.asarray(ev_table.label, dtype=np.float64)
+        summary = {"rmse": rmse(y, pred), "r2": r2_score(y, pred), "evaluated_on": "test" if len(test) else "train",
+                   "rows": {"train": len(train_rows), "test": len(test)},
+                   "weights": [float(w) for w in res.model.weights]}
+    else:
+        res = run_passive(only([ACTIVE, COORD]), tr_table, index=passives.index(me), name=me,
+                          preprocess=cfg.preprocess)
+        run_predict_passive(only([ACTIVE, COORD]), res.model, ev_table)
+        summary = {"weights": [float(w) for w in res.model.weights], "columns": list(table.columns)}
+
+    def write_model(out: Path, meta: dict[str, Any]) -> None:
+        res.model.save(out)
+        if role == ACTIVE:
+            write_metrics(out, meta, {k: summary[k] for k in ("rmse", "r2", "evaluated_on", "rows")})
+
+    return PartyOutcome(summary, write_model)

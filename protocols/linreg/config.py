@@ -1,0 +1,45 @@
+"""The training parameters of secure linear regression: the one source of their flags and defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vflcrypto.errors import InputDataError
+from vflcrypto.paillier import DEFAULT_KEY_BITS
+from vflcrypto.spec import option
+
+from .messages import SCHEMES
+
+__all__ = ["PREPROCESSING", "LinRegConfig"]
+
+PREPROCESSING = ("none", "standardize", "whiten")
+
+
+@dataclass(frozen=True)
+class LinRegConfig:
+    """Public training parameters (B sends them in the plan; C and A check them)."""
+
+    epochs: int = option(100, "training epochs")
+    lr: float = option(0.1, "learning rate η")
+    l2: float = option(0.0, "L2 penalty λ")
+    batch_size: int | None = option(None, "rows per mini-batch (default: full batch)")
+    tol: float | None = option(1e-6, "C stops when the epoch loss changes by <= tol (relative); 0 disables")
+    scheme: str = option("paillier", "homomorphic scheme", choices=SCHEMES)
+    key_bits: int = option(DEFAULT_KEY_BITS, "Paillier modulus bits", cli=False)  # a TrainOptions flag
+    momentum: float = option(0.9, "heavy-ball momentum, applied locally by each party (0 = plain descent)")
+    preprocess: str = option("standardize", "local per-party preprocessing", choices=PREPROCESSING)
+    fit_intercept: bool = option(True, "an intercept column at the active party", flag="--intercept",
+                                 negative="--no-intercept")
+    seed: int | None = option(None, "public schedule seed (default: the active party draws one)", cli=False)
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise InputDataError(f"unknown scheme {self.scheme!r}; choose from {SCHEMES}")
+        if self.epochs < 1 or not self.lr > 0 or self.l2 < 0 or not 0 <= self.momentum < 1:
+            raise InputDataError("need epochs >= 1, lr > 0, l2 >= 0 and 0 <= momentum < 1")
+        if self.preprocess not in PREPROCESSING:
+            raise InputDataError(f"unknown preprocessing {self.preprocess!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise InputDataError("batch size must be >= 1")
+        if self.tol is not None and self.tol <= 0:
+            object.__setattr__(self, "tol", None)  # 0 (or less) disables the stopping test

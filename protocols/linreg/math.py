@@ -1,0 +1,164 @@
+"""The math of secure linear regression: schedule, loss and gradient, bounds, the plaintext reference.
+
+Plain functions (no channel, no role); the roles of :mod:`.roles` call them, and
+:func:`plaintext_gradient_descent` is the reference every secure run is tested against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vflcrypto.dataio import PartyTable
+from vflcrypto.errors import EncodingOverflowError, InputDataError
+
+from .config import LinRegConfig
+from .messages import FRAC_BITS
+from .model import fit_preprocessing
+
+__all__ = ["PlainResult", "active_loss_share", "batch_loss", "check_bound", "converged", "epoch_batches",
+           "gradient", "paillier_value_bits", "passive_loss_share", "plaintext_gradient_descent", "validate_table"]
+
+
+@dataclass
+class PlainResult:
+    """The plaintext reference's result (same shapes as the secure run)."""
+
+    active_weights: np.ndarray
+    passive_weights: list[np.ndarray]
+    losses: list[float]
+    epoch_losses: list[float]
+    epochs_run: int
+    converged: bool
+    history: list[list[np.ndarray]]  # per iteration: [active, passive-0, ...]
+
+
+def epoch_batches(n_rows: int, batch_size: int | None, seed: int, epoch: int) -> list[np.ndarray]:
+    """Row indices of each batch of ``epoch`` (public; every party derives the same).
+
+    Full batch (``batch_size`` None or >= n_rows): one batch in natural order. Otherwise
+    a permutation from ``numpy.random.default_rng((seed, epoch))`` cut into batches
+    (the last may be smaller). Batches are not secret, so numpy's PRNG is fine here.
+    """
+    if batch_size is None or batch_size >= n_rows:
+        return [np.arange(n_rows)]
+    order = np.random.default_rng((int(seed), int(epoch))).permutation(n_rows)
+    return [order[i:i + batch_size] for i in range(0, n_rows, batch_size)]
+
+
+def converged(prev: float | None, cur: float, tol: float | None) -> bool:
+    """C's stopping rule: relative change of the mean epoch loss <= tol."""
+    if tol is None or prev is None:
+        return False
+    return abs(prev - cur) <= tol * max(abs(prev), 1e-12)
+
+
+def batch_loss(d: np.ndarray, weights: Sequence[np.ndarray], l2: float) -> float:
+    """``(1/(2m)) Σ d² + (λ/2) Σ ‖Θ‖²``."""
+    m = len(d)
+    reg = sum(float(w @ w) for w in weights)
+    return float(d @ d) / (2 * m) + 0.5 * l2 * reg
+
+
+def gradient(d: np.ndarray, X: np.ndarray, w: np.ndarray, l2: float) -> np.ndarray:
+    """``(1/m) Σ_i d_i x_i + λ Θ``."""
+    return (X.T @ d) / len(d) + l2 * w
+
+
+def passive_loss_share(u: np.ndarray, w: np.ndarray, l2: float, m: int) -> float:
+    """``P_k = Σ u_k² + m λ ‖Θ_k‖²`` (unscaled)."""
+    return float(u @ u) + m * l2 * float(w @ w)
+
+
+def active_loss_share(r: np.ndarray, w: np.ndarray, l2: float, m: int) -> float:
+    """B's plaintext part of S: ``Σ r² + m λ ‖Θ_B‖²`` with ``r = u_B − y``."""
+    return float(r @ r) + m * l2 * float(w @ w)
+
+
+def paillier_value_bits(key_bits: int, batch_rows: int, n_passive: int, n_features: int,
+                        frac_bits: int = FRAC_BITS) -> int:
+    """The public bound: every |x|, |u|, |u_B − y| and |Θ| must stay below 2^bits.
+
+    Then ``|d| < (k+1)·2^b``, ``|Σ d x| < m (k+1) 2^(2b)`` and ``S = Σ d² + mλ‖Θ‖²`` all
+    fit in the encodable range n/3 at ``2·frac_bits`` fractional bits, with 16 bits of
+    slack for λ and the feature count. Returns at least 1 (tiny keys fail at once).
+    """
+    spare = (key_bits - 2 - 2 * frac_bits - math.ceil(math.log2(max(batch_rows, 2)))
+             - 2 * math.ceil(math.log2(n_passive + 2)) - math.ceil(math.log2(n_features + 2))
+             - 16)
+    return max(1, spare // 2)
+
+
+def check_bound(what: str, values: np.ndarray, bits: int, party: str) -> None:
+    if values.size and float(np.max(np.abs(values))) >= 2.0**bits:
+        raise EncodingOverflowError(
+            f"{party}: {what} exceeds the encoding's public bound 2^{bits} for this key size "
+            "(the gradient would overflow the fixed-point range): standardize the features "
+            "or use a larger key")
+
+
+def validate_table(table: PartyTable, party: str, *, needs_label: bool) -> np.ndarray:
+    X = np.asarray(table.X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] != len(table.ids):
+        raise InputDataError(f"{party}: feature matrix does not match its {len(table.ids)} IDs")
+    if not np.all(np.isfinite(X)):
+        r, c = np.argwhere(~np.isfinite(X))[0]
+        col = table.columns[c] if c < len(table.columns) else str(c)
+        raise InputDataError(f"{party}: feature {col!r} is missing or not finite in row {r}")
+    if needs_label:
+        if table.label is None:
+            raise InputDataError(f"{party}: the active party needs a label column")
+        y = np.asarray(table.label, dtype=np.float64)
+        if y.shape != (X.shape[0],) or not np.all(np.isfinite(y)):
+            raise InputDataError(f"{party}: label is missing or not finite")
+    if X.shape[0] == 0:
+        raise InputDataError(f"{party}: no rows")
+    return X
+
+
+def plaintext_gradient_descent(
+    X_active: np.ndarray, y: np.ndarray, X_passives: Sequence[np.ndarray], *,
+    config: LinRegConfig, seed: int = 0,
+) -> PlainResult:
+    """The reference: the same schedule, preprocessing, loss and updates on the joined table."""
+    prep_b = fit_preprocessing(X_active, method=config.preprocess,
+                               intercept=config.fit_intercept)
+    Xb = prep_b.apply(X_active)
+    Xp = [fit_preprocessing(X, method=config.preprocess, intercept=False).apply(X)
+          for X in X_passives]
+    y = np.asarray(y, dtype=np.float64)
+    wb = np.zeros(Xb.shape[1])
+    wp = [np.zeros(X.shape[1]) for X in Xp]
+    vb = np.zeros_like(wb)
+    vp = [np.zeros_like(w) for w in wp]
+    mu = config.momentum
+    losses: list[float] = []
+    epoch_losses: list[float] = []
+    history: list[list[np.ndarray]] = []
+    n = len(y)
+    stop = False
+    epochs_run = 0
+    for epoch in range(config.epochs):
+        batch_l = []
+        for idx in epoch_batches(n, config.batch_size, seed, epoch):
+            d = Xb[idx] @ wb - y[idx] + sum((X[idx] @ w for X, w in zip(Xp, wp, strict=True)),
+                                            np.zeros(len(idx)))
+            batch_l.append(batch_loss(d, [wb, *wp], config.l2))
+            gb = gradient(d, Xb[idx], wb, config.l2)
+            gp = [gradient(d, X[idx], w, config.l2) for X, w in zip(Xp, wp, strict=True)]
+            vb = mu * vb + gb
+            vp = [mu * v + g for v, g in zip(vp, gp, strict=True)]
+            wb = wb - config.lr * vb
+            wp = [w - config.lr * v for w, v in zip(wp, vp, strict=True)]
+            history.append([wb.copy(), *[w.copy() for w in wp]])
+        losses.extend(batch_l)
+        epoch_losses.append(float(np.mean(batch_l)))
+        epochs_run = epoch + 1
+        prev = epoch_losses[-2] if len(epoch_losses) > 1 else None
+        if converged(prev, epoch_losses[-1], config.tol):
+            stop = True
+            break
+    return PlainResult(wb, wp, losses, epoch_losses, epochs_run, stop, history)

@@ -1,0 +1,177 @@
+"""The declared messages of secure linear regression (``linreg.*``) and its public constants."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from vflcrypto.ckks import CKKSContext, CKKSVector
+from vflcrypto.leakage import PERFECT, Protection, declare
+from vflcrypto.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.wire import IntVector
+
+__all__ = ["ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "CKKS_RETURN_FRAC_BITS", "COORD", "FRAC_BITS",
+           "PASSIVE", "SCHEMES", "Control", "CrossTerm", "EncryptedLoss", "EncryptedResidual", "EncryptedU",
+           "GradientReturn", "MaskedGradient", "MaskedGradientCKKS", "PartialSum", "PredictMasked", "PredictPartial",
+           "PredictPlan", "PredictReturn", "PublicKeyMsg", "TrainingPlan"]
+
+SCHEMES = ("paillier", "ckks")
+FRAC_BITS = 32  # fixed-point fractional bits of u, d and features (gradients carry 64)
+CKKS_Q0_BITS, CKKS_SCALE_BITS = 60, 40  # vflcrypto.ckks defaults (first prime, scale)
+CKKS_GRADIENT_BOUND = 2.0**6  # |mean gradient| the CKKS mask is sized for
+# = vflcrypto.ckks.mask_hiding_bits(default context, CKKS_GRADIENT_BOUND) (checked by a test)
+_CKKS_ROOM = 2.0 ** (CKKS_Q0_BITS - CKKS_SCALE_BITS - 1) - CKKS_GRADIENT_BOUND
+CKKS_HIDING_BITS = max(0, math.floor(math.log2(_CKKS_ROOM / CKKS_GRADIENT_BOUND)))
+CKKS_RETURN_FRAC_BITS = 24  # C rounds CKKS decryptions to 2^-24 before returning them
+ACTIVE, PASSIVE, COORD = "active", "passive", "coordinator"
+
+
+
+
+@declare("linreg.public_key", sender=COORD, receiver=(ACTIVE, PASSIVE),
+         protection=Protection.PUBLIC,
+         reveals="C's Paillier public key or public CKKS context (no secret key)")
+@dataclass(frozen=True)
+class PublicKeyMsg:
+    scheme: str
+    paillier: PaillierPublicKey | None
+    ckks: CKKSContext | None
+
+
+@declare("linreg.plan", sender=ACTIVE, receiver=(PASSIVE, COORD), protection=Protection.PUBLIC,
+         reveals="the public training plan: rows, batch size, epochs, learning rate, momentum, λ, "
+                 "tolerance, schedule seed; to passive parties also a SHA-256 of the ordered "
+                 "aligned IDs they already hold (to detect misalignment)")
+@dataclass(frozen=True)
+class TrainingPlan:
+    n_rows: int
+    batch_size: int
+    epochs: int
+    lr: float
+    momentum: float
+    l2: float
+    tol: float | None
+    seed: int
+    n_passive: int
+    id_digest: bytes
+
+
+@declare("linreg.encrypted_u", sender=PASSIVE, receiver=ACTIVE,
+         protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="nothing: [[u_k]] per batch row and the passive loss share [[P_k]], "
+                 "encrypted under C's key")
+@dataclass(frozen=True)
+class EncryptedU:
+    u: PaillierVector | CKKSVector
+    partial_loss: PaillierVector | CKKSVector
+
+
+@declare("linreg.partial_sum", sender=ACTIVE, receiver=PASSIVE,
+         protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="nothing: [[Σ_{l<j} u_l]] of the other passive parties, under C's key "
+                 "(only with >= 2 passive parties)")
+@dataclass(frozen=True)
+class PartialSum:
+    values: PaillierVector | CKKSVector
+
+
+@declare("linreg.cross_term", sender=PASSIVE, receiver=ACTIVE,
+         protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="nothing: [[2 Σ_i u_j,i Σ_{l<j} u_l,i]] under C's key")
+@dataclass(frozen=True)
+class CrossTerm:
+    value: PaillierVector | CKKSVector
+
+
+@declare("linreg.encrypted_residual", sender=ACTIVE, receiver=PASSIVE,
+         protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="nothing: the residuals [[d]] of the batch under C's key")
+@dataclass(frozen=True)
+class EncryptedResidual:
+    d: PaillierVector | CKKSVector
+
+
+@declare("linreg.encrypted_loss", sender=ACTIVE, receiver=COORD,
+         protection=Protection.AGGREGATE,
+         reveals="the total batch loss L (sum over rows and parties, plus the L2 term) of "
+                 "every iteration: C decrypts it")
+@dataclass(frozen=True)
+class EncryptedLoss:
+    value: PaillierVector | CKKSVector
+
+
+@declare("linreg.masked_gradient", sender=(ACTIVE, PASSIVE), receiver=COORD,
+         protection=(Protection.CIPHERTEXT, Protection.MASKED), key_owner=COORD,
+         hiding_bits=PERFECT,
+         reveals="nothing about the gradient: C decrypts Σ d_i x_i + R with R uniform mod n "
+                 "(perfectly hiding); only the vector's length (the sender's feature count)")
+@dataclass(frozen=True)
+class MaskedGradient:
+    values: PaillierVector
+
+
+@declare("linreg.masked_gradient_ckks", sender=(ACTIVE, PASSIVE), receiver=COORD,
+         protection=(Protection.CIPHERTEXT, Protection.MASKED), key_owner=COORD,
+         hiding_bits=CKKS_HIDING_BITS,
+         reveals=f"the mean gradient + a real mask uniform on [-R, R]: statistical distance "
+                 f"<= 2^-{CKKS_HIDING_BITS} for |gradient| <= {CKKS_GRADIENT_BOUND:g} "
+                 "(CKKS has no modular wrap; weak hiding, declared honestly)")
+@dataclass(frozen=True)
+class MaskedGradientCKKS:
+    values: CKKSVector
+
+
+@declare("linreg.gradient_return", sender=COORD, receiver=(ACTIVE, PASSIVE),
+         protection=Protection.PLAINTEXT,
+         reveals="the receiver's own masked gradient, decrypted; it removes its own mask and "
+                 "learns its own gradient (which it is entitled to)")
+@dataclass(frozen=True)
+class GradientReturn:
+    residues: IntVector  # Paillier: decrypted masked residues mod n
+    approx: np.ndarray  # CKKS: decryptions rounded to 2^-24
+
+
+@declare("linreg.control", sender=COORD, receiver=(ACTIVE, PASSIVE),
+         protection=Protection.PUBLIC,
+         reveals="one bit per epoch: whether C's convergence test on the loss fired")
+@dataclass(frozen=True)
+class Control:
+    epoch: int
+    stop: bool
+
+
+@declare("linreg.predict_plan", sender=ACTIVE, receiver=(PASSIVE, COORD),
+         protection=Protection.PUBLIC,
+         reveals="number of query rows; to passive parties a SHA-256 of the ordered query IDs")
+@dataclass(frozen=True)
+class PredictPlan:
+    n_rows: int
+    id_digest: bytes
+
+
+@declare("linreg.predict_partial", sender=PASSIVE, receiver=ACTIVE,
+         protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="nothing: the passive party's partial predictions [[u_k]] under C's key")
+@dataclass(frozen=True)
+class PredictPartial:
+    u: PaillierVector
+
+
+@declare("linreg.predict_masked", sender=ACTIVE, receiver=COORD,
+         protection=(Protection.CIPHERTEXT, Protection.MASKED), key_owner=COORD,
+         hiding_bits=PERFECT,
+         reveals="nothing: Σ_k u_k + R per query row with R uniform mod n")
+@dataclass(frozen=True)
+class PredictMasked:
+    values: PaillierVector
+
+
+@declare("linreg.predict_return", sender=COORD, receiver=ACTIVE,
+         protection=Protection.PLAINTEXT,
+         reveals="B removes its mask and learns Σ_k u_k per query row (its prediction "
+                 "output); with one passive party that is u_A itself")
+@dataclass(frozen=True)
+class PredictReturn:
+    residues: IntVector

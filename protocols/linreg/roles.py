@@ -1,0 +1,560 @@
+"""The training roles of secure linear regression as named steps, and ``run_local``.
+
+Steps, numbered as in the package docstring:
+
+* coordinator C: ``start`` (0: keys to every party) → ``on_plan`` → per batch
+  ``on_loss`` (5: decrypt the loss) → ``on_masked_gradient`` (5: decrypt and return,
+  once per party) → per epoch the ``control`` bit (6);
+* active B: ``on_public_key`` (0: the plan) → per batch ``on_encrypted_u`` (1, once per
+  passive party) → ``on_cross_term`` (2, with 2+ passive parties) → [[d]], [[S]] and its
+  masked gradient (3, 4) → ``on_gradient_return`` (5) → ``on_control`` (6);
+* passive A_k: ``on_public_key`` → ``on_plan`` → per batch [[u_k]] (1) →
+  ``on_partial_sum`` (2, k >= 1) → ``on_residual`` (4) → ``on_gradient_return`` (5) →
+  ``on_control`` (6).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.ckks import CKKSContext
+from vflcrypto.dataio import PartyTable, ids_digest
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
+from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.steps import Next, Role, done, drive, send, then
+from vflcrypto.wire import IntVector
+
+from .config import LinRegConfig
+from .crypto import Crypto, PaillierCrypto, crypto_from, reveal_masked
+from .math import (
+    active_loss_share,
+    check_bound,
+    converged,
+    epoch_batches,
+    paillier_value_bits,
+    passive_loss_share,
+    validate_table,
+)
+from .messages import (
+    ACTIVE,
+    COORD,
+    PASSIVE,
+    Control,
+    CrossTerm,
+    EncryptedLoss,
+    EncryptedResidual,
+    EncryptedU,
+    GradientReturn,
+    MaskedGradient,
+    MaskedGradientCKKS,
+    PartialSum,
+    PublicKeyMsg,
+    TrainingPlan,
+)
+from .model import PartyModel, Preprocessing, fit_preprocessing
+
+__all__ = ["ActiveRole", "CoordinatorResult", "CoordinatorRole", "LinRegRun", "PartyResult", "PassiveRole",
+           "passive_names", "run_active", "run_coordinator", "run_local", "run_passive"]
+
+
+@dataclass
+class PartyResult:
+    """What a data party ends with."""
+
+    model: PartyModel
+    history: list[np.ndarray] = field(default_factory=list)  # weights after each iteration
+
+
+@dataclass
+class CoordinatorResult:
+    losses: list[float]  # per iteration
+    epoch_losses: list[float]
+    epochs_run: int
+    converged: bool
+
+
+def check_plan(plan: TrainingPlan, n_rows: int, party: str) -> None:
+    if plan.n_rows != n_rows:
+        raise InputDataError(f"{party} has {n_rows} rows, the active party {plan.n_rows}: "
+                             "the parties' rows are not aligned")
+    if (plan.epochs < 1 or plan.batch_size < 1 or not plan.lr > 0 or plan.l2 < 0
+            or not 0 <= plan.momentum < 1):
+        raise ProtocolError("implausible training plan")
+
+
+# --------------------------------------------------------------------------- coordinator
+
+
+@dataclass
+class _CoordState:
+    key: PublicKeyMsg | None = None
+    secret: IntVector = field(default_factory=IntVector)  # Paillier (p, q): kept on C's own node only
+    ckks_secret: bytes = b""  # CKKS: the secret context, likewise
+    plan: TrainingPlan | None = None
+    epoch: int = 0
+    b: int = 0  # batch of the epoch
+    k: int = 0  # party whose masked gradient comes next
+    batch_losses: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    epoch_losses: list[float] = field(default_factory=list)
+
+
+class CoordinatorRole(Role[_CoordState]):
+    """C: holds the key pair; decrypts only the loss and masked values."""
+
+    role = COORD
+    State = _CoordState
+
+    def __init__(self, *, scheme: str = "paillier", key_bits: int = 2048, allow_insecure: bool = False,
+                 active: str = ACTIVE, passives: Sequence[str] = ("passive-0",),
+                 keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
+                 ckks_context: CKKSContext | None = None, name: str = COORD) -> None:
+        super().__init__(name)
+        if scheme not in ("paillier", "ckks"):
+            raise InputDataError(f"unknown scheme {scheme!r}")
+        self.scheme, self.active, self.passives = scheme, active, list(passives)
+        self.parties = [active, *self.passives]
+        self.key_bits, self.allow_insecure = key_bits, allow_insecure
+        self._keys, self._ckks = keys, ckks_context
+        self.secret: Any = None
+
+    def accepted_keys(self) -> list[Any]:
+        key = self.state.key
+        if key is None:
+            return []
+        return [key.paillier if key.paillier is not None else key.ckks]  # ciphertexts under C's own key
+
+    def dump_state(self) -> bytes:
+        """The state with C's secret key material (only a runtime that keeps C's state on C's own
+        node, like the Flower ClientApp, calls this)."""
+        if isinstance(self.secret, PaillierPrivateKey):
+            self.state.secret = IntVector(self.secret.secret_numbers())
+        elif self.secret is not None and not self.state.ckks_secret:
+            self.state.ckks_secret = self.secret.secret_bytes()
+        return super().dump_state()
+
+    def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
+        super().load_state(data, allow_insecure=allow_insecure)
+        key = self.state.key
+        if key is not None and key.paillier is not None:
+            self.secret = PaillierPrivateKey(key.paillier, *self.state.secret)
+        elif key is not None and key.ckks is not None:
+            self.secret = CKKSContext.from_secret_bytes(self.state.ckks_secret, key.ckks.to_bytes())
+
+    def start(self) -> Next:
+        """Step 0: a fresh key pair; the public key (or public CKKS context) to every data party."""
+        if self.scheme == "paillier":
+            pk, sk = self._keys if self._keys is not None else generate_keypair(
+                self.key_bits, allow_insecure=self.allow_insecure)
+            self.state.key, self.secret = PublicKeyMsg("paillier", pk, None), sk
+        else:
+            ctx = self._ckks if self._ckks is not None else CKKSContext.generate(allow_insecure=self.allow_insecure)
+            self.state.key, self.secret = PublicKeyMsg("ckks", None, ctx.public()), ctx
+        self.hold("secret_key", self.secret)
+        assert self.state.key is not None
+        return then([send(p, self.state.key) for p in self.parties], self.active, TrainingPlan, "on_plan")
+
+    def on_plan(self, plan: TrainingPlan) -> Next:
+        if plan.n_passive != len(self.passives):
+            raise ProtocolError("the plan names a different number of passive parties")
+        self.state.plan = plan
+        return then([], self.active, EncryptedLoss, "on_loss")
+
+    def _batches(self) -> list[np.ndarray]:
+        plan = self.state.plan
+        assert plan is not None  # on_plan ran first
+        return epoch_batches(plan.n_rows, plan.batch_size, plan.seed, self.state.epoch)
+
+    def on_loss(self, msg: EncryptedLoss) -> Next:
+        """Step 5: decrypt the batch loss S (and L = S / 2m); then the masked gradients."""
+        st = self.state
+        if len(msg.value) != 1:
+            raise ProtocolError("loss must be a single value")
+        m = len(self._batches()[st.b])
+        if self.scheme == "paillier":
+            st.batch_losses.append(float(self.secret.decrypt_fixed(msg.value)[0]) / (2 * m))
+        else:
+            st.batch_losses.append(float(msg.value.decrypt(self.secret)[0]))
+        st.k = 0
+        return then([], self.parties[0], self._masked_kind(), "on_masked_gradient")
+
+    def _masked_kind(self) -> type:
+        return MaskedGradient if self.scheme == "paillier" else MaskedGradientCKKS
+
+    def on_masked_gradient(self, msg: MaskedGradient | MaskedGradientCKKS) -> Next:
+        """Step 5: decrypt a party's masked gradient (uniform to C) and return it."""
+        st = self.state
+        ret = send(self.parties[st.k], reveal_masked(self.secret, msg.values))
+        st.k += 1
+        if st.k < len(self.parties):
+            return then([ret], self.parties[st.k], self._masked_kind(), "on_masked_gradient")
+        st.b += 1
+        if st.b < len(self._batches()):
+            return then([ret], self.active, EncryptedLoss, "on_loss")
+        return self._end_epoch([ret])
+
+    def _end_epoch(self, sends: list[tuple[str, Any]]) -> Next:
+        """Step 6: the stopping test on the mean epoch loss; one bit to every party."""
+        st, plan = self.state, self.state.plan
+        assert plan is not None
+        st.losses.extend(st.batch_losses)
+        st.epoch_losses.append(float(np.mean(st.batch_losses)))
+        st.batch_losses = []
+        prev = st.epoch_losses[-2] if len(st.epoch_losses) > 1 else None
+        stop = converged(prev, st.epoch_losses[-1], plan.tol)
+        sends += [send(p, Control(st.epoch, stop)) for p in self.parties]
+        st.epoch += 1
+        if stop or st.epoch >= plan.epochs:
+            return done(CoordinatorResult(st.losses, st.epoch_losses, st.epoch, stop), sends)
+        st.b = 0
+        return then(sends, self.active, EncryptedLoss, "on_loss")
+
+
+# --------------------------------------------------------------------------- data parties
+
+
+@dataclass
+class _PartyState:
+    key: PublicKeyMsg | None = None
+    plan: TrainingPlan | None = None
+    prep_mean: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    prep_transform: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    w: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    vel: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    epoch: int = 0
+    b: int = 0
+    k: int = 0
+    mask: IntVector = field(default_factory=IntVector)  # Paillier: R mod n of the pending gradient
+    mask_real: np.ndarray = field(default_factory=lambda: np.zeros(0))  # CKKS: R
+    mask_frac: int = 0
+    history: list[np.ndarray] = field(default_factory=list)
+    u_parts: list[PaillierVector] = field(default_factory=list)  # active: [[u_k]] of the batch
+    losses_parts: list[PaillierVector] = field(default_factory=list)
+    cross: list[PaillierVector] = field(default_factory=list)
+
+
+class _DataRole(Role[_PartyState]):
+    """What B and every A_k share: the key, the preprocessing, the schedule, the update."""
+
+    State = _PartyState
+
+    def __init__(self, table: PartyTable, name: str, *, intercept: bool, preprocess: str,
+                 record_history: bool, coordinator: str) -> None:
+        super().__init__(name)
+        self.table, self.coordinator, self.record = table, coordinator, record_history
+        self.X_raw = validate_table(table, name, needs_label=self.role == ACTIVE)
+        self.prep = fit_preprocessing(self.X_raw, method=preprocess, intercept=intercept)
+        self.X = self.prep.apply(self.X_raw)
+        self.state.prep_mean, self.state.prep_transform = self.prep.mean, self.prep.transform
+        self.state.w, self.state.vel = np.zeros(self.X.shape[1]), np.zeros(self.X.shape[1])
+        self.crypto: Crypto | None = None
+        self.bound: int | None = None
+
+    def accepted_keys(self) -> list[Any]:
+        return [self.crypto.key] if self.crypto is not None else []
+
+    def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
+        super().load_state(data, allow_insecure=allow_insecure)
+        if self.state.key is not None:
+            self._use_key(self.state.key)
+        if self.state.plan is not None:
+            self._bound(self.state.plan.n_passive)
+
+    def _use_key(self, msg: PublicKeyMsg) -> None:
+        self.state.key, self.crypto = msg, crypto_from(msg)
+
+    @property
+    def plan(self) -> TrainingPlan:
+        assert self.state.plan is not None  # every step after on_plan has it
+        return self.state.plan
+
+    def _batch(self) -> np.ndarray:
+        return epoch_batches(self.plan.n_rows, self.plan.batch_size, self.plan.seed, self.state.epoch)[self.state.b]
+
+    def _bound(self, n_passive: int) -> None:
+        if isinstance(self.crypto, PaillierCrypto):
+            batch = min(self.plan.batch_size, self.plan.n_rows)
+            self.bound = paillier_value_bits(self.crypto.pk.bits, batch, n_passive, self.X.shape[1])
+            check_bound("a feature value", self.X, self.bound, self.name)
+
+    def _masked_gradient(self, d: Any, Xb: np.ndarray, m: int) -> Any:
+        assert self.crypto is not None
+        msg, state = self.crypto.mask(d.dot(Xb * self.crypto.grad_scale(m)))
+        if isinstance(self.crypto, PaillierCrypto):
+            R, frac = state
+            self.state.mask, self.state.mask_frac = IntVector(R), frac
+        else:
+            self.state.mask_real = np.asarray(state)
+        return msg
+
+    def on_gradient_return(self, ret: GradientReturn) -> Next:
+        """Step 5: remove the own mask; the update with momentum; the next batch or the epoch's end."""
+        st, crypto = self.state, self.crypto
+        assert crypto is not None
+        state = (st.mask, st.mask_frac) if isinstance(crypto, PaillierCrypto) else st.mask_real
+        m = len(self._batch())
+        raw = crypto.unmask(ret, state)
+        self.hold("gradient", raw)  # the secret behind the masked gradient (audit ground truth)
+        g = raw / (m * crypto.grad_scale(m)) + self.plan.l2 * st.w
+        st.vel = self.plan.momentum * st.vel + g
+        st.w = st.w - self.plan.lr * st.vel
+        if self.record:
+            st.history.append(st.w.copy())
+        st.b += 1
+        if st.b < len(epoch_batches(self.plan.n_rows, self.plan.batch_size, self.plan.seed, st.epoch)):
+            return self._begin_batch()
+        return then([], self.coordinator, Control, "on_control")
+
+    def on_control(self, msg: Control) -> Next:
+        """Step 6: stop, or the next epoch."""
+        st = self.state
+        st.epoch, st.b = st.epoch + 1, 0
+        if msg.stop or st.epoch >= self.plan.epochs:
+            prep = Preprocessing(st.prep_mean, st.prep_transform, self.prep.intercept)
+            model = PartyModel(self.name, self.role, tuple(self.table.columns), st.w, prep,
+                               self.table.label_name if self.role == ACTIVE else None)
+            return done(PartyResult(model, st.history))
+        return self._begin_batch()
+
+    def _begin_batch(self) -> Next:
+        raise NotImplementedError
+
+
+class PassiveRole(_DataRole):
+    """Passive party A_index: features only."""
+
+    role = PASSIVE
+
+    def __init__(self, table: PartyTable, *, index: int, name: str = "passive-0", preprocess: str = "none",
+                 record_history: bool = False, active: str = ACTIVE, coordinator: str = COORD) -> None:
+        super().__init__(table, name, intercept=False, preprocess=preprocess, record_history=record_history,
+                         coordinator=coordinator)
+        self.index, self.active = index, active
+
+    def start(self) -> Next:
+        return then([], self.coordinator, PublicKeyMsg, "on_public_key")
+
+    def on_public_key(self, msg: PublicKeyMsg) -> Next:
+        self._use_key(msg)
+        return then([], self.active, TrainingPlan, "on_plan")
+
+    def on_plan(self, plan: TrainingPlan) -> Next:
+        """Step 0: check the plan and the row IDs, then the first batch."""
+        check_plan(plan, self.X.shape[0], self.name)
+        if plan.id_digest != ids_digest(self.table.ids, "linreg"):
+            raise InputDataError(f"{self.name}: rows are not in the active party's order (misaligned IDs); align first")
+        self.state.plan = plan
+        self._bound(plan.n_passive)
+        return self._begin_batch()
+
+    def _begin_batch(self) -> Next:
+        """Step 1: [[u_k]] and the loss share [[P_k]] to B."""
+        assert self.crypto is not None
+        st, idx = self.state, self._batch()
+        m = len(idx)
+        u = self.X[idx] @ st.w
+        if self.bound is not None:
+            check_bound("a partial prediction u", u, self.bound, self.name)
+            check_bound("a weight", st.w, self.bound, self.name)
+        share = self.crypto.loss_scale(m) * passive_loss_share(u, st.w, self.plan.l2, m)
+        msg = EncryptedU(self.crypto.encrypt(u), self.crypto.encrypt(np.array([share])))
+        if self.index >= 1:
+            return then([send(self.active, msg)], self.active, PartialSum, "on_partial_sum")
+        return then([send(self.active, msg)], self.active, EncryptedResidual, "on_residual")
+
+    def on_partial_sum(self, msg: PartialSum) -> Next:
+        """Step 2: the cross term [[2 Σ_i u_j,i Σ_{l<j} u_l,i]], re-randomized (B knows the partial sum)."""
+        assert self.crypto is not None
+        idx = self._batch()
+        u = self.X[idx] @ self.state.w
+        ls = self.crypto.loss_scale(len(idx))
+        cross = CrossTerm(msg.values.dot((2.0 * ls * u)[:, None]).rerandomize())
+        return then([send(self.active, cross)], self.active, EncryptedResidual, "on_residual")
+
+    def on_residual(self, msg: EncryptedResidual) -> Next:
+        """Step 4: [[Σ d_i x_i + R]] to C."""
+        idx = self._batch()
+        if len(msg.d) != len(idx):
+            raise ProtocolError(f"{self.name}: residual vector of length {len(msg.d)}, batch has {len(idx)}")
+        masked = self._masked_gradient(msg.d, self.X[idx], len(idx))
+        return then([send(self.coordinator, masked)], self.coordinator, GradientReturn, "on_gradient_return")
+
+
+class ActiveRole(_DataRole):
+    """Active party B: features and the label; it sends the plan and forms [[d]] and [[S]]."""
+
+    role = ACTIVE
+
+    def __init__(self, table: PartyTable, *, passives: Sequence[str], config: LinRegConfig, name: str = ACTIVE,
+                 record_history: bool = False, coordinator: str = COORD) -> None:
+        super().__init__(table, name, intercept=config.fit_intercept, preprocess=config.preprocess,
+                         record_history=record_history, coordinator=coordinator)
+        self.passives, self.config = list(passives), config
+        self.y = np.asarray(table.label, dtype=np.float64)
+
+    def start(self) -> Next:
+        return then([], self.coordinator, PublicKeyMsg, "on_public_key")
+
+    def on_public_key(self, msg: PublicKeyMsg) -> Next:
+        """Step 0: the plan to C and (with the ID digest) to every passive party."""
+        self._use_key(msg)
+        cfg, n = self.config, self.X.shape[0]
+        batch = n if cfg.batch_size is None else min(cfg.batch_size, n)
+        seed = cfg.seed if cfg.seed is not None else secrets.randbits(62)
+        plan = TrainingPlan(n, batch, cfg.epochs, float(cfg.lr), float(cfg.momentum), float(cfg.l2), cfg.tol,
+                            int(seed), len(self.passives), b"")
+        self.state.plan = plan
+        digest = ids_digest(self.table.ids, "linreg")
+        self._bound(len(self.passives))
+        sends = [send(self.coordinator, plan), *(send(p, replace(plan, id_digest=digest)) for p in self.passives)]
+        return _prefix(sends, self._begin_batch())
+
+    def _begin_batch(self) -> Next:
+        st = self.state
+        st.u_parts, st.losses_parts, st.cross, st.k = [], [], [], 0
+        return then([], self.passives[0], EncryptedU, "on_encrypted_u")
+
+    def on_encrypted_u(self, msg: EncryptedU) -> Next:
+        """Step 1: collect every passive party's [[u_k]]; step 2: the partial sums for the cross terms."""
+        st, m = self.state, len(self._batch())
+        if len(msg.u) != m or len(msg.partial_loss) != 1:
+            raise ProtocolError(f"{self.name}: encrypted u of the wrong length")
+        st.u_parts.append(msg.u)
+        st.losses_parts.append(msg.partial_loss)
+        st.k += 1
+        if st.k < len(self.passives):
+            return then([], self.passives[st.k], EncryptedU, "on_encrypted_u")
+        sends, U = [], st.u_parts[0]
+        for j in range(1, len(self.passives)):
+            sends.append(send(self.passives[j], PartialSum(U.rerandomize())))
+            U = U + st.u_parts[j]
+        if len(self.passives) > 1:
+            st.k = 1
+            return then(sends, self.passives[1], CrossTerm, "on_cross_term")
+        return self._residuals()
+
+    def on_cross_term(self, msg: CrossTerm) -> Next:
+        st = self.state
+        st.cross.append(msg.value)
+        st.k += 1
+        if st.k < len(self.passives):
+            return then([], self.passives[st.k], CrossTerm, "on_cross_term")
+        return self._residuals()
+
+    def _residuals(self) -> Next:
+        """Steps 3-4: [[d]] to every passive party, [[S]] and the masked gradient to C."""
+        assert self.crypto is not None
+        st, idx = self.state, self._batch()
+        m, Xb = len(idx), self.X[idx]
+        r = Xb @ st.w - self.y[idx]
+        if self.bound is not None:
+            check_bound("a residual u_B - y", r, self.bound, self.name)
+            check_bound("a weight", st.w, self.bound, self.name)
+        ls = self.crypto.loss_scale(m)
+        U = st.u_parts[0]
+        for part in st.u_parts[1:]:
+            U = U + part
+        # Fresh randomness from B: a passive party knows its own [[u_k]] (and the partial
+        # sum it received); without it, [[d]] / ([[u_k]] [[partial]]) = 1 + (u_B - y) n
+        # would give the last passive party B's residuals, i.e. the labels at Θ = 0.
+        d = (U + r).rerandomize()
+        S = U.dot((2.0 * ls * r)[:, None])
+        for part in [*st.losses_parts, *st.cross]:
+            S = S + part
+        S = S + np.array([ls * active_loss_share(r, st.w, self.plan.l2, m)])
+        sends = [*(send(p, EncryptedResidual(d)) for p in self.passives),
+                 send(self.coordinator, EncryptedLoss(S)), send(self.coordinator, self._masked_gradient(d, Xb, m))]
+        st.u_parts, st.losses_parts, st.cross = [], [], []
+        return then(sends, self.coordinator, GradientReturn, "on_gradient_return")
+
+
+def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:
+    return Next((*sends, *nxt.sends), nxt.wait, nxt.result)
+
+
+# --------------------------------------------------------------------------- over channels
+
+
+def run_passive(channels: Mapping[str, Channel], table: PartyTable, **kwargs: Any) -> PartyResult:
+    """Passive party A_index over its channels to B and C."""
+    result: PartyResult = drive(PassiveRole(table, **kwargs), channels)
+    return result
+
+
+def run_active(channels: Mapping[str, Channel], table: PartyTable, **kwargs: Any) -> PartyResult:
+    """Active party B over its channels to C and every passive party."""
+    result: PartyResult = drive(ActiveRole(table, **kwargs), channels)
+    return result
+
+
+def run_coordinator(channels: Mapping[str, Channel], **kwargs: Any) -> CoordinatorResult:
+    """Coordinator C over its channels to every data party."""
+    result: CoordinatorResult = drive(CoordinatorRole(**kwargs), channels)
+    return result
+
+
+@dataclass
+class LinRegRun:
+    """Everything :func:`run_local` returns."""
+
+    active: PartyResult
+    passives: list[PartyResult]
+    coordinator: CoordinatorResult
+    transcript: Transcript
+    seconds: float
+
+    @property
+    def models(self) -> list[PartyModel]:
+        return [self.active.model] + [p.model for p in self.passives]
+
+    @property
+    def losses(self) -> list[float]:
+        return self.coordinator.losses
+
+
+def passive_names(k: int) -> list[str]:
+    return [f"passive-{i}" for i in range(k)]
+
+
+def run_local(active: PartyTable, passives: Sequence[PartyTable], *, config: LinRegConfig | None = None,
+              timeout: float = 120.0, allow_insecure: bool = False, record_history: bool = False,
+              keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
+              ckks_context: CKKSContext | None = None,
+              overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
+              tap: AuditTap | None = None) -> LinRegRun:
+    """Run all roles in one process (threads over in-memory Channels).
+
+    ``overrides`` replaces a party's task (tests: a stalling or hostile party); ``tap``
+    (audits) keeps what each party received and holds.
+    """
+    cfg = config if config is not None else LinRegConfig()
+    if not passives:
+        raise InputDataError("need at least one passive party")
+    names = passive_names(len(passives))
+    endpoints = [Endpoint(ACTIVE, ACTIVE), Endpoint(COORD, COORD), *[Endpoint(p, PASSIVE) for p in names]]
+    links = [(ACTIVE, COORD), *[(ACTIVE, p) for p in names], *[(COORD, p) for p in names]]
+    net = LocalNetwork(endpoints, links=links, timeout=timeout, transcript=Transcript(tap),
+                       allow_insecure=allow_insecure, run_id=secrets.token_hex(8))
+    tasks: dict[str, Callable[[], Any]] = {
+        COORD: lambda: run_coordinator(net.channels(COORD), scheme=cfg.scheme, key_bits=cfg.key_bits,
+                                       allow_insecure=allow_insecure, passives=names, keys=keys,
+                                       ckks_context=ckks_context),
+        ACTIVE: lambda: run_active(net.channels(ACTIVE), active, passives=names, config=cfg,
+                                   record_history=record_history),
+    }
+    for i, (pname, table) in enumerate(zip(names, passives, strict=True)):
+        tasks[pname] = (lambda i=i, pname=pname, table=table: run_passive(
+            net.channels(pname), table, index=i, name=pname, preprocess=cfg.preprocess,
+            record_history=record_history))
+    for pname, fn in (overrides or {}).items():
+        tasks[pname] = (lambda fn=fn, pname=pname: fn(net.channels(pname)))
+    t0 = time.perf_counter()
+    res = run_parties(tasks, network=net)
+    return LinRegRun(res[ACTIVE], [res[p] for p in names], res[COORD], net.transcript, time.perf_counter() - t0)
