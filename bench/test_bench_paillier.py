@@ -2,7 +2,8 @@
 
 Run: ``.venv/bin/pytest bench/test_bench_paillier.py --benchmark-only``. Sizes scale with
 ``VFLCRYPTO_BENCH_N`` (records, default 2000) and the key with ``VFLCRYPTO_BENCH_BITS``
-(default 2048; smaller sizes are for smoke tests only). Each benchmark records the number
+(default 2048; smaller keys are for smoke tests only and need
+``VFLCRYPTO_BENCH_ALLOW_INSECURE=1``). Each benchmark records the number
 of values it processes (``extra_info["items"]``), the pool's worker count (``workers``;
 phe always runs in one process) and the median rate (``items_per_s_median``), and checks
 its result against numpy after timing (a wrong result fails the benchmark instead of
@@ -30,7 +31,7 @@ rng = np.random.default_rng(0)  # synthetic benchmark data
 
 @pytest.fixture(scope="module")
 def keys():
-    pk, sk = generate_keypair(BITS, allow_insecure=BITS < 2048)
+    pk, sk = generate_keypair(BITS, allow_insecure=os.environ.get("VFLCRYPTO_BENCH_ALLOW_INSECURE") == "1")
     pk._fixed_table()  # table construction is a one-off per key; keep it out of the timings
     sk._crt()
     return pk, sk

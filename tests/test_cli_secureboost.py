@@ -15,7 +15,7 @@ from vflcrypto.dataio import write_csv_atomic
 
 def _write(tmp_path: Path, n: int = 120, shuffle_passive: bool = False, extra: int = 0) -> tuple[Path, Path]:
     rng = np.random.default_rng(11)
-    Xa, y, _, Xp, _ = sb._synthetic(n, seed=11)
+    Xa, y, _, Xp, _ = sb.example(n, seed=11)
     ids = [f"id{i:04d}" for i in range(n)]
     active = tmp_path / "active.csv"
     passive = tmp_path / "passive.csv"

@@ -169,3 +169,28 @@ def test_simulation_linreg_matches_run_local(tmp_path: Path) -> None:
     np.testing.assert_allclose(got["coordinator"]["losses"], local.losses, rtol=1e-9)
     relayed = {e["kind"] for e in got["transcript"]["transcript"] if e["step_name"] == "relay"}
     assert relayed == {"linreg.public_key", "linreg.masked_gradient", "linreg.gradient_return", "linreg.control"}
+
+
+def test_simulation_secureboost_matches_run_local(tmp_path: Path) -> None:
+    """The active party is the ServerApp, passive-0 a ClientApp whose state (the encrypted
+    bin sums of the previous level, kept for histogram subtraction) goes through
+    ``context.state`` between messages; the trees equal run_local's on the same data."""
+    from vflcrypto.protocols import secureboost as sb
+
+    overrides = ("protocol='secureboost'", "key-bits=1024", "allow-insecure=true", "trees=2", "depth=3", "rows=150")
+    rc, out = run_script("flower_simulate.sh", *overrides, f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=1)
+    assert rc == 0, out[-3000:]
+    Xa, y, ca, Xp, cp = sb.example(n=150)
+    local = sb.run_local(Xa, y, [Xp], params=sb.BoostParams(n_trees=2, max_depth=3, max_bin=16), key_bits=1024,
+                         allow_insecure=True, active_columns=ca, passive_columns=[cp])
+    got = _outputs(tmp_path)
+    model = got["active"]["result"]["model"]
+    for name in ("kind", "feature", "bin", "left", "right", "party"):
+        assert model[name] == getattr(local.active.model, name).tolist(), name
+    np.testing.assert_allclose(model["value"], local.active.model.value, rtol=0, atol=1e-12)
+    passive = got["passive-0"]["model"]
+    assert passive["feature"] == local.passive["passive-0"].model.feature.tolist()
+    assert passive["bin"] == local.passive["passive-0"].model.bin.tolist()
+    assert "[vflcrypto] secureboost: 2 trees" in out
+    relayed = {e["kind"] for e in got["transcript"]["transcript"] if e["step_name"] == "relay"}
+    assert relayed == set()

@@ -12,7 +12,7 @@ from vflcrypto.gradbench import OPERATIONS, BenchmarkError, run_gradient_bench
 
 
 def test_backends_measure_every_operation_correctly() -> None:
-    results = {r.name: r for r in run_gradient_bench(300, 1024, phe_n=30, repeats=2)}
+    results = {r.name: r for r in run_gradient_bench(300, 1024, phe_n=30, repeats=2, allow_insecure=True)}
     assert {"vflcrypto-paillier", "vflcrypto-paillier-packed", "vflcrypto-ckks", "phe"} <= set(results)
     for name in ("vflcrypto-paillier", "vflcrypto-ckks", "phe"):
         assert set(results[name].ops) == set(OPERATIONS), name
@@ -35,7 +35,7 @@ def test_a_wrong_result_reports_no_speed(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_cli_states_workers_per_core_rates_and_spread(capsys) -> None:
-    assert main(["bench", "gradients", "--n", "100", "--key-bits", "1024", "--phe-n", "10",
+    assert main(["bench", "gradients", "--n", "100", "--key-bits", "1024", "--allow-insecure", "--phe-n", "10",
                  "--repeats", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     phe = out["backends"]["phe"]
@@ -43,6 +43,7 @@ def test_cli_states_workers_per_core_rates_and_spread(capsys) -> None:
     enc = phe["ops"]["encrypt"]
     assert enc["wall_rate"] > 0 and enc["per_core_rate"] > 0 and len(enc["wall_seconds"]) == 2
     assert out["backends"]["vflcrypto-paillier"]["workers"] >= 1
-    assert main(["bench", "gradients", "--n", "60", "--key-bits", "1024", "--phe-n", "10", "--repeats", "1"]) == 0
+    assert main(["bench", "gradients", "--n", "60", "--key-bits", "1024", "--allow-insecure", "--phe-n", "10",
+                 "--repeats", "1"]) == 0
     text = capsys.readouterr().out
     assert "per core" in text and "x phe/core" in text and "smaller n" in text and "set-up" in text

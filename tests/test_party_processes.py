@@ -351,7 +351,7 @@ def test_linear_regression_three_processes_with_alignment(tmp_path: Path, pki: P
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import secureboost as sb
 
-    Xa, y, ca, Xp, cp = sb._synthetic(n=120)
+    Xa, y, ca, Xp, cp = sb.example(n=120)
     ids = [f"r{i}" for i in range(120)]
     write_table(tmp_path / "active.csv", ids, list(ca), Xa, y)
     write_table(tmp_path / "passive-0.csv", ids, list(cp), Xp)

@@ -123,17 +123,17 @@ def reuse_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
 
 
 def unshuffled_candidates(mp: pytest.MonkeyPatch) -> None:
-    import vflcrypto.protocols.secureboost as sb
+    from vflcrypto.protocols.secureboost import passive
 
-    mp.setattr(sb, "shuffle_candidates", lambda flat: np.asarray(flat, dtype=np.int64))
+    mp.setattr(passive, "shuffle_candidates", lambda flat: np.asarray(flat, dtype=np.int64))
 
 
 def one_bin_per_value(mp: pytest.MonkeyPatch) -> None:
     """The passive party bins every distinct value on its own: candidates sum single rows."""
-    import vflcrypto.protocols.secureboost as sb
+    from vflcrypto.protocols.secureboost import passive
 
-    strong = sb.bin_features
-    mp.setattr(sb, "bin_features", _only_in("passive", lambda X, max_bin: strong(X, 10**6), strong))
+    strong = passive.bin_features
+    mp.setattr(passive, "bin_features", lambda X, max_bin: strong(X, 10**6))
 
 
 # --------------------------------------------------------------------------- the suite

@@ -188,11 +188,11 @@ def test_binning_semantics() -> None:
 
 
 def test_unpack_rejects_out_of_range() -> None:
-    spec = sb.packing_spec(100, 24, 2)
+    spec = sb.tree.packing_spec(100, 24, 2)
     with pytest.raises(ProtocolError):
-        sb.unpack_candidates([1 << (2 * spec.slot_bits)], spec)  # bits above the slots
+        sb.tree.unpack_candidates([1 << (2 * spec.slot_bits)], spec)  # bits above the slots
     with pytest.raises(ProtocolError):
-        sb.unpack_candidates([5], spec)  # zero rows
+        sb.tree.unpack_candidates([5], spec)  # zero rows
 
 
 # --------------------------------------------------------------------------- parity
@@ -374,7 +374,7 @@ def test_histogram_under_wrong_key_is_refused(small_paillier_keys) -> None:
     Xa, y, Xps = _data(n=60, k=1)
     with pytest.raises(KeyMismatchError):
         sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys, allow_insecure=True,
-                     timeout=TIMEOUT, passive_override={"passive-0": _hostile_passive(bad)})
+                     timeout=TIMEOUT, overrides={"passive-0": _hostile_passive(bad)})
 
 
 @pytest.mark.parametrize("fault", ["layout", "garbage", "count"])
@@ -382,7 +382,7 @@ def test_malformed_histogram_is_refused(small_paillier_keys, fault: str) -> None
     pk = small_paillier_keys[0]
 
     def bad(setup, req):
-        spec = sb.packing_spec(60, sb.choose_frac_bits(2, 60), 2)
+        spec = sb.tree.packing_spec(60, sb.tree.choose_frac_bits(2, 60), 2)
         bits = 2 * spec.slot_bits
         per = (pk.bits - 1) // bits
         if fault == "layout":  # declared 7 candidates, but ciphertexts for far more
@@ -397,7 +397,7 @@ def test_malformed_histogram_is_refused(small_paillier_keys, fault: str) -> None
     Xa, y, Xps = _data(n=60, k=1)
     with pytest.raises(ProtocolError):
         sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys, allow_insecure=True,
-                     timeout=TIMEOUT, passive_override={"passive-0": _hostile_passive(bad)})
+                     timeout=TIMEOUT, overrides={"passive-0": _hostile_passive(bad)})
 
 
 class _Tamper:
@@ -409,12 +409,12 @@ class _Tamper:
     def __getattr__(self, name):
         return getattr(self._ch, name)
 
-    def send(self, msg):
+    def send(self, msg, **kw):
         if isinstance(msg, sb.SplitResponse) and len(msg.left_bits):
             bits = msg.left_bits.copy()
             bits[0] ^= 0x80  # move the first row of the node to the other side
             msg = sb.SplitResponse(msg.tree, msg.depth, msg.nodes, msg.record_ids, bits)
-        return self._ch.send(msg)
+        return self._ch.send(msg, **kw)
 
 
 def test_wrong_left_instance_set_is_refused() -> None:
@@ -425,7 +425,7 @@ def test_wrong_left_instance_set_is_refused() -> None:
 
     with pytest.raises(ProtocolError, match="left instance set"):
         sb.run_local(np.zeros((80, 1)), y, Xps, params=sb.BoostParams(n_trees=1), plaintext=True,
-                     timeout=TIMEOUT, passive_override={"passive-0": liar})
+                     timeout=TIMEOUT, overrides={"passive-0": liar})
 
 
 def test_stalled_passive_party_times_out(small_paillier_keys) -> None:
@@ -440,7 +440,7 @@ def test_stalled_passive_party_times_out(small_paillier_keys) -> None:
     Xa, y, Xps = _data(n=40, k=1)
     with pytest.raises(PeerTimeoutError):
         sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys, allow_insecure=True,
-                     timeout=0.5, passive_override={"passive-0": stall})
+                     timeout=0.5, overrides={"passive-0": stall})
     release.set()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vflcrypto.cli.audit import load_all_protocols
+from vflcrypto.cli.audit import FLOWER_BLOCK, load_all_protocols, security_md_blocks
 from vflcrypto.leakage import declarations, markdown_table, render_security_md
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_security_md_tables_match_declarations() -> None:
     load_all_protocols()
     text = (ROOT / "SECURITY.md").read_text(encoding="utf-8")
-    assert render_security_md(text) == text, (
+    assert render_security_md(text, security_md_blocks()) == text, (
         "SECURITY.md is out of date: run `vflcrypto audit --security-md SECURITY.md`"
     )
 
@@ -33,3 +33,16 @@ def test_markdown_table_lists_every_kind() -> None:
         table = markdown_table(proto)
         for d in declarations(proto):
             assert f"`{d.kind}`" in table
+
+
+def test_flower_relay_table_lists_every_relayed_kind() -> None:
+    from vflcrypto.protocols import registry
+
+    text = (ROOT / "SECURITY.md").read_text(encoding="utf-8")
+    assert f"<!-- BEGIN leakage:{FLOWER_BLOCK} -->" in text
+    table = security_md_blocks()[FLOWER_BLOCK]
+    for spec in registry().values():
+        if spec.flower is not None:
+            assert f"`{spec.name}`" in table
+            for kind in spec.flower.relayed:
+                assert f"`{kind}`" in table

@@ -190,13 +190,13 @@ def _measure(res: BackendResult, ops: list[_Op], n: int, repeats: int, tolerance
 # --------------------------------------------------------------------------- backends
 
 
-def _bench_vfl_paillier(data: _Data, key_bits: int, packed: bool, repeats: int) -> BackendResult:
+def _bench_vfl_paillier(data: _Data, key_bits: int, packed: bool, repeats: int, allow_insecure: bool) -> BackendResult:
     from .encoding import PackingSpec
     from .paillier import generate_keypair
 
     n = len(data.g)
     t0 = time.perf_counter()
-    pk, sk = generate_keypair(key_bits, allow_insecure=key_bits < 2048)
+    pk, sk = generate_keypair(key_bits, allow_insecure=allow_insecure)
     # Build the fixed-base tables and start the pool as a long-running party would; the
     # tables grow with use (vflcrypto.paillier.fixed_base._pick_window), so warm up with a full batch.
     warm = pk.encrypt_fixed(data.w)
@@ -407,20 +407,22 @@ def run_gradient_bench(
     phe_n: int = 200,
     heu_n: int | None = None,
     repeats: int = 5,
+    allow_insecure: bool = False,
     backends: tuple[str, ...] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[BackendResult]:
     """Run every available backend on the same data; return their measurements.
 
     Every backend gets ``n`` rows except phe (``phe_n``, a prefix of the same data, since
-    phe needs minutes at 20,000) and HEU when ``heu_n`` is given.
+    phe needs minutes at 20,000) and HEU when ``heu_n`` is given. Keys below 2048 bits
+    need ``allow_insecure`` (smoke tests).
     """
     if repeats < 1:
         raise ConfigurationError("repeats must be >= 1")
     data = _Data(n)
     plan: list[tuple[str, Callable[[], BackendResult]]] = [
-        ("vflcrypto-paillier-packed", lambda: _bench_vfl_paillier(data, key_bits, True, repeats)),
-        ("vflcrypto-paillier", lambda: _bench_vfl_paillier(data, key_bits, False, repeats)),
+        ("vflcrypto-paillier-packed", lambda: _bench_vfl_paillier(data, key_bits, True, repeats, allow_insecure)),
+        ("vflcrypto-paillier", lambda: _bench_vfl_paillier(data, key_bits, False, repeats, allow_insecure)),
         ("vflcrypto-ckks", lambda: _bench_vfl_ckks(data, repeats)),
         ("phe", lambda: _bench_phe(data.head(min(n, phe_n)), key_bits, repeats)),
     ]

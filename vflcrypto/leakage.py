@@ -28,7 +28,7 @@ import enum
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -416,10 +416,17 @@ _BLOCK = re.compile(
 )
 
 
-def render_security_md(text: str) -> str:
-    """Replace every ``<!-- BEGIN leakage:P -->…<!-- END leakage:P -->`` block by P's table."""
+def render_security_md(text: str, blocks: Mapping[str, str] | None = None) -> str:
+    """Replace every ``<!-- BEGIN leakage:P -->…<!-- END leakage:P -->`` block by P's table.
+
+    ``blocks`` supplies the text of blocks that are not a protocol's declarations (the
+    entry layer generates them, e.g. what the Flower App relays).
+    """
+    extra = dict(blocks or {})
 
     def repl(m: re.Match[str]) -> str:
-        return f"{m.group(1)}{markdown_table(m.group('name'))}\n{m.group(4)}"
+        name = m.group("name")
+        body = extra[name] if name in extra else markdown_table(name)
+        return f"{m.group(1)}{body}\n{m.group(4)}"
 
     return _BLOCK.sub(repl, text)

@@ -233,7 +233,8 @@ SPEC = ProtocolSpec(
                  "linreg.masked_gradient": "a passive party's gradient plus its own mask, under C's key: the "
                                            "ServerApp's party (B) holds neither the key nor the mask",
                  "linreg.masked_gradient_ckks": "as linreg.masked_gradient, under C's CKKS context",
-                 "linreg.gradient_return": "the passive party's masked gradient decrypted: uniform mod n to B, "
-                                           "which does not know the mask",
+                 "linreg.gradient_return": "the passive party's masked gradient decrypted: uniform mod n to B "
+                                           "(Paillier; under CKKS hidden to CKKS_HIDING_BITS bits), which "
+                                           "does not know the mask",
                  "linreg.control": "one public bit per epoch"}),
 )

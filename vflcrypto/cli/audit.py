@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["load_all_protocols", "register"]
+__all__ = ["flower_relay_table", "load_all_protocols", "register", "security_md_blocks"]
 
 NET = "net"  # the runtime's own hello (not a protocol)
 
@@ -27,6 +27,31 @@ def load_all_protocols() -> list[str]:
     from ..protocols import registry
 
     return [*registry(), NET]
+
+
+FLOWER_BLOCK = "flower-relay"
+
+
+def flower_relay_table() -> str:
+    """SECURITY.md's table of what the Flower App relays through the ServerApp, from the specs."""
+    from ..protocols import registry
+
+    rows = ["| protocol | ServerApp party | message relayed between two SuperNodes "
+            "| why the ServerApp's party may see it |", "|---|---|---|---|"]
+    for spec in registry().values():
+        if spec.flower is None:
+            continue
+        if not spec.flower.relayed:
+            rows.append(f"| `{spec.name}` | {spec.flower.server_party} | (none) | every message has the ServerApp's "
+                        "party as sender or receiver |")
+        for kind, why in spec.flower.relayed.items():
+            rows.append(f"| `{spec.name}` | {spec.flower.server_party} | `{kind}` | {why} |")
+    return "\n".join(rows)
+
+
+def security_md_blocks() -> dict[str, str]:
+    """The generated blocks of SECURITY.md that are not a protocol's declarations."""
+    return {FLOWER_BLOCK: flower_relay_table()}
 
 
 def _names() -> list[str]:
@@ -54,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         load_all_protocols()
         path = Path(args.security_md)
         text = path.read_text(encoding="utf-8")
-        new = render_security_md(text)
+        new = render_security_md(text, security_md_blocks())
         if new != text:
             path.write_text(new, encoding="utf-8")
             print(f"updated {path}")

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"  running {name} ...", file=sys.stderr, flush=True)
 
     results = run_gradient_bench(args.n, args.key_bits, phe_n=args.phe_n, heu_n=args.heu_n,
-                                 repeats=args.repeats, progress=progress)
+                                 repeats=args.repeats, allow_insecure=args.allow_insecure, progress=progress)
     if args.json:
         print(json.dumps({"key_bits": args.key_bits, "repeats": args.repeats, "cpu_count": os.cpu_count(),
                           "backends": {r.name: r.to_dict() for r in results}}, indent=2))
@@ -109,6 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     g = kinds.add_parser("gradients", help="encrypted-gradient throughput vs phe, TenSEAL, HEU (one run)")
     g.add_argument("--n", type=int, default=20_000, help="rows per operation (every backend but phe)")
     g.add_argument("--key-bits", type=int, default=2048)
+    g.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (smoke tests)")
     g.add_argument("--phe-n", type=int, default=200, help="rows for phe (too slow at --n; a prefix of the data)")
     g.add_argument("--heu-n", type=int, default=None, help="rows for HEU (default: --n)")
     g.add_argument("--repeats", type=int, default=5, help="timed calls per operation (median and range shown)")

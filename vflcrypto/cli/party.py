@@ -22,8 +22,8 @@ digest) and what the party sent and received (its transcript). A failed run writ
 neither, and a stale sidecar of an earlier run is removed first, so no output of this
 command ever looks complete without being so.
 
-Tasks and roles are looked up in :data:`TASKS`; a protocol whose module is not present
-yet is reported, not crashed on.
+Tasks are the ``party_tasks`` of the protocols in the registry
+(:func:`vflcrypto.protocols.registry`).
 """
 
 from __future__ import annotations
@@ -32,93 +32,14 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
-from ..dataio import atomic_write_text, train_test_split
-from ..errors import InputDataError, ProtocolError
-from ..protocols._train import metrics_path, read_own, training_rows, write_metrics
-from ..spec import PartyOutcome, PartyTask, TaskContext
+from ..dataio import atomic_write_text
+from ..errors import ProtocolError
+from ..protocols._train import metrics_path
+from ..spec import PartyTask, TaskContext
 
 __all__ = ["metrics_path", "register", "run_party"]
-
-
-def _only(channels: Mapping[str, Any], names: list[str], me: str) -> dict[str, Any]:
-    missing = [n for n in names if n not in channels]
-    if missing:
-        raise ProtocolError(f"{me}: the configuration has no link to {missing}")
-    return {n: channels[n] for n in names}
-
-
-# --------------------------------------------------------------------------- align
-
-
-# --------------------------------------------------------------------------- secureboost
-
-
-def _task_secureboost(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    from vflcrypto.protocols import secureboost as sb
-
-    from ..metrics import rmse, roc_auc
-
-    me, role = ctx.me, ctx.role
-    passives = ctx.names(sb.PASSIVE)
-    actives = ctx.names(sb.ACTIVE)
-    if len(actives) != 1 or not passives:
-        raise InputDataError("SecureBoost needs one 'active' and at least one 'passive' party")
-    table = read_own(args, ctx, label_role=sb.ACTIVE)
-    if not table.columns:
-        raise InputDataError(f"{args.data}: no feature columns")
-    params = sb.BoostParams(objective=args.objective, n_trees=args.trees, max_depth=args.depth,
-                            learning_rate=args.lr, max_bin=args.max_bin)
-    params.validate()
-    table, _ = training_rows(args, ctx, table)
-    train, test = train_test_split(len(table), args.test_fraction, seed=args.split_seed)
-    if len(train) < 2:
-        raise InputDataError("fewer than 2 training rows left after the split")
-    tr = table.take(train)
-    ev = table.take(test) if len(test) else None
-    if role == sb.ACTIVE:
-        chans = _only(ctx.channels, passives, me)
-        y = tr.label
-        assert y is not None
-        res = sb.run_active(chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params,
-                            plaintext=args.plaintext, key_bits=args.key_bits,
-                            allow_insecure=args.allow_insecure)
-        if ev is not None:
-            pred = sb.predict_active(chans, res.model, ev.X)
-            y_eval = ev.label
-        else:
-            pred, y_eval = res.train_predictions(), y
-        assert y_eval is not None
-        metrics: dict[str, Any] = ({"auc": roc_auc(y_eval, pred)} if args.objective == "binary"
-                                   else {"rmse": rmse(y_eval, pred)})
-        metrics.update({"trees": params.n_trees, "evaluated_on": "test" if len(test) else "train",
-                        "rows": {"train": len(train), "test": len(test)},
-                        "mode": "plaintext" if args.plaintext else f"paillier-{args.key_bits}"})
-        summary: dict[str, Any] = {**metrics, "model_id": res.model.model_id}
-
-        def write(out: Path, meta: dict[str, Any]) -> None:
-            res.model.save(out)
-            write_metrics(out, meta, metrics)
-    else:
-        chans = _only(ctx.channels, actives, me)
-        pres = sb.run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns)
-        if ev is not None:
-            sb.predict_passive(chans, pres.model, ev.X)
-        summary = {"model_id": pres.model.model_id, "records": len(pres.model.record_ids)}
-
-        def write(out: Path, meta: dict[str, Any]) -> None:
-            pres.model.save(out)
-
-    return PartyOutcome(summary, write)
-
-
-#: tasks whose protocol does not yet export its network task (being moved into the registry)
-LEGACY_TASKS: dict[str, Callable[..., PartyOutcome]] = {
-    "train-secureboost": _task_secureboost,
-}
 
 
 def _tasks() -> dict[str, PartyTask]:
@@ -154,7 +75,9 @@ def run_party(args: argparse.Namespace) -> int:
 
     task = args.task if args.task != "train" else f"train-{args.model}"
     registered = _tasks().get(task)
-    handler = registered.run if registered is not None else LEGACY_TASKS[task]
+    if registered is None:
+        raise ProtocolError(f"no protocol registers the task {task!r}")
+    handler = registered.run
     config = load_party_config(args.config)
     spec = config.party(args.party)
     key = Path(args.key) if args.key else spec.key_path
@@ -212,29 +135,3 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         tp = parent.add_parser(task.name, help=task.help)
         task.add_arguments(tp)
         tp.set_defaults(handler=run_party)
-
-    def common(m: argparse.ArgumentParser, *, data_required: bool = True) -> None:
-        m.add_argument("--data", required=data_required, help="this party's CSV (ID column, "
-                                                              "features; the label at the active party)")
-        m.add_argument("--id-column", required=data_required)
-        m.add_argument("--label", help="label column (active party)")
-        m.add_argument("--aligned", action="store_true",
-                       help="the files already list the same IDs in the same order (skip PSI)")
-        m.add_argument("--test-fraction", type=float, default=0.0)
-        m.add_argument("--split-seed", type=int, default=0, help="public seed of the split")
-        m.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus bits")
-        m.add_argument("--allow-insecure", action="store_true",
-                       help="accept keys below 2048 bits (tests only)")
-        m.add_argument("--out", required=True, help="this party's output file (.npz); the "
-                                                    "active party also writes <out>.metrics.json")
-        m.set_defaults(handler=run_party)
-
-    sbp = models.add_parser("secureboost", help="SecureBoost gradient-boosted trees (Paillier)")
-    common(sbp)
-    sbp.add_argument("--objective", choices=("binary", "regression"), default="binary")
-    sbp.add_argument("--trees", type=int, default=10)
-    sbp.add_argument("--depth", type=int, default=3)
-    sbp.add_argument("--lr", type=float, default=0.3)
-    sbp.add_argument("--max-bin", type=int, default=32)
-    sbp.add_argument("--plaintext", action="store_true",
-                     help="no encryption (debug/parity only: passive parties see the gradients)")

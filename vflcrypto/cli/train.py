@@ -7,15 +7,8 @@ The models are the ``train`` commands of the protocols in the registry
 from __future__ import annotations
 
 import argparse
-import importlib
 
 __all__ = ["register"]
-
-#: models whose protocol does not yet export its train command (being moved into the registry)
-LEGACY_MODULES = (
-    "vflcrypto.cli.train_secureboost",
-)
-
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from ..protocols import registry
@@ -30,5 +23,3 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
             cmd.add_arguments(m)
             m.set_defaults(handler=cmd.run)
-    for name in LEGACY_MODULES:
-        importlib.import_module(name).register(models)

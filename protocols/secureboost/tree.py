@@ -26,6 +26,7 @@ from vflcrypto.paillier import (
     ciphertexts_from_bytes,
     ciphertexts_to_bytes,
 )
+from vflcrypto.spec import option
 
 __all__ = [
     "GAIN_EPS",
@@ -34,6 +35,7 @@ __all__ = [
     "OBJECTIVES",
     "BoostParams",
     "Choice",
+    "as_matrix",
     "base_score",
     "bin_feature",
     "bin_features",
@@ -64,16 +66,17 @@ GAIN_EPS = 1e-9  # a split must improve the objective by more than this
 
 @dataclass(frozen=True)
 class BoostParams:
-    """Training parameters (XGBoost names and defaults where they exist)."""
+    """Training parameters (XGBoost names and defaults where they exist); the one source of the
+    flags of ``train secureboost`` and ``party ... train secureboost``."""
 
-    objective: str = "binary"
-    n_trees: int = 10
-    max_depth: int = 3
-    learning_rate: float = 0.3
-    max_bin: int = 32
-    reg_lambda: float = 1.0
-    gamma: float = 0.0
-    min_child_weight: float = 1.0
+    objective: str = option("binary", "loss: logistic (binary labels) or squared error", choices=OBJECTIVES)
+    n_trees: int = option(10, "boosting rounds (trees)", flag="--trees")
+    max_depth: int = option(3, "depth of every tree", flag="--depth")
+    learning_rate: float = option(0.3, "shrinkage of every tree's leaves", flag="--lr")
+    max_bin: int = option(32, "quantile bins per feature (2..256)")
+    reg_lambda: float = option(1.0, "L2 penalty of the leaf weights (XGBoost's lambda)")
+    gamma: float = option(0.0, "minimum gain of a split (XGBoost's gamma)")
+    min_child_weight: float = option(1.0, "minimum hessian sum of a child (XGBoost's min_child_weight)")
 
     def validate(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -87,6 +90,16 @@ class BoostParams:
 
 
 # =========================================================================== math
+
+
+def as_matrix(X: np.ndarray, name: str) -> np.ndarray:
+    """A party's features as a float 2-D array (NaN allowed: it goes right; infinities refused)."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2:
+        raise InputDataError(f"{name}: feature matrix must be 2-D")
+    if np.isinf(X).any():
+        raise InputDataError(f"{name}: features must not be infinite")
+    return X
 
 
 def bin_feature(x: np.ndarray, max_bin: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,416 @@
+"""The active party of SecureBoost as named steps.
+
+Steps, numbered as in the package docstring: ``start`` (0 setup; then every tree:
+1 gradients, 2 the level request) → ``on_histograms`` (3, once per passive party; then 4
+the split choice and 5 the split requests) → ``on_split_response`` (6, once per passive
+party; then the next level, or 7 the end of the tree and the next tree).
+
+The active party is the Flower ServerApp (never a ClientApp), so its state stays in
+memory: trees, nodes and keys need not be wire-encodable.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.dataio import ids_digest
+from vflcrypto.encoding import PackingSpec
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey, PaillierPublicKey, generate_keypair
+from vflcrypto.steps import Next, Role, done, send, then
+
+from .messages import (
+    ACTIVE,
+    EncryptedGradients,
+    EncryptedHistograms,
+    LevelRequest,
+    PlainGradients,
+    PlainHistograms,
+    Setup,
+    SplitRequest,
+    SplitResponse,
+)
+from .model import ActiveModel, link
+from .tree import (
+    BoostParams,
+    as_matrix,
+    base_score,
+    bin_features,
+    bin_histograms,
+    check_labels,
+    choose_frac_bits,
+    gradients,
+    leaf_weight,
+    packing_spec,
+    quantize,
+    select_split,
+    unfold_candidates,
+    unpack_candidates,
+    valid_candidates,
+    value_bound_bits,
+)
+
+__all__ = ["ActiveResult", "ActiveRole", "Timer", "decode_histograms"]
+
+
+class Timer:
+    """Accumulates wall time per phase (for the benchmark's breakdown)."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+
+    def add(self, phase: str, t0: float) -> float:
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + now - t0
+        return now
+
+
+@dataclass
+class ActiveResult:
+    """What the active party ends with: the model, training margins and phase timings."""
+
+    model: ActiveModel
+    train_margin: np.ndarray
+    timings: dict[str, float]
+
+    def train_predictions(self) -> np.ndarray:
+        return link(self.model.objective, self.train_margin)
+
+
+@dataclass
+class _TreeBuilder:
+    """The active party's growing tree (tree-local node arrays)."""
+
+    kind: list[int] = field(default_factory=list)
+    party: list[int] = field(default_factory=list)
+    feature: list[int] = field(default_factory=list)
+    bin: list[int] = field(default_factory=list)
+    threshold: list[float] = field(default_factory=list)
+    record: list[int] = field(default_factory=list)
+    left: list[int] = field(default_factory=list)
+    right: list[int] = field(default_factory=list)
+    value: list[float] = field(default_factory=list)
+
+    def new(self) -> int:
+        for lst, v in ((self.kind, 0), (self.party, -1), (self.feature, -1), (self.bin, -1),
+                       (self.threshold, 0.0), (self.record, -1), (self.left, -1), (self.right, -1),
+                       (self.value, 0.0)):
+            lst.append(v)
+        return len(self.kind) - 1
+
+
+@dataclass
+class _Node:
+    index: int  # tree-local
+    rows: np.ndarray  # sorted row indices
+    G: int
+    H: int
+    parent_slot: int = -1  # node id at the previous depth
+
+
+@dataclass
+class _ActiveState:
+    t: int = 0  # tree
+    depth: int = 0
+    k: int = 0  # passive party awaited next
+    margin: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    vbb: int = 1
+    frac: int = 0
+    gq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    hq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    spec: PackingSpec | None = None
+    trees: list[Any] = field(default_factory=list)
+    tree: Any = None
+    level: list[Any] = field(default_factory=list)
+    leaves: list[Any] = field(default_factory=list)
+    own: list[Any] = field(default_factory=list)
+    passive_blocks: list[Any] = field(default_factory=list)
+    choices: list[Any] = field(default_factory=list)
+    lefts: dict[int, tuple[np.ndarray, int, int]] = field(default_factory=dict)
+
+
+def decode_histograms(hist: EncryptedHistograms | PlainHistograms, sk: PaillierPrivateKey | None,
+                      spec: PackingSpec, name: str = "passive party") -> tuple[np.ndarray, ...]:
+    """(G_L, H_L, n_L) of every candidate in a histogram message, in its order (layout checked)."""
+    total = int(np.asarray(hist.counts).sum())
+    if isinstance(hist, PlainHistograms):
+        GL, HL, NL = (np.asarray(a) for a in (hist.grad, hist.hess, hist.rows))
+        if any(a.shape != (total,) or a.dtype.kind not in "iu" for a in (GL, HL, NL)):
+            raise ProtocolError(f"{name} sent malformed plaintext histograms")
+        return GL.astype(np.int64), HL.astype(np.int64), NL.astype(np.int64)
+    if sk is None:
+        raise ProtocolError(f"{name} sent encrypted histograms in plaintext mode")
+    bits = 2 * spec.slot_bits
+    per = (sk.public_key.bits - 1) // bits
+    if hist.value_bits != bits or hist.per_ciphertext != per:
+        raise ProtocolError(f"{name} folded its histograms with the wrong layout")
+    if len(hist.folded) != -(-total // per):
+        raise ProtocolError(f"{name} sent {len(hist.folded)} folded ciphertexts for {total} candidates")
+    if hist.folded.public_key != sk.public_key:
+        raise ProtocolError(f"{name} sent histograms under another key")
+    n = int(sk.public_key.n)
+    raw = [v % n for v in sk.decrypt(hist.folded)] if total else []
+    return unpack_candidates(unfold_candidates(raw, total, per, bits), spec)
+
+
+def _plan(level: list[_Node]) -> tuple[np.ndarray, np.ndarray]:
+    """Which nodes to sum row by row (root; the smaller sibling) and which to derive."""
+    if len(level) == 1 and level[0].parent_slot < 0:
+        return np.zeros(1, np.int32), np.zeros((0, 3), np.int32)
+    compute: list[int] = []
+    derive: list[tuple[int, int, int]] = []
+    for i in range(0, len(level), 2):
+        a, b = i, i + 1  # siblings are appended consecutively (left, right)
+        small, large = (a, b) if len(level[a].rows) <= len(level[b].rows) else (b, a)
+        compute.append(small)
+        derive.append((large, level[large].parent_slot, small))
+    return np.asarray(compute, np.int32), np.asarray(derive, np.int32).reshape(-1, 3)
+
+
+def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, base: float,
+              columns: tuple[str, ...], names: tuple[str, ...]) -> ActiveModel:
+    offsets = np.cumsum([0] + [len(t.kind) for t in trees]).astype(np.int64)
+
+    def cat(attr: str, dtype: Any) -> np.ndarray:
+        return np.asarray([v for t in trees for v in getattr(t, attr)], dtype=dtype)
+
+    return ActiveModel(model_id, params.objective, base, params.learning_rate, params.max_depth, columns, names,
+                       offsets, cat("kind", np.int8), cat("party", np.int32), cat("feature", np.int32),
+                       cat("bin", np.int32), cat("threshold", np.float64), cat("record", np.int64),
+                       cat("left", np.int32), cat("right", np.int32), cat("value", np.float64))
+
+
+class ActiveRole(Role[_ActiveState]):
+    """The label holder: drives training over its passive parties (their order fixes the owner order).
+
+    ``ids`` (the ordered aligned row IDs) are hashed into the setup message so misaligned
+    passive inputs fail early.
+    """
+
+    role = ACTIVE
+    State = _ActiveState
+
+    def __init__(self, X: np.ndarray, y: np.ndarray, *, passives: Sequence[str], ids: Sequence[str] | None = None,
+                 columns: Sequence[str] | None = None, params: BoostParams | None = None, plaintext: bool = False,
+                 key_bits: int = DEFAULT_KEY_BITS, keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
+                 allow_insecure: bool = False, name: str = ACTIVE) -> None:
+        super().__init__(name)
+        self.params = BoostParams() if params is None else params
+        self.params.validate()
+        self.timer = Timer()
+        self.X = as_matrix(X, "active party")
+        self.y = np.asarray(y, dtype=np.float64).ravel()
+        n = len(self.y)
+        if self.X.shape[0] != n:
+            raise InputDataError(f"active party has {self.X.shape[0]} feature rows and {n} labels")
+        check_labels(self.params.objective, self.y)
+        self.columns = tuple(columns) if columns is not None else tuple(f"x{i}" for i in range(self.X.shape[1]))
+        self.names = list(passives)
+        if not self.names:
+            raise InputDataError("SecureBoost needs at least one passive party")
+        self.ids, self.plaintext = ids, plaintext
+        self.pk: PaillierPublicKey | None = None
+        self.sk: PaillierPrivateKey | None = None
+        if not plaintext:
+            t0 = time.perf_counter()
+            self.pk, self.sk = keys if keys is not None else generate_keypair(key_bits, allow_insecure=allow_insecure)
+            self.timer.add("keygen", t0)
+
+    def accepted_keys(self) -> list[PaillierPublicKey]:
+        return [self.pk] if self.pk is not None else []
+
+    @property
+    def n(self) -> int:
+        return len(self.y)
+
+    def start(self) -> Next:
+        """Step 0: the setup; binning; then the first tree."""
+        if self.sk is not None:
+            self.hold("secret_key", self.sk)
+        p = self.params
+        self.model_id = secrets.token_hex(16)
+        digest = ids_digest(self.ids if self.ids is not None else [str(i) for i in range(self.n)], "secureboost")
+        setup = Setup(self.model_id, self.n, p.n_trees, p.max_depth, p.max_bin, digest, self.plaintext, self.pk)
+        t0 = time.perf_counter()
+        self.bins, self.splits = bin_features(self.X, p.max_bin)
+        self.width = max([len(s) + 1 for s in self.splits] + [1])
+        self.timer.add("binning", t0)
+        self.base = base_score(p.objective, self.y)
+        self.state.margin = np.full(self.n, self.base)
+        return _prefix([send(q, setup) for q in self.names], self._begin_tree())
+
+    def _begin_tree(self) -> Next:
+        """Step 1: every row's (g, h) under our key (packed), to every passive party."""
+        st = self.state
+        g, h = gradients(self.params.objective, self.y, st.margin)
+        st.vbb = max(st.vbb, value_bound_bits(g, h))
+        st.frac = choose_frac_bits(st.vbb, self.n)
+        st.gq, st.hq = quantize(g, st.frac), quantize(h, st.frac)
+        st.spec = packing_spec(self.n, st.frac, st.vbb)
+        self.hold("gradients", st.gq)  # its own (g, h) per tree, for the audit
+        self.hold("packing", st.spec)
+        t0 = time.perf_counter()
+        if self.plaintext:
+            grad_msg: Any = PlainGradients(st.t, st.frac, st.gq, st.hq)
+        else:
+            assert self.sk is not None
+            gh = np.column_stack([np.ldexp(st.gq.astype(np.float64), -st.frac),
+                                  np.ldexp(st.hq.astype(np.float64), -st.frac)])
+            grad_msg = EncryptedGradients(st.t, self.sk.encrypt_packed(gh, st.spec))
+        self.timer.add("encrypt", t0)
+        st.tree = _TreeBuilder()
+        st.level = [_Node(st.tree.new(), np.arange(self.n), int(st.gq.sum()), int(st.hq.sum()))]
+        st.leaves, st.depth = [], 0
+        return _prefix([send(q, grad_msg) for q in self.names], self._begin_level())
+
+    def _begin_level(self) -> Next:
+        """Step 2: the level request; our own candidates; then wait for the passive histograms."""
+        st = self.state
+        if not st.level or st.depth >= self.params.max_depth:
+            return self._end_tree()
+        self.hold("node_rows", [nd.rows for nd in st.level])
+        node_of_row = np.full(self.n, -1, dtype=np.int32)
+        for i, nd in enumerate(st.level):
+            node_of_row[nd.rows] = i
+        compute, derive = _plan(st.level)
+        req = LevelRequest(st.t, st.depth, False, node_of_row, compute, derive)
+        t0 = time.perf_counter()
+        st.own = []
+        for nd in st.level:
+            sg, sh, sn = bin_histograms(self.bins, nd.rows, st.gq, st.hq, self.width)
+            ok = valid_candidates(sn, len(nd.rows))
+            cg, ch_, cn = np.cumsum(sg, 1), np.cumsum(sh, 1), np.cumsum(sn, 1)
+            flat = np.flatnonzero(ok.ravel())
+            st.own.append((cg.ravel()[flat], ch_.ravel()[flat], cn.ravel()[flat], flat))
+        self.timer.add("split_search", t0)
+        st.passive_blocks, st.k = [], 0
+        return then([send(q, req) for q in self.names], self.names[0], self._histogram_kind(), "on_histograms")
+
+    def _histogram_kind(self) -> type:
+        return PlainHistograms if self.plaintext else EncryptedHistograms
+
+    def on_histograms(self, hist: EncryptedHistograms | PlainHistograms) -> Next:
+        """Step 3: a passive party's (decrypted) candidates; after the last, steps 4-5."""
+        st = self.state
+        st.passive_blocks.append(self._read_histograms(hist, self.names[st.k]))
+        st.k += 1
+        if st.k < len(self.names):
+            return then([], self.names[st.k], self._histogram_kind(), "on_histograms")
+        t0 = time.perf_counter()
+        st.choices = [select_split([st.own[i]] + [pb[i] for pb in st.passive_blocks], nd.G, nd.H, st.frac,
+                                   self.params) for i, nd in enumerate(st.level)]
+        self.timer.add("split_search", t0)
+        sends = []
+        for p, name in enumerate(self.names):
+            won = [(i, c) for i, c in enumerate(st.choices) if c is not None and c.owner == p + 1]
+            offs = np.cumsum([0] + [len(c.ids) for _, c in won]).astype(np.int32)
+            cand = np.asarray([x for _, c in won for x in c.ids], dtype=np.int32)
+            sends.append(send(name, SplitRequest(st.t, st.depth, np.asarray([i for i, _ in won], np.int32),
+                                                 offs, cand)))
+        st.lefts, st.k = {}, 0
+        return then(sends, self.names[0], SplitResponse, "on_split_response")
+
+    def _read_histograms(self, hist: Any, name: str) -> list[tuple[np.ndarray, ...]]:
+        """Check one passive party's histogram message and return per-node candidate blocks."""
+        st = self.state
+        if hist.tree != st.t or hist.depth != st.depth:
+            raise ProtocolError(f"{name} sent histograms for tree {hist.tree} depth {hist.depth}, "
+                                f"expected tree {st.t} depth {st.depth}")
+        nodes, counts = np.asarray(hist.nodes), np.asarray(hist.counts)
+        if nodes.shape != (len(st.level),) or not np.array_equal(nodes, np.arange(len(st.level))):
+            raise ProtocolError(f"{name} sent histograms for the wrong nodes")
+        if counts.shape != (len(st.level),) or (counts < 0).any():
+            raise ProtocolError(f"{name} sent malformed candidate counts")
+        assert st.spec is not None
+        t0 = time.perf_counter()
+        GL, HL, NL = decode_histograms(hist, self.sk, st.spec, name)
+        self.timer.add("decrypt", t0)
+        out, start = [], 0
+        for nd, k in zip(st.level, counts.tolist(), strict=True):
+            gl, hl, nl = GL[start : start + k], HL[start : start + k], NL[start : start + k]
+            if k and (nl.min() < 1 or nl.max() >= len(nd.rows)):
+                raise ProtocolError(f"{name} sent a candidate with an impossible row count")
+            out.append((gl, hl, nl, np.arange(k)))
+            start += k
+        return out
+
+    def on_split_response(self, resp: SplitResponse) -> Next:
+        """Step 6: a passive party's left instance sets; after the last, the children (next level)."""
+        st = self.state
+        for i, mask, rec in self._read_response(resp, st.k + 1, self.names[st.k]):
+            st.lefts[i] = (mask, st.k, rec)
+        st.k += 1
+        if st.k < len(self.names):
+            return then([], self.names[st.k], SplitResponse, "on_split_response")
+        nxt: list[_Node] = []
+        tree = st.tree
+        for i, (nd, c) in enumerate(zip(st.level, st.choices, strict=True)):
+            if c is None:
+                st.leaves.append(nd)
+                continue
+            if c.owner == 0:
+                f, b = divmod(c.ids[0], self.width)
+                mask = self.bins[nd.rows, f] <= b
+                tree.kind[nd.index], tree.feature[nd.index] = 1, f
+                tree.bin[nd.index], tree.threshold[nd.index] = b, float(self.splits[f][b])
+            else:
+                mask, p, rec = st.lefts[i]
+                tree.kind[nd.index], tree.party[nd.index], tree.record[nd.index] = 2, p, rec
+            left_rows = nd.rows[mask]
+            if int(mask.sum()) != c.nL or int(st.gq[left_rows].sum()) != c.GL or int(st.hq[left_rows].sum()) != c.HL:
+                raise ProtocolError("left instance set does not match the chosen candidate")
+            for side, rows in (("left", nd.rows[mask]), ("right", nd.rows[~mask])):
+                child = _Node(tree.new(), rows, int(st.gq[rows].sum()), int(st.hq[rows].sum()), i)
+                getattr(tree, side)[nd.index] = child.index
+                nxt.append(child)
+        st.level, st.depth = nxt, st.depth + 1
+        return self._begin_level()
+
+    def _read_response(self, resp: SplitResponse, owner: int, name: str) -> list[tuple[int, np.ndarray, int]]:
+        """Check a passive party's split response; return (node, left mask, record id)."""
+        st = self.state
+        won = [i for i, c in enumerate(st.choices) if c is not None and c.owner == owner]
+        if resp.tree != st.t or resp.depth != st.depth:
+            raise ProtocolError(f"{name} answered for tree {resp.tree} depth {resp.depth}")
+        if np.asarray(resp.nodes).tolist() != won or len(resp.record_ids) != len(won):
+            raise ProtocolError(f"{name} answered for nodes it did not win")
+        bits = np.asarray(resp.left_bits, dtype=np.uint8)
+        sizes = [(len(st.level[i].rows) + 7) // 8 for i in won]
+        if len(bits) != sum(sizes):
+            raise ProtocolError(f"{name} sent left instance sets of the wrong length")
+        out, start = [], 0
+        for i, size, rec in zip(won, sizes, np.asarray(resp.record_ids).tolist(), strict=True):
+            mask = np.unpackbits(bits[start : start + size], count=len(st.level[i].rows)).astype(bool)
+            out.append((i, mask, int(rec)))
+            start += size
+        return out
+
+    def _end_tree(self) -> Next:
+        """Step 7: 'done' to every passive party; leaf weights (never sent); the next tree."""
+        st, p = self.state, self.params
+        st.leaves.extend(st.level)
+        done_req = LevelRequest(st.t, p.max_depth, True, np.zeros(0, np.int32), np.zeros(0, np.int32),
+                                np.zeros((0, 3), np.int32))
+        sends = [send(q, done_req) for q in self.names]
+        scale = 2.0 ** -st.frac
+        for nd in st.leaves:
+            w = leaf_weight(nd.G * scale, nd.H * scale, p.reg_lambda)
+            st.tree.value[nd.index] = w
+            st.margin[nd.rows] += p.learning_rate * w
+        st.trees.append(st.tree)
+        st.t += 1
+        if st.t < p.n_trees:
+            return _prefix(sends, self._begin_tree())
+        model = _assemble(st.trees, self.model_id, p, self.base, self.columns, tuple(self.names))
+        return done(ActiveResult(model, st.margin, self.timer.phases), sends)
+
+
+def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:
+    return Next((*sends, *nxt.sends), nxt.wait, nxt.result)
+

@@ -1,0 +1,190 @@
+"""``vflcrypto train secureboost`` (every party in this process) and ``vflcrypto party ... train secureboost``.
+
+In-process: ``--active`` is the active party's file (ID column, the label ``--label`` and
+its features); each ``--passive`` file (ID column and features) is a passive party
+``passive-0``, ``passive-1``, ... in the order given. Unless ``--aligned`` says the files
+already list the same IDs in the same order, rows are first aligned by private set
+intersection (:mod:`vflcrypto.protocols.align`, ECDH; every party learns its rows of the
+common IDs).
+
+Rows are split into train and test with the public, seeded
+:func:`vflcrypto.dataio.train_test_split` (``--test-fraction 0`` evaluates on the
+training rows). Test metrics use the joint prediction protocol: passive parties answer
+only left/right at their own nodes. ``--plaintext`` runs the same protocol without
+encryption (debug/parity only: passive parties then see every gradient, i.e. the labels).
+``--model-dir`` saves one ``<party>.npz`` per party (no pickle).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.dataio import train_test_split
+from vflcrypto.errors import InputDataError
+from vflcrypto.metrics import rmse, roc_auc
+from vflcrypto.runtime import Transcript
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
+
+from .._train import (
+    TrainOptions,
+    add_party_data_arguments,
+    add_train_options,
+    align_tables,
+    read_own,
+    read_tables,
+    training_rows,
+    write_metrics,
+)
+from .local import passive_names, run_active, run_local, run_passive
+from .messages import ACTIVE, PASSIVE
+from .predict import predict_active, predict_local, predict_passive
+from .tree import BoostParams
+
+__all__ = ["add_party_arguments", "add_train_arguments", "config", "party_task", "train"]
+
+
+def config(args: argparse.Namespace) -> tuple[BoostParams, TrainOptions]:
+    """The configuration the flags describe (the same for both commands)."""
+    opts: TrainOptions = config_from_args(TrainOptions, args)
+    params: BoostParams = config_from_args(BoostParams, args)
+    params.validate()
+    return params, opts
+
+
+def _add_mode(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plaintext", action="store_true",
+                   help="no encryption (debug/parity only: passive parties see the gradients)")
+
+
+def _metrics(objective: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    return {"auc": roc_auc(y, pred)} if objective == "binary" else {"rmse": rmse(y, pred)}
+
+
+def _mode(args: argparse.Namespace, opts: TrainOptions) -> str:
+    return "plaintext" if args.plaintext else f"paillier-{opts.key_bits}"
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--active", required=True, help="active party CSV (ID, label, features)")
+    p.add_argument("--passive", action="append", default=[],
+                   help="passive party CSV (ID, features); repeat for several parties")
+    p.add_argument("--id-column", required=True)
+    p.add_argument("--label", required=True, help="label column of the active file")
+    add_config_arguments(p, BoostParams)
+    add_train_options(p)
+    _add_mode(p)
+    p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+    p.add_argument("--model-dir", help="save one <party>.npz per party here")
+
+
+def train(args: argparse.Namespace) -> int:
+    params, opts = config(args)
+    t0 = time.perf_counter()
+    tables = read_tables(args.active, args.passive, args.id_column, args.label)
+    names = [ACTIVE, *passive_names(len(args.passive))]
+    tables, align_bytes = align_tables(tables, names, aligned=opts.aligned)
+    bytes_sent: dict[str, int] = {} if opts.aligned else {"alignment": align_bytes}
+    train_rows, test = train_test_split(len(tables[0]), opts.test_fraction, seed=opts.split_seed)
+    if len(train_rows) < 2:
+        raise InputDataError("fewer than 2 training rows left after the split")
+    tr = [t.take(train_rows) for t in tables]
+    y = tr[0].label
+    assert y is not None  # read_tables requires the label at the active party
+    run = run_local(tr[0].X, y, [t.X for t in tr[1:]], params=params, plaintext=args.plaintext,
+                    key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, ids=list(tr[0].ids),
+                    active_columns=tr[0].columns, passive_columns=[t.columns for t in tr[1:]],
+                    timeout=opts.timeout)
+    models = [run.active.model] + [run.passive[n].model for n in names[1:]]
+    if len(test):
+        ev = [t.take(test) for t in tables]
+        transcript = Transcript()
+        pred = predict_local(models[0], ev[0].X, [(m, t.X) for m, t in zip(models[1:], ev[1:], strict=True)],
+                             transcript=transcript)
+        y_eval = ev[0].label
+        for name, b in transcript.bytes_sent_by().items():
+            bytes_sent[name] = bytes_sent.get(name, 0) + b
+    else:
+        pred, y_eval = run.active.train_predictions(), y
+    assert y_eval is not None
+    for name, b in run.bytes_sent.items():
+        bytes_sent[name] = bytes_sent.get(name, 0) + b
+    if args.model_dir:
+        for name, m in zip(names, models, strict=True):
+            m.save(Path(args.model_dir) / f"{name}.npz")
+    summary: dict[str, Any] = {
+        **_metrics(params.objective, y_eval, pred), "trees": params.n_trees,
+        "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
+        "evaluated_on": "test" if len(test) else "train", "rows": {"train": len(train_rows), "test": len(test)},
+        "mode": _mode(args, opts)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    metric = "AUC" if "auc" in summary else "RMSE"
+    print(f"trained {params.n_trees} trees (depth {params.max_depth}, {summary['mode']}) on {len(train_rows)} rows; "
+          f"{summary['evaluated_on']} {metric} {summary.get('auc', summary.get('rmse')):.4f}; "
+          f"{summary['seconds']:.1f} s; {sum(bytes_sent.values()):,} bytes sent")
+    if args.model_dir:
+        print(f"party models saved in {args.model_dir}")
+    return 0
+
+
+# --------------------------------------------------------------------------- network party
+
+
+def add_party_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_data_arguments(p)
+    add_config_arguments(p, BoostParams)
+    add_train_options(p)
+    _add_mode(p)
+
+
+def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    params, opts = config(args)
+    active, passives = ctx.one(ACTIVE), ctx.names(PASSIVE)
+    if not passives:
+        raise InputDataError("SecureBoost needs one 'active' and at least one 'passive' party")
+    table = read_own(args, ctx, label_role=ACTIVE)
+    if not table.columns:
+        raise InputDataError(f"{args.data}: no feature columns")
+    table, _ = training_rows(args, ctx, table)
+    train_rows, test = train_test_split(len(table), opts.test_fraction, seed=opts.split_seed)
+    if len(train_rows) < 2:
+        raise InputDataError("fewer than 2 training rows left after the split")
+    tr = table.take(train_rows)
+    ev = table.take(test) if len(test) else None
+    if ctx.role == ACTIVE:
+        chans = ctx.only(passives)
+        y = tr.label
+        assert y is not None  # read_own requires the label at the active party
+        res = run_active(chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params,
+                         plaintext=args.plaintext, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
+                         name=ctx.me)
+        if ev is not None:
+            pred, y_eval = predict_active(chans, res.model, ev.X), ev.label
+        else:
+            pred, y_eval = res.train_predictions(), y
+        assert y_eval is not None
+        metrics: dict[str, Any] = {**_metrics(params.objective, y_eval, pred), "trees": params.n_trees,
+                                   "evaluated_on": "test" if len(test) else "train",
+                                   "rows": {"train": len(train_rows), "test": len(test)}, "mode": _mode(args, opts)}
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            res.model.save(out)
+            write_metrics(out, meta, metrics)
+
+        return PartyOutcome({**metrics, "model_id": res.model.model_id}, write)
+    chans = ctx.only([active])
+    pres = run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns)
+    if ev is not None:
+        predict_passive(chans, pres.model, ev.X)
+
+    def write_passive(out: Path, meta: dict[str, Any]) -> None:
+        pres.model.save(out)
+
+    return PartyOutcome({"model_id": pres.model.model_id, "records": len(pres.model.record_ids)}, write_passive)

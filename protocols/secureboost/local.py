@@ -1,0 +1,92 @@
+"""SecureBoost training over Channels (``run_active``, ``run_passive``) and in one process (``run_local``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey, PaillierPublicKey
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript, run_parties
+from vflcrypto.steps import drive
+
+from .active import ActiveResult, ActiveRole
+from .messages import ACTIVE
+from .passive import PassiveResult, PassiveRole
+from .predict import network
+from .tree import BoostParams
+
+__all__ = ["LocalRun", "passive_names", "run_active", "run_local", "run_passive"]
+
+
+def passive_names(k: int) -> list[str]:
+    return [f"passive-{i}" for i in range(k)]
+
+
+def run_active(channels: Mapping[str, Channel], X: np.ndarray, y: np.ndarray, *, timeout: float | None = None,
+               **kwargs: Any) -> ActiveResult:
+    """The active party over its channels to every passive party (their order fixes the owner order)."""
+    if not channels:
+        raise InputDataError("SecureBoost needs at least one passive party")
+    result: ActiveResult = drive(ActiveRole(X, y, passives=list(channels), **kwargs), channels, timeout=timeout)
+    return result
+
+
+def run_passive(channels: Mapping[str, Channel], X: np.ndarray, *, timeout: float | None = None,
+                **kwargs: Any) -> PassiveResult:
+    """A passive party over its one channel to the active party."""
+    if len(channels) != 1:
+        raise ProtocolError("a passive party talks to exactly one active party")
+    (active, ch), = channels.items()
+    result: PassiveResult = drive(PassiveRole(X, name=ch.local.name, active=active, **kwargs), channels,
+                                   timeout=timeout)
+    return result
+
+
+@dataclass
+class LocalRun:
+    """Every party's result of an in-process run, and the shared transcript."""
+
+    active: ActiveResult
+    passive: dict[str, PassiveResult]
+    transcript: Transcript
+    seconds: float
+
+    @property
+    def bytes_sent(self) -> dict[str, int]:
+        return self.transcript.bytes_sent_by("sender")
+
+
+def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarray], *,
+              params: BoostParams | None = None, plaintext: bool = False, key_bits: int = DEFAULT_KEY_BITS,
+              keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None, allow_insecure: bool = False,
+              ids: Sequence[str] | None = None, active_columns: Sequence[str] | None = None,
+              passive_columns: Sequence[Sequence[str]] | None = None, timeout: float = DEFAULT_TIMEOUT,
+              overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
+              tap: AuditTap | None = None) -> LocalRun:
+    """Train with every party in this process (threads over in-memory channels).
+
+    ``overrides`` maps a party name to a callable ``(channels) -> Any`` that replaces its
+    role (tests: a stalling or hostile party); ``tap`` (audits) keeps what each party
+    received and holds.
+    """
+    names = passive_names(len(X_passive))
+    net = network(names, timeout, allow_insecure, Transcript(tap))
+    tasks: dict[str, Callable[[], Any]] = {
+        ACTIVE: lambda: run_active(net.channels(ACTIVE), X_active, y, ids=ids, columns=active_columns,
+                                   params=params, plaintext=plaintext, key_bits=key_bits, keys=keys,
+                                   allow_insecure=allow_insecure),
+    }
+    for i, name in enumerate(names):
+        cols = passive_columns[i] if passive_columns is not None else None
+        tasks[name] = (lambda name=name, X=X_passive[i], cols=cols: run_passive(
+            net.channels(name), X, ids=ids, columns=cols))
+    for name, fn in (overrides or {}).items():
+        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
+    t0 = time.perf_counter()
+    results = run_parties(tasks, network=net)
+    return LocalRun(results[ACTIVE], {n: results[n] for n in names}, net.transcript, time.perf_counter() - t0)

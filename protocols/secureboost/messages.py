@@ -1,0 +1,154 @@
+"""The declared messages of SecureBoost (``secureboost.*``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vflcrypto.leakage import Protection, declare
+from vflcrypto.paillier import PaillierPublicKey, PaillierVector
+
+__all__ = ["ACTIVE", "PASSIVE", "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "PlainGradients",
+           "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup", "SplitRequest", "SplitResponse"]
+
+ACTIVE = "active"
+PASSIVE = "passive"
+
+
+@declare("secureboost.setup", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
+         reveals="the model id, tree/depth/bin parameters, the number of aligned rows, a digest "
+                 "of the ordered row IDs (equality check only) and the active party's Paillier "
+                 "public key (none in plaintext mode)")
+@dataclass(frozen=True)
+class Setup:
+    model_id: str
+    n_rows: int
+    n_trees: int
+    max_depth: int
+    max_bin: int
+    ids_digest: bytes
+    plaintext: bool
+    public_key: PaillierPublicKey | None
+
+
+@declare("secureboost.gradients", sender=ACTIVE, receiver=PASSIVE,
+         protection=Protection.CIPHERTEXT, key_owner=ACTIVE,
+         reveals="nothing about g and h beyond the row count (IND-CPA under DCR and the DJN "
+                 "short-exponent assumption); the public packing layout reveals a power-of-two "
+                 "bound on |g| and the fixed-point precision")
+@dataclass(frozen=True)
+class EncryptedGradients:
+    tree: int
+    gh: PaillierVector  # one ciphertext per row: slot 0 = g, slot 1 = h
+
+
+@declare("secureboost.plain_gradients", sender=ACTIVE, receiver=PASSIVE,
+         protection=Protection.PLAINTEXT,
+         reveals="PLAINTEXT MODE (debug/parity only): every row's gradient and hessian in the "
+                 "clear; for the logistic loss g = p - y reveals every label")
+@dataclass(frozen=True)
+class PlainGradients:
+    tree: int
+    frac_bits: int
+    g: np.ndarray  # int64 fixed-point
+    h: np.ndarray
+
+
+@declare("secureboost.level", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PLAINTEXT,
+         reveals="the instance space: which aligned rows share a node at this depth, i.e. the "
+                 "partition induced by all earlier splits (the active party's and other passive "
+                 "parties' included), and which nodes are leaves; not features, thresholds, "
+                 "gradients or labels")
+@dataclass(frozen=True)
+class LevelRequest:
+    tree: int
+    depth: int
+    done: bool
+    node_of_row: np.ndarray  # int32, -1 = row not in a node of this depth
+    compute: np.ndarray  # int32 node ids whose histograms are summed row by row
+    derive: np.ndarray  # int32 (k, 3): node, parent (previous depth), sibling (this depth)
+
+
+@declare("secureboost.histograms", sender=PASSIVE, receiver=ACTIVE,
+         protection=(Protection.AGGREGATE, Protection.SHUFFLED),
+         reveals="after decryption with its own key: per node, for every split candidate of "
+                 "this passive party (anonymous, freshly shuffled per node, empty-bin duplicates "
+                 "removed) the left-side sums G_L, H_L and the row count n_L; the candidate count "
+                 "bounds the party's distinct feature values; candidates with n_L or n - n_L <= 2 "
+                 "expose single rows' gradients and their rank in a passive feature")
+@dataclass(frozen=True)
+class EncryptedHistograms:
+    tree: int
+    depth: int
+    nodes: np.ndarray  # int32 node ids, in the order of the candidates
+    counts: np.ndarray  # int32 number of candidates per node
+    value_bits: int  # bits per folded candidate (2 packed slots)
+    per_ciphertext: int  # candidates folded into one ciphertext
+    folded: PaillierVector  # re-randomized folded ciphertexts
+
+
+@declare("secureboost.plain_histograms", sender=PASSIVE, receiver=ACTIVE,
+         protection=(Protection.AGGREGATE, Protection.SHUFFLED),
+         reveals="PLAINTEXT MODE: the same per-candidate G_L, H_L, n_L as secureboost.histograms "
+                 "reveals after decryption (anonymous, shuffled per node)")
+@dataclass(frozen=True)
+class PlainHistograms:
+    tree: int
+    depth: int
+    nodes: np.ndarray
+    counts: np.ndarray
+    grad: np.ndarray  # int64 fixed-point G_L per candidate
+    hess: np.ndarray  # int64 fixed-point H_L
+    rows: np.ndarray  # int64 n_L
+
+
+@declare("secureboost.split_request", sender=ACTIVE, receiver=PASSIVE,
+         protection=Protection.PLAINTEXT,
+         reveals="which of its anonymous candidates won which node (ties listed together): the "
+                 "owner learns that its feature/threshold is the best split of that node")
+@dataclass(frozen=True)
+class SplitRequest:
+    tree: int
+    depth: int
+    nodes: np.ndarray  # int32 nodes this party won
+    offsets: np.ndarray  # int32 CSR offsets into ``candidates`` (len(nodes) + 1)
+    candidates: np.ndarray  # int32 tied anonymous ids (positions in the node's list)
+
+
+@declare("secureboost.split_response", sender=PASSIVE, receiver=ACTIVE,
+         protection=Protection.PLAINTEXT,
+         reveals="the left instance set of each split on this passive party's features and an "
+                 "opaque record id; not the feature or the threshold")
+@dataclass(frozen=True)
+class SplitResponse:
+    tree: int
+    depth: int
+    nodes: np.ndarray  # int32
+    record_ids: np.ndarray  # int64
+    left_bits: np.ndarray  # uint8: np.packbits of each node's left mask (node rows ascending)
+
+
+@declare("secureboost.predict_query", sender=ACTIVE, receiver=PASSIVE,
+         protection=Protection.PLAINTEXT,
+         reveals="which prediction rows reach each of the owner's split nodes (record ids), one "
+                 "message per tree level")
+@dataclass(frozen=True)
+class PredictQuery:
+    model_id: str
+    n_rows: int
+    depth: int
+    done: bool
+    record_ids: np.ndarray  # int64
+    offsets: np.ndarray  # int64 CSR offsets into ``rows``
+    rows: np.ndarray  # int32 prediction row indices
+
+
+@declare("secureboost.predict_answer", sender=PASSIVE, receiver=ACTIVE,
+         protection=Protection.PLAINTEXT,
+         reveals="the left/right bit of every queried row at the owner's nodes: the passive "
+                 "partition of the prediction rows, not the feature or threshold")
+@dataclass(frozen=True)
+class PredictAnswer:
+    depth: int
+    left_bits: np.ndarray  # uint8 packbits per query segment, concatenated

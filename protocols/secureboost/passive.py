@@ -1,0 +1,331 @@
+"""A passive party of SecureBoost as named steps.
+
+Steps, numbered as in the package docstring: ``start`` → ``on_setup`` (0: check the
+parameters and the row IDs; bin the features) → ``on_gradients`` (1, once per tree) →
+``on_level`` (2: the node of every row; 3: the histograms of every candidate, shuffled)
+→ ``on_split_request`` (5, 6: the left instance sets of the nodes it won) → the next
+``on_level``, until a level request says the tree is done (7), then the next tree.
+
+The passive party is a Flower ClientApp, so everything that survives between messages
+is in :class:`_PassiveState` and wire-encodable: the encrypted cumulative bin sums of
+the previous level (for histogram subtraction) are kept as fixed-width ciphertext bytes.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gmpy2 import mpz
+
+from vflcrypto.dataio import ids_digest
+from vflcrypto.encoding import PackingSpec
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.paillier import PaillierPublicKey, PaillierVector, batch_invert, ciphertext_width, fold_ciphertexts
+from vflcrypto.steps import Next, Role, done, send, then
+
+from .active import Timer
+from .messages import (
+    ACTIVE,
+    PASSIVE,
+    EncryptedGradients,
+    EncryptedHistograms,
+    LevelRequest,
+    PlainGradients,
+    PlainHistograms,
+    Setup,
+    SplitRequest,
+    SplitResponse,
+)
+from .model import PassiveModel
+from .tree import as_matrix, bin_features, bin_histograms, encrypted_bin_sums, valid_candidates
+
+__all__ = ["PassiveResult", "PassiveRole", "shuffle_candidates"]
+
+
+@dataclass
+class PassiveResult:
+    """What a passive party ends with: its lookup table and phase timings."""
+
+    model: PassiveModel
+    timings: dict[str, float]
+
+
+@dataclass
+class _PassiveState:
+    setup: Setup | None = None
+    t: int = 0  # tree
+    depth: int = 0
+    gq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # plaintext mode
+    hq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    blob: bytes = b""  # encrypted mode: the packed (g, h) ciphertexts, fixed width
+    spec: PackingSpec | None = None
+    prev_plain: list[np.ndarray] = field(default_factory=list)  # per node: cumulative (G, H, n), shape (3, F*width)
+    prev_enc: list[bytes] = field(default_factory=list)  # per node: cumulative [[G, H]], fixed width
+    node_of_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    anon: list[np.ndarray] = field(default_factory=list)  # per node: candidate ids in shuffled order
+    partition: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    rec_f: list[int] = field(default_factory=list)
+    rec_b: list[int] = field(default_factory=list)
+
+
+def shuffle_candidates(flat: np.ndarray) -> np.ndarray:
+    """A node's candidate ids in a fresh uniformly random order (``secrets``): the anonymous ids."""
+    perm = flat.tolist()
+    secrets.SystemRandom().shuffle(perm)
+    return np.asarray(perm, dtype=np.int64)
+
+
+class PassiveRole(Role[_PassiveState]):
+    """A feature holder: bins its features, answers histogram and split requests.
+
+    ``ids`` (its ordered aligned row IDs) are checked against the digest in the setup.
+    """
+
+    role = PASSIVE
+    State = _PassiveState
+
+    def __init__(self, X: np.ndarray, *, name: str = "passive-0", ids: Sequence[str] | None = None,
+                 columns: Sequence[str] | None = None, active: str = ACTIVE) -> None:
+        super().__init__(name)
+        self.X = as_matrix(X, name)
+        self.ids, self.active = ids, active
+        self.columns = tuple(columns) if columns is not None else tuple(f"x{i}" for i in range(self.X.shape[1]))
+        self.timer = Timer()
+        self._binned: tuple[np.ndarray, list[np.ndarray], int] | None = None
+
+    @property
+    def setup(self) -> Setup:
+        if self.state.setup is None:
+            raise ProtocolError(f"{self.name}: no setup received yet")
+        return self.state.setup
+
+    def accepted_keys(self) -> list[PaillierPublicKey]:
+        st = self.state.setup
+        return [st.public_key] if st is not None and st.public_key is not None else []
+
+    def _bins(self) -> tuple[np.ndarray, list[np.ndarray], int]:
+        """(bin of every value, split points per feature, bins per feature + 1); from the inputs."""
+        if self._binned is None:
+            t0 = time.perf_counter()
+            bins, splits = bin_features(self.X, self.setup.max_bin)
+            self._binned = (bins, splits, max([len(s) + 1 for s in splits] + [1]))
+            self.timer.add("binning", t0)
+        return self._binned
+
+    def start(self) -> Next:
+        return then([], self.active, Setup, "on_setup")
+
+    def on_setup(self, setup: Setup) -> Next:
+        """Step 0: the parameters must be in range and the row IDs those of the active party."""
+        n = self.X.shape[0]
+        if setup.n_rows != n:
+            raise InputDataError(f"{self.name} has {n} rows, the active party {setup.n_rows}: not aligned")
+        if self.ids is not None and not secrets.compare_digest(ids_digest(self.ids, "secureboost"),
+                                                               setup.ids_digest):
+            raise InputDataError(f"{self.name}: row IDs differ from the active party's: inputs not aligned")
+        if not 2 <= setup.max_bin <= 256 or setup.n_trees < 1 or not 1 <= setup.max_depth <= 30:
+            raise ProtocolError("setup parameters out of range")
+        if setup.plaintext != (setup.public_key is None):
+            raise ProtocolError("setup mode and public key disagree")
+        self.state.setup = setup
+        self._bins()
+        return self._await_gradients()
+
+    def _await_gradients(self) -> Next:
+        kind = PlainGradients if self.setup.plaintext else EncryptedGradients
+        return then([], self.active, kind, "on_gradients")
+
+    def on_gradients(self, grad: EncryptedGradients | PlainGradients) -> Next:
+        """Step 1: every row's (g, h) of this tree (encrypted, or in the clear in plaintext mode)."""
+        st, n = self.state, self.X.shape[0]
+        if isinstance(grad, PlainGradients):
+            gq, hq = np.asarray(grad.g), np.asarray(grad.h)
+            if grad.tree != st.t or gq.shape != (n,) or hq.shape != (n,) or gq.dtype.kind != "i" or \
+                    hq.dtype.kind != "i":
+                raise ProtocolError("malformed plaintext gradients")
+            st.gq, st.hq = gq.astype(np.int64), hq.astype(np.int64)
+        else:
+            if grad.tree != st.t or len(grad.gh) != n:
+                raise ProtocolError(f"expected {n} encrypted gradients for tree {st.t}")
+            if grad.gh.packing is None or grad.gh.slots != 2 or grad.gh.public_key != self.setup.public_key:
+                raise ProtocolError("gradients are not packed (g, h) pairs under the setup key")
+            st.spec, st.blob = grad.gh.packing, grad.gh.to_bytes()
+        st.depth, st.prev_plain, st.prev_enc = 0, [], []
+        st.partition = np.zeros(n, dtype=np.int64)
+        return then([], self.active, LevelRequest, "on_level")
+
+    def _node_rows(self) -> list[np.ndarray]:
+        node_of_row = self.state.node_of_row
+        n_nodes = len(self.state.anon)
+        order = np.argsort(node_of_row, kind="stable")
+        starts = np.searchsorted(node_of_row[order], np.arange(n_nodes + 1))
+        return [order[starts[i] : starts[i + 1]] for i in range(n_nodes)]
+
+    def on_level(self, req: LevelRequest) -> Next:
+        """Steps 2-3 (or 7): the nodes of this level → every node's shuffled candidate histograms."""
+        st, setup = self.state, self.setup
+        if req.tree != st.t:
+            raise ProtocolError(f"level request for tree {req.tree} during tree {st.t}")
+        if req.done:
+            return self._end_tree()
+        if st.depth == setup.max_depth or req.depth != st.depth:
+            raise ProtocolError("level request out of order")
+        n = self.X.shape[0]
+        bins, _, width = self._bins()
+        F = bins.shape[1]
+        node_of_row = np.asarray(req.node_of_row)
+        compute = np.asarray(req.compute).astype(np.int64).ravel()
+        derive = np.asarray(req.derive).astype(np.int64).reshape(-1, 3)
+        n_nodes = len(compute) + len(derive)
+        n_prev = len(st.prev_enc) if not setup.plaintext else len(st.prev_plain)
+        if node_of_row.shape != (n,) or node_of_row.dtype.kind != "i" or \
+                int(node_of_row.max(initial=-1)) >= n_nodes or int(node_of_row.min(initial=0)) < -1:
+            raise ProtocolError("malformed node assignment")
+        if sorted(compute.tolist() + derive[:, 0].tolist()) != list(range(n_nodes)) or \
+                not set(derive[:, 2].tolist()) <= set(compute.tolist()) or \
+                not set(derive[:, 1].tolist()) <= set(range(n_prev)):
+            raise ProtocolError("inconsistent histogram plan")
+        st.node_of_row = node_of_row.astype(np.int32)
+        st.anon = [np.zeros(0, np.int64)] * n_nodes
+        node_rows = self._node_rows()
+        st.partition = np.where(node_of_row >= 0, node_of_row.astype(np.int64) * 2, -1)
+        t0 = time.perf_counter()
+        counts = [np.bincount((bins[r] + np.arange(F) * width).ravel(), minlength=F * width).reshape(F, width)
+                  for r in node_rows]
+        # canonical candidates per node, freshly shuffled: the position is the anonymous id
+        st.anon = [shuffle_candidates(np.flatnonzero(valid_candidates(counts[i], len(node_rows[i])).ravel()))
+                   for i in range(n_nodes)]
+        node_ids = np.arange(n_nodes, dtype=np.int32)
+        cnts = np.asarray([len(a) for a in st.anon], dtype=np.int32)
+        msg: EncryptedHistograms | PlainHistograms
+        if setup.plaintext:
+            cum = _plain_level(bins, node_rows, compute, derive, st.prev_plain, st.gq, st.hq, width)
+            sel = [c[:, a] for c, a in zip(cum, st.anon, strict=True)]
+            stacked = np.concatenate(sel, axis=1) if sel else np.zeros((3, 0), np.int64)
+            msg = PlainHistograms(st.t, st.depth, node_ids, cnts, stacked[0].copy(), stacked[1].copy(),
+                                  stacked[2].copy())
+            st.prev_plain = cum
+        else:
+            pk = setup.public_key
+            assert pk is not None and st.spec is not None  # on_setup / on_gradients checked both
+            w = ciphertext_width(pk.n)
+            prev = [_from_bytes(b, w) for b in st.prev_enc]
+            enc = _encrypted_level(pk, st.blob, bins, node_rows, compute, derive, prev, width)
+            cand = [enc[i][j] for i, a in enumerate(st.anon) for j in a.tolist()]
+            bits = 2 * st.spec.slot_bits
+            folded, per = fold_ciphertexts(pk, cand, bits)
+            vec = PaillierVector.from_ciphertexts(pk, folded)
+            msg = EncryptedHistograms(st.t, st.depth, node_ids, cnts, bits, per,
+                                      vec.rerandomize() if folded else vec)
+            st.prev_enc = [_to_bytes(c, w) for c in enc]
+        self.timer.add("histogram", t0)
+        return then([send(self.active, msg)], self.active, SplitRequest, "on_split_request")
+
+    def on_split_request(self, sreq: SplitRequest) -> Next:
+        """Steps 5-6: per node won, a fresh record id and the left instance set (feature and bin stay here)."""
+        st = self.state
+        if sreq.tree != st.t or sreq.depth != st.depth:
+            raise ProtocolError("split request out of order")
+        bins, _, width = self._bins()
+        won = np.asarray(sreq.nodes).astype(np.int64)
+        offs = np.asarray(sreq.offsets).astype(np.int64)
+        cands = np.asarray(sreq.candidates).astype(np.int64)
+        if len(offs) != len(won) + 1 or (len(won) and (offs[0] != 0 or offs[-1] != len(cands)
+                                                      or (np.diff(offs) < 1).any())):
+            raise ProtocolError("malformed split request")
+        node_rows = self._node_rows()
+        rec_ids, bit_parts = [], []
+        for k, node in enumerate(won.tolist()):
+            if not 0 <= node < len(st.anon):
+                raise ProtocolError("split request names an unknown node")
+            ids_k = cands[offs[k] : offs[k + 1]]
+            if ids_k.min() < 0 or ids_k.max() >= len(st.anon[node]):
+                raise ProtocolError("split request names an unknown candidate")
+            f, b = divmod(int(st.anon[node][ids_k].min()), width)
+            rows = node_rows[node]
+            mask = bins[rows, f] <= b
+            rec_ids.append(len(st.rec_f))
+            st.rec_f.append(f)
+            st.rec_b.append(b)
+            bit_parts.append(np.packbits(mask))
+            st.partition[rows[mask]] += 1
+        left_bits = np.concatenate(bit_parts) if bit_parts else np.zeros(0, np.uint8)
+        resp = SplitResponse(st.t, st.depth, won.astype(np.int32), np.asarray(rec_ids, np.int64), left_bits)
+        st.depth += 1
+        return then([send(self.active, resp)], self.active, LevelRequest, "on_level")
+
+    def _end_tree(self) -> Next:
+        """Step 7: the tree is done; the next tree's gradients, or the lookup table."""
+        st = self.state
+        self.hold("instance_partition", st.partition)  # its finest view of the tree (for the audit)
+        st.t += 1
+        if st.t < self.setup.n_trees:
+            return self._await_gradients()
+        _, splits, _ = self._bins()
+        thr = np.asarray([float(splits[f][b]) for f, b in zip(st.rec_f, st.rec_b, strict=True)], np.float64)
+        model = PassiveModel(self.setup.model_id, self.name, self.columns, np.arange(len(st.rec_f), dtype=np.int64),
+                             np.asarray(st.rec_f, np.int32), np.asarray(st.rec_b, np.int32), thr)
+        return done(PassiveResult(model, self.timer.phases))
+
+
+# --------------------------------------------------------------------------- level kernels
+
+
+def _to_bytes(cs: list[mpz], width: int) -> bytes:
+    return b"".join(int(c).to_bytes(width, "big") for c in cs)
+
+
+def _from_bytes(data: bytes, width: int) -> list[mpz]:
+    if len(data) % width:
+        raise ProtocolError("stored ciphertexts have the wrong width")
+    return [mpz(int.from_bytes(data[i : i + width], "big")) for i in range(0, len(data), width)]
+
+
+def _plain_level(bins: np.ndarray, node_rows: list[np.ndarray], compute: np.ndarray, derive: np.ndarray,
+                 prev: list[np.ndarray], gq: np.ndarray, hq: np.ndarray, width: int) -> list[np.ndarray]:
+    """Cumulative (G, H, n) per (feature, bin) of every node, shape (3, F*width); larger siblings by subtraction."""
+    cum: list[Any] = [None] * (len(compute) + len(derive))
+    for i in compute.tolist():
+        sg, sh, sn = bin_histograms(bins, node_rows[i], gq, hq, width)
+        cum[i] = np.stack([np.cumsum(sg, 1).ravel(), np.cumsum(sh, 1).ravel(), np.cumsum(sn, 1).ravel()])
+    for node, parent, sib in derive.tolist():
+        cum[node] = prev[parent] - cum[sib]
+    return cum
+
+
+def _encrypted_level(pk: PaillierPublicKey, blob: bytes, bins: np.ndarray, node_rows: list[np.ndarray],
+                     compute: np.ndarray, derive: np.ndarray, prev: list[list[mpz]],
+                     width: int) -> list[list[mpz]]:
+    """Encrypted cumulative bin sums per node: row-by-row for ``compute``, else parent/sibling."""
+    n, F = bins.shape
+    w = ciphertext_width(pk.n)
+    nsq = pk.nsquare
+    comp = compute.tolist()
+    rows = np.concatenate([node_rows[i] for i in comp]) if comp else np.zeros(0, np.int64)
+    slot = np.concatenate([np.full(len(node_rows[i]), s, np.int64) for s, i in enumerate(comp)]) \
+        if comp else np.zeros(0, np.int64)
+    keys = slot[:, None] * (F * width) + np.arange(F, dtype=np.int64)[None, :] * width + bins[rows]
+    row_blob = np.frombuffer(blob, dtype=np.uint8).reshape(n, w)[rows].tobytes()
+    sums = encrypted_bin_sums(pk, row_blob, keys, len(comp) * F * width)
+    cum: list[list[mpz]] = [[] for _ in range(len(compute) + len(derive))]
+    one = mpz(1)
+    for s, i in enumerate(comp):
+        base = s * F * width
+        out: list[mpz] = []
+        for f in range(F):
+            acc = one
+            for b in range(width):
+                c = sums[base + f * width + b]
+                if c != 1:
+                    acc = c if acc == 1 else acc * c % nsq
+                out.append(acc)
+        cum[i] = out
+    for node, parent, sib in derive.tolist():
+        inv = batch_invert(cum[sib], nsq)
+        cum[node] = [p * q % nsq for p, q in zip(prev[parent], inv, strict=True)]
+    return cum
