@@ -15,8 +15,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## run the main job on bundled example data, no servers
 	$(BIN)/vflcrypto demo
 
-test: $(STAMP)  ## lint and run the whole test suite
+test: $(STAMP)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check vflcrypto protocols tests bench flower
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)  ## pytest-benchmark suites for the primitives (not part of CI)

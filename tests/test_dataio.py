@@ -98,7 +98,7 @@ def test_model_files_round_trip_without_pickle(tmp_path: Path) -> None:
     meta, arrays = load_model(path)
     assert meta == {"kind": "test", "n": 3}
     np.testing.assert_array_equal(arrays["w"], [0.0, 1.0, 2.0])
-    with pytest.raises(TypeError, match="pickle"):
+    with pytest.raises(InputDataError, match="pickle"):
         save_model(path, {}, {"bad": np.array([object()])})
     _write(tmp_path, b"not a model", "bad.npz")
     with pytest.raises(InputDataError, match="not a vflcrypto model"):

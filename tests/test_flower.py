@@ -147,7 +147,30 @@ def test_simulation_align_matches_run_local(tmp_path: Path) -> None:
     # the same common rows as run_local; the canonical order is the digests' (per-run secrets)
     assert sorted(rows_a) == sorted(local.results["active"].rows.tolist())
     assert [bank[i] for i in rows_a] == [shop[j] for j in rows_p]
-    assert "[vflcrypto] align:" in out and "intersection 800" in out
+    assert "[vflcrypto] align (ecdh, both):" in out and "intersection 800" in out
+
+
+def test_simulation_keyed_hash_align_with_pinned_identities(tmp_path: Path) -> None:
+    """Keyed-hash PSI: each party reads its own identity key; the pins come from a party config."""
+    from vflcrypto.protocols import align
+
+    assert main(["certs", "--out", str(tmp_path / "pki"), "--party", "active", "--party", "passive-0"]) == 0
+    cfg = tmp_path / "pki" / "parties.example.toml"
+    rc, out = run_script("flower_simulate.sh", "protocol='align'", "psi='hash'", f"party-config='{cfg}'",
+                         f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=1)
+    assert rc == 0, out[-3000:]
+    bank, shop = align.audit.demo_ids()
+    local = align.run_local(bank, shop, protocol="hash")
+    got = _outputs(tmp_path)
+    assert sorted(got["active"]["result"]["rows"]) == sorted(local.results["active"].rows.tolist())
+    assert "[vflcrypto] align (hash, both):" in out and "intersection 800" in out
+    assert {e["kind"] for e in got["transcript"]["transcript"]} >= {"align.hello", "align.tags"}
+
+
+def test_keyed_hash_align_without_pins_is_refused(tmp_path: Path) -> None:
+    rc, out = run_script("flower_simulate.sh", "protocol='align'", "psi='hash'", tmp=tmp_path, nodes=1)
+    assert rc != 0
+    assert "party-config" in out
 
 
 def test_simulation_linreg_matches_run_local(tmp_path: Path) -> None:

@@ -89,6 +89,25 @@ def test_ckks_fast_mode_matches_reference_approximately() -> None:
     assert "linreg.masked_gradient_ckks" in rep.kinds_received("coordinator")
 
 
+def test_ckks_active_state_mid_batch_survives_a_wire_round_trip() -> None:
+    """B's state between two passive parties' [[u_k]] holds CKKS vectors under CKKS (its
+    annotation once said PaillierVector, so the state decoder refused it)."""
+    from vflcrypto.ckks import CKKSContext, CKKSVector
+    from vflcrypto.wire import DecodeContext, KeyRing, decode_value
+
+    ctx = CKKSContext.generate().public()
+    active, _ = lr.synthetic_split(n_rows=20, p_active=2, p_passive=(2, 2), seed=3)
+    role = lr.ActiveRole(active, passives=["passive-0", "passive-1"], config=LinRegConfig(scheme="ckks"))
+    u = CKKSVector.encrypt(ctx, np.arange(20.0))
+    role.state.key = lr.PublicKeyMsg("ckks", None, ctx)
+    role.state.u_parts, role.state.losses_parts, role.state.k = [u], [u.sum()], 1
+    ring = KeyRing()
+    ring.add(ctx)
+    back = decode_value(role.dump_state(), role.State, DecodeContext(ring))
+    assert back.k == 1 and len(back.u_parts) == 1 and len(back.losses_parts) == 1
+    assert isinstance(back.u_parts[0], CKKSVector) and len(back.u_parts[0]) == 20
+
+
 # --------------------------------------------------------------------------- FATE data
 
 

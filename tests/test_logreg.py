@@ -53,7 +53,7 @@ def test_secure_equals_plain_within_fixed_point(small_paillier_keys) -> None:
     blocks, _, y = _synthetic(n=40)
     plain = lr.run_local(blocks, y, steps=6, learning_rate=0.5)
     secure = lr.run_local(blocks, y, secure=True, steps=6, learning_rate=0.5,
-                          keypair=small_paillier_keys, allow_insecure=True)
+                          keys=small_paillier_keys, allow_insecure=True)
     # z: 3 parties x 2^-33 rounding; gradient: 2^-40 per encoded factor, 40 rows.
     np.testing.assert_allclose(secure.weights, plain.weights, atol=1e-7, rtol=0)
     np.testing.assert_allclose(secure.active.loss_history, plain.active.loss_history, atol=1e-7)
@@ -115,7 +115,7 @@ def test_audit_plain_recovers_every_label_secure_only_base_rate() -> None:
 def test_secure_transcript_kinds_per_role(small_paillier_keys) -> None:
     blocks, _, y = _synthetic(n=20)
     run = lr.run_local(blocks, y, blocks and [b[:5] for b in blocks], y[:5], secure=True,
-                       steps=2, keypair=small_paillier_keys, allow_insecure=True)
+                       steps=2, keys=small_paillier_keys, allow_insecure=True)
     rep = audit(run.transcript)
     rep.check()
     assert rep.kinds_received("active") == {"logreg.masked_logits", "logreg.masked_gradient",

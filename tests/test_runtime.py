@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from vflcrypto.errors import (
+    AuditError,
     DecodeError,
     PeerDisconnectedError,
     PeerTimeoutError,
@@ -317,7 +318,7 @@ def test_audit_tap_keeps_decoded_messages_and_held_values_only_when_on() -> None
         (rec,) = tap.records("bob-0")
         assert rec.entry.kind == "test.ping" and rec.entry.event == "recv"
         assert tap.held_one("alice-0", "secret") == 41
-        with pytest.raises(KeyError, match="recorded nothing"):
+        with pytest.raises(AuditError, match="recorded nothing"):
             tap.held("bob-0", "secret")
 
 

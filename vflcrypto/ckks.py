@@ -337,6 +337,7 @@ class CKKSVector:
             if isinstance(plain, float):
                 # A scalar would fill the padding slots too: add it as a padded vector.
                 plain = self._padded_chunks(np.full(self._length, plain), "addend")
+                assert not isinstance(plain, float)  # a 1-D operand gives chunks
             parts = [a + p for a, p in zip(self._parts, plain, strict=True)]
         return CKKSVector(self.context, parts, self._length)
 
@@ -428,6 +429,7 @@ class CKKSVector:
                 col[: len(piece)] = piece
                 prod = part * col.tolist()
                 acc = prod if acc is None else acc + prod
+            assert acc is not None  # a non-empty vector has at least one part
             totals.append(acc.sum())
         return self._select(totals, mat.shape[1])
 

@@ -227,9 +227,12 @@ def save_model(path: str | os.PathLike[str], meta: dict[str, Any], arrays: dict[
     payload = {f"a_{k}": np.asarray(v) for k, v in arrays.items()}
     for v in payload.values():
         if v.dtype == object:
-            raise TypeError("object arrays cannot be saved without pickle")
+            raise InputDataError("object arrays cannot be saved without pickle")
     meta_bytes = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
-    np.savez(buf, __meta__=meta_bytes, **payload)
+    # typed Any for mypy, which matches ** values against savez's own allow_pickle keyword
+    # (the "a_" prefix keeps the names clear of it)
+    arrays_kw: dict[str, Any] = payload
+    np.savez(buf, __meta__=meta_bytes, **arrays_kw)
     atomic_write_bytes(path, buf.getvalue())
 
 

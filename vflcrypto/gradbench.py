@@ -241,7 +241,7 @@ def _bench_vfl_paillier(data: _Data, key_bits: int, packed: bool, repeats: int, 
     def hist(pair: tuple[Any, Any]) -> tuple[Any, Any]:
         return pair[0].sum_by_group(data.bins, N_BINS), pair[1].sum_by_group(data.bins, N_BINS)
 
-    def hist_check(v: tuple[Any, Any]) -> float:
+    def pair_check(v: tuple[Any, Any]) -> float:
         return _err(np.column_stack([sk.decrypt_fixed(v[0]), sk.decrypt_fixed(v[1])]), ref)
 
     ops = [
@@ -249,8 +249,8 @@ def _bench_vfl_paillier(data: _Data, key_bits: int, packed: bool, repeats: int, 
         _Op("add", lambda: cg + chh, lambda v: _err(sk.decrypt_fixed(v), data.g + data.h)),
         _Op("mul_plain", lambda: cg * data.w, lambda v: _err(sk.decrypt_fixed(v), data.g * data.w)),
         _Op("dot", lambda: cg.dot(data.X), lambda v: _err(sk.decrypt_fixed(v), data.X.T @ data.g)),
-        _Op("histogram", lambda: hist(box["pair"]), hist_check, fresh_pair),
-        _Op("hist_again", lambda: hist((cg, chh)), hist_check),
+        _Op("histogram", lambda: hist(box["pair"]), pair_check, fresh_pair),
+        _Op("hist_again", lambda: hist((cg, chh)), pair_check),
         _Op("decrypt", lambda: sk.decrypt_fixed(cg), lambda v: _err(v, data.g)),
     ]
     res.note = "one value per ciphertext; the histogram sums the g and the h vector"

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codecs  # noqa: F401  (registers every wire codec: declared messages may carry any of them)
-from .errors import UndeclaredMessageError
+from .errors import AuditError, ConfigurationError, UndeclaredMessageError
 from .wire import register_message
 
 if TYPE_CHECKING:
@@ -162,16 +162,16 @@ def declare(
     whole group (e.g. uniform mod n under Paillier).
     """
     if hiding_bits is not None and hiding_bits != PERFECT and not isinstance(hiding_bits, int):
-        raise ValueError(f"hiding_bits of {kind!r} must be an int or PERFECT")
+        raise ConfigurationError(f"hiding_bits of {kind!r} must be an int or PERFECT")
     if "." not in kind:
-        raise ValueError(f"message kind {kind!r} must be '<protocol>.<name>'")
+        raise ConfigurationError(f"message kind {kind!r} must be '<protocol>.<name>'")
     prot = (protection,) if isinstance(protection, Protection) else tuple(protection)
     if not prot or not reveals.strip():
-        raise ValueError(f"declaration of {kind!r} needs a protection and what it reveals")
+        raise ConfigurationError(f"declaration of {kind!r} needs a protection and what it reveals")
     if Protection.CIPHERTEXT in prot and key_owner is None:
-        raise ValueError(f"ciphertext message {kind!r} must name its key owner")
+        raise ConfigurationError(f"ciphertext message {kind!r} must name its key owner")
     if Protection.MASKED in prot and hiding_bits is None:
-        raise ValueError(f"masked message {kind!r} must state its hiding in bits")
+        raise ConfigurationError(f"masked message {kind!r} must state its hiding in bits")
 
     def wrap(cls: type[T]) -> type[T]:
         register_message(cls, kind)
@@ -188,7 +188,7 @@ def declare(
         )
         with _lock:
             _declarations[kind] = decl
-        cls.__leakage__ = decl  # type: ignore[attr-defined]
+        cls.__leakage__ = decl  # type: ignore[attr-defined]  # tags any class: not declarable on type[T]
         return cls
 
     return wrap
@@ -364,7 +364,7 @@ class AuditOutcome:
         hits = [f for f in self.findings if f.name == name and (observer is None or f.observer == observer)]
         if len(hits) != 1:
             names = sorted({f"{f.observer}: {f.name}" for f in self.findings})
-            raise KeyError(f"{len(hits)} findings named {name!r} (observer {observer}); have {names}")
+            raise AuditError(f"{len(hits)} findings named {name!r} (observer {observer}); have {names}")
         return hits[0]
 
     def broken_protections(self) -> list[EmpiricalFinding]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from typing import TextIO, TypeVar
 
 __all__ = ["Progress", "track"]
@@ -63,8 +63,8 @@ class Progress:
 
 def track(items: Iterable[T], label: str, total: int | None = None) -> Iterator[T]:
     """Iterate over ``items`` while drawing a progress bar."""
-    if total is None and hasattr(items, "__len__"):
-        total = len(items)  # type: ignore[arg-type]
+    if total is None and isinstance(items, Sized):
+        total = len(items)
     with Progress(label, total) as p:
         for item in items:
             yield item

@@ -52,7 +52,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from cryptography.exceptions import InvalidSignature
@@ -63,7 +63,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from . import parallel
-from .errors import InputDataError, ProtocolError
+from .errors import ConfigurationError, InputDataError, ProtocolError
 
 __all__ = [
     "CHUNK_SIZE",
@@ -149,19 +149,22 @@ class CanonicalIds:
 def canonicalize_ids(
     ids: Iterable[Any],
     *,
-    duplicates: Literal["error", "keep_first"] = "error",
+    duplicates: str = "error",
     strip: bool = False,
     row_label: str = "row",
     first_row: int = 0,
 ) -> CanonicalIds:
     """Canonicalise a party's IDs and enforce uniqueness.
 
+    ``duplicates``: ``"error"`` (refuse repeated IDs) or ``"keep_first"``; anything else
+    raises :class:`ConfigurationError` (callers pass the command line's value as it is).
+
     Error messages name the row as ``f"{row_label} {first_row + i}"`` (the CLI passes
     ``"line", 2`` so they match the CSV file). Duplicates are judged on the canonical
     form, so NFC/NFD variants and ``1`` vs ``"1"`` count as the same ID.
     """
     if duplicates not in ("error", "keep_first"):
-        raise ValueError("duplicates must be 'error' or 'keep_first'")
+        raise ConfigurationError("duplicates must be 'error' or 'keep_first'")
     seen: dict[bytes, int] = {}
     encoded: list[bytes] = []
     rows: list[int] = []

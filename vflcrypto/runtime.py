@@ -257,10 +257,10 @@ class LocalNetwork:
         for a, b in pairs:
             ta, tb = QueueTransport.pair()
             ea, eb = self.parties[a], self.parties[b]
-            common = {"transcript": self.transcript, "timeout": timeout, "run_id": run_id,
-                      "allow_insecure": allow_insecure}
-            self._channels[a][b] = Channel(ea, eb, ta, keyring=self.keyrings[a], **common)
-            self._channels[b][a] = Channel(eb, ea, tb, keyring=self.keyrings[b], **common)
+            self._channels[a][b] = Channel(ea, eb, ta, keyring=self.keyrings[a], transcript=self.transcript,
+                                           timeout=timeout, run_id=run_id, allow_insecure=allow_insecure)
+            self._channels[b][a] = Channel(eb, ea, tb, keyring=self.keyrings[b], transcript=self.transcript,
+                                           timeout=timeout, run_id=run_id, allow_insecure=allow_insecure)
 
     def channels(self, name: str) -> dict[str, Channel]:
         """The channels of party ``name``, keyed by peer name."""

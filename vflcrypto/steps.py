@@ -23,7 +23,7 @@ Drivers run roles without knowing any protocol:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
@@ -55,7 +55,7 @@ class Recv:
 class Next:
     """What a step returns: ``sends`` (peer, message) in order, then ``wait`` or, if none, ``result``."""
 
-    sends: tuple[tuple[str, Any], ...] = ()
+    sends: Iterable[tuple[str, Any]] = ()  # may be a generator (a step streaming its sends): iterate once
     wait: Recv | None = None
     result: Any = None
 

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .errors import AuditError
 from .wire import message_kind
 
 __all__ = ["AuditTap", "Endpoint", "Received", "Transcript", "TranscriptEntry"]
@@ -108,14 +109,14 @@ class AuditTap:
         with self._lock:
             values = self._held.get((party, label))
         if values is None:
-            raise KeyError(f"{party} recorded nothing under {label!r} (was the tap on?)")
+            raise AuditError(f"{party} recorded nothing under {label!r} (was the tap on?)")
         return list(values)
 
     def held_one(self, party: str, label: str) -> Any:
         """The single value ``party`` recorded under ``label``."""
         values = self.held(party, label)
         if len(values) != 1:
-            raise KeyError(f"{party} recorded {len(values)} values under {label!r}, expected one")
+            raise AuditError(f"{party} recorded {len(values)} values under {label!r}, expected one")
         return values[0]
 
 

@@ -47,11 +47,11 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from cryptography import x509
@@ -463,7 +463,8 @@ class PartyNetwork:
         return port
 
     def _handle(self, request_iterator: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
-        auth = context.auth_context()
+        # types-grpcio declares Mapping[str, bytes]; grpc gives every property as a list of bytes
+        auth = cast("Mapping[str, list[bytes]]", context.auth_context())
         pem = (auth.get("x509_pem_cert") or [b""])[0]
         peer = self.config.name_for_fingerprint(cert_fingerprint(pem)) if pem else None
         expected = {lk.client for lk in self._serve_links()}
@@ -496,7 +497,8 @@ class PartyNetwork:
                 ("grpc.ssl_target_name_override", peer), ("grpc.default_authority", peer)]
         channel = grpc.secure_channel(spec.address, creds, options=opts)
         self._grpc_channels.append(channel)
-        stream = channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)
+        stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+            METHOD, request_serializer=None, response_deserializer=None)
         transport = GrpcTransport(self.name, peer, spec.address, self.settings)
         delay = 0.05
         last = "no attempt"
@@ -662,10 +664,10 @@ def agree_run(net: PartyNetwork, task: str, transcript: Transcript) -> str:
             raise ProtocolError("the party links do not connect every configured party")
     if cfg.settings.run_id != "agreed":
         return cfg.settings.run_id
-    h = hashlib.sha256(b"vflcrypto-run-v1" + digest.encode() + task.encode())
+    run_hash = hashlib.sha256(b"vflcrypto-run-v1" + digest.encode() + task.encode())
     for name in sorted(nonces):
-        h.update(name.encode() + b"\0" + nonces[name])
-    return h.hexdigest()[:32]
+        run_hash.update(name.encode() + b"\0" + nonces[name])
+    return run_hash.hexdigest()[:32]
 
 
 def _verify_server_hello(cfg: PartyConfig, server: str, me: str, h: Hello, my_nonce: bytes,

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import msgpack
 import numpy as np
 
-from .errors import DecodeError, KeyMismatchError, ProtocolError, VflError
+from .errors import ConfigurationError, DecodeError, KeyMismatchError, ProtocolError, VflError
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -156,23 +156,24 @@ def register_codec(codec: Codec) -> None:
     with _registry_lock:
         existing = _codecs_by_tag.get(codec.tag)
         if existing is not None and existing.cls is not codec.cls:
-            raise ValueError(f"codec tag {codec.tag!r} already used by {existing.cls.__name__}")
+            raise ConfigurationError(f"codec tag {codec.tag!r} already used by {existing.cls.__name__}")
         _codecs_by_tag[codec.tag] = codec
         _codecs_by_type[codec.cls] = codec
 
 
 def register_message(cls: type[M], kind: str) -> type[M]:
     """Register the frozen dataclass ``cls`` as the message of ``kind``."""
+    # typeshed's DataclassInstance declares only __dataclass_fields__, not __dataclass_params__
     if not dataclasses.is_dataclass(cls) or not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        raise TypeError(f"{cls.__name__} must be a frozen dataclass to be a message")
+        raise ConfigurationError(f"{cls.__name__} must be a frozen dataclass to be a message")
     if not kind or any(c.isspace() for c in kind):
-        raise ValueError(f"invalid message kind {kind!r}")
+        raise ConfigurationError(f"invalid message kind {kind!r}")
     with _registry_lock:
         existing = _messages_by_kind.get(kind)
         if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"message kind {kind!r} already registered by {existing.__name__}")
+            raise ConfigurationError(f"message kind {kind!r} already registered by {existing.__name__}")
         _messages_by_kind[kind] = cls
-    cls.__wire_kind__ = kind  # type: ignore[attr-defined]
+    cls.__wire_kind__ = kind  # type: ignore[attr-defined]  # tags any class: not declarable on type[M]
     return cls
 
 
@@ -185,7 +186,7 @@ def message_kind(obj_or_cls: Any) -> str:
     return kind
 
 
-def message_type(kind: str) -> type:
+def message_type(kind: str) -> type[Any]:
     """The message class registered for ``kind``."""
     with _registry_lock:
         cls = _messages_by_kind.get(kind)
@@ -470,7 +471,7 @@ def decode_frame(
 # --------------------------------------------------------------------------- big integers
 
 
-class IntVector(tuple):  # type: ignore[type-arg]
+class IntVector(tuple[int, ...]):
     """An immutable vector of arbitrary-size integers that can cross the wire.
 
     msgpack integers stop at 64 bits; decrypted masked values, masks and shares are

@@ -14,7 +14,18 @@ from vflcrypto.errors import ProtocolError
 from vflcrypto.leakage import declaration_for
 from vflcrypto.wire import DecodeContext, decode_frame, message_kind
 
-from .task import FRAME, SENDER, client_parties, load_wait, protocol, reply, role_config, save_wait, write_output
+from .task import (
+    FRAME,
+    SENDER,
+    client_parties,
+    load_wait,
+    protocol,
+    record_bytes,
+    reply,
+    role_config,
+    save_wait,
+    write_output,
+)
 
 app = ClientApp()
 
@@ -54,7 +65,7 @@ def step(msg: Message, context: Context) -> Message:
         if wait is None:
             raise ProtocolError(f"{party}: a frame arrived after the role finished")
         sender = str(rec[SENDER])
-        frame = decode_frame(bytes(rec[FRAME]), ctx=DecodeContext(role.keyring(), insecure))  # type: ignore[arg-type]
+        frame = decode_frame(record_bytes(rec, FRAME), ctx=DecodeContext(role.keyring(), insecure))
         if frame.run_id != cfg["_run-id"]:
             raise ProtocolError(f"{party}: frame of another run")
         if sender != wait.peer or frame.kind != message_kind(wait.kind):

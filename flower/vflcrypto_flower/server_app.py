@@ -119,9 +119,9 @@ def main(grid: Grid, context: Context) -> None:
             if got.kind != message_kind(nxt.wait.kind):
                 raise ProtocolError(f"{me} expected {message_kind(nxt.wait.kind)} from {nxt.wait.peer}, got {got.kind}")
             transcript.record("recv", 0, ep[nxt.wait.peer], ep[me], got.kind, len(data), nxt.wait.step)
-            wait = nxt.wait
-            nxt = role.step(wait, got.message)
-            own_sends(wait.step, nxt.sends)
+            handled = nxt.wait
+            nxt = role.step(handled, got.message)
+            own_sends(handled.step, nxt.sends)
         if nxt.wait is None:
             result = nxt.result
         # one frame to every client that can take one now

@@ -55,6 +55,15 @@ def frame(msg: Any, run_id: str) -> bytes:
     return encode_frame(msg, seq=0, run_id=run_id)
 
 
+def record_bytes(rec: Mapping[str, object], key: str) -> bytes:
+    """The bytes field ``key`` of a record (a frame, a role state); any other type is refused
+    (``bytes(n)`` of an int ``n`` would allocate ``n`` zero bytes)."""
+    value = rec[key]
+    if not isinstance(value, bytes):
+        raise ProtocolError(f"record field {key!r} is a {type(value).__name__}, not bytes")
+    return value
+
+
 def request(frame_bytes: bytes, sender: str, step: str) -> RecordDict:
     """One frame to a ClientApp (and who sent it)."""
     return RecordDict({"c": ConfigRecord({FRAME: frame_bytes, SENDER: sender, STEP: step})})
@@ -75,8 +84,10 @@ def read_reply(content: RecordDict) -> tuple[str, str, list[tuple[str, bytes]], 
     """(party, step, [(to, frame)], (wait peer, wait kind) or None when done)."""
     try:
         rec = content["c"]
-        n = int(rec["n"])  # type: ignore[arg-type]
-        frames = [(str(rec[f"to{i}"]), bytes(rec[f"frame{i}"])) for i in range(n)]  # type: ignore[arg-type]
+        n = rec["n"]
+        if not isinstance(n, int) or isinstance(n, bool):
+            raise ProtocolError(f"malformed ClientApp reply: frame count {n!r}")
+        frames = [(str(rec[f"to{i}"]), record_bytes(rec, f"frame{i}")) for i in range(n)]
         wait = None if bool(rec["done"]) else (str(rec["wait_peer"]), str(rec["wait_kind"]))
         return str(rec["party"]), str(rec[STEP]), frames, wait
     except (KeyError, TypeError, ValueError) as exc:
@@ -94,10 +105,10 @@ def load_wait(context: Context) -> tuple[bytes, Recv | None] | None:
     rec = context.state.get(STATE)
     if rec is None:
         return None
-    if rec["done"]:  # type: ignore[index]
-        return bytes(rec["state"]), None  # type: ignore[index,arg-type]
-    wait = Recv(str(rec["peer"]), message_type(str(rec["kind"])), str(rec["step"]))  # type: ignore[index]
-    return bytes(rec["state"]), wait  # type: ignore[index,arg-type]
+    if rec["done"]:
+        return record_bytes(rec, "state"), None
+    wait = Recv(str(rec["peer"]), message_type(str(rec["kind"])), str(rec["step"]))
+    return record_bytes(rec, "state"), wait
 
 
 def jsonable(value: Any) -> Any:

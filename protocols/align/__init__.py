@@ -115,18 +115,46 @@ def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
     return {ACTIVE: ACTIVE, PASSIVE: PASSIVE}
 
 
+def _flower_identities(party: str, run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyed-hash PSI: this party's identity key and the peer's pin, from ``party-config``.
+
+    The run config names a party configuration (``vflcrypto certs`` writes one) whose
+    active and passive party pin their Ed25519 identity keys; each party reads only its
+    own identity key file, as ``vflcrypto party`` does. Nothing is distributed in-band.
+    """
+    from vflcrypto.errors import ConfigurationError
+    from vflcrypto.partyconfig import load_party_config
+    from vflcrypto.psi import IdentityKey
+    from vflcrypto.spec import TaskContext
+
+    path = str(run_config.get("party-config", "") or "")
+    if not path:
+        raise ConfigurationError("psi = 'hash' needs party-config = <parties.toml> pinning both parties' "
+                                 "identity keys (vflcrypto certs --party active --party passive-0 writes one)")
+    config = load_party_config(path)
+    roles = {n: p.role for n, p in config.parties.items()}
+    ctx = TaskContext("", "", roles, {}, config)
+    me, peer = (ctx.one(ACTIVE), ctx.one(PASSIVE)) if party == ACTIVE else (ctx.one(PASSIVE), ctx.one(ACTIVE))
+    ctx.me, ctx.role = me, roles[me]
+    return {"identity": IdentityKey(ctx.identity()), "peer_identity": ctx.peer_identity(peer)}
+
+
 def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    """The bundled bank (active) and shop (passive) files, ECDH, both learn."""
+    """The bundled bank (active) and shop (passive) files; run config ``psi`` (ecdh, hash) and ``mode``."""
     data = importlib.resources.files("vflcrypto") / "data"
     with importlib.resources.as_file(data / ("bank.csv" if party == ACTIVE else "shop.csv")) as path:
         canon = canon_table(read_id_table(path, "id"), "error", False)
+    protocol, mode = str(run_config.get("psi", "ecdh")), str(run_config.get("mode", "both"))
+    kw = _flower_identities(party, run_config) if protocol == "hash" else {}
     cls = ActiveRole if party == ACTIVE else PassiveRole
-    return cls(canon, peer=PASSIVE if party == ACTIVE else ACTIVE, run_id=str(run_config.get("_run-id", "")))
+    return cls(canon, peer=PASSIVE if party == ACTIVE else ACTIVE, protocol=protocol, mode=mode,
+               run_id=str(run_config.get("_run-id", "")), **kw)
 
 
 def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
     res = results[ACTIVE]
-    return {"lines": [f"[vflcrypto] align: {res.own_size} and {res.peer_sizes} IDs, intersection {res.size}"],
+    return {"lines": [f"[vflcrypto] align ({res.protocol}, {res.mode}): {res.own_size} and {res.peer_sizes} IDs, "
+                      f"intersection {res.size}"],
             "intersection": res.size}
 
 

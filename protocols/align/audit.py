@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,14 +64,14 @@ class _Observer:
     """One party's view of an ECDH session, from the tap: what it received and holds."""
 
     name: str
-    own: list[bytes]  # its canonical IDs, in input order
+    own: Sequence[bytes]  # its canonical IDs, in input order
     secret: bytes
     order: np.ndarray  # its sending order of its own IDs
     blinded: list[bytes]  # the peer's blinded points, in arrival order
     doubled: list[bytes]  # digests of its own points re-blinded by the peer, in arrival order
 
     @classmethod
-    def of(cls, tap: AuditTap, name: str, own: list[bytes], doubled_kind: type = DoubledChunk) -> _Observer:
+    def of(cls, tap: AuditTap, name: str, own: Sequence[bytes], doubled_kind: type = DoubledChunk) -> _Observer:
         blinded = _received_blob(tap, name, BlindedChunk, "points")
         return cls(name, own, tap.held_one(name, "ecdh_secret"), tap.held_one(name, "send_order"),
                    _split(blinded, psi.POINT_BYTES), _split(_received_blob(tap, name, doubled_kind, "digests")))
@@ -175,7 +176,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     return AuditOutcome("align", audit(merged), tuple(findings))
 
 
-def _cardinality_findings(tap: AuditTap, enc: dict[str, list[bytes]], size: int) -> list[EmpiricalFinding]:
+def _cardinality_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], size: int) -> list[EmpiricalFinding]:
     """Cardinality mode: can the active party tell *which* of its rows are common?"""
     obs = _Observer.of(tap, ACTIVE, enc[ACTIVE], DoubledShuffledChunk)
     peer_digests = set(_split(psi.reblind_points(obs.secret, b"".join(obs.blinded))))
@@ -197,7 +198,7 @@ def _cardinality_findings(tap: AuditTap, enc: dict[str, list[bytes]], size: int)
     ]
 
 
-def _keyed_hash_findings(tap: AuditTap, enc: dict[str, list[bytes]], universe: list[bytes]
+def _keyed_hash_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], universe: list[bytes]
                          ) -> list[EmpiricalFinding]:
     """Keyed-hash PSI: the order of the peer's tags, and the dictionary attack the key allows."""
     out = []

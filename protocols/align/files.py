@@ -50,7 +50,7 @@ def read_id_table(path: str | os.PathLike[str], id_column: str) -> IdTable:
 
 def canon_table(t: IdTable, duplicates: str, strip: bool) -> psi.CanonicalIds:
     try:
-        return psi.canonicalize_ids(t.ids, duplicates=duplicates, strip=strip,  # type: ignore[arg-type]
+        return psi.canonicalize_ids(t.ids, duplicates=duplicates, strip=strip,
                                     row_label="line", first_row=2)
     except InputDataError as exc:
         raise InputDataError(f"{t.path}: {exc}") from None

@@ -34,7 +34,7 @@ def canonical(ids: Sequence[Any] | psi.CanonicalIds, duplicates: str = "error", 
     """``ids`` canonicalised (NFC text, decimal integers, duplicates refused unless ``keep_first``)."""
     if isinstance(ids, psi.CanonicalIds):
         return ids
-    return psi.canonicalize_ids(ids, duplicates=duplicates, strip=strip)  # type: ignore[arg-type]
+    return psi.canonicalize_ids(ids, duplicates=duplicates, strip=strip)
 
 
 def _result(name: str, role: str, protocol: str, mode: str, canon: psi.CanonicalIds,
@@ -54,6 +54,12 @@ class _SessionRole(Role[Any]):
     """A role whose steps are those of the session with ``self.peer`` (forwarded)."""
 
     session: Session
+    # set by every subclass's __init__ (read by _session)
+    canon: psi.CanonicalIds
+    protocol: str
+    chunk_size: int
+    run_id: str
+    progress: ProgressFn | None
 
     def _session(self, peer: str, state: SessionState, *, mode: str, identity: psi.IdentityKey | None,
                  peer_identity: bytes | None, finished: Callable[..., Next]) -> Session:
@@ -62,21 +68,27 @@ class _SessionRole(Role[Any]):
                        progress=self.progress, finished=finished, hold=self.hold, state=state)
 
     def on_hello(self, msg: Any) -> Next:
+        """Step 1 received: the peer's hello (:meth:`Session.on_hello`)."""
         return self.session.on_hello(msg)
 
     def on_tags(self, msg: Any) -> Next:
+        """Keyed-hash step 2: the peer's tags (:meth:`Session.on_tags`)."""
         return self.session.on_tags(msg)
 
     def on_blinded(self, msg: Any) -> Next:
+        """Step 2 received: a chunk of the peer's blinded points (:meth:`Session.on_blinded`)."""
         return self.session.on_blinded(msg)
 
     def on_doubled(self, msg: Any) -> Next:
+        """Step 3 received: our points re-blinded by the peer (:meth:`Session.on_doubled`)."""
         return self.session.on_doubled(msg)
 
     def on_doubled_shuffled(self, msg: Any) -> Next:
+        """Step 3 received (mode size): re-blinded and reshuffled (:meth:`Session.on_doubled_shuffled`)."""
         return self.session.on_doubled_shuffled(msg)
 
     def on_cardinality(self, msg: Any) -> Next:
+        """Step 4 received (mode size): the intersection size (:meth:`Session.on_cardinality`)."""
         return self.session.on_cardinality(msg)
 
 
@@ -254,10 +266,13 @@ class LocalRun:
 def run_local(active_ids: Sequence[Any] | psi.CanonicalIds, passive_ids: Sequence[Any] | psi.CanonicalIds, *,
               protocol: str = "ecdh", mode: str = "both", duplicates: str = "error", strip: bool = False,
               chunk_size: int = psi.CHUNK_SIZE, timeout: float = DEFAULT_TIMEOUT,
-              progress: ProgressFn | None = None, tap: AuditTap | None = None) -> LocalRun:
+              progress: ProgressFn | None = None,
+              overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
+              tap: AuditTap | None = None) -> LocalRun:
     """Both parties in-process over channels; identities are generated and pinned here.
 
-    ``tap`` (audits) keeps what each party received and the PSI secrets it held.
+    ``overrides`` replaces a party's task (tests: a stalling or hostile party); ``tap``
+    (audits) keeps what each party received and the PSI secrets it held.
     """
     validate_config(protocol, mode)
     if mode == "all":
@@ -268,12 +283,16 @@ def run_local(active_ids: Sequence[Any] | psi.CanonicalIds, passive_ids: Sequenc
     id_a, id_p = psi.IdentityKey.generate(), psi.IdentityKey.generate()
     common: dict[str, Any] = {"protocol": protocol, "mode": mode, "chunk_size": chunk_size, "progress": progress}
     t0 = time.perf_counter()
-    results = run_parties({
+    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
+    tasks: dict[str, Callable[..., Any]] = {
         ACTIVE: lambda: run_active(net.channels(ACTIVE), a, identity=id_a, peer_identity=id_p.public_bytes,
                                    **common),
         PASSIVE: lambda: run_passive(net.channels(PASSIVE), p, identity=id_p, peer_identity=id_a.public_bytes,
                                      **common),
-    }, network=net)
+    }
+    for name, fn in (overrides or {}).items():
+        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
+    results = run_parties(tasks, network=net)
     return LocalRun(results, net.transcript, time.perf_counter() - t0)
 
 
@@ -289,7 +308,8 @@ def run_multiparty_local(id_sets: Sequence[Sequence[Any]], *, protocol: str = "e
     parties = [Endpoint(ACTIVE, ACTIVE)] + [Endpoint(n, PASSIVE) for n in passives]
     net = LocalNetwork(parties, links=[(ACTIVE, n) for n in passives], timeout=timeout, run_id=os.urandom(8).hex())
     idents = {name: psi.IdentityKey.generate() for name in [ACTIVE, *passives]}
-    tasks: dict[str, Callable[[], AlignmentResult]] = {
+    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
+    tasks: dict[str, Callable[..., AlignmentResult]] = {
         ACTIVE: lambda: run_active_multiparty(
             net.channels(ACTIVE), canons[0], protocol=protocol, chunk_size=chunk_size,
             identities=(idents[ACTIVE], {n: idents[n].public_bytes for n in passives})),

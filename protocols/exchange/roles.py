@@ -11,14 +11,16 @@ Steps (numbered as in the package docstring):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from vflcrypto.errors import InputDataError, KeyMismatchError
 from vflcrypto.masking import mask_ciphertexts, unmask_residues
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import AuditTap, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, send, then
 from vflcrypto.wire import IntVector
 
@@ -99,7 +101,7 @@ class PassiveRole(Role[_PassiveState]):
         return then([], self.peer, PublicKeyAnnouncement, "accept_key")
 
     def accept_key(self, msg: PublicKeyAnnouncement) -> Next:
-        """Accept ciphertexts under the announced key."""
+        """Step 1 received: accept ciphertexts under the announced key."""
         self.state.public_key = msg.public_key
         return then([], self.peer, EncryptedResiduals, "mask_gradient")
 
@@ -133,12 +135,14 @@ class ExchangeResult:
 
 
 def run_local(d: np.ndarray, X: np.ndarray, *, keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
-              key_bits: int = 2048, allow_insecure: bool = False, timeout: float = 120.0,
+              key_bits: int = 2048, allow_insecure: bool = False, timeout: float = DEFAULT_TIMEOUT,
+              overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
               tap: AuditTap | None = None) -> ExchangeResult:
     """Run both roles in-process over a :class:`LocalNetwork` (a fresh key pair unless ``keys``).
 
-    Keys below 2048 bits need ``allow_insecure=True``; ``tap`` (audits) keeps what each
-    party received and holds.
+    Keys below 2048 bits need ``allow_insecure=True``; ``overrides`` replaces a party's
+    task (tests: a stalling or hostile party); ``tap`` (audits) keeps what each party
+    received and holds.
     """
     from vflcrypto.steps import drive
 
@@ -147,8 +151,12 @@ def run_local(d: np.ndarray, X: np.ndarray, *, keys: tuple[PaillierPublicKey, Pa
     net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint(PASSIVE, PASSIVE)], timeout=timeout,
                        allow_insecure=allow_insecure, transcript=Transcript(tap))
     t0 = time.perf_counter()
-    out = run_parties({
+    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
+    tasks: dict[str, Callable[..., Any]] = {
         ACTIVE: lambda: drive(ActiveRole(d, keys), net.channels(ACTIVE)),
         PASSIVE: lambda: drive(PassiveRole(X), net.channels(PASSIVE)),
-    }, network=net)
+    }
+    for name, fn in (overrides or {}).items():
+        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
+    out = run_parties(tasks, network=net)
     return ExchangeResult(out[PASSIVE], net.transcript, time.perf_counter() - t0, int(keys[0].n))

@@ -53,20 +53,22 @@ def demo_step(ctx: Any) -> dict[str, Any]:
     epochs = 3 if ctx.quick else 8
     cfg = LinRegConfig(epochs=epochs, lr=0.5, key_bits=ctx.key_bits, fit_intercept=True,
                        tol=None)
+    y = active.label
+    assert y is not None  # synthetic_split labels the active party's table
     run = run_local(active, passives, config=cfg, allow_insecure=ctx.allow_insecure)
-    ref = plaintext_gradient_descent(active.X, active.label, [p.X for p in passives], config=cfg)
+    ref = plaintext_gradient_descent(active.X, y, [p.X for p in passives], config=cfg)
     pred = predict_plain(run.models, [active, *passives])
     diff = float(np.max(np.abs(run.active.model.weights - ref.active_weights)))
     ctx.say(f"synthetic split: {len(active)} rows, B {active.X.shape[1]} + A "
             f"{passives[0].X.shape[1]} features, Paillier {ctx.key_bits} bits, {epochs} epochs")
     ctx.say(f"loss per epoch (seen by C): {', '.join(f'{v:.4f}' for v in run.losses)}")
-    ctx.say(f"train RMSE {rmse(active.label, pred):.4f}, R² {r2_score(active.label, pred):.4f}; "
+    ctx.say(f"train RMSE {rmse(y, pred):.4f}, R² {r2_score(y, pred):.4f}; "
             f"max |Θ_B − plaintext reference| = {diff:.2e}")
     ctx.say(audit(run.transcript).to_text())
     model_dir = Path(ctx.workdir) / "linreg_model"
     save_models(run.models, model_dir)
     return {"rows": len(active), "epochs": epochs, "final_loss": run.losses[-1],
-            "rmse": rmse(active.label, pred), "max_weight_diff_vs_plaintext": diff,
+            "rmse": rmse(y, pred), "max_weight_diff_vs_plaintext": diff,
             "bytes": run.transcript.total_bytes, "model_dir": str(model_dir)}
 
 

@@ -73,7 +73,8 @@ class PaillierCrypto(Crypto):
         return 1.0
 
     def mask(self, v: Vec) -> tuple[MaskedGradient, Any]:
-        assert isinstance(v, PaillierVector)
+        if not isinstance(v, PaillierVector):
+            raise ProtocolError(f"a {type(v).__name__} in a Paillier run (a peer sent the other scheme)")
         masked, R = masking.mask_ciphertexts(v)
         return MaskedGradient(masked), (R, v.frac_bits)
 
@@ -100,7 +101,8 @@ class CKKSCrypto(Crypto):
     def mask(self, v: Vec) -> tuple[MaskedGradientCKKS, Any]:
         from vflcrypto.ckks import uniform_real_mask  # looked up per call: a test seam patches it
 
-        assert isinstance(v, CKKSVector)
+        if not isinstance(v, CKKSVector):
+            raise ProtocolError(f"a {type(v).__name__} in a CKKS run (a peer sent the other scheme)")
         R = uniform_real_mask(self.ctx, len(v), CKKS_GRADIENT_BOUND)
         return MaskedGradientCKKS(v + R), R
 

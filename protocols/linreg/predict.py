@@ -21,7 +21,7 @@ from vflcrypto import masking
 from vflcrypto.dataio import PartyTable, ids_digest
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
 from vflcrypto.wire import IntVector
 
@@ -187,7 +187,7 @@ def run_predict_coordinator(channels: Mapping[str, Channel], key_bits: int, allo
 
 
 def predict_local(model_dir: str | os.PathLike[str] | Sequence[PartyModel], tables: Sequence[PartyTable], *,
-                  key_bits: int = DEFAULT_KEY_BITS, allow_insecure: bool = False, timeout: float = 120.0,
+                  key_bits: int = DEFAULT_KEY_BITS, allow_insecure: bool = False, timeout: float = DEFAULT_TIMEOUT,
                   tap: AuditTap | None = None) -> tuple[np.ndarray, Transcript]:
     """Secure prediction: ``tables`` = [active, passive-0, ...] query rows (aligned).
 
@@ -210,7 +210,8 @@ def predict_local(model_dir: str | os.PathLike[str] | Sequence[PartyModel], tabl
     links = [(ACTIVE, COORD), *[(ACTIVE, p) for p in names], *[(COORD, p) for p in names]]
     net = LocalNetwork(endpoints, links=links, timeout=timeout, transcript=Transcript(tap),
                        allow_insecure=allow_insecure, run_id=secrets.token_hex(8))
-    tasks: dict[str, Callable[[], Any]] = {
+    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
+    tasks: dict[str, Callable[..., Any]] = {
         COORD: lambda: run_predict_coordinator(net.channels(COORD), key_bits, allow_insecure, names),
         ACTIVE: lambda: run_predict_active(net.channels(ACTIVE), models[0], tables[0], names),
     }

@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.ckks import CKKSContext
+from vflcrypto.ckks import CKKSContext, CKKSVector
 from vflcrypto.dataio import PartyTable, ids_digest
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
 from vflcrypto.wire import IntVector
 
@@ -162,6 +162,7 @@ class CoordinatorRole(Role[_CoordState]):
         return then([send(p, self.state.key) for p in self.parties], self.active, TrainingPlan, "on_plan")
 
     def on_plan(self, plan: TrainingPlan) -> Next:
+        """Step 0: B's plan (checked); then the first batch's loss."""
         if plan.n_passive != len(self.passives):
             raise ProtocolError("the plan names a different number of passive parties")
         self.state.plan = plan
@@ -181,6 +182,8 @@ class CoordinatorRole(Role[_CoordState]):
         if self.scheme == "paillier":
             st.batch_losses.append(float(self.secret.decrypt_fixed(msg.value)[0]) / (2 * m))
         else:
+            if not isinstance(msg.value, CKKSVector):
+                raise ProtocolError(f"a {type(msg.value).__name__} loss in a CKKS run (a peer sent the other scheme)")
             st.batch_losses.append(float(msg.value.decrypt(self.secret)[0]))
         st.k = 0
         return then([], self.parties[0], self._masked_kind(), "on_masked_gradient")
@@ -235,9 +238,10 @@ class _PartyState:
     mask_real: np.ndarray = field(default_factory=lambda: np.zeros(0))  # CKKS: R
     mask_frac: int = 0
     history: list[np.ndarray] = field(default_factory=list)
-    u_parts: list[PaillierVector] = field(default_factory=list)  # active: [[u_k]] of the batch
-    losses_parts: list[PaillierVector] = field(default_factory=list)
-    cross: list[PaillierVector] = field(default_factory=list)
+    # active: [[u_k]] of the batch (and the partial losses, cross terms), under the run's scheme
+    u_parts: list[PaillierVector | CKKSVector] = field(default_factory=list)
+    losses_parts: list[PaillierVector | CKKSVector] = field(default_factory=list)
+    cross: list[PaillierVector | CKKSVector] = field(default_factory=list)
 
 
 class _DataRole(Role[_PartyState]):
@@ -342,6 +346,7 @@ class PassiveRole(_DataRole):
         return then([], self.coordinator, PublicKeyMsg, "on_public_key")
 
     def on_public_key(self, msg: PublicKeyMsg) -> Next:
+        """Step 0: C's public key; then B's plan."""
         self._use_key(msg)
         return then([], self.active, TrainingPlan, "on_plan")
 
@@ -441,6 +446,7 @@ class ActiveRole(_DataRole):
         return self._residuals()
 
     def on_cross_term(self, msg: CrossTerm) -> Next:
+        """Step 2: passive j's cross term; after the last, steps 3-4 (residuals, loss, own gradient)."""
         st = self.state
         st.cross.append(msg.value)
         st.k += 1
@@ -524,7 +530,7 @@ def passive_names(k: int) -> list[str]:
 
 
 def run_local(active: PartyTable, passives: Sequence[PartyTable], *, config: LinRegConfig | None = None,
-              timeout: float = 120.0, allow_insecure: bool = False, record_history: bool = False,
+              timeout: float = DEFAULT_TIMEOUT, allow_insecure: bool = False, record_history: bool = False,
               keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
               ckks_context: CKKSContext | None = None,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
@@ -542,7 +548,8 @@ def run_local(active: PartyTable, passives: Sequence[PartyTable], *, config: Lin
     links = [(ACTIVE, COORD), *[(ACTIVE, p) for p in names], *[(COORD, p) for p in names]]
     net = LocalNetwork(endpoints, links=links, timeout=timeout, transcript=Transcript(tap),
                        allow_insecure=allow_insecure, run_id=secrets.token_hex(8))
-    tasks: dict[str, Callable[[], Any]] = {
+    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
+    tasks: dict[str, Callable[..., Any]] = {
         COORD: lambda: run_coordinator(net.channels(COORD), scheme=cfg.scheme, key_bits=cfg.key_bits,
                                        allow_insecure=allow_insecure, passives=names, keys=keys,
                                        ckks_context=ckks_context),

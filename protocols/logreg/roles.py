@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.metrics import accuracy
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
-from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
 from vflcrypto.wire import IntVector
 
@@ -117,7 +117,7 @@ class ActiveRole(Role[_ActiveState]):
                  secure: bool = False, steps: int = 20, learning_rate: float = 0.5, key_bits: int = 2048,
                  allow_insecure: bool = False, ids_train: Sequence[str] | None = None,
                  frac_bits: int = GRAD_FRAC_BITS,
-                 keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
+                 keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
                  name: str = ACTIVE) -> None:
         super().__init__(name)
         self.parties = list(parties)
@@ -135,7 +135,7 @@ class ActiveRole(Role[_ActiveState]):
         self.pk: PaillierPublicKey | None = None
         self.sk: PaillierPrivateKey | None = None
         if secure:
-            self.pk, self.sk = keypair if keypair is not None else generate_keypair(
+            self.pk, self.sk = keys if keys is not None else generate_keypair(
                 key_bits, allow_insecure=allow_insecure)
         self._t0 = time.perf_counter()
 
@@ -201,7 +201,7 @@ class ActiveRole(Role[_ActiveState]):
         return then([reply], self.parties[0], Ack, "collect_ack")
 
     def collect_ack(self, msg: Ack) -> Next:
-        """Every party finished step t: the next step, or the predictions."""
+        """Step 3 (plain) or 6 (secure), once per party: all finished step t; the next step, or the predictions."""
         st, name = self.state, self.parties[self.state.k]
         if msg.step != st.t:
             raise ProtocolError(f"{name} acknowledged step {msg.step}, expected {st.t}")
@@ -484,9 +484,9 @@ def run_local(
     learning_rate: float = 0.5,
     key_bits: int = 2048,
     allow_insecure: bool = False,
-    timeout: float = 120.0,
+    timeout: float = DEFAULT_TIMEOUT,
     ids_train: Sequence[Sequence[str] | None] | None = None,
-    keypair: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
+    keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
     overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
     tap: AuditTap | None = None,
 ) -> LocalRun:
@@ -508,11 +508,12 @@ def run_local(
     identities = {n: Ed25519PrivateKey.generate() for n in names}
     pinned = {n: k.public_key() for n, k in identities.items()}
     ids_active = ids_train[0] if ids_train else None
-    tasks: dict[str, Callable[[], Any]] = {
+    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
+    tasks: dict[str, Callable[..., Any]] = {
         ACTIVE: lambda: run_active(
             net.channels(ACTIVE), y_train, y_test, parties=names, secure=secure, steps=steps,
             learning_rate=learning_rate, key_bits=key_bits, allow_insecure=allow_insecure,
-            ids_train=ids_active, keypair=keypair),
+            ids_train=ids_active, keys=keys),
     }
     for k, name in enumerate(names):
         tasks[name] = (lambda k=k, name=name: run_passive(

@@ -98,10 +98,11 @@ class _TreeBuilder:
     value: list[float] = field(default_factory=list)
 
     def new(self) -> int:
-        for lst, v in ((self.kind, 0), (self.party, -1), (self.feature, -1), (self.bin, -1),
-                       (self.threshold, 0.0), (self.record, -1), (self.left, -1), (self.right, -1),
-                       (self.value, 0.0)):
-            lst.append(v)
+        self.kind.append(0)
+        for ints in (self.party, self.feature, self.bin, self.record, self.left, self.right):
+            ints.append(-1)
+        self.threshold.append(0.0)
+        self.value.append(0.0)
         return len(self.kind) - 1
 
 
@@ -331,7 +332,8 @@ class ActiveRole(Role[_ActiveState]):
         t0 = time.perf_counter()
         GL, HL, NL = decode_histograms(hist, self.sk, st.spec, name)
         self.timer.add("decrypt", t0)
-        out, start = [], 0
+        out: list[tuple[np.ndarray, ...]] = []
+        start = 0
         for nd, k in zip(st.level, counts.tolist(), strict=True):
             gl, hl, nl = GL[start : start + k], HL[start : start + k], NL[start : start + k]
             if k and (nl.min() < 1 or nl.max() >= len(nd.rows)):

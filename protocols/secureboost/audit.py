@@ -120,7 +120,7 @@ def _gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> Empiric
         g = np.full(len(decoded), np.nan)
         ok = [i for i, v in enumerate(decoded) if v is not None]
         if ok:
-            g[ok] = unpack_candidates([decoded[i] for i in ok], gh.packing)[0]
+            g[ok] = unpack_candidates([v for v in decoded if v is not None], gh.packing)[0]
         kind, protection = "secureboost.gradients", Protection.CIPHERTEXT
     majority = float(np.mean(y) >= 0.5)
     guess = np.where(np.isnan(g), majority, (g < 0).astype(np.float64))

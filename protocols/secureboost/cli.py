@@ -43,6 +43,7 @@ from .._train import (
 )
 from .local import passive_names, run_active, run_local, run_passive
 from .messages import ACTIVE, PASSIVE
+from .model import ActiveModel, PassiveModel
 from .predict import predict_active, predict_local, predict_passive
 from .tree import BoostParams
 
@@ -100,12 +101,13 @@ def train(args: argparse.Namespace) -> int:
                     key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, ids=list(tr[0].ids),
                     active_columns=tr[0].columns, passive_columns=[t.columns for t in tr[1:]],
                     timeout=opts.timeout)
-    models = [run.active.model] + [run.passive[n].model for n in names[1:]]
+    passive_models = [run.passive[n].model for n in names[1:]]
+    models: list[ActiveModel | PassiveModel] = [run.active.model, *passive_models]
     if len(test):
         ev = [t.take(test) for t in tables]
         transcript = Transcript()
-        pred = predict_local(models[0], ev[0].X, [(m, t.X) for m, t in zip(models[1:], ev[1:], strict=True)],
-                             transcript=transcript)
+        pred = predict_local(run.active.model, ev[0].X,
+                             [(m, t.X) for m, t in zip(passive_models, ev[1:], strict=True)], transcript=transcript)
         y_eval = ev[0].label
         for name, b in transcript.bytes_sent_by().items():
             bytes_sent[name] = bytes_sent.get(name, 0) + b

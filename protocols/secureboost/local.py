@@ -76,7 +76,8 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
     """
     names = passive_names(len(X_passive))
     net = network(names, timeout, allow_insecure, Transcript(tap))
-    tasks: dict[str, Callable[[], Any]] = {
+    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
+    tasks: dict[str, Callable[..., Any]] = {
         ACTIVE: lambda: run_active(net.channels(ACTIVE), X_active, y, ids=ids, columns=active_columns,
                                    params=params, plaintext=plaintext, key_bits=key_bits, keys=keys,
                                    allow_insecure=allow_insecure),

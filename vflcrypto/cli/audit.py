@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("audit", help="per-role leakage of a protocol run (table or JSON)")
     p.add_argument("name", nargs="?", choices=_names(), help="protocol to run and audit")
     p.add_argument("--key-bits", type=int, default=2048)

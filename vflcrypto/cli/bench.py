@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmarks")
     kinds = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
     g = kinds.add_parser("gradients", help="encrypted-gradient throughput vs phe, TenSEAL, HEU (one run)")

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("certs", help="generate a development CA and per-party certificates")
     p.add_argument("--out", required=True, help="directory to write into")
     p.add_argument("--party", action="append", required=True, metavar="NAME",

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="run the main job on bundled example data (no servers)")
     p.add_argument("--out-dir", help="where to write outputs (default: a new temporary directory)")
     p.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus size (default 2048)")

@@ -117,7 +117,7 @@ def run_party(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("party", help="run one party of a protocol over the network (mutual TLS)")
     p.add_argument("--config", required=True, help="party configuration file (TOML)")
     p.add_argument("--as", dest="party", required=True, metavar="NAME", help="which party this is")

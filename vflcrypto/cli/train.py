@@ -10,7 +10,7 @@ import argparse
 
 __all__ = ["register"]
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from ..protocols import registry
 
     p = sub.add_parser("train", help="train a vertical model on CSV files (parties in-process)")

@@ -85,6 +85,16 @@ class PaillierVector:
 
     __slots__ = ("_blob", "_c", "_pk", "_shipped", "_token", "frac_bits", "packing", "size",
                  "slots", "terms")
+    _blob: bytes | None  # the serialized ciphertexts, built on first use
+    _c: list[mpz]
+    _pk: PublicKeyLike
+    _shipped: bool  # the process-pool workers hold this vector's chunks (see _map_chunks)
+    _token: str  # names _blob in the workers' caches
+    frac_bits: int
+    packing: PackingSpec | None
+    size: int | None
+    slots: int
+    terms: int
 
     def __init__(self) -> None:  # a programming-misuse guard, hence a plain TypeError
         raise TypeError("build vectors with PaillierPublicKey.encrypt* or PaillierVector.from_*")
@@ -103,8 +113,8 @@ class PaillierVector:
         return v
 
     def _like(self, cts: list[mpz], **changes: Any) -> PaillierVector:
-        meta = {"frac_bits": self.frac_bits, "packing": self.packing, "slots": self.slots,
-                "terms": self.terms, "size": self.size}
+        meta: dict[str, Any] = {"frac_bits": self.frac_bits, "packing": self.packing, "slots": self.slots,
+                                "terms": self.terms, "size": self.size}
         meta.update(changes)
         return PaillierVector._make(self._pk, cts, **meta)
 
