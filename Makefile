@@ -9,7 +9,8 @@ STAMP   = $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,flower]'  # flower: the Flower App's tests/scripts
+	$(BIN)/python -m pip install --quiet torch==2.13.0  # pinned CPU build (deep extra); unpinned pulls CUDA
+	$(BIN)/python -m pip install --quiet -e '.[dev,flower,deep]'  # flower: the Flower App; deep: torch
 	touch $(STAMP)
 
 demo: $(STAMP)  ## run the main job on bundled example data, no servers

@@ -138,3 +138,29 @@ def test_accuracy_and_order_findings() -> None:
     assert attacks.adjacent_order_finding("a", "o", "x", runs, "").flagged
     shuffled = [np.random.default_rng(k).permutation(b) for k, b in enumerate(runs)]
     assert not attacks.adjacent_order_finding("a", "o", "x", shuffled, "").flagged
+
+
+def test_linear_probe_finds_a_linear_view_and_not_noise() -> None:
+    from vflcrypto.attacks import linear_probe_r2, probe_finding
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(200, 6))
+    H = X @ rng.normal(size=(6, 8)) + 0.01 * rng.normal(size=(200, 8))  # a linear view of X
+    assert linear_probe_r2(H, X) > 0.95
+    f = probe_finding("server", "probe", H, X, attacks=("k",), protection=None, description="")
+    assert f.flagged and f.value > 0.95
+    noise = rng.normal(size=(200, 8))
+    g = probe_finding("server", "probe", noise, X, attacks=("k",), protection=None, description="")
+    assert not g.flagged and g.value < 0.1
+
+
+def test_partition_finding_scores_ari_against_a_shuffled_null() -> None:
+    from vflcrypto.attacks import partition_finding
+
+    y = np.repeat(np.arange(5), 20)
+    same = partition_finding("party", "p", (y + 2) % 5, y, attacks=("k",), protection=None, description="")
+    assert same.value == 1.0 and same.flagged
+    rng = np.random.default_rng(0)
+    rand = partition_finding("party", "p", rng.integers(0, 5, 100), y, attacks=("k",), protection=None,
+                             description="")
+    assert abs(rand.value) < 0.1 and not rand.flagged

@@ -217,3 +217,25 @@ def test_simulation_secureboost_matches_run_local(tmp_path: Path) -> None:
     assert "[vflcrypto] secureboost: 2 trees" in out
     relayed = {e["kind"] for e in got["transcript"]["transcript"] if e["step_name"] == "relay"}
     assert relayed == set()
+
+
+@pytest.mark.parametrize("protocol", ["oneshot", "fewshot", "split"])
+def test_simulation_representation_vfl_matches_run_local(tmp_path: Path, protocol: str) -> None:
+    """The server is the ServerApp, party-0 and party-1 SuperNodes (their extractors, and for split
+    learning Adam's moments, in context.state between messages); the same accuracy as run_local."""
+    pytest.importorskip("torch")
+    from vflcrypto.protocols import get
+
+    overrides = (f"protocol='{protocol}'", "overlap=60", "ssl-epochs=3", "head-epochs=10", "epochs=2",
+                 "fewshot-mode='client'")
+    rc, out = run_script("flower_simulate.sh", *overrides, f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=2)
+    assert rc == 0, out[-3000:]
+    run_config = {"overlap": 60, "ssl-epochs": 3, "head-epochs": 10, "epochs": 2, "fewshot-mode": "client"}
+    fl = get(protocol).flower
+    assert fl is not None
+    server = fl.make_role("server", run_config)
+    parties = [fl.make_role(p, run_config) for p in ("party-0", "party-1")]
+    local = get(protocol).run_local(server.data, [p.data for p in parties], config=server.cfg)
+    got = _outputs(tmp_path)
+    assert got["server"]["result"]["test_accuracy"] == pytest.approx(local.test_accuracy, abs=1e-12)
+    assert f"[vflcrypto] {protocol}: test accuracy" in out

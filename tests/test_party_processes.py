@@ -476,3 +476,34 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     summary = recs["active"]["summary"]
     assert summary["train_loss"] == pytest.approx(local["train_loss"], rel=1e-12)
     assert summary["test_accuracy"] == pytest.approx(local["test_accuracy"])
+
+
+def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
+    """The server and two parties each in a process; PSI aligns them; the same model as in-process."""
+    pytest.importorskip("torch")
+    from test_cli_repvfl import write_views
+    from vflcrypto.protocols import oneshot
+    from vflcrypto.protocols._repvfl import aligned_inputs
+
+    from vflcrypto.dataio import read_party_csv
+
+    names = ["server", "party-0", "party-1"]
+    pki = tmp_path / "pki"
+    write_dev_pki(pki, names)
+    labels, parties = write_views(tmp_path)
+    files = {"server": labels, "party-0": parties[0], "party-1": parties[1]}
+    cfg = make_config(tmp_path, pki, names, timeout=30.0)
+    args = ["--id-column", "id", "--test-fraction", "0.5", "--ssl-epochs", "3", "--head-epochs", "10"]
+    procs = {n: party(cfg, n, "train", "oneshot", "--data", str(files[n]), *args,
+                      *(["--label", "digit"] if n == "server" else []), "--out", str(tmp_path / f"{n}.npz"))
+             for n in names}
+    recs = check_ok(finish(procs, timeout=90))
+    inputs = aligned_inputs(read_party_csv(labels, "id", label="digit", features=[]),
+                            [read_party_csv(p, "id") for p in parties], test_fraction=0.5)
+    local = oneshot.run_local(inputs.server, inputs.parties,
+                              config=oneshot.OneShotConfig(ssl_epochs=3, head_epochs=10))
+    metrics = json.loads((tmp_path / "server.npz.metrics.json").read_text())
+    assert metrics["test_accuracy"] == pytest.approx(local.test_accuracy, abs=1e-12)
+    assert recs["party-1"]["summary"]["rows"] == {"overlap": 210, "test": 210,
+                                                  "unaligned": len(inputs.parties[1].X_unaligned)}
+    assert_same_transcript(local.transcript, recs, prefix="oneshot.")

@@ -59,8 +59,27 @@ def _secureboost(keys: Any) -> Any:
                         allow_insecure=True).transcript
 
 
+def _representation(name: str) -> Callable[[Any], Any]:
+    def run(keys: Any) -> Any:
+        pytest.importorskip("torch")
+        from vflcrypto.protocols import fewshot, oneshot, split
+        from vflcrypto.protocols._repvfl import digits_example
+
+        server, parties = digits_example(40, seed=0)
+        fast = {"ssl_epochs": 1, "head_epochs": 2}
+        if name == "split":
+            return split.run_local(server, parties, config=split.SplitConfig(epochs=1)).transcript
+        if name == "oneshot":
+            return oneshot.run_local(server, parties, config=oneshot.OneShotConfig(**fast)).transcript
+        cfg = fewshot.FewShotConfig(mode="client", gate=0.3, **fast)
+        return fewshot.run_local(server, parties, config=cfg).transcript
+
+    return run
+
+
 RUNS: dict[str, Callable[[Any], Any]] = {"align": _align, "exchange": _exchange, "linreg": _linreg,
-                                          "logreg": _logreg, "secureboost": _secureboost}
+                                          "logreg": _logreg, "secureboost": _secureboost,
+                                          **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}
 
 
 def test_every_protocol_has_a_run_here() -> None:

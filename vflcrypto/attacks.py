@@ -41,9 +41,12 @@ __all__ = [
     "ks_critical",
     "ks_one_sample",
     "ks_two_sample",
+    "linear_probe_r2",
     "normal_sf",
     "order_finding",
+    "partition_finding",
     "pearson",
+    "probe_finding",
     "real_mask_findings",
     "ring_mask_findings",
     "spearman",
@@ -404,3 +407,71 @@ def adjacent_order_finding(observer: str, name: str, kind: str, blocks: Sequence
                             samples=pairs,
                             detects=f"{_z_two_sided(2 * ALPHA) * sd / pairs:.3f} more increasing "
                                     f"neighbours (of {pairs}) than a random order")
+
+
+# --------------------------------------------------------------------------- representations and partitions
+
+
+def _null_finding(observer: str, name: str, value: float, null: np.ndarray, baseline: float, *,
+                  attacks: Sequence[str], protection: Protection | None, description: str, samples: int,
+                  unit: str) -> EmpiricalFinding:
+    """Score ``value`` against a null distribution (the attack on shuffled rows): normal tail of its z-score."""
+    mu, sd = float(np.mean(null)), float(np.std(null)) + 1e-12
+    z = (value - mu) / sd
+    z_alpha = _z_two_sided(2 * ALPHA)  # one-sided ALPHA
+    return EmpiricalFinding(observer, name, value, baseline, description, attacks=tuple(attacks),
+                            protection=protection, flagged=bool(z > z_alpha), p_value=normal_sf(z), samples=samples,
+                            detects=f"{unit} >= {mu + z_alpha * sd:.3f} (null: rows shuffled, {len(null)} times)")
+
+
+def partition_finding(observer: str, name: str, guess: np.ndarray, truth: np.ndarray, *, attacks: Sequence[str],
+                      protection: Protection | None, description: str, shuffles: int = 200) -> EmpiricalFinding:
+    """How well a partition the attacker derived (e.g. k-means clusters) matches the true classes (ARI).
+
+    The null is the ARI of the same clusters against the labels of shuffled rows (seeded,
+    not secret); the finding flags at ``p < ALPHA`` under its normal approximation.
+    """
+    from .metrics import adjusted_rand_index
+
+    guess, truth = np.asarray(guess).ravel(), np.asarray(truth).ravel()
+    if guess.shape != truth.shape or not truth.size:
+        raise AuditError(f"{name}: {guess.size} cluster ids for {truth.size} labels")
+    rng = np.random.default_rng(0)  # the null's row shuffles: not secret
+    null = np.asarray([adjusted_rand_index(guess, rng.permutation(truth)) for _ in range(shuffles)])
+    return _null_finding(observer, name, adjusted_rand_index(guess, truth), null, 0.0, attacks=attacks,
+                         protection=protection, description=description, samples=truth.size, unit="ARI")
+
+
+def linear_probe_r2(H: np.ndarray, X: np.ndarray, *, seed: int = 0, folds: int = 5, ridge: float = 0.1) -> float:
+    """Mean out-of-fold R^2 of a ridge regression from representations ``H`` to raw columns ``X``.
+
+    ``folds``-fold cross-validation (rows split by a seeded permutation); the ridge
+    penalty is ``ridge`` times the mean diagonal of HᵀH (scale-free); R^2 is averaged over
+    the columns of ``X`` that vary: how much of a party's raw features an observer of
+    its representations reconstructs linearly on rows it did not fit.
+    """
+    H, X = np.asarray(H, np.float64), np.asarray(X, np.float64)
+    if H.ndim != 2 or X.ndim != 2 or len(H) != len(X) or len(H) < 2 * folds:
+        raise AuditError(f"a probe needs matching row counts (>= {2 * folds}), got {H.shape} and {X.shape}")
+    order = np.random.default_rng(seed).permutation(len(H))  # the probe's folds: not secret
+    pred = np.empty_like(X)
+    for f in range(folds):
+        te = order[f::folds]
+        tr = np.setdiff1d(order, te)
+        mu_h, mu_x = H[tr].mean(0), X[tr].mean(0)
+        A = H[tr] - mu_h
+        lam = ridge * float(np.trace(A.T @ A)) / max(1, A.shape[1]) + 1e-12
+        W = np.linalg.solve(A.T @ A + lam * np.eye(A.shape[1]), A.T @ (X[tr] - mu_x))
+        pred[te] = (H[te] - mu_h) @ W + mu_x
+    resid, var = ((X - pred) ** 2).sum(0), ((X - X.mean(0)) ** 2).sum(0)
+    ok = var > 1e-12
+    return float(np.mean(1 - resid[ok] / var[ok])) if ok.any() else 0.0
+
+
+def probe_finding(observer: str, name: str, H: np.ndarray, X: np.ndarray, *, attacks: Sequence[str],
+                  protection: Protection | None, description: str, shuffles: int = 30) -> EmpiricalFinding:
+    """:func:`linear_probe_r2` of received representations against the sender's raw columns, with its null."""
+    rng = np.random.default_rng(1)  # the null's row shuffles: not secret
+    null = np.asarray([linear_probe_r2(H, np.asarray(X)[rng.permutation(len(X))]) for _ in range(shuffles)])
+    return _null_finding(observer, name, linear_probe_r2(H, X), null, 0.0, attacks=attacks, protection=protection,
+                         description=description, samples=len(H), unit="R^2")

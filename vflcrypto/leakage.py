@@ -29,7 +29,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import codecs  # noqa: F401  (registers every wire codec: declared messages may carry any of them)
@@ -358,6 +358,8 @@ class AuditOutcome:
     protocol: str
     report: AuditReport
     findings: tuple[EmpiricalFinding, ...] = ()
+    #: headline numbers of the attacks (e.g. ``gradient_kmeans_ari``), also top-level keys of :meth:`to_dict`
+    metrics: Mapping[str, float] = field(default_factory=dict)
 
     def finding(self, name: str, observer: str | None = None) -> EmpiricalFinding:
         """The one finding called ``name`` (of ``observer``); ``KeyError`` listing the names if none."""
@@ -373,7 +375,7 @@ class AuditOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {"protocol": self.protocol, **self.report.to_dict(),
-                "empirical": [f.to_dict() for f in self.findings]}
+                "empirical": [f.to_dict() for f in self.findings], "metrics": dict(self.metrics), **self.metrics}
 
     def to_text(self) -> str:
         lines = [f"Leakage audit: {self.protocol}", "", self.report.to_text()]
@@ -391,6 +393,8 @@ class AuditOutcome:
                 lines.append(f"      {f.description}")
                 if f.detects:
                     lines.append(f"      detects: {f.detects}")
+        if self.metrics:
+            lines += ["", "Headline numbers: " + ", ".join(f"{k} = {v:.4g}" for k, v in self.metrics.items())]
         return "\n".join(lines)
 
 

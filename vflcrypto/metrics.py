@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["accuracy", "log_loss", "r2_score", "rmse", "roc_auc"]
+from .errors import InputDataError
+
+__all__ = ["accuracy", "adjusted_rand_index", "log_loss", "multiclass_accuracy", "r2_score", "rmse", "roc_auc"]
 
 
 def rmse(y: np.ndarray, pred: np.ndarray) -> float:
@@ -46,3 +48,36 @@ def log_loss(y: np.ndarray, p: np.ndarray, eps: float = 1e-15) -> float:
 
 def accuracy(y: np.ndarray, p: np.ndarray, threshold: float = 0.5) -> float:
     return float(np.mean((np.asarray(p) >= threshold) == np.asarray(y).astype(bool)))
+
+
+def multiclass_accuracy(y: np.ndarray, pred: np.ndarray) -> float:
+    """Fraction of rows whose predicted class equals the label."""
+    y, pred = np.asarray(y).ravel(), np.asarray(pred).ravel()
+    if len(y) != len(pred) or len(y) == 0:
+        raise InputDataError("need equally many labels and predictions, at least one")
+    return float(np.mean(y == pred))
+
+
+def adjusted_rand_index(a: np.ndarray, b: np.ndarray) -> float:
+    """Adjusted Rand index of two partitions of the same rows (Hubert and Arabie, 1985).
+
+    1 for identical partitions (whatever the cluster names), about 0 for independent ones.
+    """
+    a, b = np.asarray(a).ravel(), np.asarray(b).ravel()
+    if len(a) != len(b) or len(a) == 0:
+        raise InputDataError("need two labelings of the same (non-empty) rows")
+    _, ia = np.unique(a, return_inverse=True)
+    _, ib = np.unique(b, return_inverse=True)
+    table = np.zeros((ia.max() + 1, ib.max() + 1), dtype=np.int64)
+    np.add.at(table, (ia, ib), 1)
+
+    def pairs(x: np.ndarray) -> float:
+        return float((x * (x - 1) // 2).sum())
+
+    index, rows, cols = pairs(table), pairs(table.sum(1)), pairs(table.sum(0))
+    total = len(a) * (len(a) - 1) / 2
+    expected = rows * cols / total if total else 0.0
+    best = (rows + cols) / 2
+    if best == expected:  # both partitions trivial (one cluster, or all singletons): identical
+        return 1.0
+    return (index - expected) / (best - expected)

@@ -18,11 +18,16 @@ PASSIVE = "passive"
 PROTOCOLS = ("ecdh", "hash")
 MODES = ("both", "left", "size", "all")
 MAX_CHUNK = 1 << 20
+#: roles that align as the active party: the active party, and the label-holding server of the
+#: representation-VFL protocols (split, oneshot, fewshot); their feature parties align as passive
+ACTIVE_ROLES = (ACTIVE, "server")
+PASSIVE_ROLES = (PASSIVE, "party")
+ANY_ROLE = ACTIVE_ROLES + PASSIVE_ROLES
 
 
 @declare(
     "align.hello",
-    sender=(ACTIVE, PASSIVE), receiver=(ACTIVE, PASSIVE),
+    sender=ANY_ROLE, receiver=ANY_ROLE,
     protection=Protection.PUBLIC,
     reveals="protocol, mode, version and the sender's set size (public by design); for "
             "keyed-hash PSI also the sender's ephemeral X25519 public key, signed by its "
@@ -45,7 +50,7 @@ class Hello:
 
 @declare(
     "align.blinded",
-    sender=(ACTIVE, PASSIVE), receiver=(ACTIVE, PASSIVE),
+    sender=ANY_ROLE, receiver=ANY_ROLE,
     protection=(Protection.BLINDED, Protection.SHUFFLED),
     reveals="k·H(x) for each of the sender's IDs in random order: pseudorandom without the "
             "sender's secret scalar (DDH); only the number of IDs",
@@ -60,7 +65,7 @@ class BlindedChunk:
 
 @declare(
     "align.doubled",
-    sender=(ACTIVE, PASSIVE), receiver=(ACTIVE, PASSIVE),
+    sender=ANY_ROLE, receiver=ANY_ROLE,
     protection=Protection.BLINDED,
     reveals="the receiver's own blinded IDs re-blinded by the sender, in the receiver's "
             "sending order: with its own re-blinding of the sender's points this tells the "
@@ -77,7 +82,7 @@ class DoubledChunk:
 
 @declare(
     "align.doubled_shuffled",
-    sender=PASSIVE, receiver=ACTIVE,
+    sender=PASSIVE_ROLES, receiver=ACTIVE_ROLES,
     protection=(Protection.BLINDED, Protection.SHUFFLED),
     reveals="the active party's IDs double-blinded and reshuffled: only how many of them are "
             "in the intersection (cardinality mode)",
@@ -92,7 +97,7 @@ class DoubledShuffledChunk:
 
 @declare(
     "align.cardinality",
-    sender=ACTIVE, receiver=PASSIVE,
+    sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
     protection=Protection.PLAINTEXT,
     reveals="the intersection size (the declared output of cardinality mode)",
 )
@@ -105,7 +110,7 @@ class Cardinality:
 
 @declare(
     "align.tags",
-    sender=(ACTIVE, PASSIVE), receiver=(ACTIVE, PASSIVE),
+    sender=ANY_ROLE, receiver=ANY_ROLE,
     protection=Protection.SHUFFLED,
     reveals="HMAC tags of the sender's IDs under the jointly agreed key, shuffled: the "
             "receiver holds the key, so it learns which of its IDs are common AND can test "
@@ -122,7 +127,7 @@ class TagChunk:
 
 @declare(
     "align.global_order",
-    sender=ACTIVE, receiver=PASSIVE,
+    sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
     protection=Protection.PLAINTEXT,
     reveals="which of the receiver's pairwise-common rows are common to ALL parties, in the "
             "all-party order (the all-party intersection, the declared output)",

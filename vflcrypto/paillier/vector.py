@@ -97,7 +97,7 @@ class PaillierVector:
     terms: int
 
     def __init__(self) -> None:  # a programming-misuse guard, hence a plain TypeError
-        raise TypeError("build vectors with PaillierPublicKey.encrypt* or PaillierVector.from_*")
+        raise ConfigurationError("build vectors with PaillierPublicKey.encrypt* or PaillierVector.from_*")
 
     @classmethod
     def _make(cls, pk: PublicKeyLike, cts: list[mpz], *, frac_bits: int = 0,

@@ -1,0 +1,113 @@
+"""Attacks on what each role of a representation-VFL run received (split, oneshot, fewshot audits).
+
+* a party runs k-means (K = the class count it was told, or the problem's C) on the
+  gradient rows it received, or takes the cluster ids it received, and the partition is
+  scored against the true overlap labels (adjusted Rand index; the seed's "same-class
+  gradients point the same way");
+* the server fits a linear probe from the representations it received to the sending
+  party's raw columns (what the party holds: scored, never used by the probe);
+* in few-shot client-return mode a party names its clusters with the class pseudo-labels
+  it received, and the named overlap labels are scored.
+
+Every attack reads the payloads from the run's :class:`~vflcrypto.runtime.AuditTap`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.attacks import accuracy_finding, partition_finding, probe_finding
+from vflcrypto.cluster import kmeans
+from vflcrypto.leakage import EmpiricalFinding
+from vflcrypto.runtime import AuditTap
+
+from ._repvfl import SERVER
+
+__all__ = ["d1_finding", "naming_finding", "probe_findings"]
+
+
+def d1_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> EmpiricalFinding:
+    """The label partition a party reads from its one download (gradients via k-means, or cluster ids)."""
+    (msg,) = tap.received(party, kind)
+    if hasattr(msg, "G"):
+        guess = kmeans(np.asarray(msg.G), int(msg.n_classes), seed=12345).labels
+        how = f"k-means (K = C = {msg.n_classes}, the C it received) on the rows of the gradient it received"
+    else:
+        guess, how = np.asarray(msg.clusters), "the cluster ids it received"
+    return partition_finding(party, f"{kind}: label partition of the overlap rows", guess, y, attacks=(kind,),
+                             protection=None, description=f"ARI of {how} against the true overlap labels; by "
+                                                          "design (D1 carries the partition, not the class names)")
+
+
+def batch_gradient_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray, batches: Sequence[np.ndarray],
+                           n_classes: int) -> EmpiricalFinding:
+    """Split learning: k-means on each received batch gradient (K = C), pooled over the first epoch's batches."""
+    msgs = tap.received(party, kind)[: len(batches)]
+    guess, truth, offset = [], [], 0
+    for msg, rows in zip(msgs, batches, strict=False):
+        G = np.asarray(msg.G)
+        k = min(n_classes, len(G))
+        guess.append(kmeans(G, k, seed=12345).labels + offset)  # clusters of different batches are distinct
+        truth.append(y[rows])
+        offset += k
+    from vflcrypto.metrics import adjusted_rand_index
+
+    per_batch = [adjusted_rand_index(g, t) for g, t in zip(guess, truth, strict=True)]
+    finding = partition_finding(party, f"{kind}: label partition of each batch", np.concatenate(guess),
+                                np.concatenate(truth), attacks=(kind,), protection=None,
+                                description=f"k-means (K = C) on each of the first {len(msgs)} batch gradients "
+                                            f"(mean per-batch ARI {np.mean(per_batch):.3f}); by design, "
+                                            "repeated every round")
+    return finding
+
+
+def probe_findings(tap: AuditTap, parties: Sequence[str], kinds: Sequence[tuple[str, str]]) -> list[EmpiricalFinding]:
+    """The server's linear probe from each received representation kind to the sender's raw columns.
+
+    ``kinds`` lists (message kind, the held label of the sender's matching raw rows).
+    """
+    out = []
+    for party in parties:
+        for kind, held in kinds:
+            msgs = tap.received(SERVER, kind, sender=party)
+            if not msgs:
+                continue
+            X = np.asarray(tap.held(party, held)[0])
+            H = np.asarray(msgs[-1].H)
+            if len(H) != len(X) or len(H) < 4:
+                continue
+            out.append(probe_finding(SERVER, f"{kind} from {party}: raw columns by a linear probe", H, X,
+                                     attacks=(kind,), protection=None,
+                                     description="held-out R^2 of a ridge regression from the representations "
+                                                 f"{party} sent to its raw columns; by design (plaintext)"))
+    return out
+
+
+def naming_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> EmpiricalFinding | None:
+    """Few-shot client return: the party names its overlap clusters with the class pseudo-labels it received.
+
+    Its own local classifier assigns each unaligned row a cluster (held by the party);
+    the returned pseudo-labels give some of those rows class names; each cluster takes
+    the majority name, which names the party's temporary labels of the overlap rows.
+    """
+    msgs: list[Any] = tap.received(party, kind)
+    if not msgs:
+        return None
+    msg = msgs[0]
+    clusters_u = np.asarray(tap.held(party, "unaligned_clusters")[0])
+    pseudo_o = np.asarray(tap.held(party, "pseudo_labels")[0])
+    rows, labels = np.asarray(msg.rows), np.asarray(msg.labels)
+    names: dict[int, int] = {}
+    for c in np.unique(clusters_u[rows]) if len(rows) else []:
+        vals, counts = np.unique(labels[clusters_u[rows] == c], return_counts=True)
+        names[int(c)] = int(vals[counts.argmax()])
+    guess = np.asarray([names.get(int(c), -1) for c in pseudo_o])
+    C = int(max(y.max(), labels.max(initial=0))) + 1
+    return accuracy_finding(party, f"{kind}: the overlap labels, named", guess, y, 1.0 / C, attacks=(kind,),
+                            protection=None,
+                            description="its clusters of the overlap rows named by the majority pseudo-label of "
+                                        "its unaligned rows in each cluster; declared: client return hands "
+                                        "out class names; baseline 1/C")

@@ -1,0 +1,32 @@
+"""``vflcrypto train oneshot`` (every role in this process) and ``vflcrypto party ... train oneshot``.
+
+See :mod:`vflcrypto.protocols._repvfl_cli` for the files, the alignment and the output;
+the flags below set one-shot VFL's training (:class:`~.roles.OneShotConfig`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from vflcrypto.spec import PartyOutcome, TaskContext
+
+from .. import _repvfl_cli as shared
+from .roles import OneShotConfig, PartyRole, ServerRole, run_local
+
+__all__ = ["add_party_arguments", "add_train_arguments", "party_task", "train"]
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    shared.add_train_arguments(p, OneShotConfig)
+
+
+def train(args: argparse.Namespace) -> int:
+    return shared.train(args, OneShotConfig, run_local, "oneshot")
+
+
+def add_party_arguments(p: argparse.ArgumentParser) -> None:
+    shared.add_party_arguments(p, OneShotConfig)
+
+
+def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    return shared.party_task(args, ctx, OneShotConfig, ServerRole, PartyRole)

@@ -1,0 +1,377 @@
+"""The roles of one-shot VFL as named steps, and ``run_local``.
+
+Steps, numbered as in the package docstring:
+
+* server S: ``start`` (0: the setup) → ``on_representation`` (1, U1, once per party; then
+  2, D1: the gradients or their partition) → ``on_update`` (4, U2, once per party; then
+  5: fine-tune the head) → ``on_test`` (6, once per party: predictions);
+* party k: ``on_setup`` (0; then 1: U1) → ``on_gradient`` or ``on_partition`` (2; then 3:
+  k-means and local semi-supervised training; 4: U2; 6: the test representations).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from vflcrypto.cluster import canonical_labels, kmeans
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.spec import option
+from vflcrypto.steps import Next, Role, done, drive, send, then
+
+from .._repvfl import (
+    PARTY,
+    SERVER,
+    PartyData,
+    RepConfig,
+    ServerData,
+    ServerResult,
+    check_matrix,
+    party_names,
+    require_torch,
+)
+from .messages import VARIANTS, Gradient, Partition, Representation, RepresentationUpdate, Setup, TestRepresentation
+
+__all__ = ["Kinds", "OneShotConfig", "OneShotRun", "PartyResult", "PartyRole", "ServerResult", "ServerRole",
+           "run_local", "run_roles"]
+
+
+class Kinds:
+    """The message classes the roles exchange (few-shot VFL reuses the roles with its own kinds)."""
+
+    Setup: type[Any] = Setup
+    Representation: type[Any] = Representation
+    Gradient: type[Any] = Gradient
+    Partition: type[Any] = Partition
+    RepresentationUpdate: type[Any] = RepresentationUpdate
+    TestRepresentation: type[Any] = TestRepresentation
+
+
+@dataclass(frozen=True)
+class OneShotConfig(RepConfig):
+    """One-shot VFL's parameters: :class:`RepConfig` plus what D1 carries."""
+
+    variant: str = option("gradient", "what the one download carries: the gradients, or only their partition",
+                          choices=VARIANTS)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.variant not in VARIANTS:
+            raise InputDataError(f"variant must be one of {VARIANTS}, not {self.variant!r}")
+
+
+@dataclass
+class PartyResult:
+    """A party's trained extractor (arrays), the temporary labels it derived and its local training statistics."""
+
+    extractor: list[np.ndarray]
+    pseudo_labels: np.ndarray
+    ssl: dict[str, float]
+
+
+# --------------------------------------------------------------------------- server
+
+
+@dataclass
+class _ServerState:
+    k: int = 0
+    H: list[np.ndarray] = field(default_factory=list)
+    head: list[np.ndarray] = field(default_factory=list)
+    H2: list[np.ndarray] = field(default_factory=list)
+    Ht: list[np.ndarray] = field(default_factory=list)
+
+
+class ServerRole(Role[_ServerState]):
+    """S: the labels of the overlap rows and the classifier head f_c on H^1 ∘ ... ∘ H^K."""
+
+    role = SERVER
+    State: ClassVar[type[_ServerState]] = _ServerState
+    M: ClassVar[type[Kinds]] = Kinds
+
+    def __init__(self, data: ServerData, *, parties: Sequence[str], config: OneShotConfig | None = None,
+                 n_test: int = 0, name: str = SERVER) -> None:
+        super().__init__(name)
+        require_torch()
+        self.data, self.parties, self.cfg, self.n_test = data, list(parties), config or OneShotConfig(), n_test
+        if not self.parties:
+            raise InputDataError("one-shot VFL needs at least one party")
+        if data.y_test is not None and len(data.y_test) not in (0, n_test):
+            raise InputDataError(f"{len(data.y_test)} test labels for {n_test} test rows")
+        self.timings: dict[str, float] = {}
+
+    @property
+    def n(self) -> int:
+        return len(self.data.y_overlap)
+
+    def _setup(self) -> Any:
+        return self.M.Setup(self.n, self.n_test, self.cfg.dim, self.cfg.variant, self.cfg.seed)
+
+    def start(self) -> Next:
+        """Step 0: the setup to every party; then wait for U1."""
+        self.hold("labels", self.data.y_overlap)
+        return then([send(p, self._setup()) for p in self.parties], self.parties[0], self.M.Representation,
+                    "on_representation")
+
+    def _check(self, H: Any, rows: int, what: str) -> np.ndarray:
+        return check_matrix(H, rows, self.cfg.dim, what, self.parties[self.state.k])
+
+    def on_representation(self, msg: Representation) -> Next:
+        """Step 1 (U1) from party k; after the last, step 2 (D1) to every party."""
+        st = self.state
+        st.H.append(self._check(msg.H, self.n, "U1 representations"))
+        st.k += 1
+        if st.k < len(self.parties):
+            return then([], self.parties[st.k], self.M.Representation, "on_representation")
+        return self._download()
+
+    def _download(self) -> Next:
+        from vflcrypto import nn as vnn
+
+        st, t0 = self.state, time.perf_counter()
+        head = vnn.head(self.cfg.dim * len(self.parties), self.data.n_classes, seed=self.cfg.seed)
+        st.head = vnn.module_arrays(head)
+        grads = vnn.grad_wrt_inputs(head, st.H, self.data.y_overlap)
+        sends = []
+        for k, (p, G) in enumerate(zip(self.parties, grads, strict=True)):
+            if self.cfg.variant == "gradient":
+                sends.append(send(p, self.M.Gradient(G, self.data.n_classes)))
+            else:
+                clusters = kmeans(G, self.data.n_classes, seed=self.cfg.seed * 1000 + k).labels
+                ids = canonical_labels(clusters).astype(np.int64)
+                sends.append(send(p, self.M.Partition(ids, self.data.n_classes)))
+        self.timings["d1"] = time.perf_counter() - t0
+        st.k = 0
+        return then(sends, self.parties[0], self.M.RepresentationUpdate, "on_update")
+
+    def on_update(self, msg: RepresentationUpdate) -> Next:
+        """Step 4 (U2) from party k; after the last, step 5: fine-tune the head on the overlap rows."""
+        self.state.H2.append(self._check(msg.H, self.n, "U2 representations"))
+        return self._after_update()
+
+    def _after_update(self) -> Next:
+        st = self.state
+        st.k += 1
+        if st.k < len(self.parties):
+            return then([], self.parties[st.k], self.M.RepresentationUpdate, "on_update")
+        self.fit_head(np.concatenate(st.H2, axis=1), self.data.y_overlap)
+        return self._await_tests()
+
+    def _await_tests(self) -> Next:
+        self.state.k = 0
+        return then([], self.parties[0], self.M.TestRepresentation, "on_test")
+
+    def fit_head(self, X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> None:
+        """Fine-tune the head (from its state) on joint representations ``X`` with labels ``y``."""
+        from vflcrypto import nn as vnn
+
+        st, t0 = self.state, time.perf_counter()
+        head = vnn.head(self.cfg.dim * len(self.parties), self.data.n_classes, seed=self.cfg.seed)
+        vnn.load_arrays(head, st.head)
+        vnn.train_supervised([head], X, y, weights=weights, epochs=self.cfg.head_epochs, lr=self.cfg.head_lr,
+                             batch_size=self.cfg.batch_size, seed=self.cfg.seed)
+        st.head = vnn.module_arrays(head)
+        self.timings["head"] = self.timings.get("head", 0.0) + time.perf_counter() - t0
+
+    def on_test(self, msg: TestRepresentation) -> Next:
+        """Step 6: the test representations of party k; after the last, the predictions."""
+        st = self.state
+        st.Ht.append(self._check(msg.H, self.n_test, "test representations"))
+        st.k += 1
+        if st.k < len(self.parties):
+            return then([], self.parties[st.k], self.M.TestRepresentation, "on_test")
+        return done(self._predict())
+
+    def _predict(self) -> ServerResult:
+        from vflcrypto import nn as vnn
+
+        st = self.state
+        head = vnn.head(self.cfg.dim * len(self.parties), self.data.n_classes, seed=self.cfg.seed)
+        vnn.load_arrays(head, st.head)
+        if self.n_test:
+            proba = vnn.predict_proba(head, np.concatenate(st.Ht, axis=1))
+        else:
+            proba = np.zeros((0, self.data.n_classes), np.float32)
+        y = self.data.y_test
+        acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
+        return ServerResult(st.head, proba, acc, self.timings)
+
+
+# --------------------------------------------------------------------------- party
+
+
+@dataclass
+class _PartyState:
+    setup: Setup | None = None
+    extractor: list[np.ndarray] = field(default_factory=list)
+
+
+class PartyRole(Role[_PartyState]):
+    """Party k: its own columns of the overlap, test and unaligned rows, and its extractor f_k.
+
+    ``extractor`` (optional) is the party's own ``torch.nn.Module`` mapping its columns to
+    ``config.dim`` values; by default an MLP (:func:`vflcrypto.nn.mlp_extractor`).
+    """
+
+    role = PARTY
+    State: ClassVar[type[_PartyState]] = _PartyState
+    M: ClassVar[type[Kinds]] = Kinds
+
+    def __init__(self, data: PartyData, *, index: int, name: str | None = None, server: str = SERVER,
+                 config: OneShotConfig | None = None, extractor: Any = None) -> None:
+        super().__init__(name or f"party-{index}")
+        require_torch()
+        from vflcrypto import nn as vnn
+
+        self.data, self.index, self.server, self.cfg = data, index, server, config or OneShotConfig()
+        own = np.concatenate([data.X_overlap, data.X_unaligned])
+        self.seed = self.cfg.seed * 1000 + index
+        self.f = extractor if extractor is not None else vnn.mlp_extractor(own, self.cfg.dim, hidden=self.cfg.hidden,
+                                                                           seed=self.seed)
+
+    def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
+        super().load_state(data, allow_insecure=allow_insecure)
+        if self.state.extractor:
+            from vflcrypto import nn as vnn
+
+            vnn.load_arrays(self.f, self.state.extractor)
+
+    @property
+    def setup(self) -> Setup:
+        if self.state.setup is None:
+            raise ProtocolError(f"{self.name}: no setup received yet")
+        return self.state.setup
+
+    def start(self) -> Next:
+        return then([], self.server, self.M.Setup, "on_setup")
+
+    def on_setup(self, setup: Setup) -> Next:
+        """Step 0 (the plan must match this party's rows and extractor); step 1: U1."""
+        from vflcrypto import nn as vnn
+
+        d = self.data
+        if setup.n_overlap != len(d.X_overlap) or setup.n_test != len(d.X_test):
+            raise InputDataError(f"{self.name} has {len(d.X_overlap)} overlap and {len(d.X_test)} test rows, the "
+                                 f"server {setup.n_overlap} and {setup.n_test}: not aligned")
+        if setup.variant not in VARIANTS or setup.dim != self.cfg.dim:
+            raise ProtocolError(f"setup asks for variant {setup.variant!r} and d = {setup.dim}; this party runs d = "
+                                f"{self.cfg.dim}")
+        self.state.setup = setup
+        self.hold("features", d.X_overlap)  # ground truth of the representation probe (audit)
+        H = vnn.forward(self.f, d.X_overlap)
+        if H.shape != (len(d.X_overlap), self.cfg.dim):
+            raise InputDataError(f"{self.name}'s extractor maps to shape {H.shape[1:]}, not ({self.cfg.dim},)")
+        self.state.extractor = vnn.module_arrays(self.f)
+        kind = self.M.Gradient if setup.variant == "gradient" else self.M.Partition
+        step = "on_gradient" if setup.variant == "gradient" else "on_partition"
+        return then([send(self.server, self.M.Representation(H))], self.server, kind, step)
+
+    def _classes(self, n_classes: int) -> int:
+        if not 2 <= n_classes <= len(self.data.X_overlap):
+            raise ProtocolError(f"the server announced C = {n_classes} classes for {len(self.data.X_overlap)} rows")
+        return n_classes
+
+    def on_gradient(self, msg: Gradient) -> Next:
+        """Step 2 (D1): G^k; step 3: its rows clustered into C temporary labels, then local training."""
+        C = self._classes(msg.n_classes)
+        G = check_matrix(msg.G, len(self.data.X_overlap), self.cfg.dim, "D1 gradients", self.server)
+        return self._train_locally(kmeans(G, C, seed=self.seed).labels, C)
+
+    def on_partition(self, msg: Partition) -> Next:
+        """Step 2 (D1, partition-only): the server's clusters are the temporary labels; then local training."""
+        C = self._classes(msg.n_classes)
+        ids = np.asarray(msg.clusters)
+        if ids.shape != (len(self.data.X_overlap),) or ids.dtype.kind not in "iu" or \
+                (len(ids) and (ids.min() < 0 or ids.max() >= C)):
+            raise ProtocolError(f"the server sent a malformed partition (shape {ids.shape}, C = {C})")
+        return self._train_locally(ids.astype(np.int64), C)
+
+    def _train_locally(self, pseudo: np.ndarray, C: int) -> Next:
+        """Step 3: FixMatch-tab on the pseudo-labelled overlap rows and the unaligned rows; steps 4 and 6."""
+        from vflcrypto import nn as vnn
+
+        d, cfg = self.data, self.cfg
+        classifier = vnn.head(cfg.dim, C, seed=self.seed + 1)
+        aug = vnn.AugmentConfig(threshold=cfg.threshold, lambda_u=cfg.lambda_u)
+        stats = vnn.fixmatch_tab(self.f, classifier, d.X_overlap, pseudo, d.X_unaligned, epochs=cfg.ssl_epochs,
+                                 lr=cfg.lr, batch_size=cfg.batch_size, augment=aug, seed=self.seed)
+        self.state.extractor = vnn.module_arrays(self.f)
+        self.hold("pseudo_labels", pseudo)
+        return self._after_local_training(PartyResult(self.state.extractor, pseudo, stats), classifier)
+
+    def _after_local_training(self, result: PartyResult, classifier: Any) -> Next:
+        """Steps 4 and 6: U2 and the test representations; the party is done."""
+        from vflcrypto import nn as vnn
+
+        d = self.data
+        sends = [send(self.server, self.M.RepresentationUpdate(vnn.forward(self.f, d.X_overlap))),
+                 send(self.server, self.M.TestRepresentation(vnn.forward(self.f, d.X_test)))]
+        return done(result, sends)
+
+
+# --------------------------------------------------------------------------- in one process
+
+
+@dataclass
+class OneShotRun:
+    """Every role's result of :func:`run_local` and the shared transcript."""
+
+    server: ServerResult
+    parties: list[PartyResult]
+    transcript: Transcript
+    seconds: float
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.server.test_accuracy
+
+
+def _network(names: Sequence[str], timeout: float, tap: AuditTap | None) -> LocalNetwork:
+    import secrets
+
+    return LocalNetwork([Endpoint(SERVER, SERVER), *[Endpoint(p, PARTY) for p in names]],
+                        links=[(SERVER, p) for p in names], timeout=timeout, transcript=Transcript(tap),
+                        run_id=secrets.token_hex(8))
+
+
+def run_local(server: ServerData, parties: Sequence[PartyData], *, config: OneShotConfig | None = None,
+              extractors: Sequence[Any] | None = None, timeout: float = DEFAULT_TIMEOUT,
+              overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
+              tap: AuditTap | None = None) -> OneShotRun:
+    """Run S and every party in this process (threads over in-memory channels).
+
+    ``extractors`` optionally gives each party's own ``torch.nn.Module``; ``overrides``
+    replaces a party's task (tests); ``tap`` (audits) keeps what each party received and holds.
+    """
+    return run_roles(ServerRole, PartyRole, server, parties, config or OneShotConfig(), extractors=extractors,
+                     timeout=timeout, overrides=overrides, tap=tap)
+
+
+def run_roles(server_cls: type[ServerRole], party_cls: type[PartyRole], server: ServerData,
+              parties: Sequence[PartyData], config: OneShotConfig, *, extractors: Sequence[Any] | None,
+              timeout: float, overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None,
+              tap: AuditTap | None) -> OneShotRun:
+    """:func:`run_local` for the given role classes (few-shot VFL runs its subclasses through it)."""
+    if not parties:
+        raise InputDataError("one-shot VFL needs at least one party")
+    n_test = len(parties[0].X_test)
+    if any(len(p.X_test) != n_test or len(p.X_overlap) != len(server.y_overlap) for p in parties):
+        raise InputDataError("every party must hold the same overlap and test rows as the server's labels")
+    names = party_names(len(parties))
+    net = _network(names, timeout, tap)
+    tasks: dict[str, Callable[..., Any]] = {
+        SERVER: lambda: drive(server_cls(server, parties=names, config=config, n_test=n_test), net.channels(SERVER)),
+    }
+    for i, (name, data) in enumerate(zip(names, parties, strict=True)):
+        ext = extractors[i] if extractors is not None else None
+        tasks[name] = (lambda i=i, name=name, data=data, ext=ext: drive(
+            party_cls(data, index=i, name=name, config=config, extractor=ext), net.channels(name)))
+    for name, fn in (overrides or {}).items():
+        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
+    t0 = time.perf_counter()
+    res = run_parties(tasks, network=net)
+    return OneShotRun(res[SERVER], [res[n] for n in names], net.transcript, time.perf_counter() - t0)

@@ -1,0 +1,86 @@
+"""Split learning ("vanilla VFL"): representations up and gradients down, every step.
+
+Parties and data
+    * **server** S (role ``"server"``): the labels of the overlap rows and the head f_c;
+      learns the test predictions.
+    * **parties** ``party-0``, ... (role ``"party"``): party k holds its columns of the
+      overlap rows (aligned by PSI, common order) and of the test rows, and trains its
+      extractor f_k. Unaligned rows take no part: the baseline one-shot VFL is measured
+      against (bench/repvfl_bench.py).
+
+Threat model
+    Semi-honest; nothing is encrypted. Every step the server sees a batch of every
+    party's representations and every party sees the gradient of its batch, which carries
+    the batch rows' label partition (same-class rows point the same way): both by design
+    of the protocol, repeated over many rounds (SECURITY.md; ``vflcrypto audit split``).
+
+Citations
+    P. Vepakomma, O. Gupta, T. Swedish, R. Raskar, "Split learning for health", 2018
+    (arXiv 1812.00564); seed 000 §12.5.3; NVIDIA NVFlare ``cifar10-splitnn``.
+
+Message flow (kinds ``split.*``; steps of :mod:`.roles`)
+    0. S → every party ``setup``: row counts, d, epochs, batch size, the public schedule seed.
+    Per batch (epochs × ⌈overlap / batch⌉ times):
+    1. party k → S ``representation``: f_k(X^k) of the batch rows (current extractor).
+    2. S: cross-entropy of f_c on the concatenation, one Adam step of f_c; S → party k
+       ``gradient``: ∂L/∂H^k of the batch.
+    3. party k: backpropagates it through f_k, one Adam step.
+    4. (prediction) party k → S ``test_representation``; S predicts.
+
+Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.audit`, :mod:`.cli`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
+
+from .._repvfl import PartyData, ServerData, ServerResult, digits_example, party_names
+from . import audit, cli
+from .messages import PARTY, SERVER, BatchGradient, BatchRepresentation, Setup, TestRepresentation
+from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, SplitRun, epoch_batches, run_local
+
+__all__ = ["PARTY", "SERVER", "SPEC", "BatchGradient", "BatchRepresentation", "PartyData", "PartyResult",
+           "PartyRole", "ServerData", "ServerResult", "ServerRole", "Setup", "SplitConfig", "SplitRun",
+           "TestRepresentation", "epoch_batches", "run_local"]
+
+
+def _flower_config(run_config: Mapping[str, Any]) -> SplitConfig:
+    return SplitConfig(epochs=int(run_config.get("epochs", 5)), seed=int(run_config.get("seed", 0)))
+
+
+def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
+    return {SERVER: SERVER, **{p: PARTY for p in party_names(2)}}
+
+
+def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
+    server, parties = digits_example(int(run_config.get("overlap", 100)), seed=int(run_config.get("seed", 0)))
+    cfg = _flower_config(run_config)
+    if party == SERVER:
+        return ServerRole(server, parties=party_names(2), config=cfg, n_test=len(parties[0].X_test))
+    k = party_names(2).index(party)
+    return PartyRole(parties[k], index=k, name=party, config=cfg)
+
+
+def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
+    res: ServerResult = results[SERVER]
+    return {"lines": [f"[vflcrypto] split: test accuracy {res.test_accuracy:.4f}"], "test_accuracy": res.test_accuracy}
+
+
+SPEC = ProtocolSpec(
+    name="split",
+    title="Split learning (vanilla VFL)",
+    roles={SERVER: ServerRole, PARTY: PartyRole},
+    run_local=run_local,
+    audit=audit.audit_run,
+    config=SplitConfig,
+    demo=audit.demo_step,
+    demo_order=55,
+    commands=(Command("split", "split learning, the many-round baseline (PyTorch extractors)",
+                      cli.add_train_arguments, cli.train, description=cli.__doc__),),
+    party_tasks=(PartyTask("split", "split learning (server with labels, parties with columns)",
+                           cli.add_party_arguments, cli.party_task),),
+    flower=FlowerSpec(SERVER, _flower_parties, _flower_role, _flower_summary),
+)

@@ -1,0 +1,327 @@
+"""The roles of split learning as named steps, and ``run_local``.
+
+Steps, numbered as in the package docstring:
+
+* server S: ``start`` (0: the setup) → per batch ``on_representation`` (1, once per party;
+  then 2: the head's step and every party's gradient) → ``on_test`` (4, once per party:
+  predictions);
+* party k: ``on_setup`` (0; then 1: the first batch) → per batch ``on_gradient`` (3: the
+  extractor's step; then 1 for the next batch, or 4: the test representations).
+
+The server is the Flower ServerApp, so its head and optimizer stay in memory; a party's
+extractor and Adam state are in its (wire-encodable) state after every step, and the
+party recomputes the batch's forward pass when the gradient arrives (the extractors
+have no dropout, so the recomputation is exact).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.spec import option
+from vflcrypto.steps import Next, Role, done, drive, send, then
+
+from .._repvfl import (
+    PARTY,
+    SERVER,
+    PartyData,
+    RepConfig,
+    ServerData,
+    ServerResult,
+    check_matrix,
+    party_names,
+    require_torch,
+)
+from .messages import BatchGradient, BatchRepresentation, Setup, TestRepresentation
+
+__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "SplitRun", "epoch_batches", "run_local"]
+
+
+@dataclass(frozen=True)
+class SplitConfig(RepConfig):
+    """Split learning's parameters: :class:`RepConfig` plus the number of joint epochs."""
+
+    epochs: int = option(200, "epochs over the overlap rows (every batch is one round trip per party)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.epochs < 1:
+            raise InputDataError("split learning needs at least one epoch")
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """The batches of ``epoch``: a permutation of the ``n`` overlap rows from a public seed."""
+    order = np.random.default_rng([seed, epoch]).permutation(n)  # public schedule, not secret
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+@dataclass
+class PartyResult:
+    """A party's trained extractor (arrays) and the number of steps it took."""
+
+    extractor: list[np.ndarray]
+    steps: int
+
+
+# --------------------------------------------------------------------------- server
+
+
+@dataclass
+class _ServerState:
+    epoch: int = 0
+    batch: int = 0
+    k: int = 0
+    H: list[np.ndarray] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+
+
+class ServerRole(Role[_ServerState]):
+    """S: the labels of the overlap rows, the head f_c and its optimizer."""
+
+    role = SERVER
+    State = _ServerState
+
+    def __init__(self, data: ServerData, *, parties: Sequence[str], config: SplitConfig | None = None,
+                 n_test: int = 0, name: str = SERVER) -> None:
+        super().__init__(name)
+        require_torch()
+        from vflcrypto import nn as vnn
+
+        self.data, self.parties, self.cfg, self.n_test = data, list(parties), config or SplitConfig(), n_test
+        if not self.parties:
+            raise InputDataError("split learning needs at least one party")
+        self.head = vnn.head(self.cfg.dim * len(self.parties), data.n_classes, seed=self.cfg.seed)
+        self.opt = vnn.adam([self.head], self.cfg.head_lr)
+        self.t0 = time.perf_counter()
+
+    @property
+    def n(self) -> int:
+        return len(self.data.y_overlap)
+
+    def _rows(self) -> np.ndarray:
+        st = self.state
+        return epoch_batches(self.n, self.cfg.batch_size, self.cfg.seed, st.epoch)[st.batch]
+
+    def start(self) -> Next:
+        """Step 0: the setup; then the first batch's representations."""
+        c = self.cfg
+        self.hold("labels", self.data.y_overlap)
+        setup = Setup(self.n, self.n_test, c.dim, c.epochs, c.batch_size, c.seed)
+        return then([send(p, setup) for p in self.parties], self.parties[0], BatchRepresentation,
+                    "on_representation")
+
+    def on_representation(self, msg: BatchRepresentation) -> Next:
+        """Step 1 from party k; after the last party, step 2: the head's step and the gradients."""
+        st = self.state
+        sender = self.parties[st.k]
+        if (msg.epoch, msg.batch) != (st.epoch, st.batch):
+            raise ProtocolError(f"{sender} sent batch {msg.epoch}/{msg.batch}, expected {st.epoch}/{st.batch}")
+        rows = self._rows()
+        st.H.append(check_matrix(msg.H, len(rows), self.cfg.dim, "batch representations", sender))
+        st.k += 1
+        if st.k < len(self.parties):
+            return then([], self.parties[st.k], BatchRepresentation, "on_representation")
+        grads = self._step(rows)
+        sends = [send(p, BatchGradient(st.epoch, st.batch, g)) for p, g in zip(self.parties, grads, strict=True)]
+        st.H, st.k = [], 0
+        st.batch += 1
+        if st.batch == len(epoch_batches(self.n, self.cfg.batch_size, self.cfg.seed, st.epoch)):
+            st.epoch, st.batch = st.epoch + 1, 0
+        if st.epoch == self.cfg.epochs:
+            return then(sends, self.parties[0], TestRepresentation, "on_test")
+        return then(sends, self.parties[0], BatchRepresentation, "on_representation")
+
+    def _step(self, rows: np.ndarray) -> list[np.ndarray]:
+        import torch
+
+        from vflcrypto import nn as vnn
+
+        hs = [torch.as_tensor(h).requires_grad_(True) for h in self.state.H]
+        self.head.train()
+        loss = torch.nn.functional.cross_entropy(self.head(torch.cat(hs, dim=1)),
+                                                 torch.as_tensor(self.data.y_overlap[rows], dtype=torch.long))
+        self.opt.zero_grad()
+        torch.autograd.backward(loss)
+        self.opt.step()
+        self.state.losses.append(float(loss.detach()))
+        return [vnn.to_numpy(h.grad) if h.grad is not None else np.zeros(h.shape, np.float32) for h in hs]
+
+    def on_test(self, msg: TestRepresentation) -> Next:
+        """Step 4: party k's test representations; after the last, the predictions."""
+        from vflcrypto import nn as vnn
+
+        st = self.state
+        st.H.append(check_matrix(msg.H, self.n_test, self.cfg.dim, "test representations", self.parties[st.k]))
+        st.k += 1
+        if st.k < len(self.parties):
+            return then([], self.parties[st.k], TestRepresentation, "on_test")
+        proba = (vnn.predict_proba(self.head, np.concatenate(st.H, axis=1)) if self.n_test
+                 else np.zeros((0, self.data.n_classes), np.float32))
+        y = self.data.y_test
+        acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
+        return done(ServerResult(vnn.module_arrays(self.head), proba, acc,
+                                 {"total": time.perf_counter() - self.t0}))
+
+
+# --------------------------------------------------------------------------- party
+
+
+@dataclass
+class _PartyState:
+    setup: Setup | None = None
+    epoch: int = 0
+    batch: int = 0
+    steps: int = 0
+    extractor: list[np.ndarray] = field(default_factory=list)
+    optimizer: list[np.ndarray] = field(default_factory=list)
+
+
+class PartyRole(Role[_PartyState]):
+    """Party k: its columns of the overlap and test rows and its extractor f_k (``extractor``: its own module)."""
+
+    role = PARTY
+    State = _PartyState
+
+    def __init__(self, data: PartyData, *, index: int, name: str | None = None, server: str = SERVER,
+                 config: SplitConfig | None = None, extractor: Any = None) -> None:
+        super().__init__(name or f"party-{index}")
+        require_torch()
+        from vflcrypto import nn as vnn
+
+        self.data, self.index, self.server, self.cfg = data, index, server, config or SplitConfig()
+        seed = self.cfg.seed * 1000 + index
+        self.f = extractor if extractor is not None else vnn.mlp_extractor(data.X_overlap, self.cfg.dim,
+                                                                           hidden=self.cfg.hidden, seed=seed)
+        self.opt = vnn.adam([self.f], self.cfg.lr)
+
+    def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
+        from vflcrypto import nn as vnn
+
+        super().load_state(data, allow_insecure=allow_insecure)
+        if self.state.extractor:
+            vnn.load_arrays(self.f, self.state.extractor)
+            vnn.load_optimizer_arrays(self.opt, self.state.optimizer)
+
+    @property
+    def setup(self) -> Setup:
+        if self.state.setup is None:
+            raise ProtocolError(f"{self.name}: no setup received yet")
+        return self.state.setup
+
+    def start(self) -> Next:
+        return then([], self.server, Setup, "on_setup")
+
+    def _rows(self) -> np.ndarray:
+        s, st = self.setup, self.state
+        return epoch_batches(s.n_overlap, s.batch_size, s.seed, st.epoch)[st.batch]
+
+    def _save(self) -> None:
+        from vflcrypto import nn as vnn
+
+        self.state.extractor, self.state.optimizer = vnn.module_arrays(self.f), vnn.optimizer_arrays(self.opt)
+
+    def on_setup(self, setup: Setup) -> Next:
+        """Step 0: the plan must match this party's rows and extractor; step 1: the first batch."""
+        d = self.data
+        if setup.n_overlap != len(d.X_overlap) or setup.n_test != len(d.X_test):
+            raise InputDataError(f"{self.name} has {len(d.X_overlap)} overlap and {len(d.X_test)} test rows, the "
+                                 f"server {setup.n_overlap} and {setup.n_test}: not aligned")
+        if setup.dim != self.cfg.dim or setup.epochs < 1 or setup.batch_size < 1:
+            raise ProtocolError(f"setup asks for d = {setup.dim}, {setup.epochs} epochs, batch {setup.batch_size}")
+        self.state.setup = setup
+        self.hold("features", d.X_overlap)
+        self._save()
+        return self._send_batch()
+
+    def _send_batch(self) -> Next:
+        from vflcrypto import nn as vnn
+
+        st = self.state
+        H = vnn.forward(self.f, self.data.X_overlap[self._rows()])
+        return then([send(self.server, BatchRepresentation(st.epoch, st.batch, H))], self.server, BatchGradient,
+                    "on_gradient")
+
+    def on_gradient(self, msg: BatchGradient) -> Next:
+        """Step 3: backpropagate the server's gradient through f_k; then the next batch or the test rows."""
+        import torch
+
+        from vflcrypto import nn as vnn
+
+        st, s = self.state, self.setup
+        if (msg.epoch, msg.batch) != (st.epoch, st.batch):
+            raise ProtocolError(f"gradient for batch {msg.epoch}/{msg.batch}, expected {st.epoch}/{st.batch}")
+        rows = self._rows()
+        G = check_matrix(msg.G, len(rows), self.cfg.dim, "batch gradients", self.server)
+        self.f.train()
+        H = self.f(torch.as_tensor(self.data.X_overlap[rows]))
+        self.opt.zero_grad()
+        torch.autograd.backward(H, torch.as_tensor(G))
+        self.opt.step()
+        st.steps += 1
+        st.batch += 1
+        if st.batch == len(epoch_batches(s.n_overlap, s.batch_size, s.seed, st.epoch)):
+            st.epoch, st.batch = st.epoch + 1, 0
+        self._save()
+        if st.epoch < s.epochs:
+            return self._send_batch()
+        test = TestRepresentation(vnn.forward(self.f, self.data.X_test))
+        return done(PartyResult(self.state.extractor, st.steps), [send(self.server, test)])
+
+
+# --------------------------------------------------------------------------- in one process
+
+
+@dataclass
+class SplitRun:
+    """Every role's result of :func:`run_local` and the shared transcript."""
+
+    server: ServerResult
+    parties: list[PartyResult]
+    transcript: Transcript
+    seconds: float
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.server.test_accuracy
+
+
+def run_local(server: ServerData, parties: Sequence[PartyData], *, config: SplitConfig | None = None,
+              extractors: Sequence[Any] | None = None, timeout: float = DEFAULT_TIMEOUT,
+              overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
+              tap: AuditTap | None = None) -> SplitRun:
+    """Run S and every party in this process (threads over in-memory channels).
+
+    ``extractors`` optionally gives each party's own ``torch.nn.Module``; ``overrides``
+    replaces a party's task (tests); ``tap`` (audits) keeps what each party received and holds.
+    """
+    import secrets
+
+    cfg = config or SplitConfig()
+    if not parties:
+        raise InputDataError("split learning needs at least one party")
+    n_test = len(parties[0].X_test)
+    if any(len(p.X_test) != n_test or len(p.X_overlap) != len(server.y_overlap) for p in parties):
+        raise InputDataError("every party must hold the same overlap and test rows as the server's labels")
+    names = party_names(len(parties))
+    net = LocalNetwork([Endpoint(SERVER, SERVER), *[Endpoint(p, PARTY) for p in names]],
+                       links=[(SERVER, p) for p in names], timeout=timeout, transcript=Transcript(tap),
+                       run_id=secrets.token_hex(8))
+    tasks: dict[str, Callable[..., Any]] = {
+        SERVER: lambda: drive(ServerRole(server, parties=names, config=cfg, n_test=n_test), net.channels(SERVER)),
+    }
+    for i, (name, data) in enumerate(zip(names, parties, strict=True)):
+        ext = extractors[i] if extractors is not None else None
+        tasks[name] = (lambda i=i, name=name, data=data, ext=ext: drive(
+            PartyRole(data, index=i, name=name, config=cfg, extractor=ext), net.channels(name)))
+    for name, fn in (overrides or {}).items():
+        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
+    t0 = time.perf_counter()
+    res = run_parties(tasks, network=net)
+    return SplitRun(res[SERVER], [res[n] for n in names], net.transcript, time.perf_counter() - t0)
