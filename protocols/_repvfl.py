@@ -15,7 +15,7 @@ these protocols register and declare their messages without the ``deep`` extra.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +23,31 @@ import numpy as np
 
 from vflcrypto.dataio import PartyTable, train_test_split
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.spec import option
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.spec import FlowerSpec, option
+from vflcrypto.steps import Role, drive
 
-__all__ = ["MAX_DIM", "MAX_ROWS", "PARTY", "SERVER", "AlignedInputs", "PartyData", "RepConfig", "ServerData",
-           "ServerResult", "aligned_inputs", "check_labels", "check_matrix", "digits_example", "party_names",
-           "require_torch", "sorted_rows"]
+__all__ = [
+    "MAX_DIM",
+    "MAX_ROWS",
+    "PARTY",
+    "SERVER",
+    "AlignedInputs",
+    "PartyData",
+    "RepConfig",
+    "RepRun",
+    "ServerData",
+    "ServerResult",
+    "aligned_inputs",
+    "check_labels",
+    "check_matrix",
+    "digits_example",
+    "flower_spec",
+    "party_names",
+    "require_torch",
+    "run_roles",
+    "sorted_rows",
+]
 
 SERVER, PARTY = "server", "party"
 MAX_ROWS = 10_000_000  # rows of one representation message (larger ones are refused before use)
@@ -164,6 +184,80 @@ class ServerResult:
     @property
     def test_predictions(self) -> np.ndarray:
         return np.asarray(self.test_proba).argmax(1)
+
+
+@dataclass
+class RepRun:
+    """Every role's result of a protocol's ``run_local`` and the shared transcript."""
+
+    server: ServerResult
+    parties: list[Any]
+    transcript: Transcript
+    seconds: float
+
+    @property
+    def test_accuracy(self) -> float | None:
+        return self.server.test_accuracy
+
+
+def run_roles(server_cls: Callable[..., Role[Any]], party_cls: Callable[..., Role[Any]], server: ServerData,
+              parties: Sequence[PartyData], config: RepConfig, *, extractors: Sequence[Any] | None = None,
+              timeout: float = DEFAULT_TIMEOUT,
+              overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
+              tap: AuditTap | None = None) -> RepRun:
+    """S and every party in this process (threads over in-memory channels), as the protocols' ``run_local``.
+
+    ``extractors`` optionally gives each party's own ``torch.nn.Module``; ``overrides``
+    replaces a party's task (tests); ``tap`` (audits) keeps what each party received and holds.
+    """
+    import secrets
+    import time
+
+    if not parties:
+        raise InputDataError("need at least one party")
+    n_test = len(parties[0].X_test)
+    if any(len(p.X_test) != n_test or len(p.X_overlap) != len(server.y_overlap) for p in parties):
+        raise InputDataError("every party must hold the same overlap and test rows as the server's labels")
+    names = party_names(len(parties))
+    net = LocalNetwork([Endpoint(SERVER, SERVER), *[Endpoint(p, PARTY) for p in names]],
+                       links=[(SERVER, p) for p in names], timeout=timeout, transcript=Transcript(tap),
+                       run_id=secrets.token_hex(8))
+    tasks: dict[str, Callable[..., Any]] = {
+        SERVER: lambda: drive(server_cls(server, parties=names, config=config, n_test=n_test), net.channels(SERVER)),
+    }
+    for i, (name, data) in enumerate(zip(names, parties, strict=True)):
+        ext = extractors[i] if extractors is not None else None
+        tasks[name] = (lambda i=i, name=name, data=data, ext=ext: drive(
+            party_cls(data, index=i, name=name, config=config, extractor=ext), net.channels(name)))
+    for name, fn in (overrides or {}).items():
+        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
+    t0 = time.perf_counter()
+    res = run_parties(tasks, network=net)
+    return RepRun(res[SERVER], [res[n] for n in names], net.transcript, time.perf_counter() - t0)
+
+
+def flower_spec(make_config: Callable[[Mapping[str, Any]], RepConfig], server_cls: Callable[..., Role[Any]],
+                party_cls: Callable[..., Role[Any]], name: str) -> FlowerSpec:
+    """The Flower App of a representation-VFL protocol: the server as the ServerApp, ``party-0`` and
+    ``party-1`` as SuperNodes, on the bundled digits (run config ``overlap``, ``seed``)."""
+    names = party_names(2)
+
+    def parties(run_config: Mapping[str, Any]) -> dict[str, str]:
+        return {SERVER: SERVER, **{p: PARTY for p in names}}
+
+    def make_role(party: str, run_config: Mapping[str, Any]) -> Role[Any]:
+        server, data = digits_example(int(run_config.get("overlap", 100)), seed=int(run_config.get("seed", 0)))
+        cfg = make_config(run_config)
+        if party == SERVER:
+            return server_cls(server, parties=names, config=cfg, n_test=len(data[0].X_test))
+        k = names.index(party)
+        return party_cls(data[k], index=k, name=party, config=cfg)
+
+    def summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
+        acc = results[SERVER].test_accuracy
+        return {"lines": [f"[vflcrypto] {name}: test accuracy {acc:.4f}"], "test_accuracy": acc}
+
+    return FlowerSpec(SERVER, parties, make_role, summary)
 
 
 # --------------------------------------------------------------------------- inputs

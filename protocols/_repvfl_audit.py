@@ -14,19 +14,37 @@ Every attack reads the payloads from the run's :class:`~vflcrypto.runtime.AuditT
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from vflcrypto.attacks import accuracy_finding, partition_finding, probe_finding
 from vflcrypto.cluster import kmeans
+from vflcrypto.errors import InputDataError
 from vflcrypto.leakage import EmpiricalFinding
 from vflcrypto.runtime import AuditTap
+from vflcrypto.spec import DemoContext
 
-from ._repvfl import SERVER
+from ._repvfl import SERVER, require_torch
 
-__all__ = ["d1_finding", "naming_finding", "probe_findings"]
+__all__ = ["batch_gradient_finding", "d1_finding", "naming_finding", "needs_torch", "probe_findings"]
+
+
+def needs_torch(step: Callable[[DemoContext], dict[str, Any]]) -> Callable[[DemoContext], dict[str, Any]]:
+    """A demo step that says it is skipped, instead of failing, without the ``deep`` extra."""
+
+    @functools.wraps(step)
+    def run(ctx: DemoContext) -> dict[str, Any]:
+        try:
+            require_torch()
+        except InputDataError as exc:
+            ctx.say(f"skipped: {exc}")
+            return {"skipped": str(exc)}
+        return step(ctx)
+
+    return run
 
 
 def d1_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> EmpiricalFinding:

@@ -28,13 +28,13 @@ import numpy as np
 
 from vflcrypto.dataio import PartyTable, read_party_csv, save_model, train_test_split
 from vflcrypto.errors import InputDataError
-from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
 from vflcrypto.steps import Role, drive
 
 from ._repvfl import PARTY, SERVER, PartyData, ServerData, aligned_inputs, check_labels, require_torch, sorted_rows
 from ._train import add_party_data_arguments, write_metrics
 
-__all__ = ["add_party_arguments", "add_train_arguments", "party_task", "train"]
+__all__ = ["add_party_arguments", "add_train_arguments", "command", "party_task", "task", "train"]
 
 RunLocal = Callable[..., Any]
 
@@ -165,3 +165,19 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
         save_model(out, meta, {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
 
     return PartyOutcome({"rows": {"overlap": len(tr), "test": len(te), "unaligned": len(others)}}, write_party)
+
+
+# --------------------------------------------------------------------------- the specs' entries
+
+
+def command(name: str, help: str, config_cls: type, run_local: RunLocal) -> Command:
+    """``vflcrypto train NAME`` of a representation-VFL protocol."""
+    return Command(name, help, lambda p: add_train_arguments(p, config_cls),
+                   lambda args: train(args, config_cls, run_local, name), description=__doc__)
+
+
+def task(name: str, help: str, config_cls: type, server_cls: Callable[..., Role[Any]],
+         party_cls: Callable[..., Role[Any]]) -> PartyTask:
+    """``vflcrypto party ... train NAME`` of a representation-VFL protocol."""
+    return PartyTask(name, help, lambda p: add_party_arguments(p, config_cls),
+                     lambda args, ctx: party_task(args, ctx, config_cls, server_cls, party_cls))

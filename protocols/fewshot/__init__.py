@@ -33,7 +33,7 @@ Message flow (kinds ``fewshot.*``; steps of :mod:`.roles`)
     6. (prediction) party k → S ``test_representation``; S predicts.
 
 Modules: :mod:`.messages`, :mod:`.math` (the attention estimate and the gate),
-:mod:`.roles` (subclasses of one-shot VFL's roles), :mod:`.audit`, :mod:`.cli`.
+:mod:`.roles` (subclasses of one-shot VFL's roles), :mod:`.audit`.
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
+from vflcrypto.spec import ProtocolSpec
 
-from .._repvfl import PartyData, ServerData, ServerResult, digits_example, party_names
+from .. import _repvfl_cli
+from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
 from ..oneshot import flower_config
-from . import audit, cli
+from . import audit
 from .math import attention_estimate, dual_gate, softmax_rows
 from .messages import (
     MODES,
@@ -64,33 +65,13 @@ from .messages import (
 from .roles import FewShotConfig, Kinds, PartyRole, ServerRole, run_local
 
 __all__ = ["MODES", "PARTY", "SERVER", "SPEC", "FewShotConfig", "Gradient", "Kinds", "Partition", "PartyData",
-           "PartyRole", "PseudoLabels", "Refit", "Representation", "RepresentationUpdate", "ServerData",
+           "PartyRole", "PseudoLabels", "Refit", "RepRun", "Representation", "RepresentationUpdate", "ServerData",
            "ServerResult", "ServerRole", "Setup", "TestRepresentation", "UnalignedRepresentation",
            "attention_estimate", "dual_gate", "run_local", "softmax_rows"]
 
 
-def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
-    return {SERVER: SERVER, **{p: PARTY for p in party_names(2)}}
-
-
 def _flower_config(run_config: Mapping[str, Any]) -> FewShotConfig:
-    base = flower_config(run_config)
-    return FewShotConfig(**{**vars(base), "mode": str(run_config.get("fewshot-mode", "server"))})
-
-
-def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    server, parties = digits_example(int(run_config.get("overlap", 100)), seed=int(run_config.get("seed", 0)))
-    cfg = _flower_config(run_config)
-    if party == SERVER:
-        return ServerRole(server, parties=party_names(2), config=cfg, n_test=len(parties[0].X_test))
-    k = party_names(2).index(party)
-    return PartyRole(parties[k], index=k, name=party, config=cfg)
-
-
-def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
-    res: ServerResult = results[SERVER]
-    return {"lines": [f"[vflcrypto] fewshot: test accuracy {res.test_accuracy:.4f}"],
-            "test_accuracy": res.test_accuracy}
+    return FewShotConfig(**{**vars(flower_config(run_config)), "mode": str(run_config.get("fewshot-mode", "server"))})
 
 
 SPEC = ProtocolSpec(
@@ -102,9 +83,9 @@ SPEC = ProtocolSpec(
     config=FewShotConfig,
     demo=audit.demo_step,
     demo_order=65,
-    commands=(Command("fewshot", "few-shot VFL: one-shot plus the unaligned rows (PyTorch extractors)",
-                      cli.add_train_arguments, cli.train, description=cli.__doc__),),
-    party_tasks=(PartyTask("fewshot", "few-shot VFL (server with labels, parties with columns)",
-                           cli.add_party_arguments, cli.party_task),),
-    flower=FlowerSpec(SERVER, _flower_parties, _flower_role, _flower_summary),
+    commands=(_repvfl_cli.command("fewshot", "few-shot VFL: one-shot plus the unaligned rows (PyTorch extractors)",
+                                  FewShotConfig, run_local),),
+    party_tasks=(_repvfl_cli.task("fewshot", "few-shot VFL (server with labels, parties with columns)",
+                                  FewShotConfig, ServerRole, PartyRole),),
+    flower=flower_spec(_flower_config, ServerRole, PartyRole, "fewshot"),
 )

@@ -10,7 +10,7 @@ from vflcrypto.runtime import AuditTap, Transcript
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, digits_example, party_names, require_torch
-from .._repvfl_audit import d1_finding, naming_finding, probe_findings
+from .._repvfl_audit import d1_finding, naming_finding, needs_torch, probe_findings
 from .roles import FewShotConfig, run_local
 
 __all__ = ["audit_run", "demo_step"]
@@ -55,13 +55,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     return AuditOutcome("fewshot", audit(merged), tuple(findings), metrics)
 
 
+@needs_torch
 def demo_step(ctx: DemoContext) -> dict[str, Any]:
     """Few-shot VFL on the bundled digits: one-shot plus the parties' unaligned rows at the server."""
-    try:
-        require_torch()
-    except Exception as exc:  # the demo runs without the deep extra, minus this step
-        ctx.say(f"skipped: {exc}")
-        return {"skipped": str(exc)}
     server, parties = digits_example(100, seed=0)
     t0 = time.perf_counter()
     run = run_local(server, parties)

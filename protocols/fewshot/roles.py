@@ -25,10 +25,10 @@ from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel
 from vflcrypto.spec import option
 from vflcrypto.steps import Next, done, send, then
 
-from .._repvfl import PartyData, ServerData, check_matrix
+from .._repvfl import PartyData, RepRun, ServerData, check_matrix, run_roles
 from ..oneshot.messages import Setup as OneShotSetup
 from ..oneshot.roles import Kinds as OneShotKinds
-from ..oneshot.roles import OneShotConfig, OneShotRun, PartyResult, run_roles
+from ..oneshot.roles import OneShotConfig, PartyResult
 from ..oneshot.roles import PartyRole as OneShotParty
 from ..oneshot.roles import ServerRole as OneShotServer
 from ..oneshot.roles import _PartyState as _OneShotPartyState
@@ -245,7 +245,7 @@ class PartyRole(OneShotParty):
 def run_local(server: ServerData, parties: Sequence[PartyData], *, config: FewShotConfig | None = None,
               extractors: Sequence[Any] | None = None, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> OneShotRun:
+              tap: AuditTap | None = None) -> RepRun:
     """Run S and every party in this process (threads over in-memory channels); see one-shot's ``run_local``."""
     return run_roles(ServerRole, PartyRole, server, parties, config or FewShotConfig(), extractors=extractors,
                      timeout=timeout, overrides=overrides, tap=tap)

@@ -44,7 +44,7 @@ Message flow (every message kind ``oneshot.*``; steps of :mod:`.roles`)
 
 Per party: 2 uploads and 1 download in training (plus the public setup), one upload at
 prediction. Modules: :mod:`.messages`, :mod:`.roles` (the roles and ``run_local``),
-:mod:`.audit`, :mod:`.cli`; the shared data and checks are in ``protocols/_repvfl.py``,
+:mod:`.audit`; the shared data, checks, local runs and commands are in ``protocols/_repvfl*.py``,
 the neural parts in :mod:`vflcrypto.nn` (the ``deep`` extra: torch).
 """
 
@@ -53,10 +53,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
+from vflcrypto.spec import ProtocolSpec
 
-from .._repvfl import PartyData, ServerData, digits_example, party_names
-from . import audit, cli
+from .. import _repvfl_cli
+from .._repvfl import PartyData, RepRun, ServerData, ServerResult, digits_example, flower_spec
+from . import audit
 from .messages import (
     PARTY,
     SERVER,
@@ -68,36 +69,19 @@ from .messages import (
     Setup,
     TestRepresentation,
 )
-from .roles import Kinds, OneShotConfig, OneShotRun, PartyResult, PartyRole, ServerResult, ServerRole, run_local
+from .roles import Kinds, OneShotConfig, PartyResult, PartyRole, ServerRole, run_local
 
-__all__ = ["PARTY", "SERVER", "SPEC", "VARIANTS", "Gradient", "Kinds", "OneShotConfig", "OneShotRun", "Partition",
-           "PartyData", "PartyResult", "PartyRole", "Representation", "RepresentationUpdate", "ServerData",
-           "ServerResult", "ServerRole", "Setup", "TestRepresentation", "digits_example", "run_local"]
+__all__ = ["PARTY", "SERVER", "SPEC", "VARIANTS", "Gradient", "Kinds", "OneShotConfig", "Partition", "PartyData",
+           "PartyResult", "PartyRole", "RepRun", "Representation", "RepresentationUpdate", "ServerData",
+           "ServerResult", "ServerRole", "Setup", "TestRepresentation", "digits_example", "flower_config",
+           "run_local"]
 
 
-def flower_config(run_config: Mapping[str, Any], cls: type[OneShotConfig] = OneShotConfig) -> OneShotConfig:
+def flower_config(run_config: Mapping[str, Any]) -> OneShotConfig:
     """The configuration of a Flower run (its run config)."""
-    return cls(variant=str(run_config.get("variant", "gradient")), seed=int(run_config.get("seed", 0)),
-               ssl_epochs=int(run_config.get("ssl-epochs", 60)), head_epochs=int(run_config.get("head-epochs", 200)))
-
-
-def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
-    return {SERVER: SERVER, **{p: PARTY for p in party_names(2)}}
-
-
-def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    server, parties = digits_example(int(run_config.get("overlap", 100)), seed=int(run_config.get("seed", 0)))
-    cfg = flower_config(run_config)
-    if party == SERVER:
-        return ServerRole(server, parties=party_names(2), config=cfg, n_test=len(parties[0].X_test))
-    k = party_names(2).index(party)
-    return PartyRole(parties[k], index=k, name=party, config=cfg)
-
-
-def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
-    res: ServerResult = results[SERVER]
-    return {"lines": [f"[vflcrypto] oneshot: test accuracy {res.test_accuracy:.4f}"],
-            "test_accuracy": res.test_accuracy}
+    return OneShotConfig(variant=str(run_config.get("variant", "gradient")), seed=int(run_config.get("seed", 0)),
+                         ssl_epochs=int(run_config.get("ssl-epochs", 60)),
+                         head_epochs=int(run_config.get("head-epochs", 200)))
 
 
 SPEC = ProtocolSpec(
@@ -109,9 +93,9 @@ SPEC = ProtocolSpec(
     config=OneShotConfig,
     demo=audit.demo_step,
     demo_order=60,
-    commands=(Command("oneshot", "one-shot VFL with few overlapping rows (PyTorch extractors)",
-                      cli.add_train_arguments, cli.train, description=cli.__doc__),),
-    party_tasks=(PartyTask("oneshot", "one-shot VFL (server with labels, parties with columns)",
-                           cli.add_party_arguments, cli.party_task),),
-    flower=FlowerSpec(SERVER, _flower_parties, _flower_role, _flower_summary),
+    commands=(_repvfl_cli.command("oneshot", "one-shot VFL with few overlapping rows (PyTorch extractors)",
+                                  OneShotConfig, run_local),),
+    party_tasks=(_repvfl_cli.task("oneshot", "one-shot VFL (server with labels, parties with columns)",
+                                  OneShotConfig, ServerRole, PartyRole),),
+    flower=flower_spec(flower_config, ServerRole, PartyRole, "oneshot"),
 )

@@ -10,7 +10,7 @@ from vflcrypto.runtime import AuditTap, Transcript
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import digits_example, party_names, require_torch
-from .._repvfl_audit import d1_finding, probe_findings
+from .._repvfl_audit import d1_finding, needs_torch, probe_findings
 from .roles import OneShotConfig, run_local
 
 __all__ = ["audit_run", "demo_step"]
@@ -47,13 +47,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     return AuditOutcome("oneshot", audit(merged), (*grad, *part, *probes), metrics)
 
 
+@needs_torch
 def demo_step(ctx: DemoContext) -> dict[str, Any]:
     """One-shot VFL on the bundled digits (left and right image halves, 100 overlap rows)."""
-    try:
-        require_torch()
-    except Exception as exc:  # the demo runs without the deep extra, minus this step
-        ctx.say(f"skipped: {exc}")
-        return {"skipped": str(exc)}
     server, parties = digits_example(100, seed=0)
     t0 = time.perf_counter()
     tap = AuditTap()

@@ -27,7 +27,7 @@ Message flow (kinds ``split.*``; steps of :mod:`.roles`)
     3. party k: backpropagates it through f_k, one Adam step.
     4. (prediction) party k → S ``test_representation``; S predicts.
 
-Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.audit`, :mod:`.cli`.
+Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.audit`; the commands are ``protocols/_repvfl_cli.py``.
 """
 
 from __future__ import annotations
@@ -35,38 +35,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
+from vflcrypto.spec import ProtocolSpec
 
-from .._repvfl import PartyData, ServerData, ServerResult, digits_example, party_names
-from . import audit, cli
+from .. import _repvfl_cli
+from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
+from . import audit
 from .messages import PARTY, SERVER, BatchGradient, BatchRepresentation, Setup, TestRepresentation
-from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, SplitRun, epoch_batches, run_local
+from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, epoch_batches, run_local
 
 __all__ = ["PARTY", "SERVER", "SPEC", "BatchGradient", "BatchRepresentation", "PartyData", "PartyResult",
-           "PartyRole", "ServerData", "ServerResult", "ServerRole", "Setup", "SplitConfig", "SplitRun",
+           "PartyRole", "RepRun", "ServerData", "ServerResult", "ServerRole", "Setup", "SplitConfig",
            "TestRepresentation", "epoch_batches", "run_local"]
 
 
 def _flower_config(run_config: Mapping[str, Any]) -> SplitConfig:
     return SplitConfig(epochs=int(run_config.get("epochs", 5)), seed=int(run_config.get("seed", 0)))
-
-
-def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
-    return {SERVER: SERVER, **{p: PARTY for p in party_names(2)}}
-
-
-def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    server, parties = digits_example(int(run_config.get("overlap", 100)), seed=int(run_config.get("seed", 0)))
-    cfg = _flower_config(run_config)
-    if party == SERVER:
-        return ServerRole(server, parties=party_names(2), config=cfg, n_test=len(parties[0].X_test))
-    k = party_names(2).index(party)
-    return PartyRole(parties[k], index=k, name=party, config=cfg)
-
-
-def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
-    res: ServerResult = results[SERVER]
-    return {"lines": [f"[vflcrypto] split: test accuracy {res.test_accuracy:.4f}"], "test_accuracy": res.test_accuracy}
 
 
 SPEC = ProtocolSpec(
@@ -78,9 +61,9 @@ SPEC = ProtocolSpec(
     config=SplitConfig,
     demo=audit.demo_step,
     demo_order=55,
-    commands=(Command("split", "split learning, the many-round baseline (PyTorch extractors)",
-                      cli.add_train_arguments, cli.train, description=cli.__doc__),),
-    party_tasks=(PartyTask("split", "split learning (server with labels, parties with columns)",
-                           cli.add_party_arguments, cli.party_task),),
-    flower=FlowerSpec(SERVER, _flower_parties, _flower_role, _flower_summary),
+    commands=(_repvfl_cli.command("split", "split learning, the many-round baseline (PyTorch extractors)",
+                                  SplitConfig, run_local),),
+    party_tasks=(_repvfl_cli.task("split", "split learning (server with labels, parties with columns)",
+                                  SplitConfig, ServerRole, PartyRole),),
+    flower=flower_spec(_flower_config, ServerRole, PartyRole, "split"),
 )

@@ -13,7 +13,7 @@ from vflcrypto.runtime import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, digits_example, party_names, require_torch
-from .._repvfl_audit import batch_gradient_finding
+from .._repvfl_audit import batch_gradient_finding, needs_torch
 from .roles import SplitConfig, epoch_batches, run_local
 
 __all__ = ["audit_run", "demo_step"]
@@ -53,13 +53,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     return AuditOutcome("split", audit(run.transcript), tuple(findings), metrics)
 
 
+@needs_torch
 def demo_step(ctx: DemoContext) -> dict[str, Any]:
     """Split learning (vanilla VFL) on the bundled digits: the many-round baseline of one-shot VFL."""
-    try:
-        require_torch()
-    except Exception as exc:  # the demo runs without the deep extra, minus this step
-        ctx.say(f"skipped: {exc}")
-        return {"skipped": str(exc)}
     server, parties = digits_example(100, seed=0)
     cfg = SplitConfig(epochs=50 if ctx.quick else 200)
     t0 = time.perf_counter()

@@ -24,24 +24,25 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel
 from vflcrypto.spec import option
-from vflcrypto.steps import Next, Role, done, drive, send, then
+from vflcrypto.steps import Next, Role, done, send, then
 
 from .._repvfl import (
     PARTY,
     SERVER,
     PartyData,
     RepConfig,
+    RepRun,
     ServerData,
     ServerResult,
     check_matrix,
-    party_names,
     require_torch,
+    run_roles,
 )
 from .messages import BatchGradient, BatchRepresentation, Setup, TestRepresentation
 
-__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "SplitRun", "epoch_batches", "run_local"]
+__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "run_local"]
 
 
 @dataclass(frozen=True)
@@ -278,50 +279,10 @@ class PartyRole(Role[_PartyState]):
 # --------------------------------------------------------------------------- in one process
 
 
-@dataclass
-class SplitRun:
-    """Every role's result of :func:`run_local` and the shared transcript."""
-
-    server: ServerResult
-    parties: list[PartyResult]
-    transcript: Transcript
-    seconds: float
-
-    @property
-    def test_accuracy(self) -> float | None:
-        return self.server.test_accuracy
-
-
 def run_local(server: ServerData, parties: Sequence[PartyData], *, config: SplitConfig | None = None,
               extractors: Sequence[Any] | None = None, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> SplitRun:
-    """Run S and every party in this process (threads over in-memory channels).
-
-    ``extractors`` optionally gives each party's own ``torch.nn.Module``; ``overrides``
-    replaces a party's task (tests); ``tap`` (audits) keeps what each party received and holds.
-    """
-    import secrets
-
-    cfg = config or SplitConfig()
-    if not parties:
-        raise InputDataError("split learning needs at least one party")
-    n_test = len(parties[0].X_test)
-    if any(len(p.X_test) != n_test or len(p.X_overlap) != len(server.y_overlap) for p in parties):
-        raise InputDataError("every party must hold the same overlap and test rows as the server's labels")
-    names = party_names(len(parties))
-    net = LocalNetwork([Endpoint(SERVER, SERVER), *[Endpoint(p, PARTY) for p in names]],
-                       links=[(SERVER, p) for p in names], timeout=timeout, transcript=Transcript(tap),
-                       run_id=secrets.token_hex(8))
-    tasks: dict[str, Callable[..., Any]] = {
-        SERVER: lambda: drive(ServerRole(server, parties=names, config=cfg, n_test=n_test), net.channels(SERVER)),
-    }
-    for i, (name, data) in enumerate(zip(names, parties, strict=True)):
-        ext = extractors[i] if extractors is not None else None
-        tasks[name] = (lambda i=i, name=name, data=data, ext=ext: drive(
-            PartyRole(data, index=i, name=name, config=cfg, extractor=ext), net.channels(name)))
-    for name, fn in (overrides or {}).items():
-        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
-    t0 = time.perf_counter()
-    res = run_parties(tasks, network=net)
-    return SplitRun(res[SERVER], [res[n] for n in names], net.transcript, time.perf_counter() - t0)
+              tap: AuditTap | None = None) -> RepRun:
+    """Run S and every party in this process (:func:`~vflcrypto.protocols._repvfl.run_roles`)."""
+    return run_roles(ServerRole, PartyRole, server, parties, config or SplitConfig(), extractors=extractors,
+                     timeout=timeout, overrides=overrides, tap=tap)
