@@ -136,6 +136,41 @@ def one_bin_per_value(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(passive, "bin_features", lambda X, max_bin: strong(X, 10**6))
 
 
+def secagg_without_masks(mp: pytest.MonkeyPatch) -> None:
+    from vflcrypto.protocols.secagg import math as sm
+
+    mp.setattr(sm, "self_mask", lambda b, length: np.zeros(length, np.uint64))
+    mp.setattr(sm, "pair_mask", lambda *a: np.zeros(a[-1], np.uint64))
+
+
+def secagg_masks_reused_across_rounds(mp: pytest.MonkeyPatch) -> None:
+    """One set of keys for every round, and pair masks not bound to the round: every mask repeats."""
+    from vflcrypto.protocols.secagg import math as sm
+    from vflcrypto.protocols.secagg import session
+
+    fixed: dict[str, tuple[bytes, bytes, bytes]] = {}
+    honest_keys, honest_pair = session.generate_keys, sm.pair_mask
+
+    def keys_once() -> tuple[bytes, bytes, bytes]:
+        name = threading.current_thread().name
+        return fixed.setdefault(name, honest_keys())
+
+    mp.setattr(session, "generate_keys", keys_once)
+    mp.setattr(sm, "pair_mask",
+               lambda s_sk, pk, me, peer, run_id, rnd, n: honest_pair(s_sk, pk, me, peer, run_id, 0, n))
+
+
+def secagg_shares_unencrypted(mp: pytest.MonkeyPatch) -> None:
+    from vflcrypto.protocols.secagg import math as sm
+
+    from vflcrypto.shamir import SHARE_BYTES
+
+    mp.setattr(sm, "encrypt_shares", lambda c_sk, pk, a, b, run, rnd, s, t: s.to_bytes(SHARE_BYTES, "big")
+               + t.to_bytes(SHARE_BYTES, "big"))
+    mp.setattr(sm, "decrypt_shares", lambda c_sk, pk, a, b, run, rnd, ct: (int.from_bytes(ct[:SHARE_BYTES], "big"),
+                                                                          int.from_bytes(ct[SHARE_BYTES:], "big")))
+
+
 # --------------------------------------------------------------------------- the suite
 
 
@@ -202,6 +237,13 @@ MUTATIONS = (
     Mutation("secureboost: candidates not shuffled", "secureboost",
              (("secureboost.histograms", P.SHUFFLED), ("secureboost.plain_histograms", P.SHUFFLED)),
              unshuffled_candidates),
+    # secure aggregation
+    Mutation("secagg: no self-masks and no pairwise masks", "secagg",
+             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks),
+    Mutation("secagg: keys and masks reused across rounds", "secagg",
+             (("secagg.masked_input", P.MASKED),), secagg_masks_reused_across_rounds),
+    Mutation("secagg: shares relayed unencrypted", "secagg",
+             (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted),
     Mutation("secureboost: one bin per distinct value", "secureboost",
              (("secureboost.histograms", P.AGGREGATE), ("secureboost.plain_histograms", P.AGGREGATE)),
              one_bin_per_value),

@@ -77,8 +77,22 @@ def _representation(name: str) -> Callable[[Any], Any]:
     return run
 
 
-RUNS: dict[str, Callable[[Any], Any]] = {"align": _align, "exchange": _exchange, "linreg": _linreg,
-                                          "logreg": _logreg, "secureboost": _secureboost,
+def _secagg(keys: Any) -> Any:
+    from vflcrypto.protocols import secagg
+
+    xs = [[np.arange(6.0) + r for r in range(2)] for _ in range(4)]
+    return secagg.run_local(xs, vanish={"client-1": (1, "masked")}, timeout=5).transcript
+
+
+def _hfl(keys: Any) -> Any:
+    from vflcrypto.protocols import hfl
+
+    clients = hfl.digits_clients(3, seed=0)
+    return hfl.run_local(clients, 10, config=hfl.HFLConfig(rounds=2, algorithm="scaffold")).transcript
+
+
+RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "align": _align, "exchange": _exchange,
+                                          "linreg": _linreg, "logreg": _logreg, "secureboost": _secureboost,
                                           **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}
 
 

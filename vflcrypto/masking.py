@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .encoding import decode_fixed
@@ -49,6 +50,7 @@ __all__ = [
     "pairwise_mask",
     "pairwise_masks",
     "reconstruct",
+    "ring_mask",
     "seed_context",
     "share",
     "signed_pairwise_mask",
@@ -264,6 +266,26 @@ def signed_pairwise_mask(my_name: str, peer_name: str, seed: bytes, length: int,
         raise ProtocolError("a party has no pairwise mask with itself")
     masks = pairwise_masks(seed, length, modulus)
     return masks if my_name < peer_name else [(-m) % modulus for m in masks]
+
+
+_RING_DOMAIN = b"vflcrypto.masking.ring64.v1|"
+
+
+def ring_mask(seed: bytes, length: int, purpose: bytes = b"") -> np.ndarray:
+    """``length`` uniform values mod 2^64 (uint64) from a 32-byte seed: AES-256-CTR keystream.
+
+    The AES key is HKDF-SHA256(seed, ``purpose``), so one seed gives independent streams
+    for different purposes; the counter starts at zero (each key encrypts one stream).
+    A power-of-two ring needs no reduction, so every value is exactly uniform given a
+    uniform keystream. Vectorised: about a gigabyte of mask per second and core.
+    """
+    if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+        raise EncodingError(f"seed must be {SEED_BYTES} bytes")
+    if length < 0:
+        raise EncodingError("a mask length must be non-negative")
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_RING_DOMAIN + purpose).derive(seed)
+    enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
+    return np.frombuffer(enc.update(bytes(8 * length)) + enc.finalize(), dtype="<u8").copy()
 
 
 # --------------------------------------------------------------------------- masks under encryption

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
 from . import codecs  # noqa: F401  (role states may hold keys and ciphertexts)
-from .errors import ProtocolError
+from .errors import PeerDisconnectedError, PeerTimeoutError, ProtocolError
 from .wire import DecodeContext, KeyRing, decode_value, encode_value, message_kind
 
 __all__ = ["Next", "Recv", "Role", "done", "drive", "fields_of", "send", "state_field", "then"]
@@ -42,13 +42,16 @@ class Recv:
 
     ``patience`` multiplies the channel's timeout (a party that waits while its peer itself
     waits on a slower third party uses 2, so the stall is reported by the party that
-    waits on the staller).
+    waits on the staller). ``optional``: the peer may drop out (secure aggregation): if
+    it has disconnected or stays silent past the timeout, the step is called with
+    ``None`` instead of the run failing.
     """
 
     peer: str
     kind: type
     step: str
     patience: float = 1.0
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,10 @@ def send(peer: str, msg: Any) -> tuple[str, Any]:
     return (peer, msg)
 
 
-def then(sends: Sequence[tuple[str, Any]], peer: str, kind: type, step: str, *, patience: float = 1.0) -> Next:
-    """Send ``sends``, then wait for ``kind`` from ``peer``, handled by ``step``."""
-    return Next(tuple(sends), Recv(peer, kind, step, patience))
+def then(sends: Sequence[tuple[str, Any]], peer: str, kind: type, step: str, *, patience: float = 1.0,
+         optional: bool = False) -> Next:
+    """Send ``sends``, then wait for ``kind`` from ``peer``, handled by ``step`` (``optional``: see :class:`Recv`)."""
+    return Next(tuple(sends), Recv(peer, kind, step, patience, optional))
 
 
 def done(result: Any, sends: Sequence[tuple[str, Any]] = ()) -> Next:
@@ -90,6 +94,9 @@ class Role(Generic[S]):
 
     role: ClassVar[str]
     State: ClassVar[type]
+    #: a send to a peer that has disconnected is skipped instead of failing the run (roles that
+    #: tolerate dropouts: the next optional wait on that peer sees it gone)
+    tolerates_dropouts: ClassVar[bool] = False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -159,7 +166,11 @@ def drive(role: Role[Any], channels: Mapping[str, Any], *, timeout: float | None
             if peer not in channels:
                 raise ProtocolError(f"{role.name}: step {step_name} sends {message_kind(msg)} to {peer}, "
                                     "which it has no channel to")
-            channels[peer].send(msg, step=step_name)
+            try:
+                channels[peer].send(msg, step=step_name)
+            except PeerDisconnectedError:
+                if not role.tolerates_dropouts:
+                    raise
         if nxt.wait is None:
             return nxt.result
         wait = nxt.wait
@@ -169,7 +180,12 @@ def drive(role: Role[Any], channels: Mapping[str, Any], *, timeout: float | None
         for key in role.accepted_keys():
             ch.keyring.add(key)
         base = ch.timeout if timeout is None else timeout
-        msg = ch.recv(wait.kind, timeout=base * wait.patience, step=wait.step)
+        try:
+            msg = ch.recv(wait.kind, timeout=base * wait.patience, step=wait.step)
+        except (PeerDisconnectedError, PeerTimeoutError):
+            if not wait.optional:
+                raise
+            msg = None  # the peer dropped out: the step decides what that means
         step_name = wait.step
         nxt = role.step(wait, msg)
 

@@ -1,0 +1,61 @@
+"""Horizontal FL over secure aggregation: FedAvg, FedProx and SCAFFOLD (seed 000's HFL recap).
+
+Parties and data
+    * **server** (role ``"server"``): no data; holds the global model (and SCAFFOLD's
+      control variate c); learns, per round, only the sum of the surviving clients'
+      contributions (secure mode) and at the end the clients' test counts.
+    * **clients** ``client-0``, ... (role ``"client"``): the same columns, different rows
+      (plus held-out rows); each keeps its own SCAFFOLD control variate c_i.
+
+Threat model
+    Semi-honest; the server learns the sum per round (secure aggregation, see
+    :mod:`vflcrypto.protocols.secagg`, fewer than t colluders) and the global models,
+    which are outputs and leak about the training data (no differential privacy is
+    added). ``--plain`` sends every client's update in the clear (declared).
+
+Citations
+    H. B. McMahan et al., "Communication-Efficient Learning of Deep Networks from
+    Decentralized Data", AISTATS 2017 (FedAvg); T. Li et al., "Federated Optimization in
+    Heterogeneous Networks", MLSys 2020 (FedProx); S. P. Karimireddy et al., "SCAFFOLD",
+    ICML 2020 (option II of the control-variate update: the seed omits it); seed 000 §12.1.
+
+Message flow per round (kinds ``hfl.*`` and ``secagg.*``; steps of :mod:`.roles`)
+    1. server → active clients ``model``: w (and c), the round and the public parameters.
+    2. each client: K local SGD steps (:mod:`.math`), then its vector
+       [n_i (w_i − w), n_i, (c_i⁺ − c_i)] in fixed point through one secure-aggregation
+       round (``secagg.*``), or ``update`` in the clear (``--plain``, the same ring, so
+       both modes give bit-identical models).
+    3. server: w ← w + Σ n_i (w_i − w) / Σ n_i, c ← c + Σ Δc_i / N; clients that dropped
+       are left out of the later rounds.
+    4. after the last round: ``done`` (the model) to every client; ``evaluation``: each
+       client's correct and total held-out rows.
+
+Modules: :mod:`.messages`, :mod:`.math` (local steps and updates), :mod:`.roles`,
+:mod:`.data` (the digits across clients), :mod:`.audit`, :mod:`.cli`.
+"""
+
+from __future__ import annotations
+
+from vflcrypto.spec import ProtocolSpec
+
+from . import audit, cli
+from .data import digits_clients
+from .math import ALGORITHMS, HFLConfig, client_vector, local_train, server_update, softmax_gradient
+from .messages import CLIENT, SERVER, Done, Evaluation, GlobalModel, PlainUpdate
+from .roles import ClientData, ClientRole, HFLResult, HFLRun, ServerRole, run_local
+
+__all__ = ["ALGORITHMS", "CLIENT", "SERVER", "SPEC", "ClientData", "ClientRole", "Done", "Evaluation", "GlobalModel",
+           "HFLConfig", "HFLResult", "HFLRun", "PlainUpdate", "ServerRole", "client_vector", "digits_clients",
+           "local_train", "run_local", "server_update", "softmax_gradient"]
+
+SPEC = ProtocolSpec(
+    name="hfl",
+    title="Horizontal FL over secure aggregation (FedAvg, FedProx, SCAFFOLD)",
+    roles={SERVER: ServerRole, CLIENT: ClientRole},
+    run_local=run_local,
+    audit=audit.audit_run,
+    config=HFLConfig,
+    demo=audit.demo_step,
+    demo_order=75,
+    commands=cli.commands(),
+)

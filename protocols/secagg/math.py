@@ -1,0 +1,161 @@
+"""The parameters and the pure pieces of secure aggregation.
+
+Fixed point on the ring Z_{2^64}; the neighbour graph (complete, or SecAgg+'s sparse
+Harary graph); the signed key advertisement; the share encryption (AES-256-GCM under an
+X25519 key, bound to sender, receiver, run and round); the masks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from cryptography.exceptions import InvalidSignature, InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from vflcrypto.errors import EncodingOverflowError, InputDataError, InsecureParameterError, ProtocolError
+from vflcrypto.masking import agree_seed, ring_mask, seed_context
+from vflcrypto.shamir import SHARE_BYTES
+from vflcrypto.spec import option
+
+__all__ = ["RING_BITS", "SecAggConfig", "advert_payload", "decode_ring", "decrypt_shares", "encode_ring",
+           "encrypt_shares", "neighbours", "pair_mask", "self_mask", "sign_advert", "verify_advert"]
+
+RING_BITS = 64
+_AD_DOMAIN = b"vflcrypto.secagg.advertise.v1|"
+_SHARE_INFO = b"vflcrypto.secagg.share_key.v1|"
+
+
+@dataclass(frozen=True)
+class SecAggConfig:
+    """Public parameters of one aggregation (every client checks them against its own)."""
+
+    threshold: int | None = option(None, "shares needed to unmask (default: a strict majority of a neighbourhood)")
+    frac_bits: int = option(24, "fractional bits of the fixed-point encoding on Z_2^64")
+    value_bits: int = option(40, "bound: every |value| * 2^frac_bits < 2^value_bits (checked by each client)")
+    degree: int | None = option(None, "SecAgg+: neighbours per client (even; default: every other client)")
+    allow_low_threshold: bool = option(False, "accept a threshold <= half a neighbourhood (weaker: a minority of "
+                                              "colluding clients can unmask one input)")
+    seed: int = option(0, "public seed of the sparse neighbour graph")
+
+    def check(self, n_clients: int) -> tuple[int, int]:
+        """(neighbourhood size including the client, threshold): refuse parameters that are insecure or unusable."""
+        if n_clients < 2:
+            raise InputDataError("secure aggregation needs at least 2 clients")
+        if not 0 <= self.frac_bits < self.value_bits:
+            raise InputDataError("need 0 <= frac_bits < value_bits")
+        # the sum of n values of value_bits (signed) must not wrap the signed ring
+        if self.value_bits + math.ceil(math.log2(n_clients)) + 1 > RING_BITS:
+            raise InsecureParameterError(f"Z_2^{RING_BITS} is too small for {n_clients} values of {self.value_bits} "
+                                         "bits: the sum would wrap (lower value_bits)")
+        k = n_clients - 1 if self.degree is None else self.degree
+        if not 2 <= k <= n_clients - 1 or (self.degree is not None and k % 2):
+            raise InputDataError(f"degree must be even and in 2..{n_clients - 1}, got {k}")
+        size = k + 1
+        t = self.threshold if self.threshold is not None else size // 2 + 1
+        if not 1 <= t <= size:
+            raise InputDataError(f"threshold {t} must lie in 1..{size} (a neighbourhood)")
+        if 2 * t <= size and not self.allow_low_threshold:
+            raise InsecureParameterError(f"threshold {t} <= half a neighbourhood of {size}: set allow_low_threshold "
+                                         "to accept that so few colluding clients can unmask an input")
+        return size, t
+
+
+def encode_ring(x: np.ndarray, frac_bits: int, value_bits: int) -> np.ndarray:
+    """Fixed point mod 2^64 (two's complement); :class:`EncodingOverflowError` past ``value_bits``."""
+    x = np.asarray(x, np.float64)
+    if not np.isfinite(x).all():
+        raise EncodingOverflowError("values to aggregate must be finite")
+    q = np.rint(np.ldexp(x, frac_bits))
+    if q.size and np.abs(q).max() >= 2.0 ** value_bits:
+        raise EncodingOverflowError(f"a value exceeds the bound 2^{value_bits - frac_bits} of the aggregation")
+    return q.astype(np.int64).view(np.uint64)
+
+
+def decode_ring(v: np.ndarray, frac_bits: int) -> np.ndarray:
+    """Inverse of :func:`encode_ring` (for a sum: the signed residue scaled back)."""
+    return np.ldexp(np.asarray(v, np.uint64).view(np.int64).astype(np.float64), -frac_bits)
+
+
+def neighbours(names: list[str], degree: int | None, seed: int) -> dict[str, list[str]]:
+    """Each client's neighbours: all others, or SecAgg+'s Harary graph (degree/2 each side on a public ring)."""
+    n = len(names)
+    if degree is None or degree >= n - 1:
+        return {u: [v for v in names if v != u] for u in names}
+    order = [names[i] for i in np.random.default_rng(seed).permutation(n)]  # public graph, not secret
+    pos = {u: i for i, u in enumerate(order)}
+    half = degree // 2
+    return {u: sorted(order[(pos[u] + d) % n] for d in range(-half, half + 1) if d) for u in names}
+
+
+def advert_payload(run_id: str, round_: int, name: str, c_pk: bytes, s_pk: bytes) -> bytes:
+    parts = (run_id.encode(), str(round_).encode(), name.encode(), c_pk, s_pk)
+    return _AD_DOMAIN + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
+
+
+def sign_advert(identity: Ed25519PrivateKey, run_id: str, round_: int, name: str, c_pk: bytes,
+                s_pk: bytes) -> bytes:
+    return identity.sign(advert_payload(run_id, round_, name, c_pk, s_pk))
+
+
+def verify_advert(identity: bytes, signature: bytes, run_id: str, round_: int, name: str, c_pk: bytes,
+                  s_pk: bytes) -> None:
+    """The advertisement of ``name`` must carry its pinned identity's signature (else :class:`ProtocolError`)."""
+    try:
+        Ed25519PublicKey.from_public_bytes(identity).verify(signature, advert_payload(run_id, round_, name, c_pk, s_pk))
+    except (InvalidSignature, ValueError):
+        raise ProtocolError(f"the keys advertised for {name} are not signed by its pinned identity") from None
+
+
+def _share_key(c_sk: X25519PrivateKey, peer_pk: bytes, a: str, b: str, run_id: str, round_: int) -> bytes:
+    shared = c_sk.exchange(X25519PublicKey.from_public_bytes(peer_pk))
+    lo, hi = sorted((a, b))
+    info = _SHARE_INFO + f"{lo}|{hi}|{run_id}|{round_}".encode()
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+
+
+def _aad(sender: str, receiver: str, run_id: str, round_: int) -> bytes:
+    return f"vflcrypto.secagg.share|{sender}|{receiver}|{run_id}|{round_}".encode()
+
+
+def encrypt_shares(c_sk: X25519PrivateKey, peer_pk: bytes, sender: str, receiver: str, run_id: str, round_: int,
+                   s_share: int, b_share: int) -> bytes:
+    """The sender's two shares for ``receiver``, AES-256-GCM (key from X25519; the AAD names both, run and round)."""
+    key = _share_key(c_sk, peer_pk, sender, receiver, run_id, round_)
+    nonce = os.urandom(12)
+    pt = s_share.to_bytes(SHARE_BYTES, "big") + b_share.to_bytes(SHARE_BYTES, "big")
+    return nonce + AESGCM(key).encrypt(nonce, pt, _aad(sender, receiver, run_id, round_))
+
+
+def decrypt_shares(c_sk: X25519PrivateKey, peer_pk: bytes, sender: str, receiver: str, run_id: str, round_: int,
+                   ct: bytes) -> tuple[int, int]:
+    """The two shares ``sender`` encrypted for ``receiver``; :class:`ProtocolError` if tampered or misaddressed."""
+    key = _share_key(c_sk, peer_pk, sender, receiver, run_id, round_)
+    try:
+        pt = AESGCM(key).decrypt(ct[:12], ct[12:], _aad(sender, receiver, run_id, round_))
+    except (InvalidTag, ValueError):
+        raise ProtocolError(f"the shares from {sender} do not decrypt for {receiver} (tampered, replayed or "
+                            "misaddressed)") from None
+    if len(pt) != 2 * SHARE_BYTES:
+        raise ProtocolError(f"the shares from {sender} have the wrong length")
+    return int.from_bytes(pt[:SHARE_BYTES], "big"), int.from_bytes(pt[SHARE_BYTES:], "big")
+
+
+def pair_mask(s_sk: X25519PrivateKey, peer_s_pk: bytes, me: str, peer: str, run_id: str, round_: int,
+              length: int) -> np.ndarray:
+    """The pairwise mask as ``me`` applies it: + for the smaller name, − for the other (they cancel in the sum)."""
+    seed = agree_seed(s_sk, X25519PublicKey.from_public_bytes(peer_s_pk),
+                      seed_context(me, peer, f"{run_id}|{round_}", "secagg.pair"))
+    m = ring_mask(seed, length, b"pair")
+    return m if me < peer else (np.uint64(0) - m)
+
+
+def self_mask(b: bytes, length: int) -> np.ndarray:
+    """PRG(b_u): the self mask that hides a client's input even after its pairwise masks are removed."""
+    return ring_mask(b, length, b"self")
