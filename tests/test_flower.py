@@ -239,3 +239,33 @@ def test_simulation_representation_vfl_matches_run_local(tmp_path: Path, protoco
     got = _outputs(tmp_path)
     assert got["server"]["result"]["test_accuracy"] == pytest.approx(local.test_accuracy, abs=1e-12)
     assert f"[vflcrypto] {protocol}: test accuracy" in out
+
+
+@pytest.mark.parametrize("protocol", ["secagg", "hfl"])
+def test_simulation_secure_aggregation_survives_a_dropout(tmp_path: Path, protocol: str) -> None:
+    """Four clients on SuperNodes, the last vanishes mid-round; identities pinned in a party config;
+    the server (ServerApp) sees the node finish and recovers the survivors' sum."""
+    from vflcrypto.protocols import hfl, secagg
+    from vflcrypto.protocols.secagg.flower import example_vector
+
+    names = ["server", *[f"client-{i}" for i in range(4)]]
+    assert main(["certs", "--out", str(tmp_path / "pki"), *[a for n in names for a in ("--party", n)]]) == 0
+    cfg = tmp_path / "pki" / "parties.example.toml"
+    overrides = (f"protocol='{protocol}'", "clients=4", "drop=1", "length=500", "hfl-rounds=2",
+                 f"party-config='{cfg}'")
+    rc, out = run_script("flower_simulate.sh", *overrides, f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=4)
+    assert rc == 0, out[-3000:]
+    got = _outputs(tmp_path)
+    if protocol == "secagg":
+        res = got["server"]["result"][-1]
+        assert res["survivors"] == names[1:4]
+        want = np.sum([example_vector(i, 500) for i in range(3)], 0)
+        np.testing.assert_allclose(res["total"], want, atol=1e-5)
+        local = secagg.run_local([example_vector(i, 500) for i in range(4)], vanish={"client-3": (0, "masked")})
+        np.testing.assert_array_equal(np.asarray(res["raw"], np.uint64), local.rounds[0].raw)
+    else:
+        clients = hfl.digits_clients(4, seed=0)
+        local = hfl.run_local(clients, 10, config=hfl.HFLConfig(rounds=2), vanish={"client-3": (0, "masked")},
+                              timeout=5)
+        np.testing.assert_array_equal(np.asarray(got["server"]["result"]["w"]), local.result.w)
+    assert f"[vflcrypto] {protocol}:" in out

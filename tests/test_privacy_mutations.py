@@ -139,8 +139,8 @@ def one_bin_per_value(mp: pytest.MonkeyPatch) -> None:
 def secagg_without_masks(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.secagg import math as sm
 
-    mp.setattr(sm, "self_mask", lambda b, length: np.zeros(length, np.uint64))
-    mp.setattr(sm, "pair_mask", lambda *a: np.zeros(a[-1], np.uint64))
+    mp.setattr(sm, "self_mask", lambda b, length, bits=64: np.zeros(length, np.uint64))
+    mp.setattr(sm, "pair_mask", lambda s_sk, pk, me, peer, run_id, rnd, n, bits=64: np.zeros(n, np.uint64))
 
 
 def secagg_masks_reused_across_rounds(mp: pytest.MonkeyPatch) -> None:
@@ -156,8 +156,8 @@ def secagg_masks_reused_across_rounds(mp: pytest.MonkeyPatch) -> None:
         return fixed.setdefault(name, honest_keys())
 
     mp.setattr(session, "generate_keys", keys_once)
-    mp.setattr(sm, "pair_mask",
-               lambda s_sk, pk, me, peer, run_id, rnd, n: honest_pair(s_sk, pk, me, peer, run_id, 0, n))
+    mp.setattr(sm, "pair_mask", lambda s_sk, pk, me, peer, run_id, rnd, n, bits=64:
+               honest_pair(s_sk, pk, me, peer, run_id, 0, n, bits))
 
 
 def secagg_shares_unencrypted(mp: pytest.MonkeyPatch) -> None:

@@ -81,6 +81,26 @@ def test_secagg_plus_sparse_graph_with_dropouts() -> None:
     np.testing.assert_array_equal(res.raw, _ring_sum([xs[i] for i in kept], cfg))
 
 
+def test_a_32_bit_ring_halves_the_masked_bytes_and_stays_exact() -> None:
+    rng = np.random.default_rng(6)
+    xs = [rng.normal(size=1000) for _ in range(6)]
+    c32 = secagg.SecAggConfig(ring_bits=32, frac_bits=16, value_bits=22)
+    r32, r64 = secagg.run_local(xs, config=c32), secagg.run_local(xs)
+    assert r32.rounds[0].raw.dtype == np.uint32
+    total = np.zeros(1000, np.uint32)
+    for x in xs:
+        total = total + sm.encode_ring(x, 16, 22, 32)
+    np.testing.assert_array_equal(r32.rounds[0].raw, total)
+    np.testing.assert_allclose(r32.total, np.sum(xs, 0), atol=6 * 2.0 ** -16)
+
+    def masked_bytes(run: secagg.SecAggRun) -> int:
+        return sum(e.nbytes for e in run.transcript.sent() if e.kind == "secagg.masked_input")
+
+    assert masked_bytes(r32) < 0.52 * masked_bytes(r64)
+    with pytest.raises(InsecureParameterError, match="too small"):
+        secagg.SecAggConfig(ring_bits=32).check(6)  # 40 value bits do not fit Z_2^32
+
+
 def test_several_rounds_use_fresh_keys() -> None:
     rng = np.random.default_rng(4)
     xs = [[rng.normal(size=8) for _ in range(3)] for _ in range(4)]

@@ -28,6 +28,7 @@ import hashlib
 import math
 import secrets
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -50,6 +51,7 @@ __all__ = [
     "pairwise_mask",
     "pairwise_masks",
     "reconstruct",
+    "ring_dtype",
     "ring_mask",
     "seed_context",
     "share",
@@ -271,8 +273,8 @@ def signed_pairwise_mask(my_name: str, peer_name: str, seed: bytes, length: int,
 _RING_DOMAIN = b"vflcrypto.masking.ring64.v1|"
 
 
-def ring_mask(seed: bytes, length: int, purpose: bytes = b"") -> np.ndarray:
-    """``length`` uniform values mod 2^64 (uint64) from a 32-byte seed: AES-256-CTR keystream.
+def ring_mask(seed: bytes, length: int, purpose: bytes = b"", bits: int = 64) -> np.ndarray:
+    """``length`` uniform values mod 2^bits (uint64, or uint32 for ``bits=32``) from a 32-byte seed: AES-256-CTR.
 
     The AES key is HKDF-SHA256(seed, ``purpose``), so one seed gives independent streams
     for different purposes; the counter starts at zero (each key encrypts one stream).
@@ -281,11 +283,17 @@ def ring_mask(seed: bytes, length: int, purpose: bytes = b"") -> np.ndarray:
     """
     if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
         raise EncodingError(f"seed must be {SEED_BYTES} bytes")
-    if length < 0:
-        raise EncodingError("a mask length must be non-negative")
+    if length < 0 or bits not in (32, 64):
+        raise EncodingError("a mask needs a non-negative length and a ring of 32 or 64 bits")
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_RING_DOMAIN + purpose).derive(seed)
     enc = Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
-    return np.frombuffer(enc.update(bytes(8 * length)) + enc.finalize(), dtype="<u8").copy()
+    raw = enc.update(bytes(bits // 8 * length)) + enc.finalize()
+    return np.frombuffer(raw, dtype="<u8" if bits == 64 else "<u4").astype(ring_dtype(bits))
+
+
+def ring_dtype(bits: int) -> type[np.unsignedinteger[Any]]:
+    """The numpy type of the ring Z_2^bits (arithmetic on it wraps, as the ring does)."""
+    return np.uint64 if bits == 64 else np.uint32
 
 
 # --------------------------------------------------------------------------- masks under encryption

@@ -28,8 +28,13 @@ app = ServerApp()
 POLL_INTERVAL = 0.05  # seconds between pulls of the replies (loopback/LAN SuperLink)
 
 
-def _exchange(grid: Grid, contents: dict[int, RecordDict], mtype: str, timeout: float) -> dict[int, RecordDict]:
-    """Send one message per node and wait for every reply (an error or silence aborts)."""
+def _exchange(grid: Grid, contents: dict[int, RecordDict], mtype: str, timeout: float,
+              lost: set[int] | None = None) -> dict[int, RecordDict]:
+    """Send one message per node and wait for every reply.
+
+    An error or silence aborts, unless ``lost`` is given (a protocol that tolerates
+    dropouts): then the failed or silent nodes are added to it and left out.
+    """
     msgs = [Message(c, dst_node_id=n, message_type=mtype) for n, c in contents.items()]
     pending = set(grid.push_messages(msgs))
     replies: list[Message] = []
@@ -44,11 +49,16 @@ def _exchange(grid: Grid, contents: dict[int, RecordDict], mtype: str, timeout: 
     out: dict[int, RecordDict] = {}
     for r in replies:
         if r.has_error():
-            raise ProtocolError(f"node {r.metadata.src_node_id} failed on {mtype}: {r.error.reason}")
+            if lost is None:
+                raise ProtocolError(f"node {r.metadata.src_node_id} failed on {mtype}: {r.error.reason}")
+            lost.add(r.metadata.src_node_id)
+            continue
         out[r.metadata.src_node_id] = r.content
-    missing = set(contents) - set(out)
+    missing = set(contents) - set(out) - (lost or set())
     if missing:
-        raise PeerTimeoutError(f"no {mtype} reply from nodes {sorted(missing)} within {timeout:g} s")
+        if lost is None:
+            raise PeerTimeoutError(f"no {mtype} reply from nodes {sorted(missing)} within {timeout:g} s")
+        lost |= missing
     return out
 
 
@@ -83,6 +93,9 @@ def main(grid: Grid, context: Context) -> None:
     waits: dict[str, tuple[str, str] | None] = {}  # client -> (peer, kind) it waits for; None = done
 
     role = fl.make_role(me, cfg)
+    # a role that tolerates dropouts (secure aggregation) sees a failed or silent node as gone
+    lost: set[int] | None = set() if role.tolerates_dropouts else None
+    party_of = {n: p for p, n in node_of.items()}
 
     def route(sender: str, step: str, to: str, data: bytes) -> None:
         kind, frame_run = peek_frame(data)
@@ -105,21 +118,29 @@ def main(grid: Grid, context: Context) -> None:
     nxt = role.start()
     own_sends("start", nxt.sends)
     for content in _exchange(grid, {node_of[c]: RecordDict({"c": ConfigRecord({"start": True})}) for c in clients},
-                             "train.step", timeout).values():
+                             "train.step", timeout, lost).values():
         party, step, frames, wait = read_reply(content)
         for to, data in frames:
             route(party, step, to, data)
         waits[party] = wait
+    for n in lost or ():
+        waits[party_of[n]] = None
     result: Any = None
     while True:
         # run the server's role as far as the queued frames allow
-        while nxt.wait is not None and mail.get((me, nxt.wait.peer)):
-            data, _ = mail[(me, nxt.wait.peer)].popleft()
-            got = decode_frame(data, ctx=DecodeContext(role.keyring(), bool(cfg.get("allow-insecure", False))))
-            if got.kind != message_kind(nxt.wait.kind):
-                raise ProtocolError(f"{me} expected {message_kind(nxt.wait.kind)} from {nxt.wait.peer}, got {got.kind}")
-            transcript.record("recv", 0, ep[nxt.wait.peer], ep[me], got.kind, len(data), nxt.wait.step)
+        while nxt.wait is not None:
             handled = nxt.wait
+            if not mail.get((me, handled.peer)):
+                if not (handled.optional and waits.get(handled.peer, None) is None):
+                    break  # the peer may still send: ask the clients first
+                nxt = role.step(handled, None)  # the peer is gone or finished: an optional wait gets None
+                own_sends(handled.step, nxt.sends)
+                continue
+            data, _ = mail[(me, handled.peer)].popleft()
+            got = decode_frame(data, ctx=DecodeContext(role.keyring(), bool(cfg.get("allow-insecure", False))))
+            if got.kind != message_kind(handled.kind):
+                raise ProtocolError(f"{me} expected {message_kind(handled.kind)} from {handled.peer}, got {got.kind}")
+            transcript.record("recv", 0, ep[handled.peer], ep[me], got.kind, len(data), handled.step)
             nxt = role.step(handled, got.message)
             own_sends(handled.step, nxt.sends)
         if nxt.wait is None:
@@ -139,11 +160,13 @@ def main(grid: Grid, context: Context) -> None:
             pending = {p: w for p, w in waits.items() if w is not None}
             raise ProtocolError(f"{spec.name}: no party can proceed (server waits on "
                                 f"{None if nxt.wait is None else nxt.wait.peer}, clients on {pending})")
-        for content in _exchange(grid, batch, "train.step", timeout).values():
+        for content in _exchange(grid, batch, "train.step", timeout, lost).values():
             party, step, frames, wait = read_reply(content)
             for to, data in frames:
                 route(party, step, to, data)
             waits[party] = wait
+        for n in lost or ():
+            waits[party_of[n]] = None  # a lost node is gone for good
     summary = fl.summary({me: result}, cfg)
     for line in summary.get("lines", []):
         print(line, flush=True)

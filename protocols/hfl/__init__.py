@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from vflcrypto.spec import ProtocolSpec
 
-from . import audit, cli
+from . import audit, cli, flower
 from .data import digits_clients
 from .math import ALGORITHMS, HFLConfig, client_vector, local_train, server_update, softmax_gradient
 from .messages import CLIENT, SERVER, Done, Evaluation, GlobalModel, PlainUpdate
@@ -58,4 +58,5 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=75,
     commands=cli.commands(),
+    flower=flower.flower_spec(),
 )

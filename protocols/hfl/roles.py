@@ -25,6 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.masking import ring_dtype
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
 
@@ -79,7 +80,7 @@ class _ServerState:
     c: np.ndarray = field(default_factory=lambda: np.zeros(0))
     active: list[str] = field(default_factory=list)
     k: int = 0
-    plain_sum: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    plain_sum: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))  # on the aggregation's ring
     plain_from: list[str] = field(default_factory=list)
     correct: int = 0
     rows: int = 0
@@ -125,7 +126,7 @@ class ServerRole(Role[_ServerState]):
         if c.secure:
             nxt = self.session.begin(st.round, st.active, self.length, self.sa)
             return Next((*sends, *nxt.sends), nxt.wait, nxt.result)
-        st.k, st.plain_sum, st.plain_from = 0, np.zeros(self.length, np.uint64), []
+        st.k, st.plain_sum, st.plain_from = 0, np.zeros(self.length, ring_dtype(self.sa.ring_bits)), []
         return then(sends, st.active[0], PlainUpdate, "on_update", optional=True)
 
     # the secure-aggregation steps (:class:`ServerSession`)
@@ -151,7 +152,7 @@ class ServerRole(Role[_ServerState]):
         u = st.active[st.k]
         if msg is not None:
             y = np.asarray(msg.y)
-            if msg.round != st.round or y.dtype != np.uint64 or y.shape != (self.length,):
+            if msg.round != st.round or y.dtype != np.dtype(ring_dtype(self.sa.ring_bits)) or y.shape != (self.length,):
                 raise ProtocolError(f"{u} sent a malformed or stale update")
             st.plain_sum = st.plain_sum + y
             st.plain_from.append(u)
@@ -222,6 +223,10 @@ class ClientRole(Role[_ClientState]):
                                      self.state.agg, self._aggregated, self.hold)
         self.p = (data.X.shape[1] + 1) * n_classes
 
+    def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
+        super().load_state(data, allow_insecure=allow_insecure)
+        self.session.state = self.state.agg  # the session works on the restored state
+
     def _gone(self, phase: str) -> bool:
         return self.vanish_at == (self.state.round, phase)
 
@@ -254,7 +259,7 @@ class ClientRole(Role[_ClientState]):
         if self._gone("masked"):
             return done(None)
         sa = self.session.config
-        y = sm.encode_ring(st.vector, sa.frac_bits, sa.value_bits)
+        y = sm.encode_ring(st.vector, sa.frac_bits, sa.value_bits, sa.ring_bits)
         return self._next_round([send(self.server, PlainUpdate(st.round, y))])
 
     # the secure-aggregation steps (:class:`ClientSession`)

@@ -51,6 +51,7 @@ from __future__ import annotations
 from vflcrypto.spec import ProtocolSpec
 
 from . import audit
+from .flower import flower_spec
 from .math import RING_BITS, SecAggConfig, decode_ring, encode_ring, neighbours
 from .messages import CLIENT, SERVER, Advertise, Forward, Keys, MaskedInput, Setup, Shares, Survivors, Unmask
 from .roles import PHASES, ClientRole, SecAggRun, ServerRole, client_names, run_local
@@ -70,4 +71,5 @@ SPEC = ProtocolSpec(
     config=SecAggConfig,
     demo=audit.demo_step,
     demo_order=70,
+    flower=flower_spec(),
 )

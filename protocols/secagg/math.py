@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from vflcrypto.errors import EncodingOverflowError, InputDataError, InsecureParameterError, ProtocolError
-from vflcrypto.masking import agree_seed, ring_mask, seed_context
+from vflcrypto.masking import agree_seed, ring_dtype, ring_mask, seed_context
 from vflcrypto.shamir import SHARE_BYTES
 from vflcrypto.spec import option
 
@@ -37,7 +37,9 @@ class SecAggConfig:
     """Public parameters of one aggregation (every client checks them against its own)."""
 
     threshold: int | None = option(None, "shares needed to unmask (default: a strict majority of a neighbourhood)")
-    frac_bits: int = option(24, "fractional bits of the fixed-point encoding on Z_2^64")
+    ring_bits: int = option(64, "bits of the aggregation ring Z_2^b (32 halves the bytes of a masked input)",
+                            choices=(32, 64))
+    frac_bits: int = option(24, "fractional bits of the fixed-point encoding")
     value_bits: int = option(40, "bound: every |value| * 2^frac_bits < 2^value_bits (checked by each client)")
     degree: int | None = option(None, "SecAgg+: neighbours per client (even; default: every other client)")
     allow_low_threshold: bool = option(False, "accept a threshold <= half a neighbourhood (weaker: a minority of "
@@ -48,12 +50,12 @@ class SecAggConfig:
         """(neighbourhood size including the client, threshold): refuse parameters that are insecure or unusable."""
         if n_clients < 2:
             raise InputDataError("secure aggregation needs at least 2 clients")
-        if not 0 <= self.frac_bits < self.value_bits:
-            raise InputDataError("need 0 <= frac_bits < value_bits")
+        if not 0 <= self.frac_bits < self.value_bits or self.ring_bits not in (32, 64):
+            raise InputDataError("need 0 <= frac_bits < value_bits and a ring of 32 or 64 bits")
         # the sum of n values of value_bits (signed) must not wrap the signed ring
-        if self.value_bits + math.ceil(math.log2(n_clients)) + 1 > RING_BITS:
-            raise InsecureParameterError(f"Z_2^{RING_BITS} is too small for {n_clients} values of {self.value_bits} "
-                                         "bits: the sum would wrap (lower value_bits)")
+        if self.value_bits + math.ceil(math.log2(n_clients)) + 1 > self.ring_bits:
+            raise InsecureParameterError(f"Z_2^{self.ring_bits} is too small for {n_clients} values of "
+                                         f"{self.value_bits} bits: the sum would wrap (lower value_bits)")
         k = n_clients - 1 if self.degree is None else self.degree
         if not 2 <= k <= n_clients - 1 or (self.degree is not None and k % 2):
             raise InputDataError(f"degree must be even and in 2..{n_clients - 1}, got {k}")
@@ -67,20 +69,22 @@ class SecAggConfig:
         return size, t
 
 
-def encode_ring(x: np.ndarray, frac_bits: int, value_bits: int) -> np.ndarray:
-    """Fixed point mod 2^64 (two's complement); :class:`EncodingOverflowError` past ``value_bits``."""
+def encode_ring(x: np.ndarray, frac_bits: int, value_bits: int, ring_bits: int = RING_BITS) -> np.ndarray:
+    """Fixed point mod 2^ring_bits (two's complement); :class:`EncodingOverflowError` past ``value_bits``."""
     x = np.asarray(x, np.float64)
     if not np.isfinite(x).all():
         raise EncodingOverflowError("values to aggregate must be finite")
     q = np.rint(np.ldexp(x, frac_bits))
     if q.size and np.abs(q).max() >= 2.0 ** value_bits:
         raise EncodingOverflowError(f"a value exceeds the bound 2^{value_bits - frac_bits} of the aggregation")
-    return q.astype(np.int64).view(np.uint64)
+    return q.astype(np.int64).view(np.uint64).astype(ring_dtype(ring_bits))  # mod 2^32 truncates
 
 
 def decode_ring(v: np.ndarray, frac_bits: int) -> np.ndarray:
-    """Inverse of :func:`encode_ring` (for a sum: the signed residue scaled back)."""
-    return np.ldexp(np.asarray(v, np.uint64).view(np.int64).astype(np.float64), -frac_bits)
+    """Inverse of :func:`encode_ring` (for a sum: the signed residue scaled back); the ring from the dtype."""
+    v = np.asarray(v)
+    signed = v.view(np.int64) if v.dtype == np.uint64 else v.astype(np.uint32).view(np.int32)
+    return np.ldexp(signed.astype(np.float64), -frac_bits)
 
 
 def neighbours(names: list[str], degree: int | None, seed: int) -> dict[str, list[str]]:
@@ -148,14 +152,14 @@ def decrypt_shares(c_sk: X25519PrivateKey, peer_pk: bytes, sender: str, receiver
 
 
 def pair_mask(s_sk: X25519PrivateKey, peer_s_pk: bytes, me: str, peer: str, run_id: str, round_: int,
-              length: int) -> np.ndarray:
+              length: int, ring_bits: int = RING_BITS) -> np.ndarray:
     """The pairwise mask as ``me`` applies it: + for the smaller name, − for the other (they cancel in the sum)."""
     seed = agree_seed(s_sk, X25519PublicKey.from_public_bytes(peer_s_pk),
                       seed_context(me, peer, f"{run_id}|{round_}", "secagg.pair"))
-    m = ring_mask(seed, length, b"pair")
-    return m if me < peer else (np.uint64(0) - m)
+    m = ring_mask(seed, length, b"pair", ring_bits)
+    return m if me < peer else (m.dtype.type(0) - m)
 
 
-def self_mask(b: bytes, length: int) -> np.ndarray:
+def self_mask(b: bytes, length: int, ring_bits: int = RING_BITS) -> np.ndarray:
     """PRG(b_u): the self mask that hides a client's input even after its pairwise masks are removed."""
-    return ring_mask(b, length, b"self")
+    return ring_mask(b, length, b"self", ring_bits)

@@ -15,8 +15,8 @@ SERVER, CLIENT = "server", "client"
 
 
 @declare("secagg.setup", sender=SERVER, receiver=CLIENT, protection=Protection.PUBLIC,
-         reveals="the round, every client's name and neighbours, the threshold t, the vector length and the "
-                 "fixed-point bits")
+         reveals="the round, every client's name and neighbours, the threshold t, the vector length, the ring "
+                 "and the fixed-point bits")
 @dataclass(frozen=True)
 class Setup:
     round: int
@@ -24,6 +24,7 @@ class Setup:
     neighbours: list[list[str]]
     threshold: int
     length: int
+    ring_bits: int
     frac_bits: int
     value_bits: int
 
@@ -73,7 +74,7 @@ class Forward:
 
 @declare("secagg.masked_input", sender=CLIENT, receiver=SERVER, protection=(Protection.MASKED, Protection.AGGREGATE),
          hiding_bits=PERFECT,
-         reveals="x_u + PRG(b_u) + sum_v +-PRG(s_uv) mod 2^64: uniform on its own (pseudorandom masks); only the "
+         reveals="x_u + PRG(b_u) + sum_v +-PRG(s_uv) mod 2^b: uniform on its own (pseudorandom masks); only the "
                  "sum over the surviving clients is revealed after unmasking")
 @dataclass(frozen=True)
 class MaskedInput:

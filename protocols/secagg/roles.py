@@ -107,6 +107,10 @@ class ClientRole(Role[_ClientState]):
         self.session = ClientSession(name, server, identity, pins, run_id, config or SecAggConfig(), self.state.agg,
                                      self._finished, self.hold)
 
+    def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
+        super().load_state(data, allow_insecure=allow_insecure)
+        self.session.state = self.state.agg  # the session works on the restored state
+
     def _vanishes(self, phase: str) -> bool:
         return self.vanish_at == (self.state.round, phase)
 

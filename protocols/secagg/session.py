@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from vflcrypto.errors import ProtocolError
+from vflcrypto.masking import ring_dtype
 from vflcrypto.shamir import SHARE_BYTES, reconstruct, split
 from vflcrypto.steps import Next, send, then
 
@@ -121,14 +122,15 @@ class ClientSession:
             raise ProtocolError(f"{self.name}: the setup lists unknown or repeated clients, or not this one")
         _, t = self.config.check(len(setup.clients))  # this client's own parameters, not the server's word
         nb = sm.neighbours(list(setup.clients), self.config.degree, self.config.seed + setup.round)
-        if (setup.threshold, setup.frac_bits, setup.value_bits) != (t, self.config.frac_bits, self.config.value_bits) \
+        mine = (t, self.config.ring_bits, self.config.frac_bits, self.config.value_bits)
+        if (setup.threshold, setup.ring_bits, setup.frac_bits, setup.value_bits) != mine \
                 or setup.neighbours != [nb[c] for c in setup.clients]:
             raise ProtocolError(f"{self.name}: the setup's threshold, encoding or neighbour graph differ from this "
                                 "client's parameters")
         st = self.state
         _reset(st)
         st.round, st.setup = setup.round, setup
-        st.x = sm.encode_ring(x, setup.frac_bits, setup.value_bits)
+        st.x = sm.encode_ring(x, setup.frac_bits, setup.value_bits, setup.ring_bits)
         if len(st.x) != setup.length:
             raise ProtocolError(f"{self.name}: its vector has {len(st.x)} values, the setup {setup.length}")
         st.c_sk, st.s_sk, st.b = keys if keys is not None else generate_keys()
@@ -191,11 +193,11 @@ class ClientSession:
             st.got_b.append(b.to_bytes(SHARE_BYTES, "big"))
         if len(st.got) + 1 < s.threshold:
             raise ProtocolError(f"only {len(st.got)} neighbours of {self.name} shared: fewer than t")
-        y = st.x + sm.self_mask(st.b, s.length)
+        y = st.x + sm.self_mask(st.b, s.length, s.ring_bits)
         s_sk = X25519PrivateKey.from_private_bytes(st.s_sk)
         s_pks = dict(zip(st.names, st.s_pks, strict=True))
         for v in st.got:
-            y = y + sm.pair_mask(s_sk, s_pks[v], self.name, v, self.run_id, st.round, s.length)
+            y = y + sm.pair_mask(s_sk, s_pks[v], self.name, v, self.run_id, st.round, s.length, s.ring_bits)
         return then([send(self.server, MaskedInput(st.round, y))], self.server, Survivors, "on_survivors",
                     patience=self._patience())
 
@@ -278,8 +280,8 @@ class ServerSession:
         """Step 0: the setup to every client; then collect the advertisements."""
         _, t = config.check(len(clients))
         nb = sm.neighbours(list(clients), config.degree, config.seed + round_)
-        setup = Setup(round_, list(clients), [nb[c] for c in clients], t, length, config.frac_bits,
-                      config.value_bits)
+        setup = Setup(round_, list(clients), [nb[c] for c in clients], t, length, config.ring_bits,
+                      config.frac_bits, config.value_bits)
         st = self.state
         _reset(st)
         st.round, st.setup = round_, setup
@@ -365,8 +367,9 @@ class ServerSession:
         if msg is not None:
             _check_round(msg.round, st.round, "a masked input", u)
             y = np.asarray(msg.y)
-            if y.dtype != np.uint64 or y.shape != (s.length,):
-                raise ProtocolError(f"{u} sent a masked input of {y.dtype} {y.shape}, expected uint64 ({s.length},)")
+            want = np.dtype(ring_dtype(s.ring_bits))
+            if y.dtype != want or y.shape != (s.length,):
+                raise ProtocolError(f"{u} sent a masked input of {y.dtype} {y.shape}, expected {want} ({s.length},)")
             st.u3.append(u)
             st.ys.append(y)
         nxt = self._next(MaskedInput, "on_masked")
@@ -404,12 +407,12 @@ class ServerSession:
                 s_points.setdefault(owner, {})[x] = int.from_bytes(sh, "big")
             for owner, sh in zip(msg.b_owners, msg.b_shares, strict=True):
                 b_points.setdefault(owner, {})[x] = int.from_bytes(sh, "big")
-        total = np.zeros(s.length, np.uint64)
+        total = np.zeros(s.length, ring_dtype(s.ring_bits))
         for y in st.ys:
             total = total + y
         for u in st.u3:
             b = _secret32(b_points.get(u, {}), s.threshold, f"{u}'s self-mask seed")
-            total = total - sm.self_mask(b, s.length)
+            total = total - sm.self_mask(b, s.length, s.ring_bits)
         s_pks = dict(zip(st.u1, st.s_pks, strict=True))
         dropped = [u for u in st.u2 if u not in set(st.u3)]
         for u in dropped:
@@ -419,7 +422,7 @@ class ServerSession:
                 raise ProtocolError(f"the reconstructed mask key of {u} does not match its advertised key")
             for v in st.u3:
                 if v in s.neighbours[s.clients.index(u)]:
-                    total = total + sm.pair_mask(s_sk, s_pks[v], u, v, self.run_id, st.round, s.length)
+                    total = total + sm.pair_mask(s_sk, s_pks[v], u, v, self.run_id, st.round, s.length, s.ring_bits)
         self.hold("survivors", list(st.u3))
         return AggregateResult(sm.decode_ring(total, s.frac_bits), list(st.u3), list(st.u1), list(st.u2), total)
 

@@ -1,0 +1,48 @@
+"""The Flower App of ``hfl``: FedAvg/FedProx/SCAFFOLD on the digits across ``clients`` SuperNodes.
+
+The same run config as ``secagg``'s App (``party-config``, ``clients``, ``drop``,
+``degree``) plus ``hfl-algorithm``, ``hfl-rounds``, ``skew`` and ``plaintext``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from vflcrypto.spec import FlowerSpec
+from vflcrypto.steps import Role
+
+from ..secagg.flower import config_of, flower_identities, names_of, parties_of, vanish_of
+from .data import digits_clients
+from .math import HFLConfig
+from .messages import SERVER
+from .roles import ClientRole, ServerRole
+
+__all__ = ["flower_spec"]
+
+
+def _config(run_config: Mapping[str, Any]) -> HFLConfig:
+    return HFLConfig(algorithm=str(run_config.get("hfl-algorithm", "fedavg")),
+                     rounds=int(run_config.get("hfl-rounds", 5)), secure=not bool(run_config.get("plaintext", False)))
+
+
+def flower_spec() -> FlowerSpec:
+    def make_role(party: str, run_config: Mapping[str, Any]) -> Role[Any]:
+        names = names_of(run_config)
+        data = digits_clients(len(names), seed=int(run_config.get("seed", 0)), skew=float(run_config.get("skew", 0)))
+        identity, pins = flower_identities(party, run_config, names)
+        run_id, cfg = str(run_config.get("_run-id", "")), _config(run_config)
+        if party == SERVER:
+            return ServerRole(clients=names, n_features=data[0].X.shape[1], n_classes=10, config=cfg, pins=pins,
+                              run_id=run_id, secagg=config_of(run_config))
+        i = names.index(party)
+        return ClientRole(data[i], name=party, index=i, n_classes=10, config=cfg, identity=identity, pins=pins,
+                          run_id=run_id, secagg=config_of(run_config), vanish_at=vanish_of(party, run_config))
+
+    def summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
+        res = results[SERVER]
+        return {"lines": [f"[vflcrypto] hfl: test accuracy {res.test_accuracy:.4f}, survivors "
+                          f"{[len(s) for s in res.survivors]}"], "test_accuracy": res.test_accuracy,
+                "survivors": res.survivors}
+
+    return FlowerSpec(SERVER, parties_of, make_role, summary)
