@@ -13,7 +13,7 @@
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${VENV:-$ROOT/.venv}/bin"
-APP="$ROOT/flower"
+APP="${FLWR_APP:-$ROOT/flower}"  # FLWR_APP: another Flower project (bench/flower_secaggplus)
 FLWR_TIMEOUT="${FLWR_TIMEOUT:-900}"
 
 for tool in flwr flower-superlink flower-supernode python; do

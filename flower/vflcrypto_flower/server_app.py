@@ -19,6 +19,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from vflcrypto.errors import PeerTimeoutError, ProtocolError
+from vflcrypto.flower_meter import MeteredGrid
 from vflcrypto.transcript import Endpoint, Transcript
 from vflcrypto.wire import DecodeContext, decode_frame, message_kind, peek_frame
 
@@ -86,7 +87,10 @@ def main(grid: Grid, context: Context) -> None:
     spec, fl = protocol(cfg)
     roles = fl.parties(cfg)
     me, clients = fl.server_party, client_parties(fl, cfg)
+    meter = MeteredGrid(grid) if cfg.get("meter", False) else None  # bench: traffic on Flower's transport
+    grid = meter if meter is not None else grid  # type: ignore[assignment]
     node_of = _nodes(grid, clients, timeout)
+    started = time.perf_counter()
     transcript = Transcript()
     ep = {p: Endpoint(p, r) for p, r in roles.items()}
     mail: dict[tuple[str, str], deque[tuple[bytes, str]]] = {}  # (receiver, sender) -> (frame, sending step)
@@ -170,5 +174,8 @@ def main(grid: Grid, context: Context) -> None:
     summary = fl.summary({me: result}, cfg)
     for line in summary.get("lines", []):
         print(line, flush=True)
-    write_output(cfg, me, {"summary": summary, "result": result})
+    out: dict[str, Any] = {"summary": summary, "result": result}
+    if meter is not None:
+        out["meter"] = {"seconds": time.perf_counter() - started, "nodes": node_of, **meter.traffic.to_dict()}
+    write_output(cfg, me, out)
     write_output(cfg, "transcript", {"protocol": spec.name, "run_id": run_id, "transcript": transcript.to_dict()})

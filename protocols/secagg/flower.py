@@ -61,7 +61,12 @@ def vanish_of(party: str, run_config: Mapping[str, Any], phase: str = "masked") 
 
 
 def config_of(run_config: Mapping[str, Any]) -> SecAggConfig:
-    return SecAggConfig(degree=int(run_config.get("degree", 0)) or None)
+    """The secure-aggregation parameters of the run config (0 = the default graph / threshold)."""
+    return SecAggConfig(degree=int(run_config.get("degree", 0)) or None,
+                        threshold=int(run_config.get("threshold", 0)) or None,
+                        ring_bits=int(run_config.get("ring-bits", 64)),
+                        frac_bits=int(run_config.get("frac-bits", 24)),
+                        value_bits=int(run_config.get("value-bits", 40)))
 
 
 def flower_spec() -> FlowerSpec:
