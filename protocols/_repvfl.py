@@ -27,6 +27,8 @@ from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, Loca
 from vflcrypto.spec import FlowerSpec, option
 from vflcrypto.steps import Role, drive
 
+from .align.tables import sorted_rows
+
 __all__ = [
     "MAX_DIM",
     "MAX_ROWS",
@@ -56,20 +58,6 @@ MAX_DIM = 4096  # representation width
 
 def party_names(k: int) -> list[str]:
     return [f"party-{i}" for i in range(k)]
-
-
-def sorted_rows(ids: Sequence[Any], rows: Any) -> np.ndarray:
-    """``rows`` (a party's aligned rows, in the PSI's order) sorted by their canonical IDs.
-
-    The PSI's common order depends on its per-run secrets; every party holds the same
-    IDs for the aligned rows, so sorting them gives every party the same order on its
-    own, and the same order in every run (the train/test split and the batches follow).
-    """
-    from vflcrypto.psi import canonical_id
-
-    rows = np.asarray(rows, np.int64)
-    keys = [canonical_id(ids[i]) for i in rows]
-    return rows[np.asarray(sorted(range(len(rows)), key=keys.__getitem__), np.int64)]
 
 
 def require_torch() -> None:

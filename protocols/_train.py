@@ -25,7 +25,7 @@ from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv
 from vflcrypto.errors import InputDataError
 from vflcrypto.spec import TaskContext, add_config_arguments, option
 
-from .align.tables import align_rows, align_tables
+from .align.tables import align_rows, align_tables, sorted_rows
 
 __all__ = ["TrainOptions", "add_train_options", "align_rows", "align_tables", "metrics_path", "read_own",
            "read_tables", "training_rows", "write_metrics"]
@@ -79,14 +79,14 @@ def read_tables(label_path: str, feature_paths: Sequence[str], id_column: str, l
 
 
 def training_rows(args: argparse.Namespace, ctx: TaskContext, table: PartyTable) -> tuple[PartyTable, int]:
-    """This party's table restricted to the common IDs (PSI first unless ``--aligned``), and
-    the number of rows."""
+    """This party's table restricted to the common IDs (PSI first unless ``--aligned``), sorted
+    by canonical ID (every party gets the same order, the same in every run), and the number of rows."""
     if args.aligned:
         return table, len(table)
     res = align_rows(ctx, list(table.ids))
     if res.rows is None or len(res.rows) == 0:
         raise InputDataError(f"{ctx.me}: no common IDs with the other parties")
-    return table.take(res.rows), int(res.size)
+    return table.take(sorted_rows(table.ids, res.rows)), int(res.size)
 
 
 def read_own(args: argparse.Namespace, ctx: TaskContext, *, label_role: str) -> PartyTable:

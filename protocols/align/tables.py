@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from vflcrypto.dataio import PartyTable, require_same_ids
 from vflcrypto.errors import InputDataError
 from vflcrypto.psi import IdentityKey
@@ -13,12 +15,27 @@ from vflcrypto.spec import TaskContext
 from .messages import ACTIVE, PASSIVE
 from .roles import run_active, run_active_multiparty, run_local, run_multiparty_local, run_passive
 
-__all__ = ["align_rows", "align_tables"]
+__all__ = ["align_rows", "align_tables", "sorted_rows"]
+
+
+def sorted_rows(ids: Sequence[Any], rows: Any) -> np.ndarray:
+    """``rows`` (a party's aligned rows, in the PSI's order) sorted by their canonical IDs.
+
+    The PSI's common order depends on its per-run secrets; every party holds the same
+    IDs for the aligned rows, so sorting them gives every party the same order on its
+    own, and the same order in every run (the train/test split and the batches follow).
+    """
+    from vflcrypto.psi import canonical_id
+
+    rows = np.asarray(rows, np.int64)
+    keys = [canonical_id(ids[i]) for i in rows]
+    return rows[np.asarray(sorted(range(len(rows)), key=keys.__getitem__), np.int64)]
 
 
 def align_tables(tables: list[PartyTable], names: Sequence[str], *,
                  aligned: bool) -> tuple[list[PartyTable], int]:
-    """Tables restricted to the common IDs in one shared order, and the PSI bytes sent.
+    """Tables restricted to the common IDs in one shared order (sorted by canonical ID: the
+    same in every run), and the PSI bytes sent.
 
     With ``aligned=True`` the files must already list the same IDs in the same order
     (checked, no PSI, 0 bytes).
@@ -37,7 +54,7 @@ def align_tables(tables: list[PartyTable], names: Sequence[str], *,
     for t, res, name in zip(tables, results, names, strict=True):
         if res.rows is None or len(res.rows) == 0:
             raise InputDataError(f"{name}: no common IDs with the other parties")
-        out.append(t.take(res.rows))
+        out.append(t.take(sorted_rows(t.ids, res.rows)))
     return out, run.transcript.total_bytes
 
 

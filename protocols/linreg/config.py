@@ -10,9 +10,10 @@ from vflcrypto.spec import option
 
 from .messages import SCHEMES
 
-__all__ = ["PREPROCESSING", "LinRegConfig"]
+__all__ = ["LABEL_SCALING", "PREPROCESSING", "LinRegConfig"]
 
 PREPROCESSING = ("none", "standardize", "whiten")
+LABEL_SCALING = ("auto", "standardize", "none")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class LinRegConfig:
     preprocess: str = option("standardize", "local per-party preprocessing", choices=PREPROCESSING)
     fit_intercept: bool = option(True, "an intercept column at the active party", flag="--intercept",
                                  negative="--no-intercept")
+    label_scaling: str = option("auto", "the active party trains on its label standardized (mean 0, std 1 on its "
+                                "training rows) and returns the model in the label's units; auto: with CKKS only "
+                                "(its masks hide gradients of a bounded size)", choices=LABEL_SCALING)
     seed: int | None = option(None, "public schedule seed (default: the active party draws one)", cli=False)
 
     def __post_init__(self) -> None:
@@ -39,7 +43,14 @@ class LinRegConfig:
             raise InputDataError("need epochs >= 1, lr > 0, l2 >= 0 and 0 <= momentum < 1")
         if self.preprocess not in PREPROCESSING:
             raise InputDataError(f"unknown preprocessing {self.preprocess!r}")
+        if self.label_scaling not in LABEL_SCALING:
+            raise InputDataError(f"unknown label scaling {self.label_scaling!r}; choose from {LABEL_SCALING}")
         if self.batch_size is not None and self.batch_size < 1:
             raise InputDataError("batch size must be >= 1")
         if self.tol is not None and self.tol <= 0:
             object.__setattr__(self, "tol", None)  # 0 (or less) disables the stopping test
+
+    @property
+    def scales_label(self) -> bool:
+        """Whether the active party standardizes the label (``auto``: for CKKS)."""
+        return self.label_scaling == "standardize" or (self.label_scaling == "auto" and self.scheme == "ckks")

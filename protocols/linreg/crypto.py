@@ -113,8 +113,9 @@ class CKKSCrypto(Crypto):
         g = np.asarray(ret.approx, dtype=np.float64) - R
         if np.any(np.abs(g) > CKKS_GRADIENT_BOUND):
             raise EncodingOverflowError(
-                f"a mean gradient exceeded the CKKS mask's bound {CKKS_GRADIENT_BOUND:g}: its "
-                "declared hiding did not hold; standardize the features or use Paillier")
+                f"a mean gradient reached {float(np.abs(g).max()):.4g}, past the CKKS mask's bound "
+                f"{CKKS_GRADIENT_BOUND:g}, so its declared hiding did not hold (the values were within the "
+                "bound before training: the descent diverges): lower --lr or --momentum, or use Paillier")
         return g
 
 

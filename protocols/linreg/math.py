@@ -16,11 +16,24 @@ from vflcrypto.dataio import PartyTable
 from vflcrypto.errors import EncodingOverflowError, InputDataError
 
 from .config import LinRegConfig
-from .messages import FRAC_BITS
-from .model import fit_preprocessing
+from .messages import CKKS_GRADIENT_BOUND, CKKS_RESIDUAL_RMS, FRAC_BITS
+from .model import fit_label_scaling, fit_preprocessing
 
-__all__ = ["PlainResult", "active_loss_share", "batch_loss", "check_bound", "converged", "epoch_batches",
-           "gradient", "paillier_value_bits", "passive_loss_share", "plaintext_gradient_descent", "validate_table"]
+__all__ = [
+    "PlainResult",
+    "active_loss_share",
+    "batch_loss",
+    "check_bound",
+    "check_ckks_scale",
+    "converged",
+    "epoch_batches",
+    "gradient",
+    "max_batch_rms",
+    "paillier_value_bits",
+    "passive_loss_share",
+    "plaintext_gradient_descent",
+    "validate_table",
+]
 
 
 @dataclass
@@ -34,6 +47,8 @@ class PlainResult:
     epochs_run: int
     converged: bool
     history: list[list[np.ndarray]]  # per iteration: [active, passive-0, ...]
+    label_offset: float = 0.0  # the label scaling (prediction = scale · Σ X·w + offset)
+    label_scale: float = 1.0
 
 
 def epoch_batches(n_rows: int, batch_size: int | None, seed: int, epoch: int) -> list[np.ndarray]:
@@ -92,6 +107,34 @@ def paillier_value_bits(key_bits: int, batch_rows: int, n_passive: int, n_featur
     return max(1, spare // 2)
 
 
+def max_batch_rms(X: np.ndarray, batch: int) -> np.ndarray:
+    """Per column, the largest root-mean-square over any ``batch`` rows (the top ``batch`` squares)."""
+    X = np.asarray(X, dtype=np.float64)
+    m = max(1, min(batch, X.shape[0]))
+    top = np.sort(X * X, axis=0)[X.shape[0] - m:]
+    return np.sqrt(top.sum(axis=0) / m)
+
+
+def check_ckks_scale(X: np.ndarray, columns: Sequence[str], batch: int, party: str, *,
+                     limit: float = CKKS_GRADIENT_BOUND / CKKS_RESIDUAL_RMS,
+                     remedy: str = "standardize the features (--preprocess standardize) or use --scheme paillier",
+                     ) -> None:
+    """Refuse, before training, values whose gradients the CKKS mask could not hide.
+
+    A party checks only its own values against public constants (nothing is revealed):
+    every column's rms over any batch must be <= ``limit``.
+    """
+    if X.size == 0:
+        return
+    rms = max_batch_rms(X, batch)
+    j = int(np.argmax(rms))
+    if rms[j] > limit:
+        raise EncodingOverflowError(
+            f"{party}: {columns[j]} reaches a root-mean-square of {rms[j]:.4g} over a batch of {batch} rows; "
+            f"the CKKS masks hide mean gradients up to {CKKS_GRADIENT_BOUND:g} (|g_j| <= rms(x_j) * rms(residual), "
+            f"residual rms allowed up to {CKKS_RESIDUAL_RMS:g}), so it must stay <= {limit:g}: {remedy}")
+
+
 def check_bound(what: str, values: np.ndarray, bits: int, party: str) -> None:
     if values.size and float(np.max(np.abs(values))) >= 2.0**bits:
         raise EncodingOverflowError(
@@ -130,6 +173,8 @@ def plaintext_gradient_descent(
     Xp = [fit_preprocessing(X, method=config.preprocess, intercept=False).apply(X)
           for X in X_passives]
     y = np.asarray(y, dtype=np.float64)
+    offset, scale = fit_label_scaling(y, config.scales_label)
+    y = (y - offset) / scale  # as the active party does: the weights are in the scaled label's units
     wb = np.zeros(Xb.shape[1])
     wp = [np.zeros(X.shape[1]) for X in Xp]
     vb = np.zeros_like(wb)
@@ -161,4 +206,4 @@ def plaintext_gradient_descent(
         if converged(prev, epoch_losses[-1], config.tol):
             stop = True
             break
-    return PlainResult(wb, wp, losses, epoch_losses, epochs_run, stop, history)
+    return PlainResult(wb, wp, losses, epoch_losses, epochs_run, stop, history, offset, scale)

@@ -12,8 +12,9 @@ from vflcrypto.leakage import PERFECT, Protection, declare
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.wire import IntVector
 
-__all__ = ["ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "CKKS_RETURN_FRAC_BITS", "COORD", "FRAC_BITS",
-           "PASSIVE", "SCHEMES", "Control", "CrossTerm", "EncryptedLoss", "EncryptedResidual", "EncryptedU",
+__all__ = ["ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "CKKS_RESIDUAL_RMS", "CKKS_RETURN_FRAC_BITS", "COORD",
+           "FRAC_BITS", "PASSIVE", "SCHEMES", "Control", "CrossTerm", "EncryptedLoss", "EncryptedResidual",
+           "EncryptedU",
            "GradientReturn", "MaskedGradient", "MaskedGradientCKKS", "PartialSum", "PredictMasked", "PredictPartial",
            "PredictPlan", "PredictReturn", "PublicKeyMsg", "TrainingPlan"]
 
@@ -21,6 +22,10 @@ SCHEMES = ("paillier", "ckks")
 FRAC_BITS = 32  # fixed-point fractional bits of u, d and features (gradients carry 64)
 CKKS_Q0_BITS, CKKS_SCALE_BITS = 60, 40  # vflcrypto.ckks defaults (first prime, scale)
 CKKS_GRADIENT_BOUND = 2.0**6  # |mean gradient| the CKKS mask is sized for
+# |g_j| = |mean_i x_ij d_i| <= rms(x_j) * rms(d) over a batch (Cauchy-Schwarz): a run is refused
+# before training unless every column's batch rms is <= BOUND / CKKS_RESIDUAL_RMS and the label's
+# (the residual at Θ = 0) is <= CKKS_RESIDUAL_RMS; a gradient past the bound later still stops the run
+CKKS_RESIDUAL_RMS = 4.0
 # = vflcrypto.ckks.mask_hiding_bits(default context, CKKS_GRADIENT_BOUND) (checked by a test)
 _CKKS_ROOM = 2.0 ** (CKKS_Q0_BITS - CKKS_SCALE_BITS - 1) - CKKS_GRADIENT_BOUND
 CKKS_HIDING_BITS = max(0, math.floor(math.log2(_CKKS_ROOM / CKKS_GRADIENT_BOUND)))

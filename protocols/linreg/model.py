@@ -14,7 +14,7 @@ from vflcrypto.errors import InputDataError
 
 from .config import PREPROCESSING
 
-__all__ = ["PartyModel", "Preprocessing", "fit_preprocessing", "predict_plain", "save_models"]
+__all__ = ["PartyModel", "Preprocessing", "fit_label_scaling", "fit_preprocessing", "predict_plain", "save_models"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,19 @@ def fit_preprocessing(X: np.ndarray, *, method: str = "none",
     return Preprocessing(mean, evecs / np.sqrt(np.maximum(evals, floor)), intercept)
 
 
+def fit_label_scaling(y: np.ndarray, enabled: bool) -> tuple[float, float]:
+    """(offset, scale) with the label standardized as ``(y − offset) / scale`` (identity if not ``enabled``).
+
+    The active party's own, never-communicated transform: it trains on the scaled label
+    and maps every prediction back by ``scale · s + offset``.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if not enabled or y.size == 0:
+        return 0.0, 1.0
+    scale = float(y.std())
+    return float(y.mean()), (scale if scale > 0 else 1.0)
+
+
 @dataclass(frozen=True)
 class PartyModel:
     """One party's trained share of the model: its weights and its local preprocessing."""
@@ -68,6 +81,12 @@ class PartyModel:
     weights: np.ndarray
     prep: Preprocessing
     label_name: str | None = None
+    label_offset: float = 0.0  # the active party's label scaling: prediction = scale · Σ scores + offset
+    label_scale: float = 1.0
+
+    def to_label(self, total: np.ndarray) -> np.ndarray:
+        """The summed scores of every party in the label's units (the active party's model applies it)."""
+        return self.label_scale * np.asarray(total, dtype=np.float64) + self.label_offset
 
     def scores(self, X: np.ndarray) -> np.ndarray:
         """This party's partial prediction ``u = prep(X) · Θ``."""
@@ -76,7 +95,7 @@ class PartyModel:
     def save(self, path: str | os.PathLike[str]) -> None:
         meta = {"protocol": "linreg", "name": self.name, "role": self.role,
                 "columns": list(self.columns), "intercept": self.prep.intercept,
-                "label": self.label_name}
+                "label": self.label_name, "label_offset": self.label_offset, "label_scale": self.label_scale}
         save_model(path, meta, {"weights": self.weights, "mean": self.prep.mean,
                                 "transform": self.prep.transform})
 
@@ -87,7 +106,7 @@ class PartyModel:
             raise InputDataError(f"{path} is not a linear-regression party model")
         prep = Preprocessing(arrays["mean"], arrays["transform"], bool(meta["intercept"]))
         return cls(meta["name"], meta["role"], tuple(meta["columns"]), arrays["weights"], prep,
-                   meta.get("label"))
+                   meta.get("label"), float(meta.get("label_offset", 0.0)), float(meta.get("label_scale", 1.0)))
 
 
 def save_models(models: Sequence[PartyModel], model_dir: str | os.PathLike[str]) -> list[Path]:
@@ -102,5 +121,5 @@ def save_models(models: Sequence[PartyModel], model_dir: str | os.PathLike[str])
 
 def predict_plain(models: Sequence[PartyModel], tables: Sequence[PartyTable]) -> np.ndarray:
     """Reference prediction ``Σ_party prep(X)·Θ`` (tests only: every party's data in one place)."""
-    return sum((m.scores(t.X) for m, t in zip(models, tables, strict=True)),
-               np.zeros(len(tables[0])))
+    total = sum((m.scores(t.X) for m, t in zip(models, tables, strict=True)), np.zeros(len(tables[0])))
+    return models[0].to_label(total)  # the active party's model comes first

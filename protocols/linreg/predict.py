@@ -165,7 +165,7 @@ class PredictActiveRole(Role[_ActiveState]):
         assert self.state.key is not None
         partial = masking.unmask_residues(msg.residues, self.state.mask, self.state.key.n, self.state.frac_bits)
         self.hold("passive_sum", partial)  # the secret behind the masked sum (audit ground truth)
-        return done(partial + self.model.scores(self.X))
+        return done(self.model.to_label(partial + self.model.scores(self.X)))
 
 
 def run_predict_passive(channels: Mapping[str, Channel], model: PartyModel, table: PartyTable) -> None:

@@ -32,10 +32,11 @@ from vflcrypto.steps import Next, Role, done, drive, send, then
 from vflcrypto.wire import IntVector
 
 from .config import LinRegConfig
-from .crypto import Crypto, PaillierCrypto, crypto_from, reveal_masked
+from .crypto import CKKSCrypto, Crypto, PaillierCrypto, crypto_from, reveal_masked
 from .math import (
     active_loss_share,
     check_bound,
+    check_ckks_scale,
     converged,
     epoch_batches,
     paillier_value_bits,
@@ -44,6 +45,7 @@ from .math import (
 )
 from .messages import (
     ACTIVE,
+    CKKS_RESIDUAL_RMS,
     COORD,
     PASSIVE,
     Control,
@@ -58,7 +60,7 @@ from .messages import (
     PublicKeyMsg,
     TrainingPlan,
 )
-from .model import PartyModel, Preprocessing, fit_preprocessing
+from .model import PartyModel, Preprocessing, fit_label_scaling, fit_preprocessing
 
 __all__ = ["ActiveRole", "CoordinatorResult", "CoordinatorRole", "LinRegRun", "PartyResult", "PassiveRole",
            "passive_names", "run_active", "run_coordinator", "run_local", "run_passive"]
@@ -283,10 +285,18 @@ class _DataRole(Role[_PartyState]):
         return epoch_batches(self.plan.n_rows, self.plan.batch_size, self.plan.seed, self.state.epoch)[self.state.b]
 
     def _bound(self, n_passive: int) -> None:
+        batch = min(self.plan.batch_size, self.plan.n_rows)
         if isinstance(self.crypto, PaillierCrypto):
-            batch = min(self.plan.batch_size, self.plan.n_rows)
             self.bound = paillier_value_bits(self.crypto.pk.bits, batch, n_passive, self.X.shape[1])
             check_bound("a feature value", self.X, self.bound, self.name)
+        elif isinstance(self.crypto, CKKSCrypto):
+            columns = [*self.table.columns, *(["(intercept)"] if self.prep.intercept else [])]
+            check_ckks_scale(self.X, columns, batch, self.name)
+
+    def _model(self) -> PartyModel:
+        st = self.state
+        prep = Preprocessing(st.prep_mean, st.prep_transform, self.prep.intercept)
+        return PartyModel(self.name, self.role, tuple(self.table.columns), st.w, prep)
 
     def _masked_gradient(self, d: Any, Xb: np.ndarray, m: int) -> Any:
         assert self.crypto is not None
@@ -321,10 +331,7 @@ class _DataRole(Role[_PartyState]):
         st = self.state
         st.epoch, st.b = st.epoch + 1, 0
         if msg.stop or st.epoch >= self.plan.epochs:
-            prep = Preprocessing(st.prep_mean, st.prep_transform, self.prep.intercept)
-            model = PartyModel(self.name, self.role, tuple(self.table.columns), st.w, prep,
-                               self.table.label_name if self.role == ACTIVE else None)
-            return done(PartyResult(model, st.history))
+            return done(PartyResult(self._model(), st.history))
         return self._begin_batch()
 
     def _begin_batch(self) -> Next:
@@ -402,7 +409,14 @@ class ActiveRole(_DataRole):
         super().__init__(table, name, intercept=config.fit_intercept, preprocess=config.preprocess,
                          record_history=record_history, coordinator=coordinator)
         self.passives, self.config = list(passives), config
-        self.y = np.asarray(table.label, dtype=np.float64)
+        # the label scaling is B's own: nothing about it leaves B (the predictions come back to B)
+        y = np.asarray(table.label, dtype=np.float64)
+        self.label_offset, self.label_scale = fit_label_scaling(y, config.scales_label)
+        self.y = (y - self.label_offset) / self.label_scale
+
+    def _model(self) -> PartyModel:
+        return replace(super()._model(), label_name=self.table.label_name, label_offset=self.label_offset,
+                       label_scale=self.label_scale)
 
     def start(self) -> Next:
         return then([], self.coordinator, PublicKeyMsg, "on_public_key")
@@ -418,6 +432,10 @@ class ActiveRole(_DataRole):
         self.state.plan = plan
         digest = ids_digest(self.table.ids, "linreg")
         self._bound(len(self.passives))
+        if isinstance(self.crypto, CKKSCrypto):  # the residual at Θ = 0 is −y: its batch rms is bounded too
+            check_ckks_scale(self.y[:, None], [f"label {self.table.label_name!r}"], plan.batch_size, self.name,
+                             limit=CKKS_RESIDUAL_RMS,
+                             remedy="scale the label (--label-scaling standardize) or use --scheme paillier")
         sends = [send(self.coordinator, plan), *(send(p, replace(plan, id_digest=digest)) for p in self.passives)]
         return _prefix(sends, self._begin_batch())
 
