@@ -348,6 +348,30 @@ def test_linear_regression_three_processes_with_alignment(tmp_path: Path, pki: P
                 if e[2].startswith("align.")]
 
 
+def test_ckks_linear_regression_on_the_bundled_example_in_three_processes(
+        tmp_path: Path, pki: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's bank/shop run with --scheme ckks as three network parties: the label
+    (credit scores ~700) is scaled inside the protocol, and the RMSE equals the in-process run."""
+    from vflcrypto.cli import main
+
+    assert main(["examples", str(tmp_path)]) == 0
+    names = ["active", "passive-0", "coordinator"]
+    cfg = make_config(tmp_path, pki, names, timeout=60.0)
+    common = ["--scheme", "ckks", "--epochs", "100", "--test-fraction", "0.2"]
+    files = {"active": ["--data", str(tmp_path / "bank.csv"), "--id-column", "id", "--label", "credit_score"],
+             "passive-0": ["--data", str(tmp_path / "shop.csv"), "--id-column", "id"], "coordinator": []}
+    procs = {n: party(cfg, n, "train", "linreg", *files[n], *common, "--out", str(tmp_path / f"{n}.npz"))
+             for n in names}
+    check_ok(finish(procs, timeout=180))
+    net = json.loads((tmp_path / "active.npz.metrics.json").read_text())
+    capsys.readouterr()
+    assert main(["train", "linreg", "--active", str(tmp_path / "bank.csv"), "--passive", str(tmp_path / "shop.csv"),
+                 "--id-column", "id", "--label", "credit_score", *common, "--json"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert net["rows"] == local["rows"] and 30 < net["rmse"] < 120
+    assert net["rmse"] == pytest.approx(local["rmse"], rel=1e-3)
+
+
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import secureboost as sb
 

@@ -59,6 +59,7 @@ class MeteredGrid:
         self._grid = grid
         self.poll = poll
         self.traffic = Traffic()
+        self.exchanges: list[tuple[int, float]] = []  # (messages, seconds) of each exchange a caller logs
 
     def __getattr__(self, name: str) -> Any:  # everything else: the wrapped Grid's
         return getattr(self._grid, name)

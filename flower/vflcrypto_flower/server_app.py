@@ -36,6 +36,7 @@ def _exchange(grid: Grid, contents: dict[int, RecordDict], mtype: str, timeout: 
     An error or silence aborts, unless ``lost`` is given (a protocol that tolerates
     dropouts): then the failed or silent nodes are added to it and left out.
     """
+    t0 = time.perf_counter()
     msgs = [Message(c, dst_node_id=n, message_type=mtype) for n, c in contents.items()]
     pending = set(grid.push_messages(msgs))
     replies: list[Message] = []
@@ -60,6 +61,8 @@ def _exchange(grid: Grid, contents: dict[int, RecordDict], mtype: str, timeout: 
         if lost is None:
             raise PeerTimeoutError(f"no {mtype} reply from nodes {sorted(missing)} within {timeout:g} s")
         lost |= missing
+    if isinstance(grid, MeteredGrid):
+        grid.exchanges.append((len(msgs), time.perf_counter() - t0))
     return out
 
 
@@ -176,6 +179,7 @@ def main(grid: Grid, context: Context) -> None:
         print(line, flush=True)
     out: dict[str, Any] = {"summary": summary, "result": result}
     if meter is not None:
-        out["meter"] = {"seconds": time.perf_counter() - started, "nodes": node_of, **meter.traffic.to_dict()}
+        out["meter"] = {"seconds": time.perf_counter() - started, "nodes": node_of, "exchanges": meter.exchanges,
+                        **meter.traffic.to_dict()}
     write_output(cfg, me, out)
     write_output(cfg, "transcript", {"protocol": spec.name, "run_id": run_id, "transcript": transcript.to_dict()})

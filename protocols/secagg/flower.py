@@ -10,6 +10,7 @@ and treats them as dropped); ``degree`` > 0 selects SecAgg+'s sparse graph.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,19 +28,45 @@ __all__ = ["config_of", "example_vector", "flower_identities", "flower_spec", "n
 
 
 def flower_identities(party: str, run_config: Mapping[str, Any], names: list[str]) -> tuple[Any, dict[str, bytes]]:
-    """(this party's identity key, or None for the server; every client's pinned identity) from ``party-config``."""
-    from vflcrypto.partyconfig import load_party_config
-    from vflcrypto.spec import TaskContext
+    """(this party's identity key, or None for the server; every client's pinned identity) from ``party-config``.
 
+    Cached per file version: a ClientApp is rebuilt for every message, and reading a
+    configuration of n parties for each of the O(n) messages would cost O(n^2).
+    """
     path = str(run_config.get("party-config", "") or "")
     if not path:
         raise ConfigurationError("secure aggregation needs party-config = <parties.toml> pinning the clients' "
                                  "identity keys (vflcrypto certs --party server --party client-0 ... writes one)")
+    import os
+
+    return _identities(path, os.stat(path).st_mtime_ns, party, tuple(names))
+
+
+def _identities(path: str, mtime: int, party: str, names: tuple[str, ...]) -> tuple[Any, dict[str, bytes]]:
+    _, pins = _pinned(path, mtime, names)
+    return (_identity(path, mtime, party) if party != SERVER else None), pins
+
+
+@functools.lru_cache(maxsize=4)
+def _pinned(path: str, mtime: int, names: tuple[str, ...]) -> tuple[Any, dict[str, bytes]]:
+    """The parsed configuration and every client's pinned identity (one entry per file version)."""
+    from vflcrypto.partyconfig import load_party_config
+    from vflcrypto.spec import TaskContext
+
     config = load_party_config(path)
     roles = {n: p.role for n, p in config.parties.items()}
-    ctx = TaskContext(party, roles.get(party, ""), roles, {}, config)
-    pins = {n: ctx.peer_identity(n) for n in names}
-    return (ctx.identity() if party != SERVER else None), pins
+    ctx = TaskContext(SERVER, roles.get(SERVER, ""), roles, {}, config)
+    return config, {n: ctx.peer_identity(n) for n in names}
+
+
+@functools.lru_cache(maxsize=1024)
+def _identity(path: str, mtime: int, party: str) -> Any:
+    """``party``'s own identity key (read from its key file once per file version)."""
+    from vflcrypto.spec import TaskContext
+
+    config, _ = _pinned(path, mtime, ())
+    roles = {n: p.role for n, p in config.parties.items()}
+    return TaskContext(party, roles.get(party, ""), roles, {}, config).identity()
 
 
 def example_vector(index: int, length: int) -> np.ndarray:

@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import InputDataError
+
 __all__ = ["flower_relay_table", "load_all_protocols", "register", "security_md_blocks"]
 
 NET = "net"  # the runtime's own hello (not a protocol)
@@ -78,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
 
         load_all_protocols()
         path = Path(args.security_md)
+        if not path.is_file():
+            raise InputDataError(f"{path}: no such file (--security-md takes the repository's SECURITY.md, "
+                                 "with its <!-- BEGIN leakage:... --> markers)")
         text = path.read_text(encoding="utf-8")
         new = render_security_md(text, security_md_blocks())
         if new != text:

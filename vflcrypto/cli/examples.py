@@ -7,6 +7,12 @@
   split as in the vertical logistic regression example (labels / {Pclass, Sex} /
   {Age, SibSp} / {Parch, Fare}); ``--unaligned`` shuffles and thins each party's rows so
   the IDs need PSI alignment first.
+* ``digits/server.csv`` and ``digits/party0..1.csv``: the bundled digits for the
+  representation-VFL protocols (seed 000): the server holds ``id`` and the label
+  ``digit`` of the aligned rows (100 training + 360 test rows); each party its half of
+  the pixel columns of those rows and of its own unaligned rows.
+* ``hfl/client0..2.csv``: the digits dealt to three clients for horizontal FL (the same
+  64 pixel columns and ``digit`` everywhere, different rows).
 """
 
 from __future__ import annotations
@@ -31,7 +37,41 @@ def run(args: argparse.Namespace) -> int:
         print(out / name)
     for path in export_titanic_parties(out / "titanic", unaligned=args.unaligned):
         print(path)
+    for path in [*_digits_vfl(out / "digits"), *_digits_hfl(out / "hfl")]:
+        print(path)
     return 0
+
+
+def _digits_vfl(out: Path) -> list[Path]:
+    from vflcrypto.dataio import write_csv_atomic
+    from vflcrypto.protocols._repvfl_cli import _digits_tables
+
+    server, parties, _ = _digits_tables(100, 0)
+    out.mkdir(parents=True, exist_ok=True)
+    assert server.label is not None
+    paths = [out / "server.csv"]
+    write_csv_atomic(paths[0], ["id", "digit"], [[i, int(y)] for i, y in zip(server.ids, server.label, strict=True)])
+    for k, t in enumerate(parties):
+        paths.append(out / f"party{k}.csv")
+        write_csv_atomic(paths[-1], ["id", *t.columns],
+                         [[i, *(f"{v:g}" for v in row)] for i, row in zip(t.ids, t.X.tolist(), strict=True)])
+    return paths
+
+
+def _digits_hfl(out: Path) -> list[Path]:
+    import numpy as np
+
+    from vflcrypto.dataio import write_csv_atomic
+    from vflcrypto.protocols.hfl import digits_clients
+
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k, c in enumerate(digits_clients(3, seed=0, test_fraction=0.0)):
+        paths.append(out / f"client{k}.csv")
+        write_csv_atomic(paths[-1], [*(f"px{j}" for j in range(c.X.shape[1])), "digit"],
+                         [[*(f"{v:g}" for v in row), int(y)] for row, y in zip(np.asarray(c.X).tolist(), c.y,
+                                                                              strict=True)])
+    return paths
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
