@@ -316,3 +316,23 @@ def test_demo_step_runs_quickly(tmp_path: Path) -> None:
     out = lr.demo_step(ctx)
     assert out["max_weight_diff_vs_plaintext"] < 1e-6
     assert (tmp_path / "linreg_model" / "active.npz").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bits", [3072, 4096])
+def test_large_keys_train_like_the_plaintext_reference(bits: int) -> None:
+    """3072- and 4096-bit keys: the value bound exceeds a float's range (2^1024) and must not be
+    turned into a float; the weights equal the plaintext reference."""
+    active, passives = lr.synthetic_split(n_rows=20, p_active=2, p_passive=(1,))
+    cfg = lr.LinRegConfig(epochs=1, tol=None, key_bits=bits, seed=1)
+    run = lr.run_local(active, passives, config=cfg)
+    ref = lr.plaintext_gradient_descent(active.X, active.label, [p.X for p in passives], config=cfg, seed=1)
+    np.testing.assert_allclose(run.active.model.weights, ref.active_weights, rtol=1e-6, atol=1e-9)
+
+
+def test_exceeds_bits_works_past_the_float_range() -> None:
+    from vflcrypto.encoding import exceeds_bits
+
+    assert exceeds_bits(np.array([1.0, -4.0]), 2) and not exceeds_bits(np.array([3.99]), 2)
+    assert not exceeds_bits(np.array([1e300]), 1500) and exceeds_bits(np.array([1e300]), 996)
+    assert not exceeds_bits(np.zeros(0), 1)

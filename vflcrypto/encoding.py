@@ -36,6 +36,7 @@ __all__ = [
     "decode_fixed",
     "encode_fixed",
     "encode_ints",
+    "exceeds_bits",
     "max_int",
     "pack",
     "to_fixed_ints",
@@ -43,6 +44,14 @@ __all__ = [
 ]
 
 DEFAULT_FRAC_BITS = 32  # ~1e-10 resolution: below float32 noise of gradients and features
+
+
+def exceeds_bits(values: np.ndarray, bits: int) -> bool:
+    """Whether some finite |value| >= 2^bits, for any ``bits`` (no float 2^bits: it overflows past 1023)."""
+    arr = np.abs(np.asarray(values, dtype=np.float64))
+    if arr.size == 0:
+        return False
+    return math.frexp(float(arr.max()))[1] > bits  # m * 2^e with m in [0.5, 1): >= 2^bits iff e > bits
 
 
 def max_int(modulus: int) -> int:

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .encoding import decode_fixed
+from .encoding import decode_fixed, exceeds_bits
 from .errors import EncodingError, EncodingOverflowError, InsecureParameterError, ProtocolError
 from .paillier import PaillierVector
 
@@ -156,7 +156,7 @@ def mask_fixed(x: np.ndarray, frac_bits: int, value_bits: int,
     arr = np.asarray(x, dtype=np.float64).ravel()
     if not np.all(np.isfinite(arr)):
         raise EncodingError("values contain NaN or infinity")
-    if arr.size and float(np.max(np.abs(arr))) >= 2.0 ** value_bits:
+    if exceeds_bits(arr, value_bits):
         raise EncodingOverflowError(f"a value exceeds the declared bound 2^{value_bits}")
     encoded = [round(v * (1 << frac_bits)) for v in arr.tolist()]
     masks = statistical_masks(len(encoded), value_bits + frac_bits, sec_bits,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcrypto.dataio import PartyTable
+from vflcrypto.encoding import exceeds_bits
 from vflcrypto.errors import EncodingOverflowError, InputDataError
 
 from .config import LinRegConfig
@@ -136,7 +137,7 @@ def check_ckks_scale(X: np.ndarray, columns: Sequence[str], batch: int, party: s
 
 
 def check_bound(what: str, values: np.ndarray, bits: int, party: str) -> None:
-    if values.size and float(np.max(np.abs(values))) >= 2.0**bits:
+    if exceeds_bits(values, bits):
         raise EncodingOverflowError(
             f"{party}: {what} exceeds the encoding's public bound 2^{bits} for this key size "
             "(the gradient would overflow the fixed-point range): standardize the features "

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from vflcrypto.encoding import exceeds_bits
 from vflcrypto.errors import EncodingOverflowError, InputDataError, InsecureParameterError, ProtocolError
 from vflcrypto.masking import agree_seed, ring_dtype, ring_mask, seed_context
 from vflcrypto.shamir import SHARE_BYTES
@@ -75,7 +76,7 @@ def encode_ring(x: np.ndarray, frac_bits: int, value_bits: int, ring_bits: int =
     if not np.isfinite(x).all():
         raise EncodingOverflowError("values to aggregate must be finite")
     q = np.rint(np.ldexp(x, frac_bits))
-    if q.size and np.abs(q).max() >= 2.0 ** value_bits:
+    if exceeds_bits(q, value_bits):
         raise EncodingOverflowError(f"a value exceeds the bound 2^{value_bits - frac_bits} of the aggregation")
     return q.astype(np.int64).view(np.uint64).astype(ring_dtype(ring_bits))  # mod 2^32 truncates
 
