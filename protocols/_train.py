@@ -44,6 +44,12 @@ class TrainOptions:
                                   aliases=("--allow-insecure-key",), negative="--secure-keys-only")
     timeout: float = option(120.0, "seconds a party waits for a peer message before failing")
 
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise InputDataError(f"--timeout must be a positive number of seconds, got {self.timeout}")
+        if not 0 <= self.test_fraction < 1:
+            raise InputDataError(f"--test-fraction must lie in [0, 1), got {self.test_fraction}")
+
 
 def add_train_options(parser: argparse.ArgumentParser, *, test_fraction: float | None = None) -> None:
     """The :class:`TrainOptions` flags (``test_fraction`` overrides that default for a protocol)."""

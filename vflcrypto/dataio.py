@@ -94,15 +94,17 @@ def read_csv_strings(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], lis
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = tuple(h.strip() for h in next(reader))
+        rows = []
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise InputDataError(f"{path}: line {reader.line_num} has {len(row)} fields, header has {len(header)}")
+            rows.append((reader.line_num, tuple(row)))
     except StopIteration:
         raise InputDataError(f"{path} is empty (no header)") from None
-    rows = []
-    for line_no, row in enumerate(reader, start=2):
-        if not row:
-            continue
-        if len(row) != len(header):
-            raise InputDataError(f"{path}: line {line_no} has {len(row)} fields, header has {len(header)}")
-        rows.append((line_no, tuple(row)))
+    except csv.Error as exc:  # e.g. a field past the csv module's limit (131,072 characters)
+        raise InputDataError(f"{path}: line {reader.line_num}: {exc}") from None
     return header, rows
 
 

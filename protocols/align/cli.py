@@ -25,6 +25,17 @@ from .tables import align_rows
 __all__ = ["add_align_arguments", "add_party_arguments", "align", "needs_identity", "party_task"]
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds (argparse prints the one-line error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def add_align_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--left", required=True, help="active party's CSV (learns in every mode)")
     p.add_argument("--right", required=True, help="passive party's CSV")
@@ -39,7 +50,7 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-first", action="store_true", help="keep the first of duplicate IDs instead of failing")
     p.add_argument("--strip-ids", action="store_true",
                    help="strip surrounding whitespace from IDs (off by default: no silent changes)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for a peer message")
+    p.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds to wait for a peer message")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
 
 

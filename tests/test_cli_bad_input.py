@@ -1,0 +1,51 @@
+"""User errors end in one clear line and a non-zero exit, never a traceback (a table of bad inputs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("bad")
+    (d / "long.csv").write_text("id,x\n" + "a" * 200_000 + ",1\nb,2\n")
+    (d / "ok.csv").write_text("id,y,x\nb,3,1\nc,4,2\n")
+    (d / "ragged.csv").write_text("id,x\nb,1,9\n")
+    (d / "empty.csv").write_text("")
+    return d
+
+
+def _align(left: str, *extra: str) -> list[str]:
+    return ["align", "--left", left, "--right", "ok.csv", "--id-column", "id", "--out-dir", "out", *extra]
+
+
+def _linreg(*extra: str) -> list[str]:
+    return ["train", "linreg", "--active", "ok.csv", "--passive", "ok.csv", "--id-column", "id", "--label", "y", *extra]
+
+
+CASES = {
+    "field past the csv limit": (_align("long.csv"), "long.csv: line 2"),
+    "negative align timeout": (_align("ok.csv", "--timeout", "-5"), "positive number of seconds"),
+    "negative train timeout": (_linreg("--timeout", "-1"), "positive number of seconds"),
+    "test fraction of 1": (_linreg("--test-fraction", "1"), "test-fraction"),
+    "ragged row": (_align("ragged.csv"), "line 2 has 3 fields"),
+    "empty file": (_align("empty.csv"), "empty"),
+    "missing file": (_align("nothere.csv"), "nothere.csv"),
+    "security-md missing": (["audit", "--security-md", "nothere.md"], "no such file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_user_error_is_one_clear_line(case: str, files: Path) -> None:
+    args, expect = CASES[case]
+    proc = subprocess.run([sys.executable, "-m", "vflcrypto", *args], cwd=files, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
+    assert expect in proc.stderr, proc.stderr[-2000:]
