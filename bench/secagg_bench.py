@@ -96,6 +96,8 @@ def run_flower(n: int, length: int, drop: int, work: Path, timeout: float, poll:
     got = json.loads((out / "secaggplus.json").read_text())
     clients = set(got["down"])
     survivors = int(got["results"])
+    if got["mean"] is None:  # SecAgg+ halted: some neighbourhood kept fewer than t shares
+        return {"seconds": got["seconds"][-1], "wall": wall, "bytes": _per_client(got, clients), "aborted": True}
     return {"seconds": got["seconds"][-1], "wall": wall, "bytes": _per_client(got, clients),
             "survivors": survivors, "sum": np.asarray(got["mean"]) * survivors}
 
@@ -136,6 +138,11 @@ def main(argv: list[str] | None = None) -> int:
                     fl.append(run_flower(n, args.length, drop, Path(tmp) / f"f{n}-{drop}-{r}", args.timeout, args.poll))
                     vf.append(run_vflcrypto(n, args.length, drop, pki, Path(tmp) / f"v{n}-{drop}-{r}", args.timeout))
                 want = np.sum([example_vector(i, args.length) for i in range(n - drop)], 0)
+                aborted = sum(bool(x.get("aborted")) for x in fl)
+                fl = [x for x in fl if not x.get("aborted")] or fl[:0]
+                if not fl:
+                    print(f"{n:>7} {drop:>4}: Flower's SecAgg+ aborted in every run", flush=True)
+                    continue
                 assert all(x["survivors"] == n - drop for x in fl + vf), "survivor counts differ"
                 err_f = max(float(np.abs(x["sum"] - want).max()) for x in fl)
                 err_v = max(float(np.abs(x["sum"] - want).max()) for x in vf)
@@ -147,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
                        "flower_seconds": [x["seconds"] for x in fl], "vflcrypto_seconds": [x["seconds"] for x in vf],
                        "flower_wall": [x["wall"] for x in fl], "vflcrypto_wall": [x["wall"] for x in vf],
                        "flower_bytes_per_client": bf, "vflcrypto_bytes_per_client": bv,
-                       "flower_max_error": err_f, "vflcrypto_max_error": err_v}
+                       "flower_max_error": err_f, "vflcrypto_max_error": err_v, "flower_aborted": aborted}
                 rows.append(row)
                 print(f"{n:>7} {drop:>4} {shares:>4}/{t:<3} | {tf:>9.2f} {tv:>11.2f} {tv / tf:>6.2f} | "
-                      f"{bf / 1e6:>9.3f} {bv / 1e6:>12.3f} {bv / bf:>6.2f} | {err_f:.1e} / {err_v:.1e}", flush=True)
+                      f"{bf / 1e6:>9.3f} {bv / 1e6:>12.3f} {bv / bf:>6.2f} | {err_f:.1e} / {err_v:.1e}"
+                      + (f"  (Flower aborted {aborted} of {args.repeats} runs: a neighbourhood lost t shares)"
+                         if aborted else ""), flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -233,7 +233,9 @@ class FlowerSpec:
     parties' results into the lines the ServerApp prints and the dict it stores.
     ``relayed`` lists the message kinds that travel between two ClientApps through the
     ServerApp, each with why the ServerApp's party may see it (a kind not listed is
-    refused by the app).
+    refused by the app). ``clients_wait_first``: every client's ``start()`` sends nothing
+    and waits for the server's first frame, so the ServerApp starts each client with that
+    frame instead of a separate start round trip.
     """
 
     server_party: str
@@ -241,6 +243,7 @@ class FlowerSpec:
     make_role: Callable[[str, Mapping[str, Any]], Role[Any]]
     summary: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]
     relayed: Mapping[str, str] = field(default_factory=dict)
+    clients_wait_first: bool = False
 
 
 @dataclass(frozen=True)

@@ -59,11 +59,18 @@ def step(msg: Message, context: Context) -> Message:
         if not rec.get("start"):
             raise ProtocolError(f"{party}: a frame arrived before the run started")
         name, nxt = "start", role.start()
+        started_with_frame = FRAME in rec
+        if started_with_frame and (nxt.sends or nxt.wait is None):
+            raise ProtocolError(f"{party} was started with a frame but its start does not just wait")
+        wait = nxt.wait
     else:
         state, wait = saved
         role.load_state(state, allow_insecure=insecure)
         if wait is None:
             raise ProtocolError(f"{party}: a frame arrived after the role finished")
+        started_with_frame = True
+    if started_with_frame:
+        assert wait is not None
         sender = str(rec[SENDER])
         frame = decode_frame(record_bytes(rec, FRAME), ctx=DecodeContext(role.keyring(), insecure))
         if frame.run_id != cfg["_run-id"]:

@@ -121,17 +121,23 @@ def main(grid: Grid, context: Context) -> None:
         for to, msg in sends:
             route(me, step, to, frame(msg, run_id))
 
-    # start: the server's role and every client's (their first sends, their first waits)
+    # start: the server's role and every client's (their first sends, their first waits);
+    # clients that wait first are started with the server's first frame to them instead
     nxt = role.start()
     own_sends("start", nxt.sends)
-    for content in _exchange(grid, {node_of[c]: RecordDict({"c": ConfigRecord({"start": True})}) for c in clients},
-                             "train.step", timeout, lost).values():
-        party, step, frames, wait = read_reply(content)
-        for to, data in frames:
-            route(party, step, to, data)
-        waits[party] = wait
-    for n in lost or ():
-        waits[party_of[n]] = None
+    unstarted: set[str] = set()
+    if fl.clients_wait_first:
+        unstarted = set(clients)
+        waits.update({c: (me, "its first frame") for c in clients})
+    else:
+        for content in _exchange(grid, {node_of[c]: RecordDict({"c": ConfigRecord({"start": True})})
+                                        for c in clients}, "train.step", timeout, lost).values():
+            party, step, frames, wait = read_reply(content)
+            for to, data in frames:
+                route(party, step, to, data)
+            waits[party] = wait
+        for n in lost or ():
+            waits[party_of[n]] = None
     result: Any = None
     while True:
         # run the server's role as far as the queued frames allow
@@ -160,7 +166,8 @@ def main(grid: Grid, context: Context) -> None:
                 data, _ = mail[(c, w[0])].popleft()
                 kind, _ = peek_frame(data)
                 transcript.record("recv", 0, ep[w[0]], ep[c], kind, len(data), "")
-                batch[node_of[c]] = request(data, w[0], "")
+                batch[node_of[c]] = request(data, w[0], "", start=c in unstarted)
+                unstarted.discard(c)
         if not batch:
             if nxt.wait is None and all(w is None for w in waits.values()):
                 break

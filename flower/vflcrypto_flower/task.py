@@ -64,9 +64,12 @@ def record_bytes(rec: Mapping[str, object], key: str) -> bytes:
     return value
 
 
-def request(frame_bytes: bytes, sender: str, step: str) -> RecordDict:
-    """One frame to a ClientApp (and who sent it)."""
-    return RecordDict({"c": ConfigRecord({FRAME: frame_bytes, SENDER: sender, STEP: step})})
+def request(frame_bytes: bytes, sender: str, step: str, *, start: bool = False) -> RecordDict:
+    """One frame to a ClientApp (and who sent it); ``start``: the role starts, then handles it."""
+    rec: dict[str, Any] = {FRAME: frame_bytes, SENDER: sender, STEP: step}
+    if start:
+        rec["start"] = True
+    return RecordDict({"c": ConfigRecord(rec)})
 
 
 def reply(party: str, step: str, nxt: Next, run_id: str) -> RecordDict:

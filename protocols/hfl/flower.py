@@ -45,4 +45,4 @@ def flower_spec() -> FlowerSpec:
                           f"{[len(s) for s in res.survivors]}"], "test_accuracy": res.test_accuracy,
                 "survivors": res.survivors}
 
-    return FlowerSpec(SERVER, parties_of, make_role, summary)
+    return FlowerSpec(SERVER, parties_of, make_role, summary, clients_wait_first=True)

@@ -117,4 +117,4 @@ def flower_spec() -> FlowerSpec:
         return {"lines": [f"[vflcrypto] secagg: sum over {len(res.survivors)} of {len(names)} clients, "
                           f"max error {err:.2e}"], "survivors": res.survivors, "max_error": err}
 
-    return FlowerSpec(SERVER, parties_of, make_role, summary)
+    return FlowerSpec(SERVER, parties_of, make_role, summary, clients_wait_first=True)
