@@ -18,6 +18,16 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "ok.csv").write_text("id,y,x\nb,3,1\nc,4,2\n")
     (d / "ragged.csv").write_text("id,x\nb,1,9\n")
     (d / "empty.csv").write_text("")
+    for sub in ("a", "b"):  # the same file name in two folders
+        (d / sub).mkdir()
+        (d / sub / "x.csv").write_text("id,v\nb,1\nc,2\n")
+    (d / "out").mkdir()
+    (d / "out" / "stale.aligned.csv").write_text("id,y,x\nold,0,0\n")
+    (d / "stale.csv").write_text("id,v\nb,1\n")
+    (d / "out" / "ok.aligned.csv").write_text("id,v\nb,1\n")  # an input that an output would overwrite
+    (d / "afile").write_text("not a directory")
+    subprocess.run([sys.executable, "-m", "vflcrypto", "certs", "--out", str(d / "pki"), "--party", "active",
+                    "--party", "passive-0"], check=True, capture_output=True)
     return d
 
 
@@ -38,6 +48,16 @@ CASES = {
     "empty file": (_align("empty.csv"), "empty"),
     "missing file": (_align("nothere.csv"), "nothere.csv"),
     "security-md missing": (["audit", "--security-md", "nothere.md"], "no such file"),
+    "outputs collide": (["align", "--left", "a/x.csv", "--right", "b/x.csv", "--id-column", "id", "--out-dir", "o"],
+                        "the same file"),
+    "output overwrites an input": (["align", "--left", "ok.csv", "--right", "out/ok.aligned.csv", "--id-column", "id",
+                                    "--out-dir", "out"], "is the input"),
+    "stale output of the other side": (["align", "--left", "ok.csv", "--right", "stale.csv", "--id-column", "id",
+                                        "--out-dir", "out", "--reveal", "left"], "earlier run"),
+    "party output overwrites its data": (["party", "--config", "pki/parties.example.toml", "--as", "active", "align",
+                                          "--data", "stale.csv", "--id-column", "id", "--out", "stale.csv"],
+                                         "is the input"),
+    "out-dir is a file": ([*_align("ok.csv")[:-2], "--out-dir", "afile/sub"], "cannot create the output directory"),
 }
 
 
@@ -49,3 +69,7 @@ def test_a_user_error_is_one_clear_line(case: str, files: Path) -> None:
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
     assert expect in proc.stderr, proc.stderr[-2000:]
+    # nothing written, nothing lost
+    assert not list(files.glob("o/*")) and (files / "out" / "stale.aligned.csv").read_text().startswith("id,y,x\nold")
+    assert (files / "out" / "ok.aligned.csv").read_text() == "id,v\nb,1\n"
+    assert (files / "stale.csv").read_text() == "id,v\nb,1\n"

@@ -15,7 +15,7 @@ import io
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ __all__ = [
     "PartyTable",
     "atomic_write_bytes",
     "atomic_write_text",
+    "check_outputs",
     "ids_digest",
     "load_model",
     "read_csv_strings",
@@ -205,6 +206,31 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_outputs(outputs: Mapping[str, str | os.PathLike[str]],
+                  inputs: Sequence[str | os.PathLike[str]] = ()) -> None:
+    """Refuse, before any work, outputs that collide with each other or with an input, or
+    whose directory cannot be written (``outputs`` maps what each file is to its path)."""
+    seen: dict[Path, str] = {}
+    ins = {Path(i).resolve(): str(i) for i in inputs}
+    for what, path in outputs.items():
+        r = Path(path).resolve()
+        if r in ins:
+            raise InputDataError(f"the {what} output {path} is the input {ins[r]}: it would be overwritten")
+        if r in seen:
+            raise InputDataError(f"the {what} and the {seen[r]} outputs are the same file {path}: "
+                                 "one would overwrite the other")
+        seen[r] = what
+        if r.is_dir():
+            raise InputDataError(f"the {what} output {path} is a directory")
+        d = r.parent
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputDataError(f"cannot create the output directory {d}: {exc.strerror or exc}") from None
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise InputDataError(f"the output directory {d} is not writable")
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

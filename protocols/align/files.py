@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from vflcrypto import psi
-from vflcrypto.dataio import read_csv_strings, write_csv_atomic
+from vflcrypto.dataio import check_outputs, read_csv_strings, write_csv_atomic
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime import DEFAULT_TIMEOUT
 
@@ -76,19 +76,27 @@ def align_files(
     order) for each party that learns the intersection, atomically. Returns a summary.
     """
     t0 = time.perf_counter()
+    out = Path(out_dir)
+    paths = {"left": out / f"{Path(left).stem}.aligned.csv", "right": out / f"{Path(right).stem}.aligned.csv"}
+    # before any cryptographic work: distinct outputs, no input overwritten, a writable directory,
+    # and no output of an earlier run beside this run's (a side that learns nothing writes none)
+    check_outputs(paths, [left, right])
+    learns = {"both": ("left", "right"), "left": ("left",), "size": ()}.get(reveal, ())
+    for key, path in paths.items():
+        if key not in learns and path.exists():
+            raise InputDataError(f"{path} is an output of an earlier run; this run (--reveal {reveal}) writes no "
+                                 f"{key} output, so the two would mix: remove it or choose another --out-dir")
     lt = read_id_table(left, id_column)
     rt = read_id_table(right, right_id_column or id_column)
     lc, rc = canon_table(lt, duplicates, strip), canon_table(rt, duplicates, strip)
     run = run_local(lc, rc, protocol=protocol, mode=reveal, progress=progress, timeout=timeout)
     res_l, res_r = run.results[ACTIVE], run.results[PASSIVE]
-    out = Path(out_dir)
     outputs: dict[str, str] = {}
     for key, table, res in (("left", lt, res_l), ("right", rt, res_r)):
         if res.rows is None:
             continue
-        path = out / f"{table.path.stem}.aligned.csv"
-        write_csv_atomic(path, table.header, (table.rows[i] for i in res.rows.tolist()))
-        outputs[key] = str(path)
+        write_csv_atomic(paths[key], table.header, (table.rows[i] for i in res.rows.tolist()))
+        outputs[key] = str(paths[key])
     size = res_l.size if res_l.size is not None else res_r.size
     return {
         "protocol": protocol,

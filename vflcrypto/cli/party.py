@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..dataio import atomic_write_text
+from ..dataio import atomic_write_text, check_outputs
 from ..errors import ProtocolError
 from ..protocols._train import metrics_path
 from ..spec import PartyTask, TaskContext
@@ -83,6 +83,9 @@ def run_party(args: argparse.Namespace) -> int:
     key = Path(args.key) if args.key else spec.key_path
     identity = PartyIdentity.from_files(spec.name, spec.cert_path, key, config.ca_path)
     out = Path(args.out)
+    data = getattr(args, "data", None)
+    check_outputs({"output": out, "run record": sidecar_path(out), "metrics": metrics_path(out)},
+                  [data] if data else [])  # before connecting: never overwrite the input
     sidecar_path(out).unlink(missing_ok=True)  # a stale sidecar must not vouch for this run
     metrics_path(out).unlink(missing_ok=True)
     roles = {n: p.role for n, p in config.parties.items()}
