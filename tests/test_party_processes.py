@@ -372,6 +372,30 @@ def test_ckks_linear_regression_on_the_bundled_example_in_three_processes(
     assert net["rmse"] == pytest.approx(local["rmse"], rel=1e-3)
 
 
+def test_a_party_with_different_training_flags_refuses_the_plan(tmp_path: Path, pki: Path) -> None:
+    """passive-0 runs with --epochs 5 while the active party plans 4: passive-0 refuses the plan,
+    naming the difference, and every party stops with a non-zero exit."""
+    from vflcrypto.protocols import linreg as linreg
+
+    active, (passive,) = linreg.synthetic_split(n_rows=30, p_active=2, p_passive=(2,))
+    write_table(tmp_path / "active.csv", list(active.ids), ["b0", "b1"], active.X, active.label)
+    write_table(tmp_path / "passive-0.csv", list(passive.ids), ["a0", "a1"], passive.X)
+    names = ["active", "passive-0", "coordinator"]
+    cfg = make_config(tmp_path, pki, names, timeout=20.0)
+    procs = {}
+    for n in names:
+        data = [] if n == "coordinator" else ["--data", str(tmp_path / f"{n}.csv"), "--id-column", "id", "--aligned"]
+        lab = ["--label", "y"] if n == "active" else []
+        epochs = "5" if n == "passive-0" else "4"
+        procs[n] = party(cfg, n, "train", "linreg", *data, *lab, "--epochs", epochs, *SMALL_KEYS,
+                         "--out", str(tmp_path / f"{n}.npz"))
+    res = finish(procs, timeout=60)
+    assert all(rc != 0 for rc, _, _ in res.values())
+    err = res["passive-0"][2]
+    assert "training plan differs" in err and "epochs 4 (here 5)" in err and "Traceback" not in err
+    assert not (tmp_path / "passive-0.npz").exists()
+
+
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import secureboost as sb
 

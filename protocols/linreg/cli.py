@@ -140,7 +140,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         if args.data:
             raise InputDataError("the coordinator holds no data: leave out --data")
         c = run_coordinator(only([ACTIVE, *passives]), scheme=cfg.scheme, key_bits=cfg.key_bits,
-                            allow_insecure=opts.allow_insecure, passives=passives)
+                            allow_insecure=opts.allow_insecure, passives=passives, expected=cfg)
         run_predict_coordinator(only([ACTIVE, *passives]), _prediction_bits(cfg, opts), opts.allow_insecure, passives)
         summary: dict[str, Any] = {"losses": c.losses, "epoch_losses": c.epoch_losses, "epochs": c.epochs_run,
                                    "converged": c.converged}
@@ -169,7 +169,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                    "weights": [float(w) for w in res.model.weights]}
     else:
         res = run_passive(only([ACTIVE, COORD]), tr_table, index=passives.index(me), name=me,
-                          preprocess=cfg.preprocess)
+                          preprocess=cfg.preprocess, expected=cfg)
         run_predict_passive(only([ACTIVE, COORD]), res.model, ev_table)
         summary = {"weights": [float(w) for w in res.model.weights], "columns": list(table.columns)}
 

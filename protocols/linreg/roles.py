@@ -25,7 +25,7 @@ import numpy as np
 
 from vflcrypto.ckks import CKKSContext, CKKSVector
 from vflcrypto.dataio import PartyTable, ids_digest
-from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
@@ -82,6 +82,21 @@ class CoordinatorResult:
     converged: bool
 
 
+def check_plan_matches(plan: TrainingPlan, config: LinRegConfig | None, party: str) -> None:
+    """A network party's own flags against the active party's plan: any difference is refused."""
+    if config is None:
+        return
+    batch = plan.n_rows if config.batch_size is None else min(config.batch_size, plan.n_rows)
+    mine = {"epochs": config.epochs, "lr": float(config.lr), "momentum": float(config.momentum),
+            "l2": float(config.l2), "tol": config.tol, "batch_size": batch}
+    theirs = {"epochs": plan.epochs, "lr": plan.lr, "momentum": plan.momentum, "l2": plan.l2, "tol": plan.tol,
+              "batch_size": plan.batch_size}
+    differ = [f"{k} {theirs[k]} (here {mine[k]})" for k in mine if mine[k] != theirs[k]]
+    if differ:
+        raise ConfigurationError(f"{party}: the active party's training plan differs from this party's flags: "
+                                 f"{', '.join(differ)}; run every party with the same training flags")
+
+
 def check_plan(plan: TrainingPlan, n_rows: int, party: str) -> None:
     if plan.n_rows != n_rows:
         raise InputDataError(f"{party} has {n_rows} rows, the active party {plan.n_rows}: "
@@ -117,10 +132,12 @@ class CoordinatorRole(Role[_CoordState]):
     def __init__(self, *, scheme: str = "paillier", key_bits: int = 2048, allow_insecure: bool = False,
                  active: str = ACTIVE, passives: Sequence[str] = ("passive-0",),
                  keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
-                 ckks_context: CKKSContext | None = None, name: str = COORD) -> None:
+                 ckks_context: CKKSContext | None = None, name: str = COORD,
+                 expected: LinRegConfig | None = None) -> None:
         super().__init__(name)
         if scheme not in ("paillier", "ckks"):
             raise InputDataError(f"unknown scheme {scheme!r}")
+        self.expected = expected
         self.scheme, self.active, self.passives = scheme, active, list(passives)
         self.parties = [active, *self.passives]
         self.key_bits, self.allow_insecure = key_bits, allow_insecure
@@ -164,9 +181,10 @@ class CoordinatorRole(Role[_CoordState]):
         return then([send(p, self.state.key) for p in self.parties], self.active, TrainingPlan, "on_plan")
 
     def on_plan(self, plan: TrainingPlan) -> Next:
-        """Step 0: B's plan (checked); then the first batch's loss."""
+        """Step 0: B's plan (checked, against this party's own flags if given); then the first batch's loss."""
         if plan.n_passive != len(self.passives):
             raise ProtocolError("the plan names a different number of passive parties")
+        check_plan_matches(plan, self.expected, self.name)
         self.state.plan = plan
         return then([], self.active, EncryptedLoss, "on_loss")
 
@@ -344,10 +362,11 @@ class PassiveRole(_DataRole):
     role = PASSIVE
 
     def __init__(self, table: PartyTable, *, index: int, name: str = "passive-0", preprocess: str = "none",
-                 record_history: bool = False, active: str = ACTIVE, coordinator: str = COORD) -> None:
+                 record_history: bool = False, active: str = ACTIVE, coordinator: str = COORD,
+                 expected: LinRegConfig | None = None) -> None:
         super().__init__(table, name, intercept=False, preprocess=preprocess, record_history=record_history,
                          coordinator=coordinator)
-        self.index, self.active = index, active
+        self.index, self.active, self.expected = index, active, expected
 
     def start(self) -> Next:
         return then([], self.coordinator, PublicKeyMsg, "on_public_key")
@@ -358,8 +377,9 @@ class PassiveRole(_DataRole):
         return then([], self.active, TrainingPlan, "on_plan")
 
     def on_plan(self, plan: TrainingPlan) -> Next:
-        """Step 0: check the plan and the row IDs, then the first batch."""
+        """Step 0: check the plan (against this party's own flags, if given) and the row IDs, then the first batch."""
         check_plan(plan, self.X.shape[0], self.name)
+        check_plan_matches(plan, self.expected, self.name)
         if plan.id_digest != ids_digest(self.table.ids, "linreg"):
             raise InputDataError(f"{self.name}: rows are not in the active party's order (misaligned IDs); align first")
         self.state.plan = plan
