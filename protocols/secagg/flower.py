@@ -43,30 +43,37 @@ def flower_identities(party: str, run_config: Mapping[str, Any], names: list[str
 
 
 def _identities(path: str, mtime: int, party: str, names: tuple[str, ...]) -> tuple[Any, dict[str, bytes]]:
-    _, pins = _pinned(path, mtime, names)
-    return (_identity(path, mtime, party) if party != SERVER else None), pins
-
-
-@functools.lru_cache(maxsize=4)
-def _pinned(path: str, mtime: int, names: tuple[str, ...]) -> tuple[Any, dict[str, bytes]]:
-    """The parsed configuration and every client's pinned identity (one entry per file version)."""
-    from vflcrypto.partyconfig import load_party_config
-    from vflcrypto.spec import TaskContext
-
-    config = load_party_config(path)
-    roles = {n: p.role for n, p in config.parties.items()}
-    ctx = TaskContext(SERVER, roles.get(SERVER, ""), roles, {}, config)
-    return config, {n: ctx.peer_identity(n) for n in names}
+    return (_identity(path, mtime, party) if party != SERVER else None), _pins(path, mtime, names)
 
 
 @functools.lru_cache(maxsize=1024)
 def _identity(path: str, mtime: int, party: str) -> Any:
-    """``party``'s own identity key (read from its key file once per file version)."""
+    """``party``'s own identity key (its key file read once per configuration version)."""
+    return _context(path, mtime, party).identity()
+
+
+@functools.lru_cache(maxsize=4)
+def _config(path: str, mtime: int) -> Any:
+    """The parsed party configuration (once per file version)."""
+    from vflcrypto.partyconfig import load_party_config
+
+    return load_party_config(path)
+
+
+def _context(path: str, mtime: int, party: str) -> Any:
+    """``party``'s task context over the parsed configuration."""
     from vflcrypto.spec import TaskContext
 
-    config, _ = _pinned(path, mtime, ())
+    config = _config(path, mtime)
     roles = {n: p.role for n, p in config.parties.items()}
-    return TaskContext(party, roles.get(party, ""), roles, {}, config).identity()
+    return TaskContext(party, roles.get(party, ""), roles, {}, config)
+
+
+@functools.lru_cache(maxsize=4)
+def _pins(path: str, mtime: int, names: tuple[str, ...]) -> dict[str, bytes]:
+    """Every client's pinned identity."""
+    ctx = _context(path, mtime, SERVER)
+    return {n: ctx.peer_identity(n) for n in names}
 
 
 def example_vector(index: int, length: int) -> np.ndarray:
