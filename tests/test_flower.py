@@ -241,6 +241,27 @@ def test_simulation_representation_vfl_matches_run_local(tmp_path: Path, protoco
     assert f"[vflcrypto] {protocol}: test accuracy" in out
 
 
+def test_simulation_protovfl_matches_run_local(tmp_path: Path) -> None:
+    """Prototype VFL: the server is the ServerApp, three parties SuperNodes (their extractors and the secagg
+    secrets in context.state); identities pinned in a party config; the same predictions as run_local."""
+    pytest.importorskip("torch")
+    from vflcrypto.protocols import protovfl
+
+    names = ["server", "party-0", "party-1", "party-2"]
+    assert main(["certs", "--out", str(tmp_path / "pki"), *[a for n in names for a in ("--party", n)]]) == 0
+    cfg = tmp_path / "pki" / "parties.example.toml"
+    overrides = ("protocol='protovfl'", "rounds=1", "local-epochs=2", "head-epochs=20", f"party-config='{cfg}'")
+    rc, out = run_script("flower_simulate.sh", *overrides, f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=3)
+    assert rc == 0, out[-3000:]
+    server, parties = protovfl.digits_example(20, seed=0)
+    local = protovfl.run_local(server, parties, config=protovfl.ProtoConfig(rounds=1, local_epochs=2, head_epochs=20))
+    got = _outputs(tmp_path)
+    assert got["server"]["result"]["test_accuracy"] == pytest.approx(local.test_accuracy, abs=1e-12)
+    kinds = {e["kind"] for e in got["transcript"]["transcript"]}
+    assert {"protovfl.global_model", "secagg.masked_input"} <= kinds
+    assert "[vflcrypto] protovfl: test accuracy" in out
+
+
 @pytest.mark.parametrize("protocol", ["secagg", "hfl"])
 def test_simulation_secure_aggregation_survives_a_dropout(tmp_path: Path, protocol: str) -> None:
     """Four clients on SuperNodes, the last vanishes mid-round; identities pinned in a party config;

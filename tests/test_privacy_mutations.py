@@ -171,6 +171,22 @@ def secagg_shares_unencrypted(mp: pytest.MonkeyPatch) -> None:
                                                                           int.from_bytes(ct[SHARE_BYTES:], "big")))
 
 
+def psi_tables_unmasked(mp: pytest.MonkeyPatch) -> None:
+    """Prototype VFL's alignment: empty cells left 0 and no zero-sharing (the masks of the tables)."""
+    from vflcrypto import mpsi
+
+    mp.setattr(mpsi, "uniform_field", lambda n: np.zeros(n, np.uint64))
+    mp.setattr(mpsi, "_zero_share", lambda me, seeds, params: np.zeros(params.tables * params.cells * mpsi.REPS,
+                                                                       np.uint64))
+
+
+def table_key_unwrapped(mp: pytest.MonkeyPatch) -> None:
+    from vflcrypto.protocols.protovfl import align
+
+    mp.setattr(align, "wrap_key", lambda key, seed, aad: key)
+    mp.setattr(align, "unwrap_key", lambda wrapped, seed, aad: wrapped)
+
+
 # --------------------------------------------------------------------------- the suite
 
 
@@ -244,6 +260,13 @@ MUTATIONS = (
              (("secagg.masked_input", P.MASKED),), secagg_masks_reused_across_rounds),
     Mutation("secagg: shares relayed unencrypted", "secagg",
              (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted),
+    # prototype VFL (its statistics through secagg; its alignment)
+    Mutation("protovfl: statistics without secagg masks", "protovfl",
+             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks),
+    Mutation("protovfl: PSI tables unmasked", "protovfl", (("protovfl.psi_table", P.MASKED),), psi_tables_unmasked),
+    Mutation("protovfl: table key relayed unwrapped", "protovfl",
+             (("protovfl.psi_wrapped_keys", P.CIPHERTEXT), ("protovfl.psi_wrapped_key", P.CIPHERTEXT)),
+             table_key_unwrapped),
     Mutation("secureboost: one bin per distinct value", "secureboost",
              (("secureboost.histograms", P.AGGREGATE), ("secureboost.plain_histograms", P.AGGREGATE)),
              one_bin_per_value),

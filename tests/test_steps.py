@@ -91,7 +91,20 @@ def _hfl(keys: Any) -> Any:
     return hfl.run_local(clients, 10, config=hfl.HFLConfig(rounds=2, algorithm="scaffold")).transcript
 
 
-RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "align": _align, "exchange": _exchange,
+def _protovfl(keys: Any) -> Any:
+    pytest.importorskip("torch")
+    from vflcrypto.protocols import protovfl
+
+    server, parties = protovfl.digits_example(10, pools=(40, 60, 2), seed=0)
+    cfg = protovfl.ProtoConfig(rounds=1, local_epochs=1, head_epochs=5)
+    transcript = protovfl.run_local(server, parties, config=cfg).transcript
+    plain = protovfl.run_local(server, parties, config=protovfl.ProtoConfig(**{**vars(cfg), "secure": False}))
+    transcript.merge(plain.transcript)
+    return transcript
+
+
+RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "protovfl": _protovfl, "align": _align,
+                                          "exchange": _exchange,
                                           "linreg": _linreg, "logreg": _logreg, "secureboost": _secureboost,
                                           **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}
 

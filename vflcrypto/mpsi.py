@@ -68,7 +68,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from .errors import InputDataError, ProtocolError
 from .psi import canonical_id
 
-__all__ = ["FIELD", "REPS", "MPSIParams", "Placement", "combine", "decode", "encode", "plan", "uniform_field"]
+__all__ = ["FIELD", "KEY_BYTES", "REPS", "MPSIParams", "Placement", "combine", "decode", "encode", "plan", "positions",
+           "uniform_field"]
 
 FIELD = (1 << 31) - 1  # p: products of two elements fit in a uint64
 REPS = 2  # independent repetitions per cell: a false zero has probability p^-2 ≈ 2^-62
@@ -205,6 +206,13 @@ def encode(ids: Sequence[Any], me: int, params: MPSIParams, key: bytes,
         placement.append(dict(zip(cells.tolist(), kept.tolist(), strict=True)))
     z = _zero_share(me, pair_seeds, params).reshape(T, C, REPS)
     return (values + z) % p, Placement(tuple(placement))
+
+
+def positions(ids: Sequence[Any], key: bytes, params: MPSIParams) -> np.ndarray:
+    """pos_j(x) of every ID in every table (tables × IDs): where a holder of ``key`` places each ID."""
+    canon = [canonical_id(i) for i in ids]
+    return np.stack([(_prf(key, b"pos" + j.to_bytes(2, "big"), canon) % np.uint64(params.cells)).astype(np.int64)
+                     for j in range(params.tables)]) if canon else np.zeros((params.tables, 0), np.int64)
 
 
 def combine(tables: Sequence[Any], params: MPSIParams) -> np.ndarray:

@@ -12,9 +12,11 @@ __all__ = ["CLIENT", "SERVER", "Advertise", "Forward", "Keys", "MaskedInput", "S
            "Unmask"]
 
 SERVER, CLIENT = "server", "client"
+#: the roles that contribute an input: secagg's and hfl's clients, prototype VFL's parties
+CONTRIBUTORS = (CLIENT, "party")
 
 
-@declare("secagg.setup", sender=SERVER, receiver=CLIENT, protection=Protection.PUBLIC,
+@declare("secagg.setup", sender=SERVER, receiver=CONTRIBUTORS, protection=Protection.PUBLIC,
          reveals="the round, every client's name and neighbours, the threshold t, the vector length, the ring "
                  "and the fixed-point bits")
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class Setup:
     value_bits: int
 
 
-@declare("secagg.advertise", sender=CLIENT, receiver=SERVER, protection=Protection.PUBLIC,
+@declare("secagg.advertise", sender=CONTRIBUTORS, receiver=SERVER, protection=Protection.PUBLIC,
          reveals="the client's two fresh X25519 public keys of this round (share encryption, mask agreement), "
                  "signed with its pinned Ed25519 identity; that it is still present")
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class Advertise:
     signature: bytes
 
 
-@declare("secagg.keys", sender=SERVER, receiver=CLIENT, protection=Protection.PUBLIC,
+@declare("secagg.keys", sender=SERVER, receiver=CONTRIBUTORS, protection=Protection.PUBLIC,
          reveals="the signed public keys of the client's neighbours that advertised: who is present")
 @dataclass(frozen=True)
 class Keys:
@@ -51,7 +53,7 @@ class Keys:
     signatures: list[bytes]
 
 
-@declare("secagg.shares", sender=CLIENT, receiver=SERVER, protection=Protection.CIPHERTEXT, key_owner=CLIENT,
+@declare("secagg.shares", sender=CONTRIBUTORS, receiver=SERVER, protection=Protection.CIPHERTEXT, key_owner=CLIENT,
          reveals="to the relaying server: nothing but who shares with whom and the sizes (AES-256-GCM under "
                  "keys agreed between the two clients); each ciphertext holds Shamir shares of the sender's "
                  "mask key and self-mask seed for one neighbour")
@@ -62,7 +64,7 @@ class Shares:
     ciphertexts: list[bytes]
 
 
-@declare("secagg.forward", sender=SERVER, receiver=CLIENT, protection=Protection.CIPHERTEXT, key_owner=CLIENT,
+@declare("secagg.forward", sender=SERVER, receiver=CONTRIBUTORS, protection=Protection.CIPHERTEXT, key_owner=CLIENT,
          reveals="one Shamir share of each neighbour's mask key and self-mask seed: fewer than t shares of a "
                  "secret reveal nothing about it")
 @dataclass(frozen=True)
@@ -72,7 +74,8 @@ class Forward:
     ciphertexts: list[bytes]
 
 
-@declare("secagg.masked_input", sender=CLIENT, receiver=SERVER, protection=(Protection.MASKED, Protection.AGGREGATE),
+@declare("secagg.masked_input", sender=CONTRIBUTORS, receiver=SERVER,
+         protection=(Protection.MASKED, Protection.AGGREGATE),
          hiding_bits=PERFECT,
          reveals="x_u + PRG(b_u) + sum_v +-PRG(s_uv) mod 2^b: uniform on its own (pseudorandom masks); only the "
                  "sum over the surviving clients is revealed after unmasking")
@@ -82,7 +85,7 @@ class MaskedInput:
     y: np.ndarray
 
 
-@declare("secagg.survivors", sender=SERVER, receiver=CLIENT, protection=Protection.PUBLIC,
+@declare("secagg.survivors", sender=SERVER, receiver=CONTRIBUTORS, protection=Protection.PUBLIC,
          reveals="which clients' masked inputs arrived (the survivors) and so which dropped")
 @dataclass(frozen=True)
 class Survivors:
@@ -90,7 +93,7 @@ class Survivors:
     survivors: list[str]
 
 
-@declare("secagg.unmask", sender=CLIENT, receiver=SERVER, protection=Protection.PLAINTEXT,
+@declare("secagg.unmask", sender=CONTRIBUTORS, receiver=SERVER, protection=Protection.PLAINTEXT,
          reveals="the client's shares of every dropped neighbour's mask key and of every surviving neighbour's "
                  "self-mask seed (never both for one client): with t of them the server removes exactly the "
                  "masks that leave the survivors' sum")

@@ -11,6 +11,10 @@
   representation-VFL protocols (seed 000): the server holds ``id`` and the label
   ``digit`` of the aligned rows (100 training + 360 test rows); each party its half of
   the pixel columns of those rows and of its own unaligned rows.
+* ``protovfl/server.csv`` and ``protovfl/party0..2.csv``: the digits for prototype VFL
+  (seed 002): three parties with bands of pixel rows, 20 aligned training + 360 test
+  rows labelled at the server, unaligned pools of 130 / 1,300 / 2 rows (some rows on
+  party 0 and 1 only).
 * ``hfl/client0..2.csv``: the digits dealt to three clients for horizontal FL (the same
   64 pixel columns and ``digit`` everywhere, different rows).
 """
@@ -19,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 __all__ = ["register"]
 
@@ -37,16 +43,29 @@ def run(args: argparse.Namespace) -> int:
         print(out / name)
     for path in export_titanic_parties(out / "titanic", unaligned=args.unaligned):
         print(path)
-    for path in [*_digits_vfl(out / "digits"), *_digits_hfl(out / "hfl")]:
+    for path in [*_digits_vfl(out / "digits"), *_digits_proto(out / "protovfl"), *_digits_hfl(out / "hfl")]:
         print(path)
     return 0
 
 
 def _digits_vfl(out: Path) -> list[Path]:
-    from vflcrypto.dataio import write_csv_atomic
     from vflcrypto.protocols._repvfl_cli import _digits_tables
 
     server, parties, _ = _digits_tables(100, 0)
+    return _write_tables(out, server, parties)
+
+
+def _digits_proto(out: Path) -> list[Path]:
+    from vflcrypto.protocols.protovfl import digits_tables
+
+    server, parties, _ = digits_tables(20, seed=0)
+    return _write_tables(out, server, parties)
+
+
+def _write_tables(out: Path, server: Any, parties: Sequence[Any]) -> list[Path]:
+    """The server's ``id``/``digit`` file and one ``id`` + columns file per party."""
+    from vflcrypto.dataio import write_csv_atomic
+
     out.mkdir(parents=True, exist_ok=True)
     assert server.label is not None
     paths = [out / "server.csv"]
