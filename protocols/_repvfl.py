@@ -288,6 +288,8 @@ def aligned_inputs(labels: PartyTable, tables: Sequence[PartyTable], *, n_classe
         raise InputDataError("the server's file needs the label column")
     if not tables:
         raise InputDataError("need at least one party file")
+    for t in (labels, *tables):
+        t.check_unique_ids()
     if len(tables) == 1:
         run = align.run_local(list(labels.ids), list(tables[0].ids), mode="both")
         names = [align.ACTIVE, align.PASSIVE]

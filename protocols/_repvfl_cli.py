@@ -134,6 +134,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
                            features=[] if is_server else None)
     if is_server and table.label is None:
         raise InputDataError("the server needs --label")
+    table.check_unique_ids()
     psi_roles = {n: align.ACTIVE if r == SERVER else align.PASSIVE
                  for n, r in ctx.roles.items() if r in (SERVER, PARTY)}
     psi_ctx = dataclasses.replace(ctx, role=psi_roles[ctx.me], roles=psi_roles)

@@ -87,6 +87,7 @@ def read_tables(label_path: str, feature_paths: Sequence[str], id_column: str, l
 def training_rows(args: argparse.Namespace, ctx: TaskContext, table: PartyTable) -> tuple[PartyTable, int]:
     """This party's table restricted to the common IDs (PSI first unless ``--aligned``), sorted
     by canonical ID (every party gets the same order, the same in every run), and the number of rows."""
+    table.check_unique_ids()
     if args.aligned:
         return table, len(table)
     res = align_rows(ctx, list(table.ids))

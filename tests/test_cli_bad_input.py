@@ -26,6 +26,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "stale.csv").write_text("id,v\nb,1\n")
     (d / "out" / "ok.aligned.csv").write_text("id,v\nb,1\n")  # an input that an output would overwrite
     (d / "afile").write_text("not a directory")
+    rows = range(40)
+    (d / "lin_a.csv").write_text("id,y,x\n" + "".join(f"r{i},{3 * i + 7},{i % 7}\n" for i in rows))
+    (d / "lin_b.csv").write_text("id,z\n" + "".join(f"r{i},{(i * 5) % 11}\n" for i in rows))
+    (d / "one_class.csv").write_text("id,y\n" + "".join(f"r{i},0\n" for i in rows))
+    (d / "nan_a.csv").write_text("id,y,x\n" + "".join(f"r{i},{i},{'' if i == 10 else i}\n" for i in rows))
+    (d / "dup_a.csv").write_text("id,y,x\n" + "".join(f"r{i},{i},{i}\n" for i in [*rows[:5], 3, *rows[5:]]))
     subprocess.run([sys.executable, "-m", "vflcrypto", "certs", "--out", str(d / "pki"), "--party", "active",
                     "--party", "passive-0"], check=True, capture_output=True)
     return d
@@ -57,6 +63,18 @@ CASES = {
     "party output overwrites its data": (["party", "--config", "pki/parties.example.toml", "--as", "active", "align",
                                           "--data", "stale.csv", "--id-column", "id", "--out", "stale.csv"],
                                          "is the input"),
+    "linreg diverges": (["train", "linreg", "--active", "lin_a.csv", "--passive", "lin_b.csv", "--id-column", "id",
+                         "--label", "y", "--lr", "1000", "--epochs", "5", "--preprocess", "none", "--label-scaling",
+                         "none", "--key-bits", "512", "--allow-insecure"], "training diverged at epoch 2"),
+    "logreg with one class": (["train", "logreg", "--coordinator", "one_class.csv", "--party", "lin_b.csv",
+                               "--party", "lin_b.csv", "--id-column", "id", "--label", "y", "--aligned"],
+                              "needs both classes"),
+    "a NaN names its file and line": (["train", "linreg", "--active", "nan_a.csv", "--passive", "lin_b.csv",
+                                       "--id-column", "id", "--label", "y", "--key-bits", "512", "--allow-insecure"],
+                                      "nan_a.csv: line 12: feature 'x' is missing"),
+    "a duplicate ID names its lines": (["train", "linreg", "--active", "dup_a.csv", "--passive", "lin_b.csv",
+                                        "--id-column", "id", "--label", "y", "--key-bits", "512",
+                                        "--allow-insecure"], "dup_a.csv: line 7: duplicate ID 'r3' (first on line 5)"),
     "out-dir is a file": ([*_align("ok.csv")[:-2], "--out-dir", "afile/sub"], "cannot create the output directory"),
 }
 

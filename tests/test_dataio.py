@@ -63,7 +63,7 @@ def test_require_same_ids(tmp_path: Path) -> None:
     b = read_party_csv(_write(tmp_path, "id,b\n2,1\n1,2\n", "b.csv"), "id")
     c = read_party_csv(_write(tmp_path, "id,b\n1,1\n", "c.csv"), "id")
     require_same_ids([a, a], ["a", "a2"])
-    with pytest.raises(InputDataError, match="row 0 has a different ID"):
+    with pytest.raises(InputDataError, match=r"b \(.*b.csv: line 2\) has ID '2' where a \(.*a.csv: line 2\) has '1'"):
         require_same_ids([a, b], ["a", "b"])
     with pytest.raises(InputDataError, match="has 1 rows"):
         require_same_ids([a, c], ["a", "c"])
@@ -103,3 +103,27 @@ def test_model_files_round_trip_without_pickle(tmp_path: Path) -> None:
     _write(tmp_path, b"not a model", "bad.npz")
     with pytest.raises(InputDataError, match="not a vflcrypto model"):
         load_model(tmp_path / "bad.npz")
+
+
+def test_rows_keep_their_file_lines_through_take(tmp_path: Path) -> None:
+    from vflcrypto.dataio import read_party_csv
+
+    p = tmp_path / "t.csv"
+    p.write_text('id,x\na,1\n"b\nc",2\nd,3\n')  # a quoted newline: b's row spans lines 3-4, d is on line 5
+    t = read_party_csv(p, "id")
+    assert t.lines == (2, 4, 5)  # a record's line is the one it ends on, as the csv module counts
+    sub = t.take([2, 0])
+    assert sub.where(0) == f"{p}: line 5" and sub.where(1) == f"{p}: line 2"
+    from vflcrypto.dataio import PartyTable
+
+    assert PartyTable(("a",), (), np.zeros((1, 0))).where(0) == "row 0"
+
+
+def test_duplicate_ids_are_found_in_canonical_form_with_their_lines(tmp_path: Path) -> None:
+    from vflcrypto.dataio import read_party_csv
+    from vflcrypto.errors import InputDataError
+
+    p = tmp_path / "t.csv"
+    p.write_text("id,x\ncafe\u0301,1\nb,2\ncaf\u00e9,3\n")  # NFD and NFC spellings of one ID
+    with pytest.raises(InputDataError, match=r"line 4: duplicate ID .* \(first on line 2\)"):
+        read_party_csv(p, "id").check_unique_ids()

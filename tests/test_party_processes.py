@@ -555,3 +555,39 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
     assert recs["party-1"]["summary"]["rows"] == {"overlap": 210, "test": 210,
                                                   "unaligned": len(inputs.parties[1].X_unaligned)}
     assert_same_transcript(local.transcript, recs, prefix="oneshot.")
+
+
+def test_prototype_vfl_four_processes_with_all_party_only_alignment(tmp_path: Path) -> None:
+    """The server and three parties each in a process: the all-party-only PSI over the links, then training with
+    secure aggregation signed by the pinned identities; the same model as in-process."""
+    pytest.importorskip("torch")
+    from vflcrypto.protocols import protovfl
+
+    from vflcrypto.cli import main
+    from vflcrypto.dataio import read_party_csv
+
+    names = ["server", "party-0", "party-1", "party-2"]
+    pki = tmp_path / "pki"
+    write_dev_pki(pki, names)
+    assert main(["examples", str(tmp_path / "ex")]) == 0
+    d = tmp_path / "ex" / "protovfl"
+    files = {"server": d / "server.csv", **{f"party-{k}": d / f"party{k}.csv" for k in range(3)}}
+    cfg = make_config(tmp_path, pki, names, identities=True, timeout=60.0)
+    args = ["--id-column", "id", "--test-fraction", "0.5", "--rounds", "1", "--local-epochs", "2",
+            "--head-epochs", "20"]
+    procs = {n: party(cfg, n, "train", "protovfl", "--data", str(files[n]), *args,
+                      *(["--label", "digit"] if n == "server" else []), "--out", str(tmp_path / f"{n}.npz"))
+             for n in names}
+    recs = check_ok(finish(procs, timeout=120))
+    inputs = protovfl.aligned_inputs(read_party_csv(files["server"], "id", label="digit", features=[]),
+                                     [read_party_csv(files[f"party-{k}"], "id") for k in range(3)],
+                                     test_fraction=0.5)
+    local = protovfl.run_local(inputs.server, inputs.parties,
+                               config=protovfl.ProtoConfig(rounds=1, local_epochs=2, head_epochs=20))
+    metrics = json.loads((tmp_path / "server.npz.metrics.json").read_text())
+    assert metrics["test_accuracy"] == pytest.approx(local.test_accuracy, abs=1e-12)
+    assert recs["party-1"]["summary"]["rows"] == {"aligned": 380, "training": 190, "test": 190,
+                                                  "unaligned": len(inputs.parties[1].X_unaligned)}
+    sent = {e[2] for rec in recs.values() for e in protocol_entries(rec["transcript"], "send")}
+    assert {"protovfl.psi_table", "protovfl.psi_wrapped_key", "protovfl.global_model", "secagg.masked_input"} <= sent
+    assert "protovfl.stats" not in sent

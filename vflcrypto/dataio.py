@@ -42,13 +42,20 @@ __all__ = [
 
 @dataclass(frozen=True)
 class PartyTable:
-    """One party's rows: IDs, numeric feature columns, and optionally a label column."""
+    """One party's rows: IDs, numeric feature columns, and optionally a label column.
+
+    ``source`` and ``lines`` (set by :func:`read_party_csv`) name the file and the 1-based
+    line of every row, so an error about a row points into the file whatever alignment,
+    sorting or splitting happened since (:meth:`where`).
+    """
 
     ids: tuple[str, ...]
     columns: tuple[str, ...]
     X: np.ndarray
     label: np.ndarray | None = None
     label_name: str | None = None
+    source: str | None = None
+    lines: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -62,7 +69,31 @@ class PartyTable:
             X=self.X[idx],
             label=None if self.label is None else self.label[idx],
             label_name=self.label_name,
+            source=self.source,
+            lines=None if self.lines is None else tuple(self.lines[i] for i in idx),
         )
+
+    def where(self, row: int) -> str:
+        """Where row ``row`` comes from: ``"<file>: line N"``, or ``"row <row>"`` for a table built in code."""
+        if self.lines is not None and self.source is not None:
+            return f"{self.source}: line {self.lines[row]}"
+        return f"row {row}"
+
+    def check_unique_ids(self) -> None:
+        """:class:`InputDataError` at the second occurrence of an ID (canonical form: NFC text, integers)."""
+        from .psi import canonical_id
+
+        seen: dict[bytes, int] = {}
+        for r, x in enumerate(self.ids):
+            try:
+                key = canonical_id(x)
+            except InputDataError as exc:
+                raise InputDataError(f"{self.where(r)}: {exc}") from None
+            if key in seen:
+                first = seen[key]
+                raise InputDataError(f"{self.where(r)}: duplicate ID {x!r} (first on "
+                                     f"{self.where(first).rsplit(': ', 1)[-1]}): every ID must appear once")
+            seen[key] = r
 
 
 def _parse_float(text: str, where: str) -> float:
@@ -139,7 +170,9 @@ def read_party_csv(
     ids: list[str] = []
     rows: list[list[float]] = []
     labels: list[float] = []
+    lines: list[int] = []
     for line_no, row in records:
+        lines.append(line_no)
         ids.append(row[id_i])
         rows.append([_parse_float(row[i], f"{path}: line {line_no}, column {header[i]!r}") for i in feat_i])
         if label_i is not None:
@@ -147,13 +180,13 @@ def read_party_csv(
     X = np.asarray(rows, dtype=np.float64).reshape(len(ids), len(feat_i))
     if not allow_nan and np.isnan(X).any():
         r, c = np.argwhere(np.isnan(X))[0]
-        raise InputDataError(f"{path}: line {r + 2}, column {features[c]!r} is missing")
+        raise InputDataError(f"{path}: line {lines[r]}, column {features[c]!r} is missing")
     y = None
     if label_i is not None:
         y = np.asarray(labels, dtype=np.float64)
         if np.isnan(y).any():
-            raise InputDataError(f"{path}: label missing on line {int(np.argmax(np.isnan(y))) + 2}")
-    return PartyTable(tuple(ids), tuple(features), X, y, label)
+            raise InputDataError(f"{path}: label missing on line {lines[int(np.argmax(np.isnan(y)))]}")
+    return PartyTable(tuple(ids), tuple(features), X, y, label, str(path), tuple(lines))
 
 
 def require_same_ids(tables: Sequence[PartyTable], names: Sequence[str]) -> None:
@@ -164,7 +197,8 @@ def require_same_ids(tables: Sequence[PartyTable], names: Sequence[str]) -> None
             raise InputDataError(f"{name} has {len(t)} rows, {names[0]} has {len(first)}: not aligned")
         if t.ids != first.ids:
             row = next(i for i, (a, b) in enumerate(zip(first.ids, t.ids, strict=True)) if a != b)
-            raise InputDataError(f"{name} row {row} has a different ID than {names[0]}: not aligned")
+            raise InputDataError(f"{name} ({t.where(row)}) has ID {t.ids[row]!r} where {names[0]} "
+                                 f"({first.where(row)}) has {first.ids[row]!r}: not aligned")
 
 
 def ids_digest(ids: Sequence[object], domain: str) -> bytes:

@@ -22,6 +22,7 @@ __all__ = [
     "PeerDisconnectedError",
     "PeerTimeoutError",
     "ProtocolError",
+    "TrainingDivergedError",
     "UndeclaredMessageError",
     "VflError",
 ]
@@ -79,6 +80,10 @@ class PeerDisconnectedError(VflError, ConnectionError):
 
 class InputDataError(VflError, ValueError):
     """A party's input data is unusable: duplicate or empty IDs, mismatched rows, NaN, ..."""
+
+
+class TrainingDivergedError(VflError, ArithmeticError):
+    """Training diverged: the loss became non-finite or exploded (the message names the epoch)."""
 
 
 class AuditError(VflError, ValueError):

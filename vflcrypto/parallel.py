@@ -14,8 +14,10 @@ process start-up.
 As with any ``forkserver``/``spawn`` pool, a *script* that triggers parallel work must
 guard its entry point with ``if __name__ == "__main__":`` (the workers import the main
 module). If the pool breaks anyway, :func:`parallel_map` warns, disables the pool and
-finishes the work in-process. Private-key operations (decryption, key-holder encryption)
-send ``p`` and ``q`` to the local worker processes over a pipe; set
+finishes the work in-process. A worker exits by itself within a second when the process
+that owns the pool dies, even by ``kill -9`` (:func:`_watch_owner`). Private-key
+operations (decryption, key-holder encryption) send ``p`` and ``q`` to the local worker
+processes over a pipe; set
 ``VFLCRYPTO_WORKERS=1`` if secrets must never leave the calling process.
 """
 
@@ -77,10 +79,41 @@ def get_executor() -> Executor | None:
             methods = multiprocessing.get_all_start_methods()
             method = "forkserver" if "forkserver" in methods else "spawn"
             _executor = ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context(method)
+                max_workers=workers, mp_context=multiprocessing.get_context(method),
+                initializer=_watch_owner, initargs=(os.getpid(),),
             )
             _executor_pid = os.getpid()
         return _executor
+
+
+WATCH_INTERVAL = 0.5  # seconds between a worker's checks that its owner still lives
+
+
+def _owner_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user took the pid: the owner is gone
+        return False
+    return True
+
+
+def _watch_owner(pid: int) -> None:
+    """Worker initializer: exit at once when the process that owns the pool dies.
+
+    A ``forkserver`` worker is not a child of its owner, so a killed owner (``kill -9``:
+    no ``atexit``, no shutdown) would leave it idle, re-parented to init. A daemon thread
+    checks every :data:`WATCH_INTERVAL` seconds and ends the worker with ``os._exit``
+    (nothing of a dead owner's work is worth finishing).
+    """
+
+    def watch() -> None:
+        while _owner_alive(pid):
+            time.sleep(WATCH_INTERVAL)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="vflcrypto-owner-watch", daemon=True).start()
 
 
 def shutdown() -> None:

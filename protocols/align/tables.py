@@ -40,6 +40,8 @@ def align_tables(tables: list[PartyTable], names: Sequence[str], *,
     With ``aligned=True`` the files must already list the same IDs in the same order
     (checked, no PSI, 0 bytes).
     """
+    for t in tables:
+        t.check_unique_ids()  # before any PSI: the error names the file and its lines
     if aligned:
         require_same_ids(tables, names)
         return tables, 0

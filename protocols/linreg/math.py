@@ -14,18 +14,20 @@ import numpy as np
 
 from vflcrypto.dataio import PartyTable
 from vflcrypto.encoding import exceeds_bits
-from vflcrypto.errors import EncodingOverflowError, InputDataError
+from vflcrypto.errors import EncodingOverflowError, InputDataError, TrainingDivergedError
 
 from .config import LinRegConfig
 from .messages import CKKS_GRADIENT_BOUND, CKKS_RESIDUAL_RMS, FRAC_BITS
 from .model import fit_label_scaling, fit_preprocessing
 
 __all__ = [
+    "DIVERGENCE_FACTOR",
     "PlainResult",
     "active_loss_share",
     "batch_loss",
     "check_bound",
     "check_ckks_scale",
+    "check_divergence",
     "converged",
     "epoch_batches",
     "gradient",
@@ -70,6 +72,21 @@ def converged(prev: float | None, cur: float, tol: float | None) -> bool:
     if tol is None or prev is None:
         return False
     return abs(prev - cur) <= tol * max(abs(prev), 1e-12)
+
+
+#: an epoch loss this many times the first epoch's counts as divergence (gradient descent from w = 0 on a
+#: convex loss never gets there with a learning rate that works)
+DIVERGENCE_FACTOR = 1e4
+
+
+def check_divergence(epoch_losses: Sequence[float], epoch: int) -> None:
+    """:class:`TrainingDivergedError` naming the epoch when the loss is non-finite or exploded."""
+    cur = epoch_losses[-1]
+    first = epoch_losses[0]
+    if not math.isfinite(cur) or (len(epoch_losses) > 1 and cur > DIVERGENCE_FACTOR * max(first, 1e-12)):
+        raise TrainingDivergedError(
+            f"training diverged at epoch {epoch + 1}: mean loss {cur:.4g} after {first:.4g} in the first epoch "
+            "(lower --lr or --momentum, or standardize the columns and the label)")
 
 
 def batch_loss(d: np.ndarray, weights: Sequence[np.ndarray], l2: float) -> float:
@@ -151,13 +168,16 @@ def validate_table(table: PartyTable, party: str, *, needs_label: bool) -> np.nd
     if not np.all(np.isfinite(X)):
         r, c = np.argwhere(~np.isfinite(X))[0]
         col = table.columns[c] if c < len(table.columns) else str(c)
-        raise InputDataError(f"{party}: feature {col!r} is missing or not finite in row {r}")
+        raise InputDataError(f"{party}: {table.where(int(r))}: feature {col!r} is missing or not finite")
     if needs_label:
         if table.label is None:
             raise InputDataError(f"{party}: the active party needs a label column")
         y = np.asarray(table.label, dtype=np.float64)
-        if y.shape != (X.shape[0],) or not np.all(np.isfinite(y)):
-            raise InputDataError(f"{party}: label is missing or not finite")
+        if y.shape != (X.shape[0],):
+            raise InputDataError(f"{party}: {len(y)} labels for {X.shape[0]} rows")
+        if not np.all(np.isfinite(y)):
+            r = int(np.argmax(~np.isfinite(y)))
+            raise InputDataError(f"{party}: {table.where(r)}: the label is missing or not finite")
     if X.shape[0] == 0:
         raise InputDataError(f"{party}: no rows")
     return X

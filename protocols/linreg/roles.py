@@ -37,6 +37,7 @@ from .math import (
     active_loss_share,
     check_bound,
     check_ckks_scale,
+    check_divergence,
     converged,
     epoch_batches,
     paillier_value_bits,
@@ -230,6 +231,7 @@ class CoordinatorRole(Role[_CoordState]):
         st.losses.extend(st.batch_losses)
         st.epoch_losses.append(float(np.mean(st.batch_losses)))
         st.batch_losses = []
+        check_divergence(st.epoch_losses, st.epoch)
         prev = st.epoch_losses[-2] if len(st.epoch_losses) > 1 else None
         stop = converged(prev, st.epoch_losses[-1], plan.tol)
         sends += [send(p, Control(st.epoch, stop)) for p in self.parties]

@@ -91,5 +91,6 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=80,
     commands=(cli.command(),),
+    party_tasks=(cli.party_task(),),
     flower=flower.flower_spec(),
 )

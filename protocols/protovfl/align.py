@@ -58,7 +58,7 @@ from .messages import (
 )
 
 __all__ = ["AlignRun", "AlignedInputs", "PartyAlignment", "PsiPartyRole", "PsiServerRole", "ServerAlignment",
-           "aligned_inputs", "run_align_local", "unwrap_key", "wrap_key"]
+           "aligned_inputs", "run_align_local", "session_id", "unwrap_key", "wrap_key"]
 
 MISS_BITS = 40
 _WRAP_INFO = b"vflcrypto.protovfl.wrap.v1|"
@@ -103,10 +103,21 @@ class _ServerState:
 
 @dataclass
 class ServerAlignment:
-    """The server's result: A's IDs in canonical order and which of them it labels."""
+    """The server's result: A's IDs in canonical order, which of them it labels, and the session id."""
 
     ids: list[str]
     labelled: np.ndarray
+    session: str = ""
+
+
+def session_id(public_keys: Sequence[bytes]) -> str:
+    """A run id every party and the server derive alike: a hash of the alignment's fresh public keys.
+
+    Training binds its secure-aggregation signatures to it (no replay across runs).
+    """
+    import hashlib
+
+    return hashlib.sha256(b"vflcrypto.protovfl.session|" + b"".join(public_keys)).hexdigest()[:32]
 
 
 class PsiServerRole(Role[_ServerState]):
@@ -179,7 +190,8 @@ class PsiServerRole(Role[_ServerState]):
             raise ProtocolError(f"{self.parties[0]} sent aligned IDs that are repeated, unsorted, or more than the "
                                 "zero cells")
         labelled = np.asarray([c in self.labelled for c in canon], bool)
-        return done(ServerAlignment(ids, labelled), [send(p, PsiLabelled(labelled)) for p in self.parties])
+        return done(ServerAlignment(ids, labelled, session_id(self.state.keys)),
+                    [send(p, PsiLabelled(labelled)) for p in self.parties])
 
 
 # --------------------------------------------------------------------------- party
@@ -187,10 +199,11 @@ class PsiServerRole(Role[_ServerState]):
 
 @dataclass
 class PartyAlignment:
-    """A party's result: its rows in A and those the server labels (both in canonical ID order)."""
+    """A party's result: its rows in A and those the server labels (both in canonical ID order), the session id."""
 
     aligned: np.ndarray
     rows: np.ndarray
+    session: str = ""
 
 
 @dataclass
@@ -199,6 +212,7 @@ class _PartyState:
     key: bytes = b""
     seeds: list[bytes] = field(default_factory=list)
     max_size: int = 0
+    session: str = ""
     placement: list[np.ndarray] = field(default_factory=list)
     aligned: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
@@ -240,6 +254,7 @@ class PsiPartyRole(Role[_PartyState]):
         if msg.public_keys[self.index] != sk.public_key().public_bytes_raw():
             raise ProtocolError(f"{self.name}: the setup carries another key for this party")
         st.max_size = int(msg.max_size)
+        st.session = session_id(msg.public_keys)
         seeds = []
         for j, (other, pk) in enumerate(zip(msg.parties, msg.public_keys, strict=True)):
             if j == self.index:
@@ -298,7 +313,7 @@ class PsiPartyRole(Role[_PartyState]):
         if mask.dtype != bool or mask.shape != st.aligned.shape:
             raise ProtocolError(f"{self.name}: the server marked {mask.shape} rows, this party has "
                                 f"{len(st.aligned)} aligned rows")
-        return done(PartyAlignment(st.aligned, st.aligned[mask]))
+        return done(PartyAlignment(st.aligned, st.aligned[mask], st.session))
 
 
 # --------------------------------------------------------------------------- in one process
@@ -355,6 +370,8 @@ def aligned_inputs(labels: PartyTable, tables: Sequence[PartyTable], *, n_classe
         raise InputDataError("the server's file needs the label column")
     if len(tables) < 2:
         raise InputDataError("prototype VFL needs at least two party files")
+    for t in (labels, *tables):
+        t.check_unique_ids()
     run = run_align_local(list(labels.ids), [list(t.ids) for t in tables], timeout=timeout)
     ids = [i for i, keep in zip(run.server.ids, run.server.labelled, strict=True) if keep]
     if len(ids) < 3:

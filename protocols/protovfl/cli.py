@@ -9,6 +9,12 @@ runs the bundled three-party digits split (``--aligned N`` training rows, 360 te
 rows). ``--secure`` (default) sums the unaligned statistics by secure aggregation,
 ``--plain`` sends them in the clear (the same fixed point: the same model). ``--json``
 prints ``test_accuracy``, ``bytes_sent`` (per role), ``seconds`` and the row counts.
+
+Network (``vflcrypto party ... train protovfl``): the configuration names one ``server``
+and two or more ``party`` parties; each reads only its own CSV; the all-party-only PSI
+runs over the links, then training; the secure mode needs every party's identity key
+pinned in the configuration (its secure-aggregation keys are signed with it). The
+server writes its fusion model and ``<out>.metrics.json``, each party its extractor.
 """
 
 from __future__ import annotations
@@ -20,17 +26,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vflcrypto.dataio import read_party_csv, save_model
-from vflcrypto.errors import InputDataError
-from vflcrypto.spec import Command, add_config_arguments, config_from_args
+import numpy as np
 
-from .._repvfl import PARTY, SERVER, require_torch
-from .align import aligned_inputs
+from vflcrypto.dataio import read_party_csv, save_model, train_test_split
+from vflcrypto.errors import InputDataError
+from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.steps import drive
+
+from .._repvfl import PARTY, SERVER, PartyData, ServerData, check_labels, require_torch
+from .._train import add_party_data_arguments, write_metrics
+from .align import PsiPartyRole, PsiServerRole, aligned_inputs
 from .data import digits_tables
 from .math import ProtoConfig
-from .roles import run_local
+from .roles import PartyRole, ServerRole, run_local
 
-__all__ = ["command"]
+__all__ = ["command", "party_task"]
 
 
 def _add(p: argparse.ArgumentParser) -> None:
@@ -95,3 +105,73 @@ def _train(args: argparse.Namespace) -> int:
 def command() -> Command:
     return Command("protovfl", "prototype VFL with unaligned data: 3+ parties and a server (PyTorch extractors)",
                    _add, _train, description=__doc__)
+
+
+# --------------------------------------------------------------------------- network party
+
+
+def _add_party(p: argparse.ArgumentParser) -> None:
+    add_party_data_arguments(p)
+    p.add_argument("--classes", type=int, help="server: the class count C (default: the largest label + 1)")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    add_config_arguments(p, ProtoConfig)
+
+
+def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    """One role over the network: the all-party-only PSI (the server aggregates), the split, the training."""
+    require_torch()
+    cfg: ProtoConfig = config_from_args(ProtoConfig, args)
+    server, parties = ctx.one(SERVER), ctx.names(PARTY)
+    if len(parties) < 2:
+        raise InputDataError("prototype VFL needs at least two 'party' parties")
+    if not 0 < args.test_fraction < 1:
+        raise InputDataError("--test-fraction must lie strictly between 0 and 1")
+    is_server = ctx.role == SERVER
+    table = read_party_csv(args.data, args.id_column, label=args.label if is_server else None,
+                           features=[] if is_server else None)
+    table.check_unique_ids()
+    pins = {p: ctx.peer_identity(p) for p in parties} if cfg.secure else None
+    if is_server:
+        if table.label is None:
+            raise InputDataError("the server needs --label")
+        aln = drive(PsiServerRole(table.ids, parties=parties, name=ctx.me), ctx.only(parties))
+        ids = [i for i, keep in zip(aln.ids, aln.labelled, strict=True) if keep]
+        if len(ids) < 3:
+            raise InputDataError(f"{ctx.me}: fewer than 3 labelled IDs are on every party")
+        where = {x: r for r, x in enumerate(table.ids)}
+        y = np.asarray(table.label)[[where[i] for i in ids]]
+        tr, te = train_test_split(len(ids), args.test_fraction, seed=args.split_seed)
+        C = args.classes if args.classes is not None else int(np.max(y)) + 1
+        data = ServerData(check_labels(y[tr], C, "labels of the aligned rows"), C, y[te])
+        role = ServerRole(data, parties=parties, config=cfg, n_test=len(te), pins=pins, run_id=aln.session,
+                          name=ctx.me)
+        result = drive(role, ctx.only(parties))
+        metrics = {"test_accuracy": result.test_accuracy, "rows": {"aligned": len(aln.ids), "training": len(tr),
+                                                                     "test": len(te)},
+                   "gate_means": [float(w) for w in result.gate_means]}
+
+        def write_server(out: Path, meta: dict[str, Any]) -> None:
+            save_model(out, {**meta, "protocol": "protovfl"}, {f"fusion_{i}": a for i, a in enumerate(result.head)})
+            write_metrics(out, meta, metrics)
+
+        return PartyOutcome(metrics, write_server)
+    got = drive(PsiPartyRole(table.ids, index=parties.index(ctx.me), name=ctx.me, server=server), ctx.only([server]))
+    tr, te = train_test_split(len(got.rows), args.test_fraction, seed=args.split_seed)
+    others = np.setdiff1d(np.arange(len(table)), got.aligned)
+    pdata = PartyData(table.X[got.rows[tr]], table.X[got.rows[te]], table.X[others])
+    prole = PartyRole(pdata, index=parties.index(ctx.me), name=ctx.me, server=server, config=cfg,
+                      identity=ctx.identity() if cfg.secure else None, pins=pins, run_id=got.session)
+    presult = drive(prole, ctx.only([server]))
+
+    def write_party(out: Path, meta: dict[str, Any]) -> None:
+        save_model(out, meta, {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
+
+    return PartyOutcome({"rows": {"aligned": len(got.aligned), "training": len(tr), "test": len(te),
+                                  "unaligned": len(others)}}, write_party)
+
+
+def party_task() -> PartyTask:
+    """``vflcrypto party ... train protovfl``."""
+    return PartyTask("protovfl", "prototype VFL (server with labels, 2+ parties with columns)", _add_party, _run_party,
+                     needs_identity=lambda args, ctx: bool(getattr(args, "secure", True)) and ctx.role == PARTY)
