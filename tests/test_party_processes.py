@@ -396,6 +396,30 @@ def test_a_party_with_different_training_flags_refuses_the_plan(tmp_path: Path, 
     assert not (tmp_path / "passive-0.npz").exists()
 
 
+@pytest.mark.parametrize(("task", "flag", "active_value", "passive_value", "named"), [
+    ("secureboost", "--trees", "2", "3", "trees 2 (here 3)"),
+    ("logreg", "--steps", "2", "3", "steps 2 (here 3)"),
+])
+def test_secureboost_and_logreg_parties_refuse_a_different_plan(tmp_path: Path, pki: Path, task: str, flag: str,
+                                                               active_value: str, passive_value: str,
+                                                               named: str) -> None:
+    ids = [f"r{i}" for i in range(40)]
+    rng = np.random.default_rng(0)
+    write_table(tmp_path / "active.csv", ids, ["b0"], rng.normal(size=(40, 1)), (np.arange(40) % 2).astype(float))
+    write_table(tmp_path / "passive-0.csv", ids, ["a0", "a1"], rng.normal(size=(40, 2)))
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
+    extra = [*SMALL_KEYS, "--depth", "2", "--max-bin", "8"] if task == "secureboost" else ["--plain"]
+    procs = {n: party(cfg, n, "train", task, "--data", str(tmp_path / f"{n}.csv"), "--id-column", "id", "--aligned",
+                      *(["--label", "y"] if n == "active" else []), flag,
+                      active_value if n == "active" else passive_value, *extra, "--out", str(tmp_path / f"{n}.npz"))
+             for n in ("active", "passive-0")}
+    res = finish(procs, timeout=60)
+    assert all(rc != 0 for rc, _, _ in res.values())
+    err = res["passive-0"][2]
+    assert "training plan differs" in err and named in err and "Traceback" not in err
+    assert not (tmp_path / "passive-0.npz").exists()
+
+
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import secureboost as sb
 

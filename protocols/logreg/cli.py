@@ -169,7 +169,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         kw["identity"] = ctx.identity()
         kw["peer_identities"] = {p: Ed25519PublicKey.from_public_bytes(ctx.peer_identity(p)) for p in others}
         peers += others
-    pres = run_passive(ctx.only(peers), me, X[tr], X[te] if len(te) else None, ids_train=ids_tr, **kw)
+    pres = run_passive(ctx.only(peers), me, X[tr], X[te] if len(te) else None, ids_train=ids_tr,
+                       expected=(cfg.secure, cfg.steps, float(cfg.learning_rate)), **kw)
     summary = {"weights": [float(w) for w in pres.weights], "columns": list(table.columns)}
 
     def write_weights(out: Path, meta: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.metrics import accuracy
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
@@ -268,7 +268,8 @@ class PassiveRole(Role[_PassiveState]):
                  peer_identities: Mapping[str, Ed25519PublicKey] | None = None,
                  ids_train: Sequence[str] | None = None, frac_bits: int = GRAD_FRAC_BITS,
                  run_id: str = "", active: str = ACTIVE, announce_identity: bool = False,
-                 peers: Sequence[str] = ()) -> None:
+                 peers: Sequence[str] = (), expected: tuple[bool, int, float] | None = None) -> None:
+        """``expected`` (a network party's own flags): (secure, steps, learning rate) the setup must match."""
         super().__init__(name)
         X = np.asarray(X_train, dtype=np.float64)
         if X.ndim != 2 or not np.all(np.isfinite(X)):
@@ -279,6 +280,7 @@ class PassiveRole(Role[_PassiveState]):
         self.ids_train, self.frac_bits, self.run_id, self.active = ids_train, frac_bits, run_id, active
         self.announce = announce_identity
         self.announce_to = [p for p in peers if p != name]
+        self.expected = expected
         self.state.weights = np.zeros(X.shape[1])
 
     def accepted_keys(self) -> list[PaillierPublicKey]:
@@ -335,6 +337,13 @@ class PassiveRole(Role[_PassiveState]):
             raise InputDataError(f"{name} has {n_test} test rows, the active party {setup.n_test}")
         if name not in setup.parties:
             raise ProtocolError(f"{name} is not among the configured parties {list(setup.parties)}")
+        if self.expected is not None:
+            labels = ("secure", "steps", "learning rate")
+            theirs = (setup.secure, setup.steps, float(setup.learning_rate))
+            differ = [f"{n} {b} (here {a})" for n, a, b in zip(labels, self.expected, theirs, strict=True) if a != b]
+            if differ:
+                raise ConfigurationError(f"{name}: the active party's training plan differs from this party's flags: "
+                                         f"{', '.join(differ)}; run every party with the same training flags")
         st.secure, st.learning_rate, st.n_test = setup.secure, setup.learning_rate, setup.n_test
         st.peers = tuple(p for p in setup.parties if p != name)
         if not setup.secure:

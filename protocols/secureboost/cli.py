@@ -182,7 +182,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
 
         return PartyOutcome({**metrics, "model_id": res.model.model_id}, write)
     chans = ctx.only([active])
-    pres = run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns)
+    pres = run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns,
+                       expected=(params.n_trees, params.max_depth, params.max_bin, bool(args.plaintext)))
     if ev is not None:
         predict_passive(chans, pres.model, ev.X)
 

@@ -24,7 +24,7 @@ from gmpy2 import mpz
 
 from vflcrypto.dataio import ids_digest
 from vflcrypto.encoding import PackingSpec
-from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector, batch_invert, ciphertext_width, fold_ciphertexts
 from vflcrypto.steps import Next, Role, done, send, then
 
@@ -90,10 +90,12 @@ class PassiveRole(Role[_PassiveState]):
     State = _PassiveState
 
     def __init__(self, X: np.ndarray, *, name: str = "passive-0", ids: Sequence[str] | None = None,
-                 columns: Sequence[str] | None = None, active: str = ACTIVE) -> None:
+                 columns: Sequence[str] | None = None, active: str = ACTIVE,
+                 expected: tuple[int, int, int, bool] | None = None) -> None:
+        """``expected`` (a network party's own flags): (trees, depth, max_bin, plaintext) the setup must match."""
         super().__init__(name)
         self.X = as_matrix(X, name)
-        self.ids, self.active = ids, active
+        self.ids, self.active, self.expected = ids, active, expected
         self.columns = tuple(columns) if columns is not None else tuple(f"x{i}" for i in range(self.X.shape[1]))
         self.timer = Timer()
         self._binned: tuple[np.ndarray, list[np.ndarray], int] | None = None
@@ -132,6 +134,13 @@ class PassiveRole(Role[_PassiveState]):
             raise ProtocolError("setup parameters out of range")
         if setup.plaintext != (setup.public_key is None):
             raise ProtocolError("setup mode and public key disagree")
+        if self.expected is not None:
+            names = ("trees", "depth", "max-bin", "plaintext")
+            theirs = (setup.n_trees, setup.max_depth, setup.max_bin, setup.plaintext)
+            differ = [f"{n} {b} (here {a})" for n, a, b in zip(names, self.expected, theirs, strict=True) if a != b]
+            if differ:
+                raise ConfigurationError(f"{self.name}: the active party's training plan differs from this party's "
+                                         f"flags: {', '.join(differ)}; run every party with the same training flags")
         self.state.setup = setup
         self._bins()
         return self._await_gradients()
