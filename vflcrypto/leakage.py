@@ -48,6 +48,7 @@ __all__ = [
     "EmpiricalFinding",
     "Protection",
     "audit",
+    "audit_runs",
     "declaration_for",
     "declarations",
     "declare",
@@ -290,6 +291,21 @@ class AuditReport:
         return "\n".join(lines) if lines else "(no messages)"
 
 
+def audit_runs(runs: Mapping[str, Transcript]) -> tuple[AuditReport, tuple[tuple[str, AuditReport], ...]]:
+    """The joined report of several runs (e.g. a protocol's plain and secure mode) and one section per run.
+
+    The sections keep what each role received in each run apart (a reader sees that a
+    party got plaintext residuals in the plain run and ciphertexts in the secure one,
+    not both in one run); the joined report is what every check over all kinds uses.
+    """
+    from .transcript import Transcript as _Transcript
+
+    merged = _Transcript()
+    for t in runs.values():
+        merged.merge(t)
+    return audit(merged), tuple((label, audit(t)) for label, t in runs.items())
+
+
 def audit(transcript: Transcript) -> AuditReport:
     """Join the received messages of ``transcript`` with their declarations."""
     grouped: dict[tuple[str, str, str, str], list[int]] = {}
@@ -360,6 +376,8 @@ class AuditOutcome:
     findings: tuple[EmpiricalFinding, ...] = ()
     #: headline numbers of the attacks (e.g. ``gradient_kmeans_ari``), also top-level keys of :meth:`to_dict`
     metrics: Mapping[str, float] = field(default_factory=dict)
+    #: one (run label, report) per run of the audit (mode, variant), when it ran the protocol more than once
+    sections: tuple[tuple[str, AuditReport], ...] = ()
 
     def finding(self, name: str, observer: str | None = None) -> EmpiricalFinding:
         """The one finding called ``name`` (of ``observer``); ``KeyError`` listing the names if none."""
@@ -374,11 +392,18 @@ class AuditOutcome:
         return [f for f in self.findings if f.protection is not None and f.flagged]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, **self.report.to_dict(),
+        runs = [{"run": label, **report.to_dict()} for label, report in self.sections]
+        return {"protocol": self.protocol, **self.report.to_dict(), "runs": runs,
                 "empirical": [f.to_dict() for f in self.findings], "metrics": dict(self.metrics), **self.metrics}
 
     def to_text(self) -> str:
-        lines = [f"Leakage audit: {self.protocol}", "", self.report.to_text()]
+        lines = [f"Leakage audit: {self.protocol}", ""]
+        if self.sections:
+            for i, (label, report) in enumerate(self.sections):
+                lines += [*([""] if i else []), f"== run {i + 1} of {len(self.sections)}: {self.protocol}, {label} ==",
+                          report.to_text()]
+        else:
+            lines.append(self.report.to_text())
         if self.findings:
             lines += ["", "Empirical checks (attacks on the messages each role received):"]
             for f in self.findings:

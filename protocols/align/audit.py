@@ -12,8 +12,8 @@ import numpy as np
 
 from vflcrypto import psi
 from vflcrypto.attacks import accuracy_finding, order_finding
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit
-from vflcrypto.runtime import AuditTap, Transcript
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
+from vflcrypto.runtime import AuditTap
 
 from .files import align_files, read_id_table
 from .messages import ACTIVE, PASSIVE, BlindedChunk, DoubledChunk, DoubledShuffledChunk, TagChunk
@@ -170,10 +170,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
             f"(the common IDs) and their row in the {peer[me]}'s file"))
     findings += _cardinality_findings(taps[2], enc, size_run.results[ACTIVE].size or 0)
     findings += _keyed_hash_findings(taps[3], enc, universe)
-    merged = Transcript()
-    for r in (run, size_run, hash_run):
-        merged.merge(r.transcript)
-    return AuditOutcome("align", audit(merged), tuple(findings))
+    report, sections = audit_runs({"ECDH, both learn": run.transcript, "ECDH, size only": size_run.transcript,
+                                   "keyed hash": hash_run.transcript})
+    return AuditOutcome("align", report, tuple(findings), sections=sections)
 
 
 def _cardinality_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], size: int) -> list[EmpiricalFinding]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, audit
-from vflcrypto.runtime import AuditTap, Transcript
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.runtime import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, digits_example, party_names, require_torch
@@ -45,14 +45,12 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
             detects="exact (a row count)"))
     naming = [f for f in (naming_finding(ctap, p, "fewshot.pseudo_labels", y) for p in names) if f is not None]
     findings += naming
-    merged = Transcript()
-    merged.merge(run.transcript)
-    merged.merge(crun.transcript)
+    report, sections = audit_runs({"server-side expansion": run.transcript, "client return": crun.transcript})
     metrics = {"gradient_kmeans_ari": min(f.value for f in findings[: len(names)]),
                "cluster_naming_accuracy": max((f.value for f in naming), default=0.0),
                "test_accuracy": float(run.test_accuracy or 0.0),
                "test_accuracy_client": float(crun.test_accuracy or 0.0)}
-    return AuditOutcome("fewshot", audit(merged), tuple(findings), metrics)
+    return AuditOutcome("fewshot", report, tuple(findings), metrics, sections=sections)
 
 
 @needs_torch

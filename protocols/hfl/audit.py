@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.attacks import ring_mask_findings
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit
-from vflcrypto.runtime import AuditTap, Transcript
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_runs
+from vflcrypto.runtime import AuditTap
 from vflcrypto.spec import DemoContext
 
 from ..secagg.audit import share_reading_finding
@@ -53,12 +53,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings += ring_mask_findings(SERVER, "secagg.masked_input", "masked updates", streams, 1 << 64, truth=truth,
                                    truth_protection=Protection.AGGREGATE)
     findings.append(share_reading_finding(stap, names))
-    merged = Transcript()
-    merged.merge(plain.transcript)
-    merged.merge(secure.transcript)
+    report, sections = audit_runs({"plaintext updates": plain.transcript, "secure aggregation": secure.transcript})
     same = bool(np.array_equal(plain.result.w, secure.result.w))
-    return AuditOutcome("hfl", audit(merged), tuple(findings),
-                        {"test_accuracy": float(secure.test_accuracy or 0.0), "secure_equals_plain": float(same)})
+    return AuditOutcome("hfl", report, tuple(findings),
+                        {"test_accuracy": float(secure.test_accuracy or 0.0), "secure_equals_plain": float(same)},
+                        sections=sections)
 
 
 def demo_step(ctx: DemoContext) -> dict[str, Any]:

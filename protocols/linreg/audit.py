@@ -17,9 +17,9 @@ from vflcrypto.attacks import (
     unrandomized_paillier,
 )
 from vflcrypto.datasets.synthetic import synthetic_split
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
 from vflcrypto.paillier import DEFAULT_KEY_BITS
-from vflcrypto.runtime import AuditTap, Transcript
+from vflcrypto.runtime import AuditTap
 
 from .config import LinRegConfig
 from .math import epoch_batches, plaintext_gradient_descent
@@ -164,9 +164,7 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
         COORD, "losses C learned (one per iteration)", float(len(run.losses)), None,
         "declared leakage: C sees the total loss of every iteration", attacks=("linreg.encrypted_loss",),
         flagged=bool(run.losses), samples=len(run.losses)))
-    merged = Transcript()
-    for t in (run.transcript, ckks_run.transcript, pred_transcript):
-        merged.merge(t)
-    report = audit(merged)
+    report, sections = audit_runs({"Paillier training": run.transcript, "CKKS training": ckks_run.transcript,
+                                   "prediction": pred_transcript})
     report.check()
-    return AuditOutcome("linreg", report, tuple(findings))
+    return AuditOutcome("linreg", report, tuple(findings), sections=sections)

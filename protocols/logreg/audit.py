@@ -10,8 +10,8 @@ import numpy as np
 
 from vflcrypto.attacks import accuracy_finding, ring_mask_findings, unrandomized_paillier
 from vflcrypto.datasets.titanic import titanic_parties
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit
-from vflcrypto.runtime import AuditTap, Transcript
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
+from vflcrypto.runtime import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .math import RING_MOD
@@ -91,10 +91,8 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False, steps: int 
     findings = [label_attack(plain_tap, "passive-0", data.y_train), *secure_findings(secure_tap, parties, data.y_train)]
     # Plain-protocol messages never appear in the secure transcript: merge both so the
     # table shows each role's view in each mode.
-    merged = Transcript()
-    merged.merge(plain.transcript)
-    merged.merge(secure.transcript)
-    return AuditOutcome("logreg", audit(merged), tuple(findings))
+    report, sections = audit_runs({"plain": plain.transcript, "secure": secure.transcript})
+    return AuditOutcome("logreg", report, tuple(findings), sections=sections)
 
 
 def demo_step(ctx: DemoContext) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from vflcrypto.leakage import AuditOutcome, audit
-from vflcrypto.runtime import AuditTap, Transcript
+from vflcrypto.leakage import AuditOutcome, audit_runs
+from vflcrypto.runtime import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import digits_example, party_names, require_torch
@@ -37,14 +37,12 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     part = [d1_finding(ptap, p, "oneshot.partition", y) for p in names]
     probes = probe_findings(tap, names, [("oneshot.representation", "features"),
                                          ("oneshot.representation_update", "features")])
-    merged = Transcript()
-    merged.merge(run.transcript)
-    merged.merge(prun.transcript)
+    report, sections = audit_runs({"D1 = gradients": run.transcript, "D1 = partition": prun.transcript})
     metrics = {"gradient_kmeans_ari": min(f.value for f in grad), "partition_ari": min(f.value for f in part),
                "probe_r2_u1": max(f.value for f in probes if "representation from" in f.name),
                "probe_r2_u2": max(f.value for f in probes if "representation_update" in f.name),
                "test_accuracy": float(run.test_accuracy or 0.0)}
-    return AuditOutcome("oneshot", audit(merged), (*grad, *part, *probes), metrics)
+    return AuditOutcome("oneshot", report, (*grad, *part, *probes), metrics, sections=sections)
 
 
 @needs_torch

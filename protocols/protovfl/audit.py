@@ -17,9 +17,9 @@ import numpy as np
 
 from vflcrypto import mpsi
 from vflcrypto.attacks import ring_mask_findings
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_runs
 from vflcrypto.prototypes import squared_distances
-from vflcrypto.runtime import AuditTap, Transcript
+from vflcrypto.runtime import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, party_names, require_torch
@@ -184,14 +184,14 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings.append(wrapped_key_finding(atap, names))
     findings.append(pairwise_finding(atap, party_ids, names))
 
-    merged = Transcript()
-    for t in (secure.transcript, plain.transcript, align.transcript):
-        merged.merge(t)
+    report, sections = audit_runs({"all-party-only alignment": align.transcript,
+                                   "training, secure statistics": secure.transcript,
+                                   "training, plaintext statistics": plain.transcript})
     same = bool(np.array_equal(secure.server.test_proba, plain.server.test_proba)
                 and np.array_equal(secure.server.prototypes, plain.server.prototypes))
     metrics = {"prototype_labelling_accuracy": max(f.value for f in findings[: len(names)]),
                "test_accuracy": float(secure.test_accuracy or 0.0), "secure_equals_plain": float(same)}
-    return AuditOutcome("protovfl", audit(merged), tuple(findings), metrics)
+    return AuditOutcome("protovfl", report, tuple(findings), metrics, sections=sections)
 
 
 @needs_torch

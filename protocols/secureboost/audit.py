@@ -9,8 +9,8 @@ import numpy as np
 from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, unrandomized_paillier
 from vflcrypto.dataio import PartyTable
 from vflcrypto.errors import InputDataError
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit
-from vflcrypto.runtime import AuditTap, Transcript
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
+from vflcrypto.runtime import AuditTap
 
 from .active import decode_histograms
 from .local import run_local
@@ -206,7 +206,5 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
         *_histogram_findings(tap, "passive-0", "secureboost.histograms"),
         *_histogram_findings(plain_tap, "passive-0", "secureboost.plain_histograms"),
     ]
-    merged = Transcript()
-    merged.merge(run.transcript)
-    merged.merge(plain.transcript)
-    return AuditOutcome("secureboost", audit(merged), tuple(findings))
+    report, sections = audit_runs({"encrypted": run.transcript, "plaintext (debug/parity)": plain.transcript})
+    return AuditOutcome("secureboost", report, tuple(findings), sections=sections)
