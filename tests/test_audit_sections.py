@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from vflcrypto.leakage import AuditOutcome, audit_runs
 from vflcrypto.protocols import align
+
+from vflcrypto.leakage import AuditOutcome, audit_runs
 
 
 def test_each_run_has_its_own_section_and_the_joined_report_keeps_every_kind() -> None:
