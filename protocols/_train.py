@@ -16,19 +16,22 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv
+import numpy as np
+
+from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv, train_test_split
 from vflcrypto.errors import InputDataError
 from vflcrypto.spec import TaskContext, add_config_arguments, option
 
 from .align.tables import align_rows, align_tables, sorted_rows
 
 __all__ = ["TrainOptions", "add_train_options", "align_rows", "align_tables", "metrics_path", "read_own",
-           "read_tables", "training_rows", "write_metrics"]
+           "read_tables", "split_rows", "training_rows", "write_metrics"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,25 @@ def add_train_options(parser: argparse.ArgumentParser, *, test_fraction: float |
     add_config_arguments(parser, TrainOptions)
     if test_fraction is not None:
         parser.set_defaults(test_fraction=test_fraction)
+
+
+#: fewer training rows than this train a model that means little: the commands say so on stderr
+FEW_ROWS = 10
+
+
+def split_rows(n_rows: int, opts: TrainOptions) -> tuple[np.ndarray, np.ndarray]:
+    """The public, seeded train/test split of ``n_rows`` aligned rows; refuse fewer than 2 training rows.
+
+    Fewer than :data:`FEW_ROWS` training rows still train, with a warning on stderr.
+    """
+    train, test = train_test_split(n_rows, opts.test_fraction, seed=opts.split_seed)
+    if len(train) < 2:
+        raise InputDataError(f"only {len(train)} training row(s) of {n_rows} common rows after the split: too few "
+                             "to train (check the IDs, the alignment and --test-fraction)")
+    if len(train) < FEW_ROWS:
+        print(f"vflcrypto: warning: only {len(train)} training rows ({n_rows} common rows): the model will mean "
+              "little", file=sys.stderr)
+    return train, test
 
 
 # --------------------------------------------------------------------------- in-process

@@ -29,6 +29,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows = range(40)
     (d / "lin_a.csv").write_text("id,y,x\n" + "".join(f"r{i},{3 * i + 7},{i % 7}\n" for i in rows))
     (d / "lin_b.csv").write_text("id,z\n" + "".join(f"r{i},{(i * 5) % 11}\n" for i in rows))
+    (d / "two_a.csv").write_text("id,y,x\nb,3,1\nc,4,2\n")
+    (d / "two_b.csv").write_text("id,z\nb,1\nc,2\n")
     (d / "one_class.csv").write_text("id,y\n" + "".join(f"r{i},0\n" for i in rows))
     (d / "nan_a.csv").write_text("id,y,x\n" + "".join(f"r{i},{i},{'' if i == 10 else i}\n" for i in rows))
     (d / "dup_a.csv").write_text("id,y,x\n" + "".join(f"r{i},{i},{i}\n" for i in [*rows[:5], 3, *rows[5:]]))
@@ -75,6 +77,13 @@ CASES = {
     "a duplicate ID names its lines": (["train", "linreg", "--active", "dup_a.csv", "--passive", "lin_b.csv",
                                         "--id-column", "id", "--label", "y", "--key-bits", "512",
                                         "--allow-insecure"], "dup_a.csv: line 7: duplicate ID 'r3' (first on line 5)"),
+    "model-dir under a file": ([*_linreg("--key-bits", "512", "--allow-insecure"), "--model-dir", "afile/models"],
+                               "is not a writable directory"),
+    "model-dir is a file": ([*_linreg("--key-bits", "512", "--allow-insecure"), "--model-dir", "afile"],
+                            "--model-dir afile is a file"),
+    "one training row": (["train", "linreg", "--active", "two_a.csv", "--passive", "two_b.csv", "--id-column", "id",
+                          "--label", "y", "--test-fraction", "0.5", "--key-bits", "512", "--allow-insecure"],
+                         "only 1 training row(s) of 2 common rows after the split: too few to train"),
     "out-dir is a file": ([*_align("ok.csv")[:-2], "--out-dir", "afile/sub"], "cannot create the output directory"),
 }
 

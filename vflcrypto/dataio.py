@@ -28,6 +28,7 @@ __all__ = [
     "PartyTable",
     "atomic_write_bytes",
     "atomic_write_text",
+    "check_output_dir",
     "check_outputs",
     "ids_digest",
     "load_model",
@@ -265,6 +266,32 @@ def check_outputs(outputs: Mapping[str, str | os.PathLike[str]],
             raise InputDataError(f"cannot create the output directory {d}: {exc.strerror or exc}") from None
         if not os.access(d, os.W_OK | os.X_OK):
             raise InputDataError(f"the output directory {d} is not writable")
+
+
+def check_output_dir(path: str | os.PathLike[str], what: str = "output directory") -> Path:
+    """Check, before any work, that files can be written under ``path`` (created later, when writing).
+
+    An existing directory must accept a test file (removed at once: read-only, full or
+    another user's directories fail here); a missing one needs its nearest existing
+    ancestor to be a writable directory. Nothing is created. :class:`InputDataError` otherwise.
+    """
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise InputDataError(f"{what} {path} is a file, not a directory")
+    if d.is_dir():
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".vflcrypto-write-test-", dir=d)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise InputDataError(f"cannot write to {what} {path}: {exc.strerror or exc}") from None
+        return d
+    parent = d.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputDataError(f"cannot write to {what} {path}: {parent} is not a writable directory")
+    return d
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import save_model, train_test_split
+from vflcrypto.dataio import save_model
 from vflcrypto.errors import InputDataError
 from vflcrypto.metrics import r2_score, rmse
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
@@ -34,6 +34,7 @@ from .._train import (
     align_tables,
     read_own,
     read_tables,
+    split_rows,
     training_rows,
     write_metrics,
 )
@@ -76,9 +77,7 @@ def train(args: argparse.Namespace) -> int:
     names = [ACTIVE] + [f"passive-{k}" for k in range(len(args.passive))]
     tables, align_bytes = align_tables(tables, names, aligned=opts.aligned)
     bytes_sent: dict[str, int] = {} if opts.aligned else {"alignment": align_bytes}
-    train_rows, test = train_test_split(len(tables[0]), opts.test_fraction, seed=opts.split_seed)
-    if len(train_rows) == 0:
-        raise InputDataError("no training rows left after the split")
+    train_rows, test = split_rows(len(tables[0]), opts)
     train_tables = [t.take(train_rows) for t in tables]
     result = run_local(train_tables[0], train_tables[1:], config=cfg, allow_insecure=opts.allow_insecure,
                        timeout=opts.timeout)
@@ -155,9 +154,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     if not table.columns:
         raise InputDataError(f"{args.data}: no feature columns")
     table, _ = training_rows(args, ctx, table)
-    train_rows, test = train_test_split(len(table), opts.test_fraction, seed=opts.split_seed)
-    if len(train_rows) == 0:
-        raise InputDataError("no training rows left after the split")
+    train_rows, test = split_rows(len(table), opts)
     tr_table = table.take(train_rows)
     ev_table = table.take(test) if len(test) else tr_table
     if role == ACTIVE:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable, save_model, train_test_split
+from vflcrypto.dataio import PartyTable, save_model
 from vflcrypto.errors import InputDataError
 from vflcrypto.preprocess import local_features
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, option
@@ -34,6 +34,7 @@ from .._train import (
     align_tables,
     read_own,
     read_tables,
+    split_rows,
     training_rows,
     write_metrics,
 )
@@ -90,9 +91,7 @@ def train(args: argparse.Namespace) -> int:
     y = coord.label
     if y is None or not np.all((y == 0) | (y == 1)):
         raise InputDataError(f"label {args.label!r} must be 0/1")
-    tr, te = train_test_split(len(y), opts.test_fraction, opts.split_seed)
-    if len(tr) == 0:
-        raise InputDataError("no training rows")
+    tr, te = split_rows(len(y), opts)
     blocks = _blocks(parties, tr, cfg.preprocess)
     ids_train = [list(coord.ids)[i] for i in tr]
     res = run_local([b[tr] for b in blocks], y[tr], [b[te] for b in blocks] if len(te) else None,
@@ -144,7 +143,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     passives = ctx.names(PASSIVE)
     table = read_own(args, ctx, label_role=ACTIVE)
     table, _ = training_rows(args, ctx, table)
-    tr, te = train_test_split(len(table), opts.test_fraction, opts.split_seed)
+    tr, te = split_rows(len(table), opts)
     ids_tr = [table.ids[i] for i in tr]
     if role == ACTIVE:
         assert table.label is not None  # read_own requires it at the active party

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import train_test_split
 from vflcrypto.errors import InputDataError
 from vflcrypto.metrics import rmse, roc_auc
 from vflcrypto.runtime import Transcript
@@ -38,6 +37,7 @@ from .._train import (
     align_tables,
     read_own,
     read_tables,
+    split_rows,
     training_rows,
     write_metrics,
 )
@@ -91,9 +91,7 @@ def train(args: argparse.Namespace) -> int:
     names = [ACTIVE, *passive_names(len(args.passive))]
     tables, align_bytes = align_tables(tables, names, aligned=opts.aligned)
     bytes_sent: dict[str, int] = {} if opts.aligned else {"alignment": align_bytes}
-    train_rows, test = train_test_split(len(tables[0]), opts.test_fraction, seed=opts.split_seed)
-    if len(train_rows) < 2:
-        raise InputDataError("fewer than 2 training rows left after the split")
+    train_rows, test = split_rows(len(tables[0]), opts)
     tr = [t.take(train_rows) for t in tables]
     y = tr[0].label
     assert y is not None  # read_tables requires the label at the active party
@@ -155,9 +153,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     if not table.columns:
         raise InputDataError(f"{args.data}: no feature columns")
     table, _ = training_rows(args, ctx, table)
-    train_rows, test = train_test_split(len(table), opts.test_fraction, seed=opts.split_seed)
-    if len(train_rows) < 2:
-        raise InputDataError("fewer than 2 training rows left after the split")
+    train_rows, test = split_rows(len(table), opts)
     tr = table.take(train_rows)
     ev = table.take(test) if len(test) else None
     if ctx.role == ACTIVE:
