@@ -162,6 +162,24 @@ def test_two_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) ->
     assert_same_transcript(renamed, recs)
 
 
+def test_the_duplicates_choices_the_help_offers_work(tmp_path: Path, pki: Path) -> None:
+    """--duplicates error names both lines and the flag; --duplicates first keeps the first occurrence."""
+    write_ids(tmp_path / "a.csv", ["u1", "u2", "u1", "u3"])
+    write_ids(tmp_path / "b.csv", ["u1", "u3", "u4"])
+    for mode in ("error", "first"):
+        cfg = make_config(tmp_path, pki, ["active", "passive-0"])
+        procs = {n: party(cfg, n, "align", "--data", str(tmp_path / f), "--id-column", "id", "--duplicates", mode,
+                          "--out", str(tmp_path / f"{n}.{mode}.csv"))
+                 for n, f in (("active", "a.csv"), ("passive-0", "b.csv"))}
+        res = finish(procs)
+        if mode == "error":
+            rc, _, err = res["active"]
+            assert rc != 0 and "line 4: duplicate ID (first seen at line 2)" in err and "--duplicates first" in err
+            continue
+        assert all(rc == 0 for rc, _, _ in res.values()), res
+        assert res["active"][1]["summary"]["intersection"] == 2
+
+
 def test_three_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import align as al
 

@@ -187,7 +187,7 @@ def canonicalize_ids(
             if duplicates == "error":
                 raise InputDataError(
                     f"{row_label} {first_row + i}: duplicate ID (first seen at {row_label} "
-                    f"{first_row + first}); pass keep_first to keep the first occurrence"
+                    f"{first_row + first}): every ID must appear once"
                 )
             continue
         seen[enc] = i

@@ -84,7 +84,8 @@ def add_party_arguments(a: argparse.ArgumentParser) -> None:
                         "pinned identity keys (faster, weaker)")
     a.add_argument("--mode", default="both", choices=("both", "left", "size"),
                    help="who learns the intersection (two parties; 3+ parties use 'all')")
-    a.add_argument("--duplicates", default="error", choices=("error", "first"))
+    a.add_argument("--duplicates", default="error", choices=("error", "first"),
+                   help="a repeated ID: refuse the file (default), or keep its first occurrence")
     a.add_argument("--chunk-size", type=int, default=50_000)
 
 
@@ -95,7 +96,8 @@ def needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     table = read_id_table(args.data, args.id_column)
-    canon = canon_table(table, args.duplicates, False)
+    canon = canon_table(table, "keep_first" if args.duplicates == "first" else "error", False,
+                        keep_first_flag="--duplicates first")
     res = align_rows(ctx, canon, protocol=args.protocol, mode=args.mode, chunk_size=args.chunk_size)
     summary = {"protocol": args.protocol, "own_size": res.own_size, "peer_sizes": res.peer_sizes,
                "intersection": res.size, "rows": None if res.rows is None else [int(i) for i in res.rows]}

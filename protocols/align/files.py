@@ -48,12 +48,15 @@ def read_id_table(path: str | os.PathLike[str], id_column: str) -> IdTable:
     return IdTable(path, header, tuple(rows), id_column)
 
 
-def canon_table(t: IdTable, duplicates: str, strip: bool) -> psi.CanonicalIds:
+def canon_table(t: IdTable, duplicates: str, strip: bool, *, keep_first_flag: str = "--keep-first"
+                ) -> psi.CanonicalIds:
+    """The file's IDs in canonical form; a duplicate names its lines and the command's flag that keeps the first."""
     try:
         return psi.canonicalize_ids(t.ids, duplicates=duplicates, strip=strip,
                                     row_label="line", first_row=2)
     except InputDataError as exc:
-        raise InputDataError(f"{t.path}: {exc}") from None
+        hint = f" (or pass {keep_first_flag} to keep the first occurrence)" if "duplicate ID" in str(exc) else ""
+        raise InputDataError(f"{t.path}: {exc}{hint}") from None
 
 
 def align_files(
