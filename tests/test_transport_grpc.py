@@ -144,6 +144,45 @@ def test_certificate_from_another_ca_is_refused(tmp_path: Path, pki: Path) -> No
     rogue.abort()
 
 
+def test_a_rejected_certificate_is_blamed_on_the_side_that_rejected_it(tmp_path: Path, pki: Path) -> None:
+    """The dialing party's certificate is from another CA: it is told the peer rejected its certificate."""
+    cfg = load_party_config(make_config(tmp_path, pki, NAMES[:2], connect_timeout=3.0))
+    server = PartyNetwork(cfg, identity(pki, "active"))
+    server.start_server()
+    rogue_cfg = load_party_config(make_config(tmp_path / "r", pki / "rogue", NAMES[:2]))
+    rogue_cfg.parties["active"] = cfg.parties["active"]
+    rogue = PartyNetwork(rogue_cfg, identity(pki / "rogue", "passive-0"))
+    try:
+        with pytest.raises(PeerDisconnectedError, match=r"active closed the link right after the handshake: it "
+                                                         r"rejected passive-0's certificate"):
+            rogue.dial("active", time.monotonic() + 3.0)
+    finally:
+        server.abort()
+        rogue.abort()
+
+
+def test_an_untrusted_peer_certificate_is_named_by_the_side_that_distrusts_it(tmp_path: Path, pki: Path) -> None:
+    from vflcrypto.transport_grpc import diagnose_tls
+
+    cfg = load_party_config(make_config(tmp_path, pki, NAMES[:2]))
+    server = PartyNetwork(cfg, identity(pki, "active"))
+    server.start_server()
+    real = identity(pki, "passive-0")
+    distrusting = PartyIdentity("passive-0", real.cert_pem, real.key_pem, (pki / "rogue" / "ca.pem").read_bytes())
+    try:
+        got = diagnose_tls(distrusting, "active", cfg.parties["active"].address)
+        assert got is not None and got.startswith("passive-0 does not trust active's certificate")
+        assert diagnose_tls(real, "active", cfg.parties["active"].address) is None  # a working link: no blame
+    finally:
+        server.abort()
+
+
+def test_a_key_of_another_certificate_is_the_partys_own_error(pki: Path) -> None:
+    with pytest.raises(InputDataError, match=r"active: the key .*passive-0.key does not belong to the certificate "
+                                             r".*active.pem: this party's own configuration"):
+        PartyIdentity.from_files("active", pki / "active.pem", pki / "passive-0.key", pki / "ca.pem")
+
+
 def test_valid_certificate_of_an_unpinned_party_is_refused(tmp_path: Path, pki: Path) -> None:
     cfg = load_party_config(make_config(tmp_path, pki, NAMES[:2]))
     server = PartyNetwork(cfg, identity(pki, "active"))

@@ -154,7 +154,21 @@ class PartyIdentity:
                 out.append(Path(p).read_bytes())
             except OSError as exc:
                 raise InputDataError(f"cannot read {label} {p}: {exc.strerror}") from None
-        return cls(name, out[0], out[1], out[2])
+        ident = cls(name, out[0], out[1], out[2])
+        ident.check_key_matches(f"the key {key}", f"the certificate {cert}")
+        return ident
+
+    def check_key_matches(self, key_what: str = "its key", cert_what: str = "its certificate") -> None:
+        """This party's own misconfiguration, named before any peer is contacted: a key of another certificate."""
+        try:
+            key = serialization.load_pem_private_key(self.key_pem, password=None)
+            cert = x509.load_pem_x509_certificate(self.cert_pem)
+        except (ValueError, TypeError) as exc:
+            raise InputDataError(f"{self.name}: cannot parse {key_what} or {cert_what}: {exc}") from None
+        spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+            raise InputDataError(f"{self.name}: {key_what} does not belong to {cert_what}: this party's own "
+                                 "configuration pairs a certificate with another party's key")
 
     @property
     def fingerprint(self) -> str:
@@ -169,6 +183,57 @@ class PartyIdentity:
     @property
     def cert_der(self) -> bytes:
         return x509.load_pem_x509_certificate(self.cert_pem).public_bytes(serialization.Encoding.DER)
+
+
+def diagnose_tls(identity: PartyIdentity, peer: str, address: str, timeout: float = 3.0) -> str | None:
+    """Which side's certificate a failed TLS handshake with ``peer`` is about (gRPC only says "Socket closed").
+
+    A plain TLS 1.3 handshake with this party's credentials, checking the peer like gRPC
+    does: if this side cannot verify the peer's certificate, it says so; if the peer
+    answers with a certificate alert, the peer rejected this party's certificate. ``None``
+    when the probe cannot tell (the peer is down, or the handshake works).
+    """
+    import socket
+    import ssl
+    import tempfile
+
+    host, _, port = address.rpartition(":")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        ctx.load_verify_locations(cadata=identity.ca_pem.decode("ascii"))
+        with tempfile.TemporaryDirectory() as d:  # the ssl module loads a client key from files only
+            cert, key = Path(d) / "c.pem", Path(d) / "k.pem"
+            cert.write_bytes(identity.cert_pem)
+            key.touch(mode=0o600)
+            key.write_bytes(identity.key_pem)
+            ctx.load_cert_chain(cert, key)
+    except (ssl.SSLError, ValueError, OSError):
+        return None
+    rejected = (f"{peer} closed the link right after the handshake: it rejected {identity.name}'s certificate "
+                f"(not signed by the CA {peer} trusts, or not the one it pins for {identity.name!r})")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw, \
+                ctx.wrap_socket(raw, server_hostname=peer) as tls:
+            tls.settimeout(timeout)
+            tls.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")  # the HTTP/2 preface: the server now checks us
+            if tls.recv(1) == b"":  # a healthy gRPC server answers with its SETTINGS frame
+                return rejected
+    except ssl.SSLCertVerificationError as exc:
+        return (f"{identity.name} does not trust {peer}'s certificate ({exc.verify_message}): it is not signed by "
+                f"the CA in {identity.name}'s configuration, or not issued to {peer!r}")
+    except ssl.SSLError as exc:
+        reason = (exc.reason or str(exc)).lower()
+        if "alert" in reason and any(w in reason for w in ("unknown_ca", "certificate", "bad_certificate",
+                                                            "access_denied", "decrypt")):
+            return f"{rejected} (TLS alert {exc.reason})"
+        if "eof" in reason:
+            return rejected
+        return None
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 # --------------------------------------------------------------------------- transport
@@ -522,10 +587,11 @@ class PartyNetwork:
                             grpc.StatusCode.ALREADY_EXISTS):
                     raise PeerDisconnectedError(f"{peer} ({spec.address}) refused {self.name}: {last}") from None
                 low = last.lower()
-                if "handshake" in low or "certificate" in low or "ssl" in low or "alert" in low:
-                    raise PeerDisconnectedError(
-                        f"TLS with {peer} ({spec.address}) failed (certificate not trusted or "
-                        f"not issued to {peer!r}?): {last}") from None
+                if "handshake" in low or "certificate" in low or "ssl" in low or "alert" in low or \
+                        "socket closed" in low:
+                    blame = diagnose_tls(self.identity, peer, spec.address)
+                    if blame is not None:
+                        raise PeerDisconnectedError(f"TLS with {peer} ({spec.address}) failed: {blame}") from None
             now = time.monotonic()
             if now >= deadline:
                 raise PeerTimeoutError(
