@@ -28,7 +28,7 @@ import enum
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -378,6 +378,10 @@ class AuditOutcome:
     metrics: Mapping[str, float] = field(default_factory=dict)
     #: one (run label, report) per run of the audit (mode, variant), when it ran the protocol more than once
     sections: tuple[tuple[str, AuditReport], ...] = ()
+    #: the transcripts of the runs the audit attacked (run label, transcript): the HTML report draws them
+    transcripts: tuple[tuple[str, Transcript], ...] = ()
+    #: training curves of the audited runs (name -> values per step or epoch), for the report's plots
+    curves: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
     def finding(self, name: str, observer: str | None = None) -> EmpiricalFinding:
         """The one finding called ``name`` (of ``observer``); ``KeyError`` listing the names if none."""

@@ -170,9 +170,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
             f"(the common IDs) and their row in the {peer[me]}'s file"))
     findings += _cardinality_findings(taps[2], enc, size_run.results[ACTIVE].size or 0)
     findings += _keyed_hash_findings(taps[3], enc, universe)
-    report, sections = audit_runs({"ECDH, both learn": run.transcript, "ECDH, size only": size_run.transcript,
-                                   "keyed hash": hash_run.transcript})
-    return AuditOutcome("align", report, tuple(findings), sections=sections)
+    runs = {"ECDH, both learn": run.transcript, "ECDH, size only": size_run.transcript,
+            "keyed hash": hash_run.transcript}
+    report, sections = audit_runs(runs)
+    return AuditOutcome("align", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()))
 
 
 def _cardinality_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], size: int) -> list[EmpiricalFinding]:

@@ -57,4 +57,5 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False, runs: int =
     findings = [unrandomized_finding(PASSIVE, "exchange.encrypted_residuals", unrandomized_paillier(n, residuals))]
     findings += ring_mask_findings(ACTIVE, "exchange.masked_gradient", "masked gradient", [views], n,
                                    truth=[tap.held(PASSIVE, "gradient")])
-    return AuditOutcome("exchange", audit(results[0].transcript), tuple(findings))
+    return AuditOutcome("exchange", audit(results[0].transcript), tuple(findings),
+                        transcripts=(("gradient exchange", results[0].transcript),))

@@ -45,12 +45,13 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
             detects="exact (a row count)"))
     naming = [f for f in (naming_finding(ctap, p, "fewshot.pseudo_labels", y) for p in names) if f is not None]
     findings += naming
-    report, sections = audit_runs({"server-side expansion": run.transcript, "client return": crun.transcript})
+    runs = {"server-side expansion": run.transcript, "client return": crun.transcript}
+    report, sections = audit_runs(runs)
     metrics = {"gradient_kmeans_ari": min(f.value for f in findings[: len(names)]),
                "cluster_naming_accuracy": max((f.value for f in naming), default=0.0),
                "test_accuracy": float(run.test_accuracy or 0.0),
                "test_accuracy_client": float(crun.test_accuracy or 0.0)}
-    return AuditOutcome("fewshot", report, tuple(findings), metrics, sections=sections)
+    return AuditOutcome("fewshot", report, tuple(findings), metrics, sections=sections, transcripts=tuple(runs.items()))
 
 
 @needs_torch

@@ -53,11 +53,12 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings += ring_mask_findings(SERVER, "secagg.masked_input", "masked updates", streams, 1 << 64, truth=truth,
                                    truth_protection=Protection.AGGREGATE)
     findings.append(share_reading_finding(stap, names))
-    report, sections = audit_runs({"plaintext updates": plain.transcript, "secure aggregation": secure.transcript})
+    runs = {"plaintext updates": plain.transcript, "secure aggregation": secure.transcript}
+    report, sections = audit_runs(runs)
     same = bool(np.array_equal(plain.result.w, secure.result.w))
     return AuditOutcome("hfl", report, tuple(findings),
                         {"test_accuracy": float(secure.test_accuracy or 0.0), "secure_equals_plain": float(same)},
-                        sections=sections)
+                        sections=sections, transcripts=tuple(runs.items()))
 
 
 def demo_step(ctx: DemoContext) -> dict[str, Any]:

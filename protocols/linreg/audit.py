@@ -164,7 +164,10 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
         COORD, "losses C learned (one per iteration)", float(len(run.losses)), None,
         "declared leakage: C sees the total loss of every iteration", attacks=("linreg.encrypted_loss",),
         flagged=bool(run.losses), samples=len(run.losses)))
-    report, sections = audit_runs({"Paillier training": run.transcript, "CKKS training": ckks_run.transcript,
-                                   "prediction": pred_transcript})
+    runs = {"Paillier training": run.transcript, "CKKS training": ckks_run.transcript,
+            "prediction": pred_transcript}
+    report, sections = audit_runs(runs)
     report.check()
-    return AuditOutcome("linreg", report, tuple(findings), sections=sections)
+    curves = {"loss per iteration (Paillier)": list(run.losses), "loss per iteration (CKKS)": list(ckks_run.losses)}
+    return AuditOutcome("linreg", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()),
+                        curves=curves)

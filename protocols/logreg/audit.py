@@ -91,8 +91,12 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False, steps: int 
     findings = [label_attack(plain_tap, "passive-0", data.y_train), *secure_findings(secure_tap, parties, data.y_train)]
     # Plain-protocol messages never appear in the secure transcript: merge both so the
     # table shows each role's view in each mode.
-    report, sections = audit_runs({"plain": plain.transcript, "secure": secure.transcript})
-    return AuditOutcome("logreg", report, tuple(findings), sections=sections)
+    runs = {"plain": plain.transcript, "secure": secure.transcript}
+    report, sections = audit_runs(runs)
+    curves = {"training loss per step (plain)": list(plain.active.loss_history),
+              "training loss per step (secure)": list(secure.active.loss_history)}
+    return AuditOutcome("logreg", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()),
+                        curves=curves)
 
 
 def demo_step(ctx: DemoContext) -> dict[str, Any]:

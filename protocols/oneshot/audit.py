@@ -37,12 +37,14 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     part = [d1_finding(ptap, p, "oneshot.partition", y) for p in names]
     probes = probe_findings(tap, names, [("oneshot.representation", "features"),
                                          ("oneshot.representation_update", "features")])
-    report, sections = audit_runs({"D1 = gradients": run.transcript, "D1 = partition": prun.transcript})
+    runs = {"D1 = gradients": run.transcript, "D1 = partition": prun.transcript}
+    report, sections = audit_runs(runs)
     metrics = {"gradient_kmeans_ari": min(f.value for f in grad), "partition_ari": min(f.value for f in part),
                "probe_r2_u1": max(f.value for f in probes if "representation from" in f.name),
                "probe_r2_u2": max(f.value for f in probes if "representation_update" in f.name),
                "test_accuracy": float(run.test_accuracy or 0.0)}
-    return AuditOutcome("oneshot", report, (*grad, *part, *probes), metrics, sections=sections)
+    return AuditOutcome("oneshot", report, (*grad, *part, *probes), metrics, sections=sections,
+                        transcripts=tuple(runs.items()))
 
 
 @needs_torch

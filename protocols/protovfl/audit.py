@@ -184,14 +184,18 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings.append(wrapped_key_finding(atap, names))
     findings.append(pairwise_finding(atap, party_ids, names))
 
-    report, sections = audit_runs({"all-party-only alignment": align.transcript,
-                                   "training, secure statistics": secure.transcript,
-                                   "training, plaintext statistics": plain.transcript})
+    runs = {"all-party-only alignment": align.transcript,
+            "training, secure statistics": secure.transcript,
+            "training, plaintext statistics": plain.transcript}
+    report, sections = audit_runs(runs)
     same = bool(np.array_equal(secure.server.test_proba, plain.server.test_proba)
                 and np.array_equal(secure.server.prototypes, plain.server.prototypes))
     metrics = {"prototype_labelling_accuracy": max(f.value for f in findings[: len(names)]),
                "test_accuracy": float(secure.test_accuracy or 0.0), "secure_equals_plain": float(same)}
-    return AuditOutcome("protovfl", report, tuple(findings), metrics, sections=sections)
+    curves = {f"{p}: local prototype loss per round": list(r.losses) for p, r in zip(names, secure.parties,
+                                                                                     strict=True)}
+    return AuditOutcome("protovfl", report, tuple(findings), metrics, sections=sections,
+                        transcripts=tuple(runs.items()), curves=curves)
 
 
 @needs_torch

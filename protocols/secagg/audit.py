@@ -81,7 +81,8 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
         f"{len(run.rounds[-1].survivors)} of {len(clients)}); sums exact: {exact}; by design",
         attacks=("secagg.survivors",), flagged=True, samples=len(run.rounds), detects="exact"))
     return AuditOutcome("secagg", audit(run.transcript), tuple(findings),
-                        {"survivors_last_round": float(len(run.rounds[-1].survivors))})
+                        {"survivors_last_round": float(len(run.rounds[-1].survivors))},
+                        transcripts=(("secure aggregation", run.transcript),))
 
 
 def demo_step(ctx: DemoContext) -> dict[str, Any]:

@@ -206,5 +206,6 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
         *_histogram_findings(tap, "passive-0", "secureboost.histograms"),
         *_histogram_findings(plain_tap, "passive-0", "secureboost.plain_histograms"),
     ]
-    report, sections = audit_runs({"encrypted": run.transcript, "plaintext (debug/parity)": plain.transcript})
-    return AuditOutcome("secureboost", report, tuple(findings), sections=sections)
+    runs = {"encrypted": run.transcript, "plaintext (debug/parity)": plain.transcript}
+    report, sections = audit_runs(runs)
+    return AuditOutcome("secureboost", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()))

@@ -50,7 +50,8 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     metrics = {"batch_gradient_kmeans_ari": min(f.value for f in findings[: len(names)]),
                "probe_r2": max(f.value for f in findings[len(names):]),
                "test_accuracy": float(run.test_accuracy or 0.0)}
-    return AuditOutcome("split", audit(run.transcript), tuple(findings), metrics)
+    return AuditOutcome("split", audit(run.transcript), tuple(findings), metrics,
+                        transcripts=(("split learning", run.transcript),))
 
 
 @needs_torch

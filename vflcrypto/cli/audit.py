@@ -62,16 +62,37 @@ def _names() -> list[str]:
     return [*registry(), NET]
 
 
-def _audit_recorded(path: Path, as_json: bool) -> int:
-    from ..leakage import audit
+def _audit_recorded(path: Path, args: argparse.Namespace) -> int:
+    from ..leakage import AuditOutcome, audit
     from ..transcript import Transcript
 
     load_all_protocols()
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputDataError(f"{path}: not a readable transcript ({exc})") from None
     entries = data["transcript"] if isinstance(data, dict) else data
-    report = audit(Transcript.from_dict(entries))
-    print(report.to_json() if as_json else report.to_text())
+    transcript = Transcript.from_dict(entries)
+    report = audit(transcript)
+    label = str(data.get("task", path.name)) if isinstance(data, dict) else path.name
+    _outputs(AuditOutcome(label, report, transcripts=((f"recorded run {path.name}", transcript),)), args)
+    print(report.to_json() if args.json else report.to_text())
     return 0
+
+
+def _outputs(outcome: object, args: argparse.Namespace) -> None:
+    """``--html FILE`` and ``--plot DIR``: the report of the audit (written atomically) and its PNG figures."""
+    from ..dataio import atomic_write_text
+    from ..leakage import AuditOutcome
+    from ..report import render_html, write_plots
+
+    assert isinstance(outcome, AuditOutcome)
+    if args.html:
+        atomic_write_text(args.html, render_html(outcome))
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.plot:
+        for p in write_plots(outcome, args.plot):
+            print(f"wrote {p}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,8 +112,14 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{path} is up to date")
         return 0
+    from ..dataio import check_output_dir, check_outputs
+
+    if args.html:
+        check_outputs({"HTML report": args.html})  # before the (long) audit runs
+    if args.plot:
+        check_output_dir(args.plot, "--plot directory")
     if args.transcript:
-        return _audit_recorded(Path(args.transcript), args.json)
+        return _audit_recorded(Path(args.transcript), args)
     if not args.name:
         print("vflcrypto audit: name a protocol: " + ", ".join(_names()), file=sys.stderr)
         return 2
@@ -104,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         from ..protocols import get
 
         outcome = get(args.name).audit(args.key_bits, allow_insecure=args.allow_insecure)
+    _outputs(outcome, args)
     print(json.dumps(outcome.to_dict(), indent=2) if args.json else outcome.to_text())
     return 0
 
@@ -116,6 +144,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--transcript", metavar="FILE",
                    help="audit a recorded run (party run record or Flower transcript JSON) instead")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the audited runs "
+                                                 "(sequence diagrams, ledgers, checks, curves)")
+    p.add_argument("--plot", metavar="DIR", help="also write the report's figures as PNG files in DIR")
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.set_defaults(handler=run)

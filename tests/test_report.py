@@ -1,0 +1,114 @@
+"""The HTML audit report: self-contained, every role and message kind of the run drawn, renders in a browser.
+
+The browser test runs Debian's headless Chromium (``.ci/run`` installs it; the test skips
+cleanly where it is absent), checks that the report's script ran without console errors
+and that the rendered page names every role and kind, and keeps a screenshot in
+``artifacts/`` (``$VFLCRYPTO_ARTIFACTS`` overrides the directory).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from vflcrypto.protocols import align
+
+from vflcrypto.cli.audit import load_all_protocols
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_runs
+from vflcrypto.report import arrows, protection_class, render_html, write_plots
+
+ROOT = Path(__file__).resolve().parents[1]
+load_all_protocols()  # every declaration registered: the colours come from them
+
+
+@pytest.fixture(scope="module")
+def outcome() -> AuditOutcome:
+    both = align.run_local([f"i{k}" for k in range(30)], [f"i{k}" for k in range(10, 40)], mode="both")
+    size = align.run_local([f"i{k}" for k in range(30)], [f"i{k}" for k in range(10, 40)], mode="size")
+    runs = {"both learn": both.transcript, "size only": size.transcript}
+    report, sections = audit_runs(runs)
+    findings = (EmpiricalFinding("passive", "a held protection", 0.01, 0.05, "KS distance", attacks=("align.blinded",),
+                                 protection=Protection.BLINDED, flagged=False),
+                EmpiricalFinding("active", "a leak by design", 20.0, 0.0, "the intersection", flagged=True))
+    return AuditOutcome("align", report, findings, {"intersection": 20.0}, sections=sections,
+                        transcripts=tuple(runs.items()), curves={"a curve": [3.0, 2.0, 1.5, 1.4]})
+
+
+def test_the_report_is_self_contained_and_names_every_role_and_kind(outcome: AuditOutcome) -> None:
+    page = render_html(outcome)
+    assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', page)  # nothing fetched from anywhere
+    for row in outcome.report.rows:
+        assert f"data-kind=\"{row.kind}\"" in page and row.receiver in page
+        assert html.escape(row.reveals[:40]) in page
+    sends = sum(len(arrows(t.entries())) for _, t in outcome.transcripts)
+    assert page.count('<g class="arrow"') == sends
+    assert page.count('<g class="finding"') == 2
+    assert 'data-verdict="held"' in page and 'data-verdict="by-design"' in page
+    assert "Run 1: both learn" in page and "Run 2: size only" in page and "a curve" in page
+
+
+def test_protection_colours_follow_the_declarations() -> None:
+    assert protection_class("align.blinded")[0] == "blinded"
+    assert protection_class("secagg.masked_input")[0] == "masked"
+    assert protection_class("protovfl.embedding")[0] == "plaintext"
+    cls, label = protection_class("secagg.forward")
+    assert cls == "ciphertext" and "key: client" in label
+    assert protection_class("no.such_kind") == ("undeclared", "undeclared")
+
+
+def test_plots_are_png_files(outcome: AuditOutcome, tmp_path: Path) -> None:
+    paths = write_plots(outcome, tmp_path)
+    names = sorted(p.name for p in paths)
+    assert names == ["align-bytes.png", "align-checks.png", "align-curves.png", "align-sequence-1.png",
+                     "align-sequence-2.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+def test_audit_cli_writes_the_report(tmp_path: Path) -> None:
+    from vflcrypto.cli import main
+
+    html, plots = tmp_path / "r" / "exchange.html", tmp_path / "png"
+    assert main(["audit", "exchange", "--key-bits", "512", "--allow-insecure", "--html", str(html),
+                 "--plot", str(plots)]) == 0
+    page = html.read_text(encoding="utf-8")
+    assert "exchange.encrypted_residuals" in page and "Empirical checks" in page
+    assert (plots / "exchange-sequence-1.png").is_file()
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium (Debian package 'chromium'; .ci/run installs it)")
+def test_the_report_renders_in_headless_chromium(outcome: AuditOutcome, tmp_path: Path) -> None:
+    exe = _chromium()
+    assert exe is not None
+    page = tmp_path / "report.html"
+    page.write_text(render_html(outcome), encoding="utf-8")
+    common = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+              f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    console = [ln for ln in dom.stderr.splitlines() if re.search(r":CONSOLE[:(]|Uncaught", ln)]
+    assert not console, console  # the report logs nothing: any console line is an error or a warning
+    rendered = dom.stdout
+    assert 'data-rendered="yes"' in rendered  # the report's script ran to its end
+    kinds = {r.kind for r in outcome.report.rows}
+    assert f"{sum(len(arrows(t.entries())) for _, t in outcome.transcripts)} arrows, {len(kinds)} message kinds" \
+        in rendered
+    for row in outcome.report.rows:
+        assert row.kind in rendered and f"{row.receiver} ({row.receiver_role})" in rendered
+    artifacts = Path(os.environ.get("VFLCRYPTO_ARTIFACTS", ROOT / "artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    shot = artifacts / "audit-report.png"
+    res = subprocess.run([*common, f"--screenshot={shot}", "--window-size=1400,2400", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", res.stderr[-2000:]
