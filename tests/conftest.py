@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +43,16 @@ def spawn_connected_then_hanging(cfg_path: Path, name: str, task: str, seconds: 
     """)
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
                             cwd=Path(__file__).resolve().parents[1])
+
+
+AUDIT_KEY_BITS = 512  # insecure size: audits at test speed
+_AUDITS: dict[str, Any] = {}
+
+
+def honest_audit(name: str) -> Any:
+    """The audit of protocol ``name`` at test key sizes, run once per session (honest runs only: never a mutation)."""
+    if name not in _AUDITS:
+        from vflcrypto.protocols import get
+
+        _AUDITS[name] = get(name).audit(AUDIT_KEY_BITS, allow_insecure=True)
+    return _AUDITS[name]

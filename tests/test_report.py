@@ -112,3 +112,46 @@ def test_the_report_renders_in_headless_chromium(outcome: AuditOutcome, tmp_path
     res = subprocess.run([*common, f"--screenshot={shot}", "--window-size=1400,2400", page.as_uri()],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", res.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- every protocol's audit run
+
+
+def _every_audit() -> list[str]:
+    from vflcrypto.protocols import registry
+
+    return sorted(registry())
+
+
+def _render_in_chromium(page: Path, tmp_path: Path) -> str:
+    exe = _chromium()
+    assert exe is not None
+    res = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                          "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
+                          "--v=0", "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    console = [ln for ln in res.stderr.splitlines() if re.search(r":CONSOLE[:(]|Uncaught", ln)]
+    assert not console, console
+    return res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _every_audit())
+def test_every_protocols_audit_run_renders(name: str, tmp_path: Path) -> None:
+    """The audit run of every registered protocol as a report: every role and kind it recorded is on the page,
+    and (with Chromium) the page renders without a console message."""
+    from conftest import honest_audit
+
+    if name in ("split", "oneshot", "fewshot", "protovfl"):
+        pytest.importorskip("torch")
+    outcome = honest_audit(name)
+    assert outcome.transcripts, f"{name}: the audit keeps no transcript to draw"
+    page = tmp_path / f"{name}.html"
+    page.write_text(render_html(outcome), encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    for row in outcome.report.rows:
+        assert row.kind in text and f"{html.escape(row.receiver)} ({html.escape(row.receiver_role)})" in text
+    if _chromium() is not None:
+        rendered = _render_in_chromium(page, tmp_path)
+        assert 'data-rendered="yes"' in rendered
+        assert all(row.kind in rendered for row in outcome.report.rows)
