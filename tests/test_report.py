@@ -155,3 +155,16 @@ def test_every_protocols_audit_run_renders(name: str, tmp_path: Path) -> None:
         rendered = _render_in_chromium(page, tmp_path)
         assert 'data-rendered="yes"' in rendered
         assert all(row.kind in rendered for row in outcome.report.rows)
+
+
+def test_repeated_rounds_are_drawn_once_whatever_the_order_within_them() -> None:
+    from vflcrypto.report import rounds
+
+    def a(s: str, r: str, k: str) -> dict[str, object]:
+        return {"sender": s, "receiver": r, "kind": k, "count": 1, "bytes": 10}
+
+    setup = [a("A", "B", "setup"), a("A", "C", "setup")]
+    one = [a("A", "B", "req"), a("A", "C", "req"), a("B", "A", "rep"), a("C", "A", "rep")]
+    swapped = [one[1], one[0], one[3], one[2]]  # the parties answered in another order
+    items = [*setup, *one, *swapped, *one, a("A", "B", "done")]
+    assert rounds(items) == [(0, 1, 1), (1, 1, 1), (2, 4, 3), (14, 1, 1)]

@@ -29,7 +29,7 @@ from .errors import UndeclaredMessageError
 from .leakage import AuditOutcome, AuditReport, EmpiricalFinding, Protection, declaration_for
 from .transcript import Transcript, TranscriptEntry
 
-__all__ = ["PROTECTION_COLOURS", "arrows", "lifelines", "protection_class", "render_html", "write_plots"]
+__all__ = ["PROTECTION_COLOURS", "arrows", "lifelines", "protection_class", "render_html", "rounds", "write_plots"]
 
 #: one colour per protection class (colour-blind-safe where it matters: red = in the clear)
 PROTECTION_COLOURS = {
@@ -80,6 +80,35 @@ def arrows(entries: Sequence[TranscriptEntry]) -> list[dict[str, Any]]:
     return out
 
 
+MAX_PERIOD = 48  # longest round (in arrows) that rounds() looks for
+
+
+def rounds(items: Sequence[dict[str, Any]]) -> list[tuple[int, int, int]]:
+    """The run's arrows as (start, length, repeats) blocks: a round repeated k times is drawn once, "×k".
+
+    Two consecutive blocks are the same round when they hold the same arrows (sender,
+    receiver, kind), in any order: parties answer concurrently, so the order within a
+    round varies from one round to the next. Greedy, shortest period first.
+    """
+    from collections import Counter
+
+    keys = [(a["sender"], a["receiver"], a["kind"]) for a in items]
+    out: list[tuple[int, int, int]] = []
+    i = 0
+    while i < len(keys):
+        best = (1, 1)
+        for p in range(1, min(MAX_PERIOD, (len(keys) - i) // 2) + 1):
+            block = Counter(keys[i : i + p])
+            k = 1
+            while i + (k + 1) * p <= len(keys) and Counter(keys[i + k * p : i + (k + 1) * p]) == block:
+                k += 1
+            if k > 1 and k * p > best[0] * best[1]:
+                best = (p, k)
+        out.append((i, best[0], best[1]))
+        i += best[0] * best[1]
+    return out
+
+
 def _nbytes(n: float) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
@@ -96,10 +125,27 @@ def _esc(x: Any) -> str:
 
 def _sequence_svg(label: str, entries: Sequence[TranscriptEntry]) -> str:
     parties = lifelines(entries)
-    rows = arrows(entries)
+    every = arrows(entries)
+    rows: list[dict[str, Any]] = []
+    blocks: list[tuple[int, int, int]] = []  # (first row, rows, repeats) of the repeated rounds drawn
+    for start, length, repeats in rounds(every):
+        if repeats > 1:
+            blocks.append((len(rows), length, repeats))
+        region = every[start : start + length * repeats]
+        totals: dict[tuple[str, str, str], list[int]] = {}
+        for x in region:  # per arrow key over all repeats (the order within a round varies)
+            t = totals.setdefault((x["sender"], x["receiver"], x["kind"]), [0, 0, 0])
+            t[0], t[1], t[2] = t[0] + x["count"], t[1] + x["bytes"], t[2] + 1
+        for j in range(length):
+            a = dict(every[start + j])
+            if repeats > 1:  # one round drawn: the count and bytes of all its repeats
+                count, nbytes, arrows_of_key = totals[(a["sender"], a["receiver"], a["kind"])]
+                per_round = arrows_of_key // repeats
+                a["count"], a["bytes"], a["rounds"] = count // per_round, nbytes // per_round, repeats
+            rows.append(a)
     shown, hidden = rows[:MAX_ARROWS], rows[MAX_ARROWS:]
     col, top, step = (260 if len(parties) <= 3 else 190), 46, 26
-    width = max(col * len(parties), 340)
+    width = max(col * len(parties), 340) + 110
     height = top + step * (len(shown) + 1) + (step if hidden else 0) + 10
     x = {p: col // 2 + i * col for i, p in enumerate(parties)}
     parts = [f'<svg class="sequence" role="img" aria-label="message sequence of {_esc(label)}" '
@@ -111,6 +157,13 @@ def _sequence_svg(label: str, entries: Sequence[TranscriptEntry]) -> str:
     for p in parties:
         parts.append(f'<text class="lifeline-name" x="{x[p]}" y="18" text-anchor="middle">{_esc(p)}</text>')
         parts.append(f'<line x1="{x[p]}" y1="26" x2="{x[p]}" y2="{height - 6}" stroke="#bbb" stroke-dasharray="4 3"/>')
+    for first, length, repeats in blocks:
+        if first >= len(shown):
+            continue
+        y0, y1 = top + step * first - 17, top + step * min(first + length, len(shown)) - 14
+        parts.append(f'<g class="round" data-repeats="{repeats}"><rect x="4" y="{y0}" width="{width - 8}" '
+                     f'height="{y1 - y0}" fill="#f4f6fb" stroke="#c9d2e6"/><text x="{width - 10}" y="{y0 + 14}" '
+                     f'text-anchor="end" font-size="11" fill="#456">×{repeats} rounds</text></g>')
     for i, a in enumerate(shown):
         y = top + step * i
         cls, prot = protection_class(a["kind"])
@@ -120,8 +173,8 @@ def _sequence_svg(label: str, entries: Sequence[TranscriptEntry]) -> str:
             reveals = declaration_for(a["kind"]).reveals
         except UndeclaredMessageError:
             reveals = "undeclared"
-        count = f" ×{a['count']}" if a["count"] > 1 else ""
-        text = f"{a['kind']}{count} · {_nbytes(a['bytes'])} · {prot}"
+        times = f" ×{a['count']}" if a["count"] > 1 else ""
+        text = f"{a['kind']}{times} · {_nbytes(a['bytes'])}{' in all' if a.get('rounds') else ''} · {prot}"
         parts.append(f'<g class="arrow" data-kind="{_esc(a["kind"])}" data-protection="{cls}">'
                      f'<title>{_esc(a["sender"])} → {_esc(a["receiver"])}, step {_esc(a["step"])}: '
                      f'{_esc(reveals)}</title>'

@@ -127,8 +127,8 @@ class ActiveRole(Role[_ActiveState]):
         if y.ndim != 1 or len(y) == 0 or not np.all((y == 0) | (y == 1)):
             raise InputDataError("labels must be a non-empty vector of 0/1")
         if np.all(y == y[0]):
-            raise InputDataError(f"every training label is {int(y[0])}: logistic regression needs both classes "
-                                 "(check the label column, or the alignment and the split)")
+            raise InputDataError(f"every training label is {int(y[0])} (one class): logistic regression needs both "
+                                 "classes (check the label column, or the alignment and the split)")
         if steps < 0 or not math.isfinite(learning_rate) or learning_rate <= 0:
             raise InputDataError("steps must be >= 0 and the learning rate positive")
         self.y = y

@@ -1,0 +1,262 @@
+"""scikit-learn estimators over simulated VFL: every party in-process, through the real protocol.
+
+``fit(X, y)`` splits the columns of ``X`` among the parties (``party_columns``: one list of
+column indices or names per party; by default the columns are cut into two contiguous
+halves), runs every party's role of the protocol in this process (threads over in-memory
+channels, encrypted unless ``plaintext=True``) and keeps each party's own model; ``predict``
+/ ``predict_proba`` run the joint prediction. ``transcript_`` (the entries of every message
+that crossed a party boundary during ``fit``) and ``audit_`` (what each role received and
+what it reveals) expose the exchange. ``X`` may be a numpy array or a pandas DataFrame.
+
+* :class:`SecureBoostClassifier`, :class:`SecureBoostRegressor`: SecureBoost; the first
+  group of columns (and the labels) belong to the active party, the others to passive
+  parties. Binary classification only (labels mapped to 0/1 in ``classes_`` order).
+* :class:`SecureLinearRegression`: secure linear regression with a coordinator (Paillier
+  or CKKS); the first group is the active party's.
+* :class:`SecureLogisticRegression`: Flower's vertical logistic regression (plain or
+  secure); the label holder has no columns, every group is a feature party; the first
+  feature party also holds the intercept. Prediction sums each party's partial logit
+  x_k·w_k computed from its own weights (the protocol's own evaluation step, in-process).
+
+Small keys (``key_bits < 2048``) need ``allow_insecure=True``, as everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+__all__ = ["SecureBoostClassifier", "SecureBoostRegressor", "SecureLinearRegression", "SecureLogisticRegression"]
+
+
+def _groups(est: Any, n_features: int, min_parties: int = 2) -> list[np.ndarray]:
+    """Column indices per party: ``party_columns`` (indices or names), or two contiguous halves."""
+    spec = est.party_columns
+    if spec is None:
+        if n_features < min_parties:
+            raise ValueError(f"X has {n_features} feature(s): vertical FL needs at least one column per party "
+                             f"({min_parties} parties); 1 feature(s) cannot be split")
+        cut = np.array_split(np.arange(n_features), min_parties)
+        return [c.astype(np.int64) for c in cut]
+    names = list(getattr(est, "feature_names_in_", []))
+    groups = []
+    for g in spec:
+        idx = [names.index(c) if isinstance(c, str) else int(c) for c in g]
+        if not idx or min(idx) < 0 or max(idx) >= n_features:
+            raise ValueError(f"party_columns {spec!r}: every party needs columns among the {n_features} features")
+        groups.append(np.asarray(idx, np.int64))
+    flat = np.concatenate(groups)
+    if len(set(flat.tolist())) != len(flat) or len(groups) < min_parties:
+        raise ValueError(f"party_columns must give {min_parties}+ parties disjoint columns")
+    return groups
+
+
+def _binary(y: np.ndarray) -> None:
+    """These protocols train binary classifiers: other targets get scikit-learn's standard error."""
+    check_classification_targets(y)
+    kind = type_of_target(y, input_name="y", raise_unknown=True)
+    if kind != "binary":
+        raise ValueError(f"Only binary classification is supported. The type of the target is {kind}.")
+
+
+def _record(est: Any, transcript: Any) -> None:
+    from .leakage import audit
+
+    est.transcript_ = tuple(transcript.entries())
+    est.audit_ = audit(transcript)
+
+
+# --------------------------------------------------------------------------- SecureBoost
+
+
+class _SecureBoost(BaseEstimator):
+    _objective = "binary"
+
+    def __init__(self, party_columns: Sequence[Sequence[int | str]] | None = None, *, n_trees: int = 10,
+                 max_depth: int = 3, learning_rate: float = 0.3, max_bin: int = 32, reg_lambda: float = 1.0,
+                 gamma: float = 0.0, min_child_weight: float = 1.0, plaintext: bool = False, key_bits: int = 2048,
+                 allow_insecure: bool = False) -> None:
+        self.party_columns = party_columns
+        self.n_trees = n_trees
+        self.max_depth = max_depth
+        self.learning_rate = learning_rate
+        self.max_bin = max_bin
+        self.reg_lambda = reg_lambda
+        self.gamma = gamma
+        self.min_child_weight = min_child_weight
+        self.plaintext = plaintext
+        self.key_bits = key_bits
+        self.allow_insecure = allow_insecure
+
+    def _fit(self, X: np.ndarray, y: np.ndarray) -> None:
+        from vflcrypto.protocols import secureboost as sb
+
+        self.groups_ = _groups(self, X.shape[1])
+        params = sb.BoostParams(objective=self._objective, n_trees=self.n_trees, max_depth=self.max_depth,
+                                learning_rate=self.learning_rate, max_bin=self.max_bin, reg_lambda=self.reg_lambda,
+                                gamma=self.gamma, min_child_weight=self.min_child_weight)
+        run = sb.run_local(X[:, self.groups_[0]], y, [X[:, g] for g in self.groups_[1:]], params=params,
+                           plaintext=self.plaintext, key_bits=self.key_bits, allow_insecure=self.allow_insecure)
+        self.active_model_ = run.active.model
+        self.passive_models_ = [run.passive[k].model for k in sorted(run.passive)]
+        _record(self, run.transcript)
+
+    def _joint(self, X: Any) -> np.ndarray:
+        from vflcrypto.protocols import secureboost as sb
+
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        return np.asarray(sb.predict_local(self.active_model_, X[:, self.groups_[0]],
+                                           [(m, X[:, g]) for m, g in zip(self.passive_models_, self.groups_[1:],
+                                                                          strict=True)]), np.float64)
+
+
+class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
+    """SecureBoost (Cheng et al. 2019), binary: the active party holds the first column group and the labels."""
+
+    def fit(self, X: Any, y: Any) -> SecureBoostClassifier:
+        X, y = validate_data(self, X, y)
+        _binary(y)
+        self.classes_, y01 = np.unique(y, return_inverse=True)
+        self._fit(np.asarray(X, np.float64), y01.astype(np.float64))
+        return self
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        p = self._joint(X)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: Any) -> np.ndarray:
+        positive = self.predict_proba(X)[:, 1] >= 0.5  # first: a NotFittedError before any fitted attribute
+        return np.asarray(self.classes_[positive.astype(np.int64)])
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+
+class SecureBoostRegressor(RegressorMixin, _SecureBoost):
+    """SecureBoost with squared error: the active party holds the first column group and the target."""
+
+    _objective = "regression"
+
+    def fit(self, X: Any, y: Any) -> SecureBoostRegressor:
+        X, y = validate_data(self, X, y, y_numeric=True)
+        self._fit(np.asarray(X, np.float64), np.asarray(y, np.float64))
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self._joint(X)
+
+
+# --------------------------------------------------------------------------- linear models
+
+
+class SecureLinearRegression(RegressorMixin, BaseEstimator):
+    """Secure linear regression with a coordinator (Yang et al., ch. 5): the active party holds group 0 and y."""
+
+    def __init__(self, party_columns: Sequence[Sequence[int | str]] | None = None, *, epochs: int = 100,
+                 lr: float = 0.1, l2: float = 0.0, momentum: float = 0.9, batch_size: int | None = None,
+                 tol: float | None = 1e-6, scheme: str = "paillier", key_bits: int = 2048,
+                 allow_insecure: bool = False) -> None:
+        self.party_columns = party_columns
+        self.epochs = epochs
+        self.lr = lr
+        self.l2 = l2
+        self.momentum = momentum
+        self.batch_size = batch_size
+        self.tol = tol
+        self.scheme = scheme
+        self.key_bits = key_bits
+        self.allow_insecure = allow_insecure
+
+    def _tables(self, X: np.ndarray, y: np.ndarray | None) -> list[Any]:
+        from .dataio import PartyTable
+
+        ids = tuple(f"r{i}" for i in range(len(X)))
+        tables = []
+        for k, g in enumerate(self.groups_):
+            cols = tuple(f"x{j}" for j in g.tolist())
+            tables.append(PartyTable(ids, cols, X[:, g], y if k == 0 else None, "y" if k == 0 else None))
+        return tables
+
+    def fit(self, X: Any, y: Any) -> SecureLinearRegression:
+        from vflcrypto.protocols import linreg
+
+        X, y = validate_data(self, X, y, y_numeric=True)
+        self.groups_ = _groups(self, X.shape[1])
+        cfg = linreg.LinRegConfig(epochs=self.epochs, lr=self.lr, l2=self.l2, momentum=self.momentum,
+                                  batch_size=self.batch_size, tol=self.tol, scheme=self.scheme, key_bits=self.key_bits)
+        tables = self._tables(np.asarray(X, np.float64), np.asarray(y, np.float64))
+        run = linreg.run_local(tables[0], tables[1:], config=cfg, allow_insecure=self.allow_insecure)
+        self.models_ = run.models
+        _record(self, run.transcript)
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        from vflcrypto.protocols import linreg
+
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        bits = self.key_bits if self.scheme == "paillier" else 2048
+        pred, _ = linreg.predict_local(self.models_, self._tables(np.asarray(X, np.float64), None), key_bits=bits,
+                                       allow_insecure=self.allow_insecure)
+        return np.asarray(pred, np.float64)
+
+
+class SecureLogisticRegression(ClassifierMixin, BaseEstimator):
+    """Flower's vertical logistic regression: a label holder without columns, one feature party per group."""
+
+    def __init__(self, party_columns: Sequence[Sequence[int | str]] | None = None, *, secure: bool = True,
+                 steps: int = 20, learning_rate: float = 0.5, key_bits: int = 2048,
+                 allow_insecure: bool = False) -> None:
+        self.party_columns = party_columns
+        self.secure = secure
+        self.steps = steps
+        self.learning_rate = learning_rate
+        self.key_bits = key_bits
+        self.allow_insecure = allow_insecure
+
+    def _blocks(self, X: np.ndarray) -> list[np.ndarray]:
+        blocks = [X[:, g] for g in self.groups_]
+        blocks[0] = np.column_stack([np.ones(len(X)), blocks[0]])  # the intercept, at the first feature party
+        return blocks
+
+    def fit(self, X: Any, y: Any) -> SecureLogisticRegression:
+        from vflcrypto.protocols import logreg
+
+        X, y = validate_data(self, X, y)
+        _binary(y)
+        self.classes_, y01 = np.unique(y, return_inverse=True)
+        self.groups_ = _groups(self, X.shape[1])
+        run = logreg.run_local(self._blocks(np.asarray(X, np.float64)), y01.astype(np.float64), secure=self.secure,
+                               steps=self.steps, learning_rate=self.learning_rate, key_bits=self.key_bits,
+                               allow_insecure=self.allow_insecure)
+        self.weights_ = [np.asarray(run.passives[k].weights, np.float64) for k in sorted(run.passives)]
+        self.loss_history_ = list(run.active.loss_history)
+        _record(self, run.transcript)
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False)
+        parts = [b @ w for b, w in zip(self._blocks(np.asarray(X, np.float64)), self.weights_, strict=True)]
+        return np.asarray(np.sum(parts, axis=0), np.float64)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        p = 1.0 / (1.0 + np.exp(-self.decision_function(X)))
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: Any) -> np.ndarray:
+        positive = self.decision_function(X) >= 0
+        return np.asarray(self.classes_[positive.astype(np.int64)])
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
