@@ -168,3 +168,18 @@ def test_repeated_rounds_are_drawn_once_whatever_the_order_within_them() -> None
     swapped = [one[1], one[0], one[3], one[2]]  # the parties answered in another order
     items = [*setup, *one, *swapped, *one, a("A", "B", "done")]
     assert rounds(items) == [(0, 1, 1), (1, 1, 1), (2, 4, 3), (14, 1, 1)]
+
+
+def test_train_html_draws_every_run_the_command_made(tmp_path: Path) -> None:
+    from vflcrypto.cli import main
+
+    rows = range(30)
+    (tmp_path / "a.csv").write_text("id,y,x\n" + "".join(f"r{i},{i % 5},{i % 3}\n" for i in rows))
+    (tmp_path / "b.csv").write_text("id,z\n" + "".join(f"r{i},{(i * 7) % 4}\n" for i in range(5, 35)))
+    out = tmp_path / "train.html"
+    assert main(["train", "linreg", "--active", str(tmp_path / "a.csv"), "--passive", str(tmp_path / "b.csv"),
+                 "--id-column", "id", "--label", "y", "--epochs", "2", "--key-bits", "512", "--allow-insecure",
+                 "--test-fraction", "0.2", "--html", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "Run 1: 1. align" in page and "Run 2: 2. linreg" in page and "linreg.encrypted_u" in page
+    assert "s from the first message to the last" in page

@@ -326,8 +326,9 @@ def render_html(outcome: AuditOutcome, *, title: str | None = None) -> str:
         report = sections.get(label)
         body.append(f'<h2 id="run-{i + 1}">Run {i + 1}: {_esc(label)}</h2>'
                     f'<p>{len([e for e in entries if e.event == "send"])} messages, '
-                    f'{_nbytes(sum(e.nbytes for e in entries if e.event == "send"))}, parties: '
-                    f'{_esc(", ".join(lifelines(entries)))}</p>'
+                    f'{_nbytes(sum(e.nbytes for e in entries if e.event == "send"))}, '
+                    f'{(entries[-1].time - entries[0].time) if entries else 0.0:.2f} s from the first message to '
+                    f'the last, parties: {_esc(", ".join(lifelines(entries)))}</p>'
                     f'<h3>Message sequence</h3><div class="scroll">{_sequence_svg(label, entries)}</div>'
                     f"<h3>Bytes per message kind</h3>{_bytes_svg(label, entries)}")
         body.append("<h3>What each role received</h3>" + _ledger(report if report is not None else

@@ -14,16 +14,18 @@ lives in memory only, is never serialized, and is off unless a caller asks for i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .errors import AuditError
 from .wire import message_kind
 
-__all__ = ["AuditTap", "Endpoint", "Received", "Transcript", "TranscriptEntry"]
+__all__ = ["AuditTap", "Endpoint", "Received", "Transcript", "TranscriptEntry", "capture"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,27 @@ class AuditTap:
         return values[0]
 
 
+_capture_lock = threading.Lock()
+_captures: list[list[Transcript]] = []
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[list[Transcript]]:
+    """Collect every :class:`Transcript` created while the block runs (in any thread), in creation order.
+
+    What ``vflcrypto train ... --html`` uses to draw the runs a command made without any
+    command knowing about reports.
+    """
+    got: list[Transcript] = []
+    with _capture_lock:
+        _captures.append(got)
+    try:
+        yield got
+    finally:
+        with _capture_lock:
+            _captures.remove(got)
+
+
 class Transcript:
     """Append-only, thread-safe log of every frame sent and received by the parties that share it.
 
@@ -131,6 +154,9 @@ class Transcript:
         self._entries: list[TranscriptEntry] = []
         self._t0 = time.monotonic()
         self.tap = tap
+        with _capture_lock:
+            for c in _captures:
+                c.append(self)
 
     def record(self, event: str, seq: int, sender: Endpoint, receiver: Endpoint,
                kind: str, nbytes: int, step_name: str = "") -> TranscriptEntry:

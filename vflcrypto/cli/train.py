@@ -7,22 +7,49 @@ The models are the ``train`` commands of the protocols in the registry
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["register"]
 
 
 def _outputs_first(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Check ``--model-dir`` before any work: training never finishes and then fails to save."""
+    """Check ``--model-dir`` and ``--html`` before any work (training never finishes and then fails to save);
+    with ``--html``, draw every run the command made (alignment, training, prediction) as a report."""
 
     def checked(args: argparse.Namespace) -> int:
-        from ..dataio import check_output_dir
+        from ..dataio import atomic_write_text, check_output_dir, check_outputs
+        from ..transcript import capture
 
         if getattr(args, "model_dir", None):
             check_output_dir(args.model_dir, "--model-dir")
-        return run(args)
+        if not args.html:
+            return run(args)
+        check_outputs({"HTML report": args.html})
+        with capture() as runs:
+            code = run(args)
+        atomic_write_text(args.html, _report(args.model, runs))
+        print(f"wrote {args.html}", file=sys.stderr)
+        return code
 
     return checked
+
+
+def _report(model: str, runs: list[Any]) -> str:
+    """The report of a training command's runs: declared leakage per message (no attacks: those need the audit)."""
+    from ..cli.audit import load_all_protocols
+    from ..leakage import AuditOutcome, audit_runs
+    from ..report import render_html
+
+    load_all_protocols()
+    named = {}
+    for i, t in enumerate(r for r in runs if r.entries()):
+        protocols = sorted({e.kind.split(".", 1)[0] for e in t.entries()})
+        named[f"{i + 1}. {' + '.join(protocols)}"] = t
+    report, sections = audit_runs(named)
+    outcome = AuditOutcome(model, report, sections=sections, transcripts=tuple(named.items()))
+    return render_html(outcome, title=f"vflcrypto train {model}: what crossed each party boundary")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,4 +64,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             m = models.add_parser(cmd.name, help=cmd.help, description=cmd.description,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
             cmd.add_arguments(m)
+            m.add_argument("--html", metavar="FILE", help="also write an HTML report of every run this command makes "
+                                                          "(sequence diagrams, what each role received)")
             m.set_defaults(handler=_outputs_first(cmd.run))
