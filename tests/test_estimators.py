@@ -17,6 +17,7 @@ from vflcrypto.estimators import (
     SecureBoostRegressor,
     SecureLinearRegression,
     SecureLogisticRegression,
+    SplitLearningClassifier,
 )
 
 SMALL = {"key_bits": 512, "allow_insecure": True}
@@ -25,6 +26,12 @@ FAST = [SecureBoostClassifier(n_trees=2, max_depth=2, plaintext=True),
         SecureBoostRegressor(n_trees=3, max_depth=2, plaintext=True),
         SecureLogisticRegression(secure=False, steps=10),
         SecureLinearRegression(epochs=10, **SMALL)]
+try:  # split learning trains PyTorch extractors (the deep extra)
+    import torch  # noqa: F401
+
+    FAST.append(SplitLearningClassifier(epochs=8, dim=4, hidden=8))
+except ImportError:
+    pass
 
 
 @parametrize_with_checks(FAST)
@@ -100,3 +107,17 @@ def test_pipelines_cross_validation_and_dataframes(binary: tuple[np.ndarray, np.
         np.testing.assert_array_equal(est.predict(df), est.predict(X))
     with pytest.raises(ValueError, match="disjoint"):
         SecureBoostClassifier([["income", "age"], ["age"]], plaintext=True).fit(df, y)
+
+
+def test_split_learning_classifier_equals_run_local() -> None:
+    pytest.importorskip("torch")
+    from vflcrypto.protocols import split
+    from vflcrypto.protocols._repvfl import PartyData, ServerData
+
+    X, y = make_classification(n_samples=80, n_features=6, n_informative=4, n_classes=3, random_state=3)
+    est = SplitLearningClassifier([[0, 1, 2], [3, 4, 5]], epochs=5, dim=4, hidden=8).fit(X, y)
+    Xf = X.astype(np.float32)
+    run = split.run_local(ServerData(y, 3, y), [PartyData(Xf[:, :3], Xf[:, :3]), PartyData(Xf[:, 3:], Xf[:, 3:])],
+                          config=split.SplitConfig(epochs=5, dim=4, hidden=8))
+    np.testing.assert_allclose(est.predict_proba(X), run.server.test_proba, rtol=1e-5, atol=1e-6)
+    assert "split.gradient" in {e.kind for e in est.transcript_}

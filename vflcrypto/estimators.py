@@ -18,6 +18,12 @@ what it reveals) expose the exchange. ``X`` may be a numpy array or a pandas Dat
   feature party also holds the intercept. Prediction sums each party's partial logit
   x_k·w_k computed from its own weights (the protocol's own evaluation step, in-process).
 
+* :class:`SplitLearningClassifier`: split learning (the representation-VFL baseline;
+  the ``deep`` extra, torch): a server holds the labels and the head, every group is a
+  party with its own extractor; representations and gradients cross in the clear (the
+  audit measures what they carry). Every training row is aligned and labelled, as
+  ``fit(X, y)`` implies; multi-class.
+
 Small keys (``key_bits < 2048``) need ``allow_insecure=True``, as everywhere.
 """
 
@@ -31,7 +37,8 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-__all__ = ["SecureBoostClassifier", "SecureBoostRegressor", "SecureLinearRegression", "SecureLogisticRegression"]
+__all__ = ["SecureBoostClassifier", "SecureBoostRegressor", "SecureLinearRegression", "SecureLogisticRegression",
+           "SplitLearningClassifier"]
 
 
 def _groups(est: Any, n_features: int, min_parties: int = 2) -> list[np.ndarray]:
@@ -260,3 +267,67 @@ class SecureLogisticRegression(ClassifierMixin, BaseEstimator):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
         return tags
+
+
+# --------------------------------------------------------------------------- representation VFL
+
+
+class SplitLearningClassifier(ClassifierMixin, BaseEstimator):
+    """Split learning: one extractor per column group, the server's head on their concatenated representations."""
+
+    def __init__(self, party_columns: Sequence[Sequence[int | str]] | None = None, *, dim: int = 16,
+                 hidden: int = 64, epochs: int = 50, lr: float = 3e-3, head_lr: float = 1e-2, batch_size: int = 64,
+                 seed: int = 0) -> None:
+        self.party_columns = party_columns
+        self.dim = dim
+        self.hidden = hidden
+        self.epochs = epochs
+        self.lr = lr
+        self.head_lr = head_lr
+        self.batch_size = batch_size
+        self.seed = seed
+
+    def _config(self) -> Any:
+        from vflcrypto.protocols import split
+
+        return split.SplitConfig(dim=self.dim, hidden=self.hidden, epochs=self.epochs, lr=self.lr,
+                                 head_lr=self.head_lr, batch_size=self.batch_size, seed=self.seed)
+
+    def fit(self, X: Any, y: Any) -> SplitLearningClassifier:
+        from vflcrypto.protocols import split
+        from vflcrypto.protocols._repvfl import PartyData, ServerData
+
+        X, y = validate_data(self, X, y)
+        check_classification_targets(y)
+        self.classes_, yk = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError("SplitLearningClassifier needs at least 2 classes, got 1 class")
+        if len(X) < 2:
+            raise ValueError(f"n_samples = {len(X)}: split learning needs at least 2 aligned rows (1 sample given)")
+        self.groups_ = _groups(self, X.shape[1])
+        X = np.asarray(X, np.float32)
+        parties = [PartyData(X[:, g]) for g in self.groups_]
+        run = split.run_local(ServerData(yk.astype(np.int64), len(self.classes_)), parties, config=self._config())
+        self.head_ = list(run.server.head)
+        self.extractors_ = [list(p.extractor) for p in run.parties]
+        _record(self, run.transcript)
+        return self
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        from vflcrypto import nn as vnn
+
+        check_is_fitted(self)
+        X = np.asarray(validate_data(self, X, reset=False), np.float32)
+        reps = []
+        for g, arrays in zip(self.groups_, self.extractors_, strict=True):
+            f = vnn.mlp_extractor(X[:, g] if len(X) else np.zeros((1, len(g)), np.float32), self.dim,
+                                  hidden=self.hidden)
+            vnn.load_arrays(f, arrays)  # the party's own trained extractor (its scaler included)
+            reps.append(vnn.forward(f, X[:, g]))
+        head = vnn.head(self.dim * len(self.groups_), len(self.classes_))
+        vnn.load_arrays(head, self.head_)
+        return np.asarray(vnn.predict_proba(head, np.concatenate(reps, axis=1)), np.float64)
+
+    def predict(self, X: Any) -> np.ndarray:
+        best = self.predict_proba(X).argmax(1)
+        return np.asarray(self.classes_[best])
