@@ -14,6 +14,7 @@ Every attack reads the payloads from the run's :class:`~vflcrypto.runtime.AuditT
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 from vflcrypto.attacks import accuracy_finding, partition_finding, probe_finding
 from vflcrypto.cluster import kmeans
 from vflcrypto.errors import InputDataError
-from vflcrypto.leakage import EmpiricalFinding
+from vflcrypto.leakage import EmpiricalFinding, Figure
 from vflcrypto.runtime import AuditTap
 from vflcrypto.spec import DemoContext
 
@@ -55,9 +56,11 @@ def d1_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> Empirical
         how = f"k-means (K = C = {msg.n_classes}, the C it received) on the rows of the gradient it received"
     else:
         guess, how = np.asarray(msg.clusters), "the cluster ids it received"
-    return partition_finding(party, f"{kind}: label partition of the overlap rows", guess, y, attacks=(kind,),
-                             protection=None, description=f"ARI of {how} against the true overlap labels; by "
-                                                          "design (D1 carries the partition, not the class names)")
+    found = partition_finding(party, f"{kind}: label partition of the overlap rows", guess, y, attacks=(kind,),
+                              protection=None, description=f"ARI of {how} against the true overlap labels; by "
+                                                           "design (D1 carries the partition, not the class names)")
+    return dataclasses.replace(found, figure=Figure.contingency(
+        f"{party}: the overlap rows' true classes against the groups it found in {kind}", y, guess))
 
 
 def batch_gradient_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray, batches: Sequence[np.ndarray],
@@ -79,7 +82,10 @@ def batch_gradient_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray, 
                                 description=f"k-means (K = C) on each of the first {len(msgs)} batch gradients "
                                             f"(mean per-batch ARI {np.mean(per_batch):.3f}); by design, "
                                             "repeated every round")
-    return finding
+    first: Any = kmeans(np.asarray(msgs[0].G), min(n_classes, len(msgs[0].G)), seed=12345).labels if msgs else []
+    return dataclasses.replace(finding, figure=Figure.contingency(
+        f"{party}: the first batch's true classes against the k-means clusters of its gradient",
+        y[batches[0]] if msgs else [], first))
 
 
 def probe_findings(tap: AuditTap, parties: Sequence[str], kinds: Sequence[tuple[str, str]]) -> list[EmpiricalFinding]:

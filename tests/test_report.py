@@ -19,7 +19,7 @@ import pytest
 from vflcrypto.protocols import align
 
 from vflcrypto.cli.audit import load_all_protocols
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_runs
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Figure, Protection, audit_runs
 from vflcrypto.report import arrows, protection_class, render_html, write_plots
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,11 @@ def outcome() -> AuditOutcome:
     report, sections = audit_runs(runs)
     findings = (EmpiricalFinding("passive", "a held protection", 0.01, 0.05, "KS distance", attacks=("align.blinded",),
                                  protection=Protection.BLINDED, flagged=False),
-                EmpiricalFinding("active", "a leak by design", 20.0, 0.0, "the intersection", flagged=True))
+                EmpiricalFinding("active", "a leak by design", 20.0, 0.0, "the intersection", flagged=True,
+                                 figure=Figure.contingency("classes against clusters", [0, 0, 1, 1, 1],
+                                                           [5, 5, 7, 7, 5])),
+                EmpiricalFinding("active", "tiny bins", 0.5, 0.0, "bins", flagged=True,
+                                 figure=Figure.histogram("rows per bin", [3, 1, 0], ["1", "2", "3+"])))
     return AuditOutcome("align", report, findings, {"intersection": 20.0}, sections=sections,
                         transcripts=tuple(runs.items()), curves={"a curve": [3.0, 2.0, 1.5, 1.4]})
 
@@ -47,7 +51,8 @@ def test_the_report_is_self_contained_and_names_every_role_and_kind(outcome: Aud
         assert html.escape(row.reveals[:40]) in page
     sends = sum(len(arrows(t.entries())) for _, t in outcome.transcripts)
     assert page.count('<g class="arrow"') == sends
-    assert page.count('<g class="finding"') == 2
+    assert page.count('<g class="finding"') == 3
+    assert 'class="figure matrix"' in page and 'class="figure histogram"' in page and "classes against clusters" in page
     assert 'data-verdict="held"' in page and 'data-verdict="by-design"' in page
     assert "Run 1: both learn" in page and "Run 2: size only" in page and "a curve" in page
 
@@ -183,3 +188,21 @@ def test_train_html_draws_every_run_the_command_made(tmp_path: Path) -> None:
     page = out.read_text(encoding="utf-8")
     assert "Run 1: 1. align" in page and "Run 2: 2. linreg" in page and "linreg.encrypted_u" in page
     assert "s from the first message to the last" in page
+
+
+def test_a_contingency_figure_counts_every_pair() -> None:
+    fig = Figure.contingency("t", ["a", "a", "b", "b", "b"], [1, 1, 2, 2, 1])
+    assert fig.rows == ("class a", "class b") and fig.columns == ("cluster 1", "cluster 2")
+    assert fig.values == ((2.0, 0.0), (1.0, 2.0))
+
+
+def test_the_attack_pictures_of_the_audits() -> None:
+    from conftest import honest_audit
+
+    pytest.importorskip("torch")
+    one = honest_audit("oneshot")
+    mats = [f.figure for f in one.findings if f.figure is not None and f.figure.kind == "matrix"]
+    assert mats and all(sum(map(sum, m.values)) > 0 for m in mats)
+    sb = honest_audit("secureboost")
+    hists = [f.figure for f in sb.findings if f.figure is not None and f.figure.kind == "histogram"]
+    assert hists and all(sum(h.values[0]) > 0 for h in hists)

@@ -46,6 +46,7 @@ __all__ = [
     "AuditRow",
     "Declaration",
     "EmpiricalFinding",
+    "Figure",
     "Protection",
     "audit",
     "audit_runs",
@@ -327,6 +328,33 @@ def audit(transcript: Transcript) -> AuditReport:
 
 
 @dataclass(frozen=True)
+class Figure:
+    """A picture of what an attack saw, for the HTML report: a ``matrix`` (counts, row and column labels,
+    e.g. true classes against the clusters an attacker found) or a ``histogram`` (counts per labelled bin)."""
+
+    kind: str
+    title: str
+    values: tuple[tuple[float, ...], ...]
+    rows: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+
+    @classmethod
+    def contingency(cls, title: str, truth: Any, guess: Any, row: str = "class", column: str = "cluster") -> Figure:
+        """Counts of every (true label, attacker's group) pair."""
+        import numpy as np
+
+        t, g = np.asarray(truth).ravel(), np.asarray(guess).ravel()
+        ts, gs = np.unique(t), np.unique(g)
+        m = tuple(tuple(float(np.count_nonzero((t == a) & (g == b))) for b in gs) for a in ts)
+        return cls("matrix", title, m, tuple(f"{row} {a}" for a in ts.tolist()),
+                   tuple(f"{column} {b}" for b in gs.tolist()))
+
+    @classmethod
+    def histogram(cls, title: str, counts: Sequence[float], bins: Sequence[str]) -> Figure:
+        return cls("histogram", title, (tuple(float(c) for c in counts),), (), tuple(bins))
+
+
+@dataclass(frozen=True)
 class EmpiricalFinding:
     """A measured leakage: what ``observer`` inferred from the messages it received.
 
@@ -352,6 +380,8 @@ class EmpiricalFinding:
     p_value: float | None = None
     samples: int | None = None
     detects: str = ""
+    #: what the attack saw, drawn by the HTML report (optional)
+    figure: Figure | None = None
 
     @property
     def by_design(self) -> bool:

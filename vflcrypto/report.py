@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UndeclaredMessageError
-from .leakage import AuditOutcome, AuditReport, EmpiricalFinding, Protection, declaration_for
+from .leakage import AuditOutcome, AuditReport, EmpiricalFinding, Figure, Protection, declaration_for
 from .transcript import Transcript, TranscriptEntry
 
 __all__ = ["PROTECTION_COLOURS", "arrows", "lifelines", "protection_class", "render_html", "rounds", "write_plots"]
@@ -225,6 +225,45 @@ def _findings_svg(findings: Sequence[EmpiricalFinding]) -> str:
     return "".join(parts)
 
 
+def _figure_svg(fig: Figure) -> str:
+    """A finding's picture: a heatmap of counts (matrix) or bars (histogram), with the numbers written in."""
+    if fig.kind == "matrix":
+        cell, left, top = 34, 90, 90
+        rows, cols = len(fig.values), len(fig.values[0]) if fig.values else 0
+        width, height = left + cell * cols + 10, top + cell * rows + 10
+        peak = max((v for r in fig.values for v in r), default=1.0) or 1.0
+        parts = [f'<svg class="figure matrix" role="img" aria-label="{_esc(fig.title)}" '
+                 f'xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+                 f'viewBox="0 0 {width} {height}">']
+        for j, c in enumerate(fig.columns):
+            x = left + cell * j + cell / 2
+            parts.append(f'<text x="{x}" y="{top - 6}" font-size="10" transform="rotate(-60 {x} {top - 6})">'
+                         f'{_esc(c)}</text>')
+        for i, (label, row) in enumerate(zip(fig.rows, fig.values, strict=True)):
+            y = top + cell * i
+            parts.append(f'<text x="{left - 6}" y="{y + cell / 2 + 4}" font-size="10" text-anchor="end">'
+                         f'{_esc(label)}</text>')
+            for j, v in enumerate(row):
+                shade = int(255 - 200 * v / peak)
+                parts.append(f'<rect x="{left + cell * j}" y="{y}" width="{cell - 1}" height="{cell - 1}" '
+                             f'fill="rgb({shade},{shade},255)"/><text x="{left + cell * j + cell / 2}" '
+                             f'y="{y + cell / 2 + 4}" font-size="10" text-anchor="middle">{v:g}</text>')
+        return "".join([*parts, "</svg>"])
+    counts = fig.values[0] if fig.values else ()
+    width, height, pad = 60 + 52 * len(counts), 170, 30
+    peak = max(counts, default=1.0) or 1.0
+    parts = [f'<svg class="figure histogram" role="img" aria-label="{_esc(fig.title)}" '
+             f'xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">']
+    for j, (label, v) in enumerate(zip(fig.columns, counts, strict=True)):
+        h = (height - 2 * pad) * v / peak
+        x = 30 + 52 * j
+        parts.append(f'<rect x="{x}" y="{height - pad - h:.1f}" width="40" height="{h:.1f}" fill="#ff7f0e"/>'
+                     f'<text x="{x + 20}" y="{height - pad - h - 4:.1f}" font-size="10" text-anchor="middle">{v:g}'
+                     f'</text><text x="{x + 20}" y="{height - pad + 14}" font-size="10" text-anchor="middle">'
+                     f'{_esc(label)}</text>')
+    return "".join([*parts, "</svg>"])
+
+
 def _line_svg(title: str, values: Sequence[float], width: int = 420, height: int = 180) -> str:
     vals = [float(v) for v in values]
     pad = 34
@@ -343,6 +382,11 @@ def render_html(outcome: AuditOutcome, *, title: str | None = None) -> str:
                         f'<td>{"" if f.baseline is None else f"{f.baseline:.4g}"}</td><td>{_esc(_verdict(f)[1])}</td>'
                         f'<td>{_esc(f.description)}{"" if not f.detects else " — detects: " + _esc(f.detects)}</td>'
                         "</tr>" for f in outcome.findings) + "</table>")
+    pictured = [f for f in outcome.findings if f.figure is not None]
+    if pictured:
+        body.append("<h2>What the attacks saw</h2>" + "".join(
+            f'<figure class="finding-figure"><figcaption>{_esc(f.figure.title)}</figcaption>'
+            f"{_figure_svg(f.figure)}</figure>" for f in pictured if f.figure is not None))
     if outcome.curves:
         body.append("<h2>Training curves</h2>" + "".join(_line_svg(k, v) for k, v in outcome.curves.items()))
     data = {"protocol": outcome.protocol, "runs": [label for label, _ in runs],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy as np
 from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, unrandomized_paillier
 from vflcrypto.dataio import PartyTable
 from vflcrypto.errors import InputDataError
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
+from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Figure, Protection, audit, audit_runs
 from vflcrypto.runtime import AuditTap
 
 from .active import decode_histograms
@@ -131,6 +132,18 @@ def _gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> Empiric
                     "ciphertext without randomness) and the majority class elsewhere")
 
 
+def _smaller_side_histogram(blocks: list[np.ndarray], levels: list[Any], hists: list[Any], party: str,
+                            kind: str) -> Figure:
+    """How many rows the smaller side of each candidate split holds: the tiny bins the active party saw."""
+    sizes = [len(rows) for rows_of, hist in zip(levels, hists, strict=True)
+             for rows, k in zip(rows_of, np.asarray(hist.counts).tolist(), strict=True) for _ in range(k)]
+    small = np.minimum(np.concatenate(blocks), np.asarray(sizes) - np.concatenate(blocks)) if blocks else np.zeros(0)
+    edges = [0, 1, 2, 3, 5, 10, 20, 50, 10**9]
+    counts = [int(np.count_nonzero((small >= lo) & (small < hi))) for lo, hi in itertools.pairwise(edges)]
+    bins = ["0", "1", "2", "3-4", "5-9", "10-19", "20-49", "50+"]
+    return Figure.histogram(f"rows on the smaller side of each candidate split {party} sent ({kind})", counts, bins)
+
+
 def _histogram_findings(tap: AuditTap, party: str, kind: str) -> list[EmpiricalFinding]:
     """The active party decodes the histogram messages it received with its own key and attacks them.
 
@@ -172,7 +185,7 @@ def _histogram_findings(tap: AuditTap, party: str, kind: str) -> list[EmpiricalF
             "unique in its node (that row's rank in an unknown passive feature is revealed); "
             "declared: tiny nodes or bins allow this",
             attacks=(kind,), protection=Protection.AGGREGATE, flagged=singled > 0, samples=candidates,
-            detects="any one row singled out"),
+            detects="any one row singled out", figure=_smaller_side_histogram(blocks, levels, hists, party, kind)),
     ]
 
 
