@@ -1,4 +1,8 @@
-"""Imports point down only: vflcrypto's primitives and runtime never import vflcrypto.protocols."""
+"""Imports point down only: vflcrypto's primitives and runtime never import vflcrypto.protocols.
+
+The entry points (the CLI, ``vflcrypto.__main__`` and the scikit-learn estimators,
+``vflcrypto.estimators``) sit on top of the protocols and may import them.
+"""
 
 from __future__ import annotations
 
@@ -26,14 +30,15 @@ def _layer_of_path(path: Path) -> str:
     rel = path.relative_to(ROOT)
     if rel.parts[0] == "protocols":
         return PROTOCOLS
-    entry = rel.parts[:2] == ("vflcrypto", "cli") or rel == Path("vflcrypto/__main__.py")
+    entry = rel.parts[:2] == ("vflcrypto", "cli") or rel in (Path("vflcrypto/__main__.py"),
+                                                             Path("vflcrypto/estimators.py"))
     return ENTRY if entry else LOW
 
 
 def _layer_of_module(name: str) -> str | None:
     if name == "vflcrypto.protocols" or name.startswith("vflcrypto.protocols."):
         return PROTOCOLS
-    if name == "vflcrypto.cli" or name.startswith("vflcrypto.cli."):
+    if name in ("vflcrypto.cli", "vflcrypto.estimators") or name.startswith("vflcrypto.cli."):
         return ENTRY
     if name == "vflcrypto" or name.startswith("vflcrypto."):
         return LOW
