@@ -92,14 +92,19 @@ def _chromium() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium (Debian package 'chromium'; .ci/run installs it)")
-def test_the_report_renders_in_headless_chromium(outcome: AuditOutcome, tmp_path: Path) -> None:
+def _chromium_args(tmp_path: Path) -> list[str]:
+    """Headless Chromium with its own profile, logging console messages to stderr."""
     exe = _chromium()
     assert exe is not None
+    return [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium (Debian package 'chromium'; .ci/run installs it)")
+def test_the_report_renders_in_headless_chromium(outcome: AuditOutcome, tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     page.write_text(render_html(outcome), encoding="utf-8")
-    common = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-              f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    common = _chromium_args(tmp_path)
     dom = subprocess.run([*common, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     console = [ln for ln in dom.stderr.splitlines() if re.search(r":CONSOLE[:(]|Uncaught", ln)]
@@ -129,11 +134,8 @@ def _every_audit() -> list[str]:
 
 
 def _render_in_chromium(page: Path, tmp_path: Path) -> str:
-    exe = _chromium()
-    assert exe is not None
-    res = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                          "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr",
-                          "--v=0", "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    res = subprocess.run([*_chromium_args(tmp_path), "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     console = [ln for ln in res.stderr.splitlines() if re.search(r":CONSOLE[:(]|Uncaught", ln)]
     assert not console, console

@@ -63,12 +63,22 @@ def _groups(est: Any, n_features: int, min_parties: int = 2) -> list[np.ndarray]
     return groups
 
 
-def _binary(y: np.ndarray) -> None:
-    """These protocols train binary classifiers: other targets get scikit-learn's standard error."""
-    check_classification_targets(y)
-    kind = type_of_target(y, input_name="y", raise_unknown=True)
-    if kind != "binary":
-        raise ValueError(f"Only binary classification is supported. The type of the target is {kind}.")
+class _Binary(ClassifierMixin):
+    """A binary classifier: ``classes_`` and the 0/1 labels the protocol trains on; the tag that says binary."""
+
+    def _labels01(self, y: np.ndarray) -> np.ndarray:
+        """Other targets get scikit-learn's standard error."""
+        check_classification_targets(y)
+        kind = type_of_target(y, input_name="y", raise_unknown=True)
+        if kind != "binary":
+            raise ValueError(f"Only binary classification is supported. The type of the target is {kind}.")
+        self.classes_, y01 = np.unique(y, return_inverse=True)
+        return np.asarray(y01, np.float64)
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
 
 
 def _record(est: Any, transcript: Any) -> None:
@@ -123,14 +133,12 @@ class _SecureBoost(BaseEstimator):
                                                                           strict=True)]), np.float64)
 
 
-class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
+class SecureBoostClassifier(_Binary, _SecureBoost):
     """SecureBoost (Cheng et al. 2019), binary: the active party holds the first column group and the labels."""
 
     def fit(self, X: Any, y: Any) -> SecureBoostClassifier:
         X, y = validate_data(self, X, y)
-        _binary(y)
-        self.classes_, y01 = np.unique(y, return_inverse=True)
-        self._fit(np.asarray(X, np.float64), y01.astype(np.float64))
+        self._fit(np.asarray(X, np.float64), self._labels01(y))
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:
@@ -140,11 +148,6 @@ class SecureBoostClassifier(ClassifierMixin, _SecureBoost):
     def predict(self, X: Any) -> np.ndarray:
         positive = self.predict_proba(X)[:, 1] >= 0.5  # first: a NotFittedError before any fitted attribute
         return np.asarray(self.classes_[positive.astype(np.int64)])
-
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags
 
 
 class SecureBoostRegressor(RegressorMixin, _SecureBoost):
@@ -216,7 +219,7 @@ class SecureLinearRegression(RegressorMixin, BaseEstimator):
         return np.asarray(pred, np.float64)
 
 
-class SecureLogisticRegression(ClassifierMixin, BaseEstimator):
+class SecureLogisticRegression(_Binary, BaseEstimator):
     """Flower's vertical logistic regression: a label holder without columns, one feature party per group."""
 
     def __init__(self, party_columns: Sequence[Sequence[int | str]] | None = None, *, secure: bool = True,
@@ -238,10 +241,9 @@ class SecureLogisticRegression(ClassifierMixin, BaseEstimator):
         from vflcrypto.protocols import logreg
 
         X, y = validate_data(self, X, y)
-        _binary(y)
-        self.classes_, y01 = np.unique(y, return_inverse=True)
+        y01 = self._labels01(y)
         self.groups_ = _groups(self, X.shape[1])
-        run = logreg.run_local(self._blocks(np.asarray(X, np.float64)), y01.astype(np.float64), secure=self.secure,
+        run = logreg.run_local(self._blocks(np.asarray(X, np.float64)), y01, secure=self.secure,
                                steps=self.steps, learning_rate=self.learning_rate, key_bits=self.key_bits,
                                allow_insecure=self.allow_insecure)
         self.weights_ = [np.asarray(run.passives[k].weights, np.float64) for k in sorted(run.passives)]
@@ -262,11 +264,6 @@ class SecureLogisticRegression(ClassifierMixin, BaseEstimator):
     def predict(self, X: Any) -> np.ndarray:
         positive = self.decision_function(X) >= 0
         return np.asarray(self.classes_[positive.astype(np.int64)])
-
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags
 
 
 # --------------------------------------------------------------------------- representation VFL

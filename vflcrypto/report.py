@@ -417,6 +417,11 @@ def write_plots(outcome: AuditOutcome, directory: str | Path) -> list[Path]:
     out_dir = Path(directory)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
+
+    def save(fig: Any, name: str) -> None:
+        paths.append(out_dir / name)
+        fig.savefig(paths[-1], dpi=130, bbox_inches="tight")
+        plt.close(fig)
     for i, (label, transcript) in enumerate(outcome.transcripts):
         entries = transcript.entries()
         parties, rows = lifelines(entries), arrows(entries)[:MAX_ARROWS]
@@ -436,9 +441,7 @@ def write_plots(outcome: AuditOutcome, directory: str | Path) -> list[Path]:
         ax.set_ylim(-len(rows), 1.2)
         ax.axis("off")
         ax.set_title(f"{outcome.protocol}: {label}", fontsize=10)
-        paths.append(out_dir / f"{outcome.protocol}-sequence-{i + 1}.png")
-        fig.savefig(paths[-1], dpi=130, bbox_inches="tight")
-        plt.close(fig)
+        save(fig, f"{outcome.protocol}-sequence-{i + 1}.png")
     if outcome.findings:
         fs = outcome.findings
         fig, ax = plt.subplots(figsize=(9, 0.35 * len(fs) + 1))
@@ -451,9 +454,7 @@ def write_plots(outcome: AuditOutcome, directory: str | Path) -> list[Path]:
         ax.invert_yaxis()
         ax.set_xlabel("value / max(value, baseline); black: baseline")
         ax.set_title(f"{outcome.protocol}: empirical checks", fontsize=10)
-        paths.append(out_dir / f"{outcome.protocol}-checks.png")
-        fig.savefig(paths[-1], dpi=130, bbox_inches="tight")
-        plt.close(fig)
+        save(fig, f"{outcome.protocol}-checks.png")
     if outcome.curves:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for name, values in outcome.curves.items():
@@ -461,9 +462,7 @@ def write_plots(outcome: AuditOutcome, directory: str | Path) -> list[Path]:
         ax.legend(fontsize=7)
         ax.set_xlabel("step / epoch / round")
         ax.set_title(f"{outcome.protocol}: training curves", fontsize=10)
-        paths.append(out_dir / f"{outcome.protocol}-curves.png")
-        fig.savefig(paths[-1], dpi=130, bbox_inches="tight")
-        plt.close(fig)
+        save(fig, f"{outcome.protocol}-curves.png")
     if outcome.transcripts:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for label, transcript in outcome.transcripts:
@@ -477,7 +476,5 @@ def write_plots(outcome: AuditOutcome, directory: str | Path) -> list[Path]:
         ax.set_ylabel("bytes sent so far")
         ax.legend(fontsize=7)
         ax.set_title(f"{outcome.protocol}: bytes", fontsize=10)
-        paths.append(out_dir / f"{outcome.protocol}-bytes.png")
-        fig.savefig(paths[-1], dpi=130, bbox_inches="tight")
-        plt.close(fig)
+        save(fig, f"{outcome.protocol}-bytes.png")
     return paths

@@ -32,7 +32,14 @@ from vflcrypto.steps import Next, Role, done, drive, send, then
 from ..secagg import math as sm
 from ..secagg.messages import Setup as AggSetup
 from ..secagg.roles import PHASES, client_names
-from ..secagg.session import AggregateResult, ClientAggState, ClientSession, ServerAggState, ServerSession
+from ..secagg.session import (
+    AggregateResult,
+    ClientAggState,
+    ClientSession,
+    ServerAggState,
+    ServerSession,
+    ServerSessionSteps,
+)
 from .math import HFLConfig, accuracy_counts, client_vector, local_train, server_update
 from .messages import CLIENT, SERVER, Done, Evaluation, GlobalModel, PlainUpdate
 
@@ -87,7 +94,7 @@ class _ServerState:
     agg: ServerAggState = field(default_factory=ServerAggState)
 
 
-class ServerRole(Role[_ServerState]):
+class ServerRole(ServerSessionSteps, Role[_ServerState]):
     """The server: the global model, one (secure) aggregation per round."""
 
     role = SERVER
@@ -128,23 +135,6 @@ class ServerRole(Role[_ServerState]):
             return Next((*sends, *nxt.sends), nxt.wait, nxt.result)
         st.k, st.plain_sum, st.plain_from = 0, np.zeros(self.length, ring_dtype(self.sa.ring_bits)), []
         return then(sends, st.active[0], PlainUpdate, "on_update", optional=True)
-
-    # the secure-aggregation steps (:class:`ServerSession`)
-    def on_advertise(self, msg: Any) -> Next:
-        """Step 2 (secagg step 1)."""
-        return self.session.on_advertise(msg)
-
-    def on_shares(self, msg: Any) -> Next:
-        """Step 2 (secagg step 2)."""
-        return self.session.on_shares(msg)
-
-    def on_masked(self, msg: Any) -> Next:
-        """Step 2 (secagg step 3)."""
-        return self.session.on_masked(msg)
-
-    def on_unmask(self, msg: Any) -> Next:
-        """Step 2 (secagg step 4); then step 3."""
-        return self.session.on_unmask(msg)
 
     def on_update(self, msg: PlainUpdate | None) -> Next:
         """Step 2 (plaintext mode): a client's fixed-point vector, summed on the same ring."""

@@ -227,8 +227,8 @@ class PsiPartyRole(Role[_PartyState]):
                  run_id: str = "") -> None:
         super().__init__(name or f"party-{index}")
         self.ids, self.index, self.server, self.run_id = list(ids), index, server, run_id
-        canon = [canonical_id(i) for i in self.ids]
-        if len(set(canon)) != len(canon):
+        self.canon = [canonical_id(i) for i in self.ids]  # once: the duplicate check and the canonical order
+        if len(set(self.canon)) != len(self.canon):
             raise InputDataError(f"{self.name}: duplicate IDs")
 
     def start(self) -> Next:
@@ -298,8 +298,7 @@ class PsiPartyRole(Role[_PartyState]):
         placement = mpsi.Placement(tuple({int(c): int(r) for c, r in zip(p[0], p[1], strict=True)}
                                          for p in st.placement))
         rows = mpsi.decode(placement, cells.astype(np.int64), self._params())
-        keys = [canonical_id(self.ids[i]) for i in rows]
-        st.aligned = rows[np.asarray(sorted(range(len(rows)), key=keys.__getitem__), np.int64)]
+        st.aligned = rows[np.asarray(sorted(range(len(rows)), key=lambda r: self.canon[rows[r]]), np.int64)]
         self.hold("aligned_ids", [self.ids[i] for i in st.aligned])
         sends = []
         if self.index == 0:

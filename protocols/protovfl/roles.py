@@ -37,7 +37,14 @@ from vflcrypto.steps import Next, Role, done, drive, send, then
 from .._repvfl import PartyData, ServerData, ServerResult, check_matrix, party_names, require_torch
 from ..secagg import math as sm
 from ..secagg.messages import Setup as AggSetup
-from ..secagg.session import AggregateResult, ClientAggState, ClientSession, ServerAggState, ServerSession
+from ..secagg.session import (
+    AggregateResult,
+    ClientAggState,
+    ClientSession,
+    ServerAggState,
+    ServerSession,
+    ServerSessionSteps,
+)
 from . import math as pm
 from .messages import PARTY, SERVER, Embedding, GlobalModel, Setup, Stats, TestEmbedding
 
@@ -85,7 +92,7 @@ class _ServerState:
     agg: ServerAggState = field(default_factory=ServerAggState)
 
 
-class ServerRole(Role[_ServerState]):
+class ServerRole(ServerSessionSteps, Role[_ServerState]):
     """S: the labels of the aligned rows, the adapters, the gate, the global classifier, μ^g and π^g."""
 
     role = SERVER
@@ -154,23 +161,6 @@ class ServerRole(Role[_ServerState]):
         if st.k < len(self.parties):
             return then([], self.parties[st.k], Stats, "on_stats")
         return self._fit(sm.decode_ring(st.plain_sum, self.sa.frac_bits))
-
-    # the secure-aggregation steps (:class:`ServerSession`)
-    def on_advertise(self, msg: Any) -> Next:
-        """Step 2 (secagg step 1)."""
-        return self.session.on_advertise(msg)
-
-    def on_shares(self, msg: Any) -> Next:
-        """Step 2 (secagg step 2)."""
-        return self.session.on_shares(msg)
-
-    def on_masked(self, msg: Any) -> Next:
-        """Step 2 (secagg step 3)."""
-        return self.session.on_masked(msg)
-
-    def on_unmask(self, msg: Any) -> Next:
-        """Step 2 (secagg step 4); then step 3."""
-        return self.session.on_unmask(msg)
 
     def _aggregated(self, res: AggregateResult) -> Next:
         if sorted(res.survivors) != sorted(self.parties):

@@ -24,7 +24,7 @@ from vflcrypto.steps import Next, Role, done, drive, then
 
 from .math import SecAggConfig
 from .messages import CLIENT, SERVER, Forward, Keys, Setup, Survivors
-from .session import AggregateResult, ClientAggState, ClientSession, ServerAggState, ServerSession
+from .session import AggregateResult, ClientAggState, ClientSession, ServerAggState, ServerSession, ServerSessionSteps
 
 __all__ = ["PHASES", "ClientRole", "SecAggRun", "ServerRole", "client_names", "run_local"]
 
@@ -42,7 +42,7 @@ class _ServerState:
     agg: ServerAggState = field(default_factory=ServerAggState)
 
 
-class ServerRole(Role[_ServerState]):
+class ServerRole(ServerSessionSteps, Role[_ServerState]):
     """The aggregator: for each of ``rounds`` rounds, the sum of the surviving clients' vectors."""
 
     role = SERVER
@@ -60,22 +60,6 @@ class ServerRole(Role[_ServerState]):
 
     def start(self) -> Next:
         return self.session.begin(self.state.round, self.clients, self.length, self.cfg)
-
-    def on_advertise(self, msg: Any) -> Next:
-        """Step 1 (:meth:`ServerSession.on_advertise`)."""
-        return self.session.on_advertise(msg)
-
-    def on_shares(self, msg: Any) -> Next:
-        """Step 2 (:meth:`ServerSession.on_shares`)."""
-        return self.session.on_shares(msg)
-
-    def on_masked(self, msg: Any) -> Next:
-        """Step 3 (:meth:`ServerSession.on_masked`)."""
-        return self.session.on_masked(msg)
-
-    def on_unmask(self, msg: Any) -> Next:
-        """Step 4 (:meth:`ServerSession.on_unmask`); then the next aggregation round or the sums."""
-        return self.session.on_unmask(msg)
 
     def _finished(self, result: AggregateResult) -> Next:
         self.results.append(result)

@@ -39,7 +39,7 @@ from . import math as sm
 from .messages import Advertise, Forward, Keys, MaskedInput, Setup, Shares, Survivors, Unmask
 
 __all__ = ["AggregateResult", "ClientAggState", "ClientSession", "ServerAggState", "ServerSession",
-           "generate_keys"]
+           "ServerSessionSteps", "generate_keys"]
 
 Hold = Callable[[str, Any], None]
 
@@ -426,3 +426,29 @@ class ServerSession:
         self.hold("survivors", list(st.u3))
         return AggregateResult(sm.decode_ring(total, s.frac_bits), list(st.u3), list(st.u1), list(st.u2), total)
 
+
+
+class ServerSessionSteps:
+    """The server's four secure-aggregation steps, as role steps that hand each message to ``self.session``.
+
+    Mixed into every role that aggregates (``secagg``, ``hfl``, ``protovfl``); the
+    session's ``finished`` callback continues the role's own protocol.
+    """
+
+    session: ServerSession
+
+    def on_advertise(self, msg: Any) -> Next:
+        """Secure-aggregation step 1: a client's signed keys (:meth:`ServerSession.on_advertise`)."""
+        return self.session.on_advertise(msg)
+
+    def on_shares(self, msg: Any) -> Next:
+        """Secure-aggregation step 2: a client's encrypted shares (:meth:`ServerSession.on_shares`)."""
+        return self.session.on_shares(msg)
+
+    def on_masked(self, msg: Any) -> Next:
+        """Secure-aggregation step 3: a client's masked input (:meth:`ServerSession.on_masked`)."""
+        return self.session.on_masked(msg)
+
+    def on_unmask(self, msg: Any) -> Next:
+        """Secure-aggregation step 4: unmasking shares (:meth:`ServerSession.on_unmask`); then ``finished``."""
+        return self.session.on_unmask(msg)
