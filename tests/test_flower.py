@@ -134,20 +134,21 @@ def test_deployment_on_loopback(tmp_path: Path) -> None:
     assert "status: finished:completed" in out
 
 
-def test_simulation_align_matches_run_local(tmp_path: Path) -> None:
+@pytest.mark.parametrize("psi", ["ecdh", "kkrt"])
+def test_simulation_align_matches_run_local(tmp_path: Path, psi: str) -> None:
     from vflcrypto.protocols import align
 
-    rc, out = run_script("flower_simulate.sh", "protocol='align'", f"out-dir='{tmp_path / 'out'}'",
+    rc, out = run_script("flower_simulate.sh", "protocol='align'", f"psi='{psi}'", f"out-dir='{tmp_path / 'out'}'",
                          tmp=tmp_path, nodes=1)
     assert rc == 0, out[-3000:]
     bank, shop = align.audit.demo_ids()
-    local = align.run_local(bank, shop)
+    local = align.run_local(bank, shop, protocol=psi)
     got = _outputs(tmp_path)
     rows_a, rows_p = got["active"]["result"]["rows"], got["passive"]["rows"]
     # the same common rows as run_local; the canonical order is the digests' (per-run secrets)
     assert sorted(rows_a) == sorted(local.results["active"].rows.tolist())
     assert [bank[i] for i in rows_a] == [shop[j] for j in rows_p]
-    assert "[vflcrypto] align (ecdh, both):" in out and "intersection 800" in out
+    assert f"[vflcrypto] align ({psi}, both):" in out and "intersection 800" in out
 
 
 def test_simulation_keyed_hash_align_with_pinned_identities(tmp_path: Path) -> None:

@@ -110,6 +110,31 @@ def passive_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
                                                    psi.random_permutation))
 
 
+def kkrt_codes_unmasked(mp: pytest.MonkeyPatch) -> None:
+    """KKRT receiver: the OT-extension matrix is its code words themselves (no PRG masks)."""
+    from vflcrypto import kkrt, ot
+
+    honest = kkrt.receiver_matrix
+    mp.setattr(kkrt, "receiver_matrix", lambda k0, k1, codes, start:
+               (ot.transpose_bits(codes), honest(k0, k1, codes, start)[1]))
+
+
+def kkrt_guessable_oprf_key(mp: pytest.MonkeyPatch) -> None:
+    """KKRT sender: its OPRF key s (the base-OT choice bits) is all ones instead of random."""
+    from vflcrypto import kkrt
+
+    mp.setattr(kkrt, "random_choice_bits", _only_in("passive", lambda: np.ones(kkrt.WIDTH, np.uint8),
+                                                    kkrt.random_choice_bits))
+
+
+def kkrt_base_ot_scalar_reused(mp: pytest.MonkeyPatch) -> None:
+    """KKRT sender (base-OT receiver): one scalar b for every base-OT point."""
+    from vflcrypto import ot
+
+    fixed = ot._scalar()
+    mp.setattr(ot, "_scalar", _only_in("passive", lambda: fixed, ot._scalar))
+
+
 def drop_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.logreg import math as lg
 
@@ -210,7 +235,13 @@ MUTATIONS = (
               ("align.doubled_shuffled", P.BLINDED)), passive_skips_blinding),
     Mutation("PSI: passive party skips its shuffles", "align",
              (("align.blinded", P.SHUFFLED), ("align.doubled_shuffled", P.SHUFFLED),
-              ("align.tags", P.SHUFFLED)), passive_skips_shuffle),
+              ("align.tags", P.SHUFFLED), ("align.oprf_values", P.SHUFFLED)), passive_skips_shuffle),
+    Mutation("KKRT: receiver sends its code words unmasked", "align",
+             (("align.oprf_matrix", P.MASKED),), kkrt_codes_unmasked),
+    Mutation("KKRT: sender's OPRF key is all ones", "align",
+             (("align.oprf_values", P.BLINDED),), kkrt_guessable_oprf_key),
+    Mutation("KKRT: sender reuses one base-OT scalar", "align",
+             (("align.ot_choice", P.BLINDED),), kkrt_base_ot_scalar_reused),
     # gradient exchange
     Mutation("exchange: gradient mask dropped", "exchange",
              (("exchange.masked_gradient", P.MASKED),), drop_uniform_masks),

@@ -14,7 +14,8 @@ Outputs (per mode)
               only the active party's set size.
     ``size``  cardinality only (ECDH): the active party learns |X ∩ Y| and tells the
               passive party; neither learns which rows. Not offered for keyed-hash PSI,
-              where the key holder always learns the rows.
+              where the key holder always learns the rows, nor for KKRT, where the OPRF
+              receiver matches values against its own per-row outputs.
     ``all``   (3+ parties, :func:`run_multiparty_local`) every party learns its rows of
               the all-party intersection in one common order. Extra leakage (declared):
               the active party learns each pairwise intersection with each passive
@@ -38,7 +39,11 @@ Citation
     B. Huberman, M. Franklin, T. Hogg, "Enhancing privacy and trust in electronic
     communities", ACM EC 1999 (DH-PSI); B. Pinkas, T. Schneider, M. Zohner, "Scalable
     private set intersection based on OT extension", ACM TOPS 2018 (§ on DH-PSI and
-    naive hashing); SecretFlow/OpenMined PSI for the mode vocabulary.
+    naive hashing; the cuckoo-table bound); V. Kolesnikov, R. Kumaresan, M. Rosulek,
+    N. Trieu, "Efficient batched oblivious PRF with applications to private set
+    intersection", ACM CCS 2016 (KKRT); T. Chou, C. Orlandi, "The simplest protocol for
+    oblivious transfer", LATINCRYPT 2015 (its base OTs); SecretFlow/OpenMined PSI for
+    the mode vocabulary.
 
 Message flow (two parties, ECDH; chunks of ``chunk_size`` IDs)
     1. both → peer   ``align.hello``  protocol, mode, version, role, set size (mismatch → ProtocolError)
@@ -55,9 +60,19 @@ Message flow (keyed-hash): 1. ``align.hello`` with a signed ephemeral X25519 key
 derive the HMAC key (HKDF over the hello transcript); 2. ``align.tags``: shuffled HMAC
 tags from each party whose peer learns (both: both ways; left: passive → active).
 
-Modules: :mod:`.messages` (declarations, results), :mod:`.session` (one pairwise session
-as named steps: start, on_hello, on_blinded, on_doubled, on_doubled_shuffled,
-on_cardinality, on_tags), :mod:`.roles` (the roles and local runs), :mod:`.files` (CSV
+Message flow (KKRT, :mod:`.kkrt`; the active party is the OPRF receiver): 1.
+``align.hello`` both ways; 2. active → passive ``align.ot_setup`` (code width, cuckoo
+bins, stash, base-OT point); 3. passive → active ``align.ot_choice`` (base-OT points of
+its secret OPRF key); 4. active → passive ``align.oprf_matrix`` (the OT-extension
+matrix, chunked by table rows); 5. passive → active ``align.oprf_values`` (its OPRF
+values at each ID's three bins, shuffled once); 6. mode both: active → passive
+``align.common_values`` (the matched values, sorted: the common canonical order).
+
+Modules: :mod:`.messages` (declarations, results), :mod:`.session` (one pairwise ECDH or
+keyed-hash session as named steps: start, on_hello, on_blinded, on_doubled,
+on_doubled_shuffled, on_cardinality, on_tags), :mod:`.kkrt` (one KKRT session: start,
+on_hello, on_ot_setup, on_ot_choice, on_oprf_matrix, on_oprf_values, on_common_values),
+:mod:`.kkrt_audit` (its attacks), :mod:`.roles` (the roles and local runs), :mod:`.files` (CSV
 alignment), :mod:`.audit` (attacks and demo), :mod:`.cli` (``vflcrypto align`` and the
 network task).
 """
@@ -82,10 +97,15 @@ from .messages import (
     AlignmentResult,
     BlindedChunk,
     Cardinality,
+    CommonValues,
     DoubledChunk,
     DoubledShuffledChunk,
     GlobalOrder,
     Hello,
+    OprfMatrix,
+    OprfValues,
+    OtChoice,
+    OtSetup,
     TagChunk,
 )
 from .roles import (
@@ -104,8 +124,9 @@ from .session import check_hello
 
 __all__ = [
     "ACTIVE", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "SPEC", "ActiveRole", "AlignmentResult",
-    "BlindedChunk", "Cardinality", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder", "Hello", "IdTable",
-    "LocalRun", "MultipartyActiveRole", "PassiveRole", "TagChunk", "align_files", "audit_run", "canon_table",
+    "BlindedChunk", "Cardinality", "CommonValues", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder", "Hello",
+    "IdTable", "LocalRun", "MultipartyActiveRole", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "PassiveRole",
+    "TagChunk", "align_files", "audit_run", "canon_table",
     "canonical", "check_hello", "demo_step", "read_id_table", "run_active", "run_active_multiparty", "run_local",
     "run_multiparty_local", "run_passive",
 ]
@@ -140,7 +161,7 @@ def _flower_identities(party: str, run_config: Mapping[str, Any]) -> dict[str, A
 
 
 def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    """The bundled bank (active) and shop (passive) files; run config ``psi`` (ecdh, hash) and ``mode``."""
+    """The bundled bank (active) and shop (passive) files; run config ``psi`` (ecdh, kkrt, hash) and ``mode``."""
     data = importlib.resources.files("vflcrypto") / "data"
     with importlib.resources.as_file(data / ("bank.csv" if party == ACTIVE else "shop.csv")) as path:
         canon = canon_table(read_id_table(path, "id"), "error", False)
@@ -160,7 +181,7 @@ def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -
 
 SPEC = ProtocolSpec(
     name="align",
-    title="Entity alignment (ECDH PSI)",
+    title="Entity alignment (PSI: ECDH, KKRT OT extension, keyed hash)",
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
     run_local=run_local,
     audit=audit_run,

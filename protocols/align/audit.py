@@ -16,6 +16,7 @@ from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit,
 from vflcrypto.runtime import AuditTap
 
 from .files import align_files, read_id_table
+from .kkrt_audit import kkrt_findings
 from .messages import ACTIVE, PASSIVE, BlindedChunk, DoubledChunk, DoubledShuffledChunk, TagChunk
 from .roles import LocalRun, run_local
 
@@ -142,18 +143,20 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     """Align the demo data and attack what each party received.
 
     Sessions: ECDH both-learn twice (the second for cross-session linkage), ECDH
-    cardinality-only, keyed-hash both-learn; every attack reads that session's tap.
+    cardinality-only, keyed-hash both-learn, KKRT both-learn; every attack reads that
+    session's tap.
     ``key_bits`` and ``allow_insecure`` are unused (PSI has no Paillier key); kept for the
     common signature of audits.
     """
     bank, shop = demo_ids()
     enc = {ACTIVE: psi.canonicalize_ids(bank).encoded, PASSIVE: psi.canonicalize_ids(shop).encoded}
     peer = {ACTIVE: PASSIVE, PASSIVE: ACTIVE}
-    taps = [AuditTap() for _ in range(4)]
+    taps = [AuditTap() for _ in range(5)]
     run = run_local(bank, shop, protocol="ecdh", mode="both", tap=taps[0])
     run_local(bank, shop, protocol="ecdh", mode="both", tap=taps[1])
     size_run = run_local(bank, shop, protocol="ecdh", mode="size", tap=taps[2])
     hash_run = run_local(bank, shop, protocol="hash", mode="both", tap=taps[3])
+    kkrt_run = run_local(bank, shop, protocol="kkrt", mode="both", tap=taps[4])
     universe = sorted(set(enc[ACTIVE]) | set(enc[PASSIVE]))
     findings: list[EmpiricalFinding] = []
     for me in (ACTIVE, PASSIVE):
@@ -170,8 +173,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
             f"(the common IDs) and their row in the {peer[me]}'s file"))
     findings += _cardinality_findings(taps[2], enc, size_run.results[ACTIVE].size or 0)
     findings += _keyed_hash_findings(taps[3], enc, universe)
+    findings += kkrt_findings(taps[4], enc, universe)
     runs = {"ECDH, both learn": run.transcript, "ECDH, size only": size_run.transcript,
-            "keyed hash": hash_run.transcript}
+            "keyed hash": hash_run.transcript, "KKRT (OT extension), both learn": kkrt_run.transcript}
     report, sections = audit_runs(runs)
     return AuditOutcome("align", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()))
 

@@ -20,6 +20,7 @@ from vflcrypto.progress import Progress
 from vflcrypto.spec import PartyOutcome, TaskContext
 
 from .files import align_files, canon_table, read_id_table
+from .messages import PROTOCOLS
 from .tables import align_rows
 
 __all__ = ["add_align_arguments", "add_party_arguments", "align", "needs_identity", "party_task"]
@@ -41,8 +42,9 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--right", required=True, help="passive party's CSV")
     p.add_argument("--id-column", required=True, help="ID column of the left file (and right)")
     p.add_argument("--right-id-column", help="ID column of the right file if it differs")
-    p.add_argument("--protocol", choices=("ecdh", "hash"), default="ecdh",
-                   help="ecdh: X25519 ECDH-PSI (default); hash: HMAC under an agreed key (faster, "
+    p.add_argument("--protocol", choices=PROTOCOLS, default="ecdh",
+                   help="ecdh: X25519 ECDH-PSI (default); kkrt: OT-extension PSI (much faster for "
+                        "large sets; no --reveal size); hash: HMAC under an agreed key (fastest, "
                         "weaker: each side can dictionary-attack the other's IDs)")
     p.add_argument("--reveal", choices=("both", "left", "size"), default="both",
                    help="who learns what: both sides the rows (default), only left, only the count")
@@ -57,8 +59,10 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
 def align(args: argparse.Namespace) -> int:
     n_left = len(read_id_table(args.left, args.id_column).rows)
     n_right = len(read_id_table(args.right, args.right_id_column or args.id_column).rows)
-    # Each party blinds its own IDs and re-blinds the peer's (keyed-hash: hashes them).
-    with Progress(f"aligning ({args.protocol})", total=2 * (n_left + n_right)) as bar:
+    # ECDH: each party blinds its own IDs and re-blinds the peer's (keyed hash: hashes them);
+    # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them.
+    total = n_left + 6 * n_right if args.protocol == "kkrt" else 2 * (n_left + n_right)
+    with Progress(f"aligning ({args.protocol})", total=total) as bar:
         summary = align_files(args.left, args.right, id_column=args.id_column, right_id_column=args.right_id_column,
                               protocol=args.protocol, reveal=args.reveal, out_dir=args.out_dir,
                               duplicates="keep_first" if args.keep_first else "error", strip=args.strip_ids,
@@ -79,9 +83,10 @@ def add_party_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--data", required=True, help="this party's CSV file")
     a.add_argument("--id-column", required=True)
     a.add_argument("--out", required=True, help="aligned rows of this party's file (CSV)")
-    a.add_argument("--protocol", choices=("ecdh", "hash"), default="ecdh",
-                   help="ecdh: X25519 ECDH-PSI (default); hash: HMAC under a key agreed with "
-                        "pinned identity keys (faster, weaker)")
+    a.add_argument("--protocol", choices=PROTOCOLS, default="ecdh",
+                   help="ecdh: X25519 ECDH-PSI (default); kkrt: OT-extension PSI (faster for large "
+                        "sets; no mode size); hash: HMAC under a key agreed with pinned identity "
+                        "keys (fastest, weaker)")
     a.add_argument("--mode", default="both", choices=("both", "left", "size"),
                    help="who learns the intersection (two parties; 3+ parties use 'all')")
     a.add_argument("--duplicates", default="error", choices=("error", "first"),

@@ -10,12 +10,13 @@ from vflcrypto.errors import ProtocolError
 from vflcrypto.leakage import Protection, declare
 
 __all__ = ["ACTIVE", "MAX_CHUNK", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "AlignmentResult",
-           "BlindedChunk", "Cardinality", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder", "Hello", "TagChunk"]
+           "BlindedChunk", "Cardinality", "CommonValues", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder",
+           "Hello", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "TagChunk"]
 
 PROTOCOL_VERSION = 1
 ACTIVE = "active"
 PASSIVE = "passive"
-PROTOCOLS = ("ecdh", "hash")
+PROTOCOLS = ("ecdh", "hash", "kkrt")
 MODES = ("both", "left", "size", "all")
 MAX_CHUNK = 1 << 20
 #: roles that align as the active party: the active party, and the label-holding server of the
@@ -123,6 +124,88 @@ class TagChunk:
 
     chunk: int
     tags: bytes
+
+
+@declare(
+    "align.ot_setup",
+    sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
+    protection=Protection.PUBLIC,
+    reveals="KKRT parameters (code width, cuckoo bins, stash rows: all functions of the public "
+            "set size and configuration) and the base-OT point A = a·G of a fresh scalar",
+)
+@dataclass(frozen=True)
+class OtSetup:
+    """KKRT, receiver → sender: the OPRF table's shape and the Chou–Orlandi point ``A``."""
+
+    width: int
+    bins: int
+    stash: int
+    point: bytes
+
+
+@declare(
+    "align.ot_choice",
+    sender=PASSIVE_ROLES, receiver=ACTIVE_ROLES,
+    protection=Protection.BLINDED,
+    reveals="the base-OT points B_j = b_j·G + s_j·A, one per code bit: uniform in the group "
+            "whatever the sender's secret choice bits s_j are (fresh b_j each), so nothing",
+)
+@dataclass(frozen=True)
+class OtChoice:
+    """KKRT, sender → receiver: its base-OT points (32 bytes each, concatenated)."""
+
+    points: bytes
+
+
+@declare(
+    "align.oprf_matrix",
+    sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
+    protection=Protection.MASKED, hiding_bits=128,
+    reveals="the OT-extension matrix u = PRG(k0) xor PRG(k1) xor C(x), column by column: each "
+            "column is masked by an AES-CTR stream under a base-OT key the sender does not "
+            "hold, so it is pseudorandom to the sender and says nothing of the receiver's "
+            "items or where they sit in its cuckoo table",
+)
+@dataclass(frozen=True)
+class OprfMatrix:
+    """KKRT, receiver → sender: one chunk of table rows of ``u`` (``WIDTH`` columns, rows/8 bytes each)."""
+
+    chunk: int
+    columns: bytes
+
+
+@declare(
+    "align.oprf_values",
+    sender=PASSIVE_ROLES, receiver=ACTIVE_ROLES,
+    protection=(Protection.BLINDED, Protection.SHUFFLED),
+    reveals="the OPRF values of each of the sender's IDs at its three cuckoo bins and the "
+            "stash rows, in one random order: those of common IDs equal the receiver's own "
+            "outputs (it learns which of its rows are common); the others are pseudorandom "
+            "without the sender's OPRF key s; the count reveals the sender's set size (public)",
+)
+@dataclass(frozen=True)
+class OprfValues:
+    """KKRT, sender → receiver: one chunk of its shuffled OPRF values (``OUTPUT_BYTES`` each)."""
+
+    chunk: int
+    values: bytes
+
+
+@declare(
+    "align.common_values",
+    sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
+    protection=Protection.PLAINTEXT,
+    reveals="the OPRF values the receiver matched, sorted: which of the sender's IDs are "
+            "common (the declared output of mode both); the sender already holds every "
+            "one of its own values, so nothing else",
+)
+@dataclass(frozen=True)
+class CommonValues:
+    """KKRT, mode both: one chunk of the matched OPRF values, sorted; ``total`` values in all."""
+
+    chunk: int
+    total: int
+    values: bytes
 
 
 @declare(

@@ -22,6 +22,7 @@ from vflcrypto.errors import ProtocolError
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
 
+from .kkrt import KkrtSession, KkrtState
 from .messages import ACTIVE, PASSIVE, AlignmentResult, GlobalOrder
 from .session import ProgressFn, Session, SessionState, validate_config
 
@@ -46,6 +47,7 @@ def _result(name: str, role: str, protocol: str, mode: str, canon: psi.Canonical
 @dataclass
 class _PairState:
     session: SessionState = field(default_factory=SessionState)
+    kkrt: KkrtState = field(default_factory=KkrtState)
     positions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # passive, mode "all"
     peer_size: int = 0
 
@@ -53,43 +55,77 @@ class _PairState:
 class _SessionRole(Role[Any]):
     """A role whose steps are those of the session with ``self.peer`` (forwarded)."""
 
-    session: Session
+    session: Session | KkrtSession
     # set by every subclass's __init__ (read by _session)
     canon: psi.CanonicalIds
     protocol: str
     chunk_size: int
     run_id: str
     progress: ProgressFn | None
+    kkrt_stash: int = 0
 
     def _session(self, peer: str, state: SessionState, *, mode: str, identity: psi.IdentityKey | None,
-                 peer_identity: bytes | None, finished: Callable[..., Next]) -> Session:
+                 peer_identity: bytes | None, finished: Callable[..., Next],
+                 kkrt_state: KkrtState | None = None) -> Session | KkrtSession:
+        if self.protocol == "kkrt":
+            return KkrtSession(self.role, peer, self.canon, mode=mode, chunk_size=self.chunk_size,
+                               progress=self.progress, finished=finished, hold=self.hold,
+                               stash=self.kkrt_stash, state=kkrt_state)
         return Session(self.role, peer, self.canon, protocol=self.protocol, mode=mode, identity=identity,
                        peer_identity=peer_identity, chunk_size=self.chunk_size, run_id=self.run_id,
                        progress=self.progress, finished=finished, hold=self.hold, state=state)
 
+    def _step(self, name: str, msg: Any) -> Next:
+        """Forward a received message to the session's step of that name (ECDH/hash or KKRT)."""
+        step = getattr(self.session, name, None)
+        if step is None:
+            raise ProtocolError(f"{type(msg).__name__} is not a message of PSI protocol {self.protocol!r}")
+        result: Next = step(msg)
+        return result
+
     def on_hello(self, msg: Any) -> Next:
         """Step 1 received: the peer's hello (:meth:`Session.on_hello`)."""
-        return self.session.on_hello(msg)
+        return self._step("on_hello", msg)
 
     def on_tags(self, msg: Any) -> Next:
         """Keyed-hash step 2: the peer's tags (:meth:`Session.on_tags`)."""
-        return self.session.on_tags(msg)
+        return self._step("on_tags", msg)
 
     def on_blinded(self, msg: Any) -> Next:
         """Step 2 received: a chunk of the peer's blinded points (:meth:`Session.on_blinded`)."""
-        return self.session.on_blinded(msg)
+        return self._step("on_blinded", msg)
 
     def on_doubled(self, msg: Any) -> Next:
         """Step 3 received: our points re-blinded by the peer (:meth:`Session.on_doubled`)."""
-        return self.session.on_doubled(msg)
+        return self._step("on_doubled", msg)
 
     def on_doubled_shuffled(self, msg: Any) -> Next:
         """Step 3 received (mode size): re-blinded and reshuffled (:meth:`Session.on_doubled_shuffled`)."""
-        return self.session.on_doubled_shuffled(msg)
+        return self._step("on_doubled_shuffled", msg)
 
     def on_cardinality(self, msg: Any) -> Next:
         """Step 4 received (mode size): the intersection size (:meth:`Session.on_cardinality`)."""
-        return self.session.on_cardinality(msg)
+        return self._step("on_cardinality", msg)
+
+    def on_ot_setup(self, msg: Any) -> Next:
+        """KKRT step 3: the receiver's table shape and base-OT point (:meth:`KkrtSession.on_ot_setup`)."""
+        return self._step("on_ot_setup", msg)
+
+    def on_ot_choice(self, msg: Any) -> Next:
+        """KKRT step 4: the sender's base-OT points (:meth:`KkrtSession.on_ot_choice`)."""
+        return self._step("on_ot_choice", msg)
+
+    def on_oprf_matrix(self, msg: Any) -> Next:
+        """KKRT step 5: a chunk of the OT-extension matrix (:meth:`KkrtSession.on_oprf_matrix`)."""
+        return self._step("on_oprf_matrix", msg)
+
+    def on_oprf_values(self, msg: Any) -> Next:
+        """KKRT step 6: a chunk of the sender's OPRF values (:meth:`KkrtSession.on_oprf_values`)."""
+        return self._step("on_oprf_values", msg)
+
+    def on_common_values(self, msg: Any) -> Next:
+        """KKRT step 7: the matched values (:meth:`KkrtSession.on_common_values`)."""
+        return self._step("on_common_values", msg)
 
 
 class _PairRole(_SessionRole):
@@ -98,18 +134,23 @@ class _PairRole(_SessionRole):
     def __init__(self, ids: Sequence[Any] | psi.CanonicalIds, *, peer: str, protocol: str = "ecdh",
                  mode: str = "both", identity: psi.IdentityKey | None = None, peer_identity: bytes | None = None,
                  duplicates: str = "error", strip: bool = False, chunk_size: int = psi.CHUNK_SIZE,
-                 run_id: str = "", progress: ProgressFn | None = None, name: str | None = None) -> None:
+                 run_id: str = "", progress: ProgressFn | None = None, name: str | None = None,
+                 kkrt_stash: int = 0) -> None:
         super().__init__(name or self.role)
         validate_config(protocol, mode)
         self.canon = canonical(ids, duplicates, strip)
         self.peer, self.protocol, self.mode, self.chunk_size = peer, protocol, mode, chunk_size
-        self.run_id, self.progress = run_id, progress
-        self.session = self._session(peer, self.state.session, mode=mode, identity=identity,
-                                     peer_identity=peer_identity, finished=self._finished)
+        self.run_id, self.progress, self.kkrt_stash = run_id, progress, kkrt_stash
+        self._identity, self._peer_identity = identity, peer_identity
+        self.session = self._pair_session()
+
+    def _pair_session(self) -> Session | KkrtSession:
+        return self._session(self.peer, self.state.session, mode=self.mode, identity=self._identity,
+                             peer_identity=self._peer_identity, finished=self._finished, kkrt_state=self.state.kkrt)
 
     def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
         super().load_state(data, allow_insecure=allow_insecure)
-        self.session.state = self.state.session
+        self.session = self._pair_session()
 
     def start(self) -> Next:
         return self.session.start()
@@ -153,6 +194,7 @@ class PassiveRole(_PairRole):
 class _MultiState:
     j: int = 0  # the passive party the current session is with
     session: SessionState = field(default_factory=SessionState)
+    kkrt: KkrtState = field(default_factory=KkrtState)
     pair_rows: dict[str, np.ndarray] = field(default_factory=dict)
     peer_sizes: dict[str, int] = field(default_factory=dict)
 
@@ -170,21 +212,22 @@ class MultipartyActiveRole(_SessionRole):
     def __init__(self, ids: Sequence[Any] | psi.CanonicalIds, *, passives: Sequence[str], protocol: str = "ecdh",
                  identities: tuple[psi.IdentityKey, Mapping[str, bytes]] | None = None, duplicates: str = "error",
                  strip: bool = False, chunk_size: int = psi.CHUNK_SIZE, run_id: str = "",
-                 name: str = ACTIVE) -> None:
+                 name: str = ACTIVE, kkrt_stash: int = 0) -> None:
         super().__init__(name)
         validate_config(protocol, "all")
         self.canon = canonical(ids, duplicates, strip)
         self.passives, self.protocol, self.chunk_size = sorted(passives), protocol, chunk_size
+        self.kkrt_stash = kkrt_stash
         self.identities, self.run_id, self.progress = identities, run_id, None
         if not self.passives:
             raise ProtocolError("the multi-party mode needs passive parties")
         self.session = self._new_session()
 
-    def _new_session(self) -> Session:
+    def _new_session(self) -> Session | KkrtSession:
         peer = self.passives[self.state.j]
         ident, pin = (self.identities[0], self.identities[1][peer]) if self.identities else (None, None)
         return self._session(peer, self.state.session, mode="all", identity=ident, peer_identity=pin,
-                             finished=self._finished)
+                             finished=self._finished, kkrt_state=self.state.kkrt)
 
     def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
         super().load_state(data, allow_insecure=allow_insecure)
@@ -201,7 +244,7 @@ class MultipartyActiveRole(_SessionRole):
         st.pair_rows[peer], st.peer_sizes[peer] = np.asarray(pos, np.int64), peer_size
         st.j += 1
         if st.j < len(self.passives):
-            st.session = SessionState()
+            st.session, st.kkrt = SessionState(), KkrtState()
             self.session = self._new_session()
             return self.session.start()
         common = set(st.pair_rows[self.passives[0]].tolist())
@@ -268,7 +311,7 @@ def run_local(active_ids: Sequence[Any] | psi.CanonicalIds, passive_ids: Sequenc
               chunk_size: int = psi.CHUNK_SIZE, timeout: float = DEFAULT_TIMEOUT,
               progress: ProgressFn | None = None,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> LocalRun:
+              tap: AuditTap | None = None, kkrt_stash: int = 0) -> LocalRun:
     """Both parties in-process over channels; identities are generated and pinned here.
 
     ``overrides`` replaces a party's task (tests: a stalling or hostile party); ``tap``
@@ -281,7 +324,8 @@ def run_local(active_ids: Sequence[Any] | psi.CanonicalIds, passive_ids: Sequenc
     net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint(PASSIVE, PASSIVE)], timeout=timeout,
                        run_id=os.urandom(8).hex(), transcript=Transcript(tap))
     id_a, id_p = psi.IdentityKey.generate(), psi.IdentityKey.generate()
-    common: dict[str, Any] = {"protocol": protocol, "mode": mode, "chunk_size": chunk_size, "progress": progress}
+    common: dict[str, Any] = {"protocol": protocol, "mode": mode, "chunk_size": chunk_size, "progress": progress,
+                              "kkrt_stash": kkrt_stash}
     t0 = time.perf_counter()
     # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
     tasks: dict[str, Callable[..., Any]] = {

@@ -1,0 +1,335 @@
+"""One pairwise KKRT PSI session (OT-extension OPRF) as named steps, for either side.
+
+The active party is the OPRF **receiver** (it learns the intersection), the passive party
+the **sender**; the primitives are in :mod:`vflcrypto.kkrt` and :mod:`vflcrypto.ot`.
+Steps (numbered as in the package docstring):
+
+1. ``start``: both send ``align.hello`` (the same hello as ECDH).
+2. ``on_hello``: the receiver cuckoo-hashes its IDs and sends ``align.ot_setup`` (code
+   width, bins, stash rows, base-OT point ``A``); the sender waits for it.
+3. ``on_ot_setup`` (sender): checks the shape, draws its secret choice bits ``s`` and sends
+   ``align.ot_choice`` (one base-OT point per code bit).
+4. ``on_ot_choice`` (receiver): derives both base-OT keys and streams ``align.oprf_matrix``
+   (the OT-extension matrix, one chunk of table rows at a time), keeping its own OPRF
+   output for each of its rows.
+5. ``on_oprf_matrix`` (sender): per chunk, evaluates the OPRF for each of its IDs whose
+   bins fall in the chunk (and every stash row); after the last chunk it shuffles all its
+   values once (a per-chunk order would tell the receiver the bin of each value) and
+   sends ``align.oprf_values``.
+6. ``on_oprf_values`` (receiver): matches them against its own outputs; in mode both it
+   sends the matched values, sorted, as ``align.common_values``.
+7. ``on_common_values`` (sender, mode both): maps the values back to its own rows.
+
+Both sides order the intersection by the common OPRF value, so the rows line up.
+Cardinality-only mode is refused for KKRT: the receiver matches values against its own
+per-row outputs, so it always learns *which* rows are common.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vflcrypto import kkrt, ot, psi
+from vflcrypto.errors import ProtocolError
+from vflcrypto.steps import Next, send, then
+
+from .messages import ACTIVE, PROTOCOL_VERSION, CommonValues, Hello, OprfMatrix, OprfValues, OtChoice, OtSetup
+from .session import _prefix, check_hello
+
+__all__ = ["MAX_STASH", "KkrtSession", "KkrtState", "matrix_rows_per_chunk", "values_per_chunk"]
+
+ProgressFn = Callable[[int], None]
+MAX_STASH = 64
+_MAX_MATRIX_ROWS = 1 << 16  # 4 MiB per align.oprf_matrix message
+_MAX_VALUES = 1 << 18  # 3 MiB per align.oprf_values / align.common_values message
+_KEY_DOMAIN = b"vflcrypto/kkrt/public-keys/v1"
+
+
+def matrix_rows_per_chunk(chunk_size: int) -> int:
+    """Table rows per ``align.oprf_matrix`` message (a multiple of :data:`kkrt.ROW_ALIGN`)."""
+    return max(kkrt.ROW_ALIGN, min(_MAX_MATRIX_ROWS, 4 * chunk_size) // kkrt.ROW_ALIGN * kkrt.ROW_ALIGN)
+
+
+def values_per_chunk(chunk_size: int) -> int:
+    return max(1, min(_MAX_VALUES, 16 * chunk_size))
+
+
+def _lengths(total: int, per: int) -> list[int]:
+    return [min(per, total - s) for s in range(0, total, per)]
+
+
+def public_keys(receiver_nonce: bytes, sender_nonce: bytes) -> tuple[bytes, list[bytes]]:
+    """The cuckoo hash key and the four code keys, from both hellos' nonces (public, fresh per run)."""
+    def derive(i: int) -> bytes:
+        return hashlib.sha256(_KEY_DOMAIN + bytes([i]) + receiver_nonce + sender_nonce).digest()[:16]
+    return derive(0), [derive(i) for i in range(1, 5)]
+
+
+@dataclass
+class KkrtState:
+    """What a KKRT session carries between messages (all wire-encodable)."""
+
+    hello: Hello | None = None
+    peer_hello: Hello | None = None
+    peer_size: int = 0
+    k: int = 0
+    h0: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))  # H0 of own IDs
+    bins: int = 0
+    stash: int = 0
+    # receiver
+    ot_scalar: bytes = b""
+    ot_point: bytes = b""
+    row_items: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # item per table row, or -1
+    row_tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    own_values: np.ndarray = field(default_factory=lambda: np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8))
+    received: list[bytes] = field(default_factory=list)
+    # sender
+    choice: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
+    keys: np.ndarray = field(default_factory=lambda: np.zeros((0, ot.KEY_BYTES), np.uint8))
+    pair_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted by row
+    pair_items: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pair_tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    values: np.ndarray = field(default_factory=lambda: np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8))
+    common: list[bytes] = field(default_factory=list)
+    common_total: int = 0
+
+
+class KkrtSession:
+    """One side of a pairwise KKRT session with ``peer`` (same interface as :class:`.session.Session`)."""
+
+    def __init__(self, role: str, peer: str, canon: psi.CanonicalIds, *, mode: str, chunk_size: int,
+                 progress: ProgressFn | None, finished: Callable[[np.ndarray | None, int | None, int], Next],
+                 hold: Callable[[str, Any], None], stash: int = 0, state: KkrtState | None = None) -> None:
+        if mode == "size":
+            raise ProtocolError("cardinality-only mode is not offered for KKRT: the receiver matches the "
+                                "sender's values against its own per-row outputs, so it always learns which "
+                                "rows are common (use protocol 'ecdh')")
+        if not 0 <= stash <= MAX_STASH:
+            raise ProtocolError(f"KKRT stash size must be 0..{MAX_STASH}")
+        self.role, self.peer, self.canon = role, peer, canon
+        self.pair_mode = "both" if mode == "all" else mode
+        self.mode, self.chunk_size, self.stash = mode, chunk_size, stash
+        self.tick = progress or (lambda _n: None)
+        self.finished, self.hold = finished, hold
+        self.state = state if state is not None else KkrtState()
+
+    @property
+    def receiver(self) -> bool:
+        return self.role == ACTIVE
+
+    # ----------------------------------------------------------------- 1 hello
+    def start(self) -> Next:
+        """Step 1: the hello (protocol, mode, version, role, set size, chunk size, nonce)."""
+        hello = Hello("kkrt", self.mode, PROTOCOL_VERSION, self.role, len(self.canon), self.chunk_size,
+                      os.urandom(16), b"", b"")
+        self.state.hello = hello
+        return then([send(self.peer, hello)], self.peer, Hello, "on_hello")
+
+    def on_hello(self, peer: Hello) -> Next:
+        """Check the peer's hello; step 2: the receiver hashes its IDs and sends the OT setup."""
+        st, mine = self.state, self.state.hello
+        assert mine is not None  # set by start
+        check_hello(mine, peer)
+        st.peer_hello, st.peer_size = peer, peer.set_size
+        if not self.receiver:
+            return then([], self.peer, OtSetup, "on_ot_setup")
+        return self._setup()
+
+    def _keys(self) -> tuple[bytes, list[bytes]]:
+        st = self.state
+        assert st.hello is not None and st.peer_hello is not None
+        r, s = (st.hello, st.peer_hello) if self.receiver else (st.peer_hello, st.hello)
+        return public_keys(r.nonce, s.nonce)
+
+    def _setup(self) -> Next:
+        st = self.state
+        n = len(self.canon)
+        st.bins, st.stash = kkrt.cuckoo_bins(n), self.stash
+        rows = kkrt.table_rows(st.bins, st.stash)
+        hash_key, _ = self._keys()
+        st.h0 = kkrt.item_hashes(self.canon.encoded)
+        table, which, stashed = kkrt.cuckoo_insert(kkrt.locations(st.h0, hash_key, st.bins), st.bins, st.stash)
+        st.row_items = np.full(rows, -1, np.int64)
+        st.row_items[: st.bins] = table
+        st.row_items[st.bins : st.bins + len(stashed)] = stashed
+        st.row_tags = np.zeros(rows, np.int64)
+        occupied = st.row_items >= 0
+        st.row_tags[occupied] = which[st.row_items[occupied]]
+        sender = ot.BaseOtSender.create()
+        st.ot_scalar, st.ot_point = sender.scalar, sender.point
+        self.hold("kkrt_public_keys", [hash_key, *self._keys()[1]])
+        self.hold("kkrt_bins", st.bins)
+        self.hold("kkrt_ot_point", sender.point)
+        return then([send(self.peer, OtSetup(kkrt.WIDTH, st.bins, st.stash, sender.point))],
+                    self.peer, OtChoice, "on_ot_choice")
+
+    # ----------------------------------------------------------------- 3 sender: base-OT choices
+    def on_ot_setup(self, msg: OtSetup) -> Next:
+        """Step 3 (sender): check the table shape; send the base-OT points of its secret choice bits."""
+        st = self.state
+        if msg.width != kkrt.WIDTH:
+            raise ProtocolError(f"{self.peer} uses a KKRT code of width {msg.width}; this side uses {kkrt.WIDTH}")
+        if not 0 <= msg.stash <= MAX_STASH:
+            raise ProtocolError(f"{self.peer} asks for a stash of {msg.stash} rows (at most {MAX_STASH})")
+        expected = kkrt.cuckoo_bins(st.peer_size)
+        if msg.bins != expected:
+            raise ProtocolError(f"{self.peer} announced {msg.bins} cuckoo bins; its set size {st.peer_size} "
+                                f"gives {expected}")
+        st.bins, st.stash = msg.bins, msg.stash
+        st.choice = kkrt.random_choice_bits()
+        points, st.keys = ot.BaseOtReceiver.choose(msg.point, st.choice)
+        self.hold("kkrt_choice", st.choice)
+        self._sender_pairs()
+        st.k = 0
+        return then([send(self.peer, OtChoice(points))], self.peer, OprfMatrix, "on_oprf_matrix")
+
+    def _sender_pairs(self) -> None:
+        """Every (table row, item, tag) the sender evaluates: 3 cuckoo bins per item, then each stash row."""
+        st = self.state
+        n = len(self.canon)
+        hash_key, _ = self._keys()
+        st.h0 = kkrt.item_hashes(self.canon.encoded)
+        locs = kkrt.locations(st.h0, hash_key, st.bins)
+        items = np.arange(n, dtype=np.int64)
+        rows = [locs[:, h] for h in range(kkrt.HASHES)] + [np.full(n, st.bins + j, np.int64) for j in range(st.stash)]
+        tags = [np.full(n, h, np.int64) for h in range(kkrt.HASHES)] + \
+            [np.full(n, kkrt.STASH_TAG, np.int64)] * st.stash
+        all_rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        order = np.argsort(all_rows, kind="stable")
+        st.pair_rows = all_rows[order]
+        st.pair_items = np.tile(items, kkrt.HASHES + st.stash)[order]
+        st.pair_tags = np.concatenate(tags)[order]
+        st.values = np.zeros((len(order), kkrt.OUTPUT_BYTES), np.uint8)
+
+    # ----------------------------------------------------------------- 4 receiver: the OT-extension matrix
+    def on_ot_choice(self, msg: OtChoice) -> Next:
+        """Step 4 (receiver): both base-OT keys per code bit; stream the OT-extension matrix."""
+        st = self.state
+        k0, k1 = ot.BaseOtSender(st.ot_scalar, st.ot_point).keys(msg.points, kkrt.WIDTH)
+        st.ot_scalar = b""
+        st.own_values = np.zeros((len(self.canon), kkrt.OUTPUT_BYTES), np.uint8)
+        st.k = 0
+        last = then([], self.peer, OprfValues, "on_oprf_values")
+        if st.peer_size == 0:
+            return _prefix(self._matrix_out(k0, k1), self._match())
+        return _prefix(self._matrix_out(k0, k1), last)
+
+    def _matrix_out(self, k0: np.ndarray, k1: np.ndarray) -> Iterator[tuple[str, Any]]:
+        st = self.state
+        _, code_keys = self._keys()
+        per = matrix_rows_per_chunk(self.chunk_size)
+        total = len(st.row_items)
+        for c, start in enumerate(range(0, total, per)):
+            items = st.row_items[start : start + per]
+            blocks = np.frombuffer(os.urandom(16 * len(items)), np.uint8).reshape(-1, 16).copy()  # empty rows
+            occupied = items >= 0
+            blocks[occupied] = st.h0[items[occupied]]
+            codes = kkrt.code_words(blocks, st.row_tags[start : start + per], code_keys)
+            self.hold("kkrt_codes", codes)
+            u, t = kkrt.receiver_matrix(k0, k1, codes, start)
+            idx = np.nonzero(occupied)[0]
+            st.own_values[items[idx]] = kkrt.hash_rows(t[idx], idx + start)
+            self.hold("kkrt_t", t)
+            self.hold("kkrt_row_values", (idx + start, st.own_values[items[idx]]))
+            self.tick(int(occupied.sum()))
+            yield send(self.peer, OprfMatrix(c, u.tobytes()))
+
+    # ----------------------------------------------------------------- 5 sender: the OPRF values
+    def on_oprf_matrix(self, msg: OprfMatrix) -> Next:
+        """Step 5 (sender): evaluate its IDs on one chunk of rows; after the last, send all values shuffled."""
+        st = self.state
+        per = matrix_rows_per_chunk(st.peer_hello.chunk_size if st.peer_hello else 1)
+        lengths = _lengths(kkrt.table_rows(st.bins, st.stash), per)
+        if st.k >= len(lengths) or msg.chunk != st.k or len(msg.columns) != kkrt.WIDTH * lengths[st.k] // 8:
+            raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of the OT-extension matrix")
+        start = st.k * per
+        st.k += 1
+        u = np.frombuffer(msg.columns, np.uint8).reshape(kkrt.WIDTH, -1)
+        q = kkrt.sender_rows(st.keys, st.choice, u, start)
+        lo, hi = np.searchsorted(st.pair_rows, [start, start + lengths[st.k - 1]])
+        if hi > lo:
+            _, code_keys = self._keys()
+            codes = kkrt.code_words(st.h0[st.pair_items[lo:hi]], st.pair_tags[lo:hi], code_keys)
+            s_bytes = np.packbits(st.choice, bitorder="little")
+            rows = st.pair_rows[lo:hi]
+            st.values[lo:hi] = kkrt.hash_rows(q[rows - start] ^ (codes & s_bytes), rows)
+            self.tick(int(hi - lo))
+        if st.k < len(lengths):
+            return then([], self.peer, OprfMatrix, "on_oprf_matrix")
+        return self._values_out()
+
+    def _values_out(self) -> Next:
+        st = self.state
+        shuffled = st.values[psi.random_permutation(len(st.values))]
+        per = values_per_chunk(self.chunk_size)
+        sends = [send(self.peer, OprfValues(c, shuffled[s : s + per].tobytes()))
+                 for c, s in enumerate(range(0, len(shuffled), per))]
+        st.k = 0
+        if self.pair_mode != "both":
+            return _prefix(sends, self.finished(None, None, st.peer_size))
+        return _prefix(sends, then([], self.peer, CommonValues, "on_common_values"))
+
+    # ----------------------------------------------------------------- 6 receiver: match
+    def on_oprf_values(self, msg: OprfValues) -> Next:
+        """Step 6 (receiver): collect the sender's values; after the last chunk, match them."""
+        st = self.state
+        assert st.peer_hello is not None
+        expected = st.peer_size * (kkrt.HASHES + st.stash)
+        lengths = _lengths(expected, values_per_chunk(st.peer_hello.chunk_size))
+        if st.k >= len(lengths) or msg.chunk != st.k or len(msg.values) != lengths[st.k] * kkrt.OUTPUT_BYTES:
+            raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of OPRF values")
+        st.k += 1
+        st.received.append(bytes(msg.values))
+        self.tick(len(msg.values) // kkrt.OUTPUT_BYTES)
+        if st.k < len(lengths):
+            return then([], self.peer, OprfValues, "on_oprf_values")
+        return self._match()
+
+    def _match(self) -> Next:
+        st = self.state
+        own = psi.digests_to_array(np.ascontiguousarray(st.own_values).tobytes())
+        pos = psi.match_digests(own, psi.digests_to_array(b"".join(st.received)))
+        st.received = []
+        if self.pair_mode != "both":
+            return self.finished(pos, len(pos), st.peer_size)
+        common = np.ascontiguousarray(st.own_values[pos])
+        per = values_per_chunk(self.chunk_size)
+        sends = [send(self.peer, CommonValues(c, len(pos), common[s : s + per].tobytes()))
+                 for c, s in enumerate(range(0, len(pos), per))] or [send(self.peer, CommonValues(0, 0, b""))]
+        return _prefix(sends, self.finished(pos, len(pos), st.peer_size))
+
+    # ----------------------------------------------------------------- 7 sender: its rows
+    def on_common_values(self, msg: CommonValues) -> Next:
+        """Step 7 (sender, mode both): map the matched values to its own rows, in their sorted order."""
+        st = self.state
+        assert st.peer_hello is not None
+        if st.k == 0:
+            if not 0 <= msg.total <= min(len(self.canon), st.peer_size):
+                raise ProtocolError(f"{self.peer} reported an impossible intersection size {msg.total}")
+            st.common_total = msg.total
+        lengths = _lengths(st.common_total, values_per_chunk(st.peer_hello.chunk_size)) or [0]
+        if st.k >= len(lengths) or msg.chunk != st.k or msg.total != st.common_total \
+                or len(msg.values) != lengths[st.k] * kkrt.OUTPUT_BYTES:
+            raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of the common values")
+        st.k += 1
+        st.common.append(bytes(msg.values))
+        if st.k < len(lengths):
+            return then([], self.peer, CommonValues, "on_common_values")
+        common = psi.digests_to_array(b"".join(st.common))
+        if len(np.unique(common)) != len(common) or (len(common) and np.any(common[1:] < common[:-1])):
+            raise ProtocolError(f"{self.peer}'s common values are not sorted and distinct")
+        mine = psi.digests_to_array(np.ascontiguousarray(st.values).tobytes())
+        hit = psi.match_digests(mine, common)
+        if len(hit) != len(common):
+            raise ProtocolError(f"{self.peer} reported common values that are not among this party's own")
+        items = st.pair_items[hit]
+        if len(np.unique(items)) != len(items):
+            raise ProtocolError(f"{self.peer} reported two common values for one ID")
+        return self.finished(items, len(items), st.peer_size)
+

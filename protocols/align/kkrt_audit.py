@@ -1,0 +1,124 @@
+"""Attacks on what each party received in a KKRT session (read from the audit tap).
+
+* the sender's view of the OT-extension matrix against the receiver's secret code words
+  (``align.oprf_matrix``, masked);
+* the receiver's recovery of the sender's base-OT choice bits from their points
+  (``align.ot_choice``, blinded);
+* the receiver's dictionary attack on the sender's OPRF values under the keys it could
+  guess (``align.oprf_values``, blinded);
+* the order of the sender's values against the table rows they belong to
+  (``align.oprf_values``, shuffled).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from statistics import NormalDist
+
+import nacl.bindings as sodium
+import numpy as np
+
+from vflcrypto import kkrt, ot
+from vflcrypto.attacks import ALPHA, accuracy_finding, binomial_sf, order_finding
+from vflcrypto.leakage import EmpiricalFinding, Protection
+from vflcrypto.runtime import AuditTap
+
+from .messages import ACTIVE, PASSIVE, OprfMatrix, OprfValues, OtChoice
+
+__all__ = ["kkrt_findings"]
+
+_Z = NormalDist().inv_cdf(1 - ALPHA / 2)  # two-sided critical value at the audit's level
+
+
+def _rows(blob: bytes, width: int) -> np.ndarray:
+    return np.frombuffer(blob, np.uint8).reshape(-1, width)
+
+
+def _matrix_finding(tap: AuditTap) -> EmpiricalFinding:
+    """How often a bit the sender received equals the receiver's code bit there (½ if masked)."""
+    codes = tap.held(ACTIVE, "kkrt_codes")
+    chunks = tap.received(PASSIVE, OprfMatrix)
+    equal = total = 0
+    for msg, c in zip(chunks, codes, strict=True):
+        u = np.frombuffer(msg.columns, np.uint8).reshape(kkrt.WIDTH, -1)
+        same = np.unpackbits(~(u ^ ot.transpose_bits(c)))
+        equal, total = equal + int(same.sum()), total + same.size
+    p = min(1.0, 2 * min(binomial_sf(equal, total, 0.5), binomial_sf(total - equal, total, 0.5)))
+    return EmpiricalFinding(
+        PASSIVE, "the receiver's code words in the OT-extension matrix", equal / max(1, total), 0.5,
+        f"share of the {total:,} matrix bits the sender received that equal the receiver's secret code "
+        "bit in the same place (its IDs, cuckoo-placed): one half when every column is masked",
+        attacks=("align.oprf_matrix",), protection=Protection.MASKED, flagged=p < ALPHA, p_value=p,
+        samples=total, detects=f"a share outside 0.5 ± {_Z * 0.5 / math.sqrt(max(1, total)):.4f}")
+
+
+def _choice_finding(tap: AuditTap) -> EmpiricalFinding:
+    """The receiver guesses s_j = 1 where B_j − A is another of the sender's points."""
+    (msg,) = tap.received(ACTIVE, OtChoice)
+    a_point = tap.held_one(ACTIVE, "kkrt_ot_point")
+    points = [msg.points[i : i + ot.POINT_BYTES] for i in range(0, len(msg.points), ot.POINT_BYTES)]
+    known = set(points)
+    guess = np.asarray([bytes(sodium.crypto_core_ed25519_sub(b, a_point)) in known for b in points], np.uint8)
+    truth = np.asarray(tap.held_one(PASSIVE, "kkrt_choice"), np.uint8)
+    return accuracy_finding(
+        ACTIVE, "the sender's base-OT choice bits (its OPRF key)", guess, truth, 0.5,
+        attacks=("align.ot_choice",), protection=Protection.BLINDED,
+        description="marks s_j = 1 where B_j − A equals another received point (a base-OT scalar "
+                    "used twice); baseline = a coin flip per bit")
+
+
+def _dictionary_finding(tap: AuditTap, candidates: Sequence[bytes], own: Sequence[bytes]) -> EmpiricalFinding:
+    """Evaluate the sender's OPRF on candidate IDs under the guessable key s = 1…1.
+
+    (s = 0…0 would give every candidate the receiver's own output at that row, which says
+    nothing about the candidate; values equal to its own outputs are left out.)
+    """
+    hash_key, *code_keys = tap.held_one(ACTIVE, "kkrt_public_keys")
+    t = np.concatenate(tap.held(ACTIVE, "kkrt_t"))
+    codes = np.concatenate(tap.held(ACTIVE, "kkrt_codes"))
+    bins = tap.held_one(ACTIVE, "kkrt_bins")
+    received = {bytes(v) for v in _rows(b"".join(m.values for m in tap.received(ACTIVE, OprfValues)),
+                                       kkrt.OUTPUT_BYTES)}
+    received -= {bytes(v) for _, vals in tap.held(ACTIVE, "kkrt_row_values") for v in vals}
+    own_set = set(own)
+    outside = [c for c in candidates if c not in own_set]
+    hits = 0
+    if outside and bins:
+        h0 = kkrt.item_hashes(outside)
+        locs = kkrt.locations(h0, hash_key, bins)
+        found = np.zeros(len(outside), bool)
+        for h in range(kkrt.HASHES):
+            rows = locs[:, h]
+            cand = kkrt.code_words(h0, np.full(len(outside), h), code_keys)
+            vals = kkrt.hash_rows(t[rows] ^ codes[rows] ^ cand, rows)
+            found |= np.asarray([bytes(v) in received for v in vals])
+        hits = int(found.sum())
+    return EmpiricalFinding(
+        ACTIVE, "dictionary attack on the sender's OPRF values", float(hits), 0.0,
+        f"{len(outside)} candidate IDs outside its own set, evaluated at their cuckoo bins under the "
+        f"OPRF key it can guess (s all ones), matched against the {len(received)} values the sender "
+        "sent that are not its own outputs",
+        attacks=("align.oprf_values",), protection=Protection.BLINDED, flagged=hits > 0,
+        samples=len(outside), detects="any one candidate ID recovered")
+
+
+def _order_finding(tap: AuditTap) -> EmpiricalFinding:
+    """Arrival position of the values it matched against the table row of its own item there."""
+    values = _rows(b"".join(m.values for m in tap.received(ACTIVE, OprfValues)), kkrt.OUTPUT_BYTES)
+    row_of = {bytes(v): int(r) for rows, vals in tap.held(ACTIVE, "kkrt_row_values")
+              for r, v in zip(rows, vals, strict=True)}  # own output -> its table row
+    hits = [(j, row_of[bytes(v)]) for j, v in enumerate(values) if bytes(v) in row_of]
+    pos = np.asarray([j for j, _ in hits], np.int64)
+    rows = np.asarray([r for _, r in hits], np.int64)
+    return order_finding(
+        ACTIVE, "order of the sender's OPRF values", "align.oprf_values", pos, rows,
+        f"Spearman rho between the arrival position of the {len(hits)} values it matched and the "
+        "cuckoo-table row they belong to (an unshuffled sender sends them in row order)")
+
+
+def kkrt_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], universe: Sequence[bytes]
+                  ) -> list[EmpiricalFinding]:
+    """Every KKRT attack on the session recorded in ``tap`` (active = receiver)."""
+    return [_matrix_finding(tap), _choice_finding(tap), _dictionary_finding(tap, universe, enc[ACTIVE]),
+            _order_finding(tap)]
