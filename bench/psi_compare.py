@@ -1,10 +1,10 @@
-"""PSI benchmark: our ECDH-PSI and keyed-hash PSI against openmined-psi, same IDs, one run.
+"""PSI benchmark: our KKRT, ECDH-PSI and keyed-hash PSI against openmined-psi, same IDs, one run.
 
 Each contender runs in its own subprocess (so peak memory is its own): the parent reads
 the child's ``ru_maxrss`` from ``os.wait4``; the child reports its wall time, CPU time
 (itself plus its reaped pool workers), bytes on the wire and the intersection size.
 
-* ``ecdh``/``hash``: :func:`vflcrypto.protocols.align.run_local`, mode ``both`` (both parties
+* ``kkrt``/``ecdh``/``hash``: :func:`vflcrypto.protocols.align.run_local`, mode ``both`` (both parties
   learn the rows), both parties in one process sharing the process pool (so memory is
   for BOTH parties together; a single party needs about half). Pool start-up is measured
   separately (``pool_start_s``) and excluded from ``wall_s``.
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTENDERS = ("ecdh", "hash", "openmined")
+CONTENDERS = ("kkrt", "ecdh", "hash", "openmined")
 
 
 def make_ids(n: int, overlap: float) -> tuple[list[str], list[str]]:
@@ -50,7 +50,7 @@ def run_worker(contender: str, n: int, overlap: float) -> dict[str, Any]:
     """One contender in this process; returns its measurements."""
     left, right = make_ids(n, overlap)
     out: dict[str, Any] = {"contender": contender, "n": n}
-    if contender in ("ecdh", "hash"):
+    if contender in ("kkrt", "ecdh", "hash"):
         sys.path.insert(0, str(ROOT))
         from vflcrypto.protocols.align import ACTIVE, PASSIVE, run_local
 
@@ -73,6 +73,7 @@ def run_worker(contender: str, n: int, overlap: float) -> dict[str, Any]:
         out["cpu_s"] = _cpu() - cpu0 + wcpu
         out["worker_rss_kib"] = wrss
         out["learns"] = "both"
+        out["workers"] = parallel.worker_count()
     elif contender == "openmined":
         import private_set_intersection.python as om
 
@@ -138,11 +139,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                       f"(workers {r['worker_peak_rss_mib']:.0f})  |I|={r['intersection']:,}  "
                       f"learns: {r['learns']}", flush=True)
         by = {r["contender"]: r for r in results if r.get("n") == n and "wall_s" in r}
-        if not args.json and "ecdh" in by:
-            if "openmined" in by:
-                print(f"  openmined / ecdh wall: {by['openmined']['wall_s'] / by['ecdh']['wall_s']:.2f}x")
-            if "hash" in by:
-                print(f"  ecdh / hash wall: {by['ecdh']['wall_s'] / by['hash']['wall_s']:.1f}x")
+        if not args.json:
+            for a, b in (("openmined", "kkrt"), ("ecdh", "kkrt"), ("openmined", "ecdh"), ("ecdh", "hash"),
+                         ("kkrt", "hash")):
+                if a in by and b in by:
+                    print(f"  {a} / {b} wall: {by[a]['wall_s'] / by[b]['wall_s']:.2f}x")
     if args.json:
         print(json.dumps(results, indent=2))
     return results

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vflcrypto import psi
 from vflcrypto.errors import InputDataError, ProtocolError
@@ -170,3 +172,17 @@ def test_lone_surrogate_is_rejected_with_its_row() -> None:
 
     with pytest.raises(InputDataError, match="row 1: ID is not valid Unicode"):
         canonicalize_ids(["ok", "bad\udc80"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(own=st.lists(st.binary(min_size=4, max_size=4), unique=True, max_size=40),
+       peer=st.lists(st.binary(min_size=4, max_size=4), max_size=40),
+       prefixes=st.lists(st.binary(min_size=8, max_size=8), min_size=1, max_size=3))
+def test_match_digests_equals_isin_even_when_digests_share_their_first_8_bytes(
+        own: list[bytes], peer: list[bytes], prefixes: list[bytes]) -> None:
+    """The fast path filters on an 8-byte prefix; digests that share it must still be told apart."""
+    a = np.array([prefixes[i % len(prefixes)] + s for i, s in enumerate(own)], dtype=psi.DIGEST_DTYPE)
+    b = np.array([prefixes[i % len(prefixes)] + s for i, s in enumerate(peer)], dtype=psi.DIGEST_DTYPE)
+    want = np.nonzero(np.isin(a, b))[0]
+    want = want[np.argsort(a[want], kind="stable")]
+    assert psi.match_digests(a, b).tolist() == want.tolist()

@@ -170,15 +170,23 @@ def code_words(h0: np.ndarray, tags: np.ndarray, code_keys: Sequence[bytes]) -> 
     return np.concatenate([_ecb(k, blocks) for k in code_keys], axis=1)
 
 
+_RECORD = WIDTH_BYTES + 4  # a row and its uint32 index
+
+
 def hash_rows(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """``H(i, row)``: BLAKE2b of each 64-byte row with its table-row index, ``OUTPUT_BYTES`` each."""
-    buf = np.empty((len(rows), WIDTH_BYTES + 4), np.uint8)
+    """``H(i, row)``: BLAKE2b of each 64-byte row with its table-row index, ``OUTPUT_BYTES`` each.
+
+    In-process: spreading these per-row hashes over the process pool was measured slower
+    (pickling the rows costs more than the hashing saves).
+    """
+    n = len(rows)
+    buf = np.empty((n, _RECORD), np.uint8)
     buf[:, :WIDTH_BYTES] = rows
     buf[:, WIDTH_BYTES:] = index.astype("<u4").reshape(-1, 1).view(np.uint8)
-    mv, w = memoryview(buf.tobytes()), WIDTH_BYTES + 4
-    out = b"".join([hashlib.blake2b(mv[i : i + w], digest_size=OUTPUT_BYTES, person=b"vflcrypto-kkrt").digest()
-                    for i in range(0, len(mv), w)])
-    return np.frombuffer(out, np.uint8).reshape(len(rows), OUTPUT_BYTES)
+    mv = memoryview(buf.tobytes())
+    out = b"".join([hashlib.blake2b(mv[i : i + _RECORD], digest_size=OUTPUT_BYTES, person=b"vflcrypto-kkrt").digest()
+                    for i in range(0, len(mv), _RECORD)])
+    return np.frombuffer(out, np.uint8).reshape(n, OUTPUT_BYTES)
 
 
 def _columns(keys: np.ndarray, start_row: int, rows: int) -> np.ndarray:

@@ -203,12 +203,13 @@ def random_permutation(n: int) -> np.ndarray:
     """A uniformly random permutation of ``range(n)``: sort by 64-bit keys from ``os.urandom``.
 
     Ties among 64-bit keys (probability ≤ n²/2⁶⁵) only make the permutation very slightly
-    non-uniform; they never break correctness.
+    non-uniform; they never break correctness. The sort need not be stable (introsort is
+    about twice as fast as a stable sort on 64-bit keys).
     """
     if n <= 0:
         return np.zeros(0, dtype=np.int64)
     keys = np.frombuffer(os.urandom(8 * n), dtype=np.uint64)
-    return np.argsort(keys, kind="stable").astype(np.int64)
+    return np.argsort(keys).astype(np.int64)
 
 
 # --------------------------------------------------------------------------- ECDH-PSI
@@ -329,8 +330,30 @@ def match_digests(own: np.ndarray, peer: np.ndarray) -> np.ndarray:
     """
     if len(own) == 0 or len(peer) == 0:
         return np.zeros(0, dtype=np.int64)
-    pos = np.nonzero(np.isin(own, peer))[0]
+    # Filter on the first 8 bytes as integers (a fast sort), then compare whole digests.
+    own_p, peer_p = _prefix64(own), _prefix64(peer)
+    cand = np.nonzero(_members(own_p, peer_p))[0]
+    peer_cand = peer[_members(peer_p, own_p[cand])]
+    pos = cand[_members(own[cand], peer_cand)]
     return pos[np.argsort(own[pos], kind="stable")].astype(np.int64)
+
+
+def _members(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.isin(a, b)``: sort both, binary-search the sorted queries (cache-friendly), scatter back."""
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros(len(a), bool)
+    sb = np.sort(b)
+    order = np.argsort(a)
+    sa = a[order]
+    idx = np.minimum(np.searchsorted(sb, sa), len(sb) - 1)
+    out = np.empty(len(a), bool)
+    out[order] = sb[idx] == sa
+    return out
+
+
+def _prefix64(digests: np.ndarray) -> np.ndarray:
+    raw = np.ascontiguousarray(digests).view(np.uint8).reshape(len(digests), DIGEST_BYTES)
+    return np.ascontiguousarray(raw[:, :8]).view("<u8").ravel()
 
 
 def collision_bound(n_a: int, n_b: int, digest_bytes: int = DIGEST_BYTES) -> float:

@@ -53,7 +53,7 @@ _KEY_DOMAIN = b"vflcrypto/kkrt/public-keys/v1"
 
 def matrix_rows_per_chunk(chunk_size: int) -> int:
     """Table rows per ``align.oprf_matrix`` message (a multiple of :data:`kkrt.ROW_ALIGN`)."""
-    return max(kkrt.ROW_ALIGN, min(_MAX_MATRIX_ROWS, 4 * chunk_size) // kkrt.ROW_ALIGN * kkrt.ROW_ALIGN)
+    return max(kkrt.ROW_ALIGN, min(_MAX_MATRIX_ROWS, 16 * chunk_size) // kkrt.ROW_ALIGN * kkrt.ROW_ALIGN)
 
 
 def values_per_chunk(chunk_size: int) -> int:
@@ -85,16 +85,17 @@ class KkrtState:
     # receiver
     ot_scalar: bytes = b""
     ot_point: bytes = b""
-    row_items: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # item per table row, or -1
-    row_tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    row_items: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # item per table row, or -1
+    row_tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     own_values: np.ndarray = field(default_factory=lambda: np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8))
-    received: list[bytes] = field(default_factory=list)
+    received: np.ndarray = field(default_factory=lambda: np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8))
     # sender
     choice: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     keys: np.ndarray = field(default_factory=lambda: np.zeros((0, ot.KEY_BYTES), np.uint8))
-    pair_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted by row
-    pair_items: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    pair_tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    pair_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # grouped by matrix chunk
+    pair_items: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    pair_tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    chunk_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))  # pairs of chunk c: [c, c+1)
     values: np.ndarray = field(default_factory=lambda: np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8))
     common: list[bytes] = field(default_factory=list)
     common_total: int = 0
@@ -155,10 +156,10 @@ class KkrtSession:
         hash_key, _ = self._keys()
         st.h0 = kkrt.item_hashes(self.canon.encoded)
         table, which, stashed = kkrt.cuckoo_insert(kkrt.locations(st.h0, hash_key, st.bins), st.bins, st.stash)
-        st.row_items = np.full(rows, -1, np.int64)
+        st.row_items = np.full(rows, -1, np.int32)
         st.row_items[: st.bins] = table
         st.row_items[st.bins : st.bins + len(stashed)] = stashed
-        st.row_tags = np.zeros(rows, np.int64)
+        st.row_tags = np.zeros(rows, np.int8)
         occupied = st.row_items >= 0
         st.row_tags[occupied] = which[st.row_items[occupied]]
         sender = ot.BaseOtSender.create()
@@ -190,21 +191,30 @@ class KkrtSession:
         return then([send(self.peer, OtChoice(points))], self.peer, OprfMatrix, "on_oprf_matrix")
 
     def _sender_pairs(self) -> None:
-        """Every (table row, item, tag) the sender evaluates: 3 cuckoo bins per item, then each stash row."""
+        """Every (table row, item, tag) the sender evaluates: 3 cuckoo bins per item, then each stash row.
+
+        Grouped by matrix chunk (a stable radix sort on the 16-bit chunk number), so each
+        chunk's pairs are one contiguous slice; compact dtypes keep 10⁷ IDs in bounded memory.
+        """
         st = self.state
         n = len(self.canon)
         hash_key, _ = self._keys()
         st.h0 = kkrt.item_hashes(self.canon.encoded)
-        locs = kkrt.locations(st.h0, hash_key, st.bins)
-        items = np.arange(n, dtype=np.int64)
-        rows = [locs[:, h] for h in range(kkrt.HASHES)] + [np.full(n, st.bins + j, np.int64) for j in range(st.stash)]
-        tags = [np.full(n, h, np.int64) for h in range(kkrt.HASHES)] + \
-            [np.full(n, kkrt.STASH_TAG, np.int64)] * st.stash
-        all_rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
-        order = np.argsort(all_rows, kind="stable")
-        st.pair_rows = all_rows[order]
-        st.pair_items = np.tile(items, kkrt.HASHES + st.stash)[order]
-        st.pair_tags = np.concatenate(tags)[order]
+        locs = kkrt.locations(st.h0, hash_key, st.bins).astype(np.int32)
+        copies = kkrt.HASHES + st.stash
+        rows = np.empty(n * copies, np.int32)
+        for h in range(kkrt.HASHES):
+            rows[h * n : (h + 1) * n] = locs[:, h]
+        for j in range(st.stash):
+            rows[(kkrt.HASHES + j) * n : (kkrt.HASHES + j + 1) * n] = st.bins + j
+        per = matrix_rows_per_chunk(st.peer_hello.chunk_size if st.peer_hello else 1)
+        chunks = len(_lengths(kkrt.table_rows(st.bins, st.stash), per))
+        order = np.argsort((rows // per).astype(np.uint16 if chunks <= 1 << 16 else np.uint32), kind="stable")
+        st.pair_rows = rows[order]
+        st.pair_items = (order % max(n, 1)).astype(np.int32)
+        st.pair_tags = np.minimum(order // max(n, 1), kkrt.STASH_TAG).astype(np.int8)
+        counts = np.bincount(st.pair_rows // per, minlength=chunks)
+        st.chunk_starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         st.values = np.zeros((len(order), kkrt.OUTPUT_BYTES), np.uint8)
 
     # ----------------------------------------------------------------- 4 receiver: the OT-extension matrix
@@ -252,12 +262,12 @@ class KkrtSession:
         st.k += 1
         u = np.frombuffer(msg.columns, np.uint8).reshape(kkrt.WIDTH, -1)
         q = kkrt.sender_rows(st.keys, st.choice, u, start)
-        lo, hi = np.searchsorted(st.pair_rows, [start, start + lengths[st.k - 1]])
+        lo, hi = int(st.chunk_starts[st.k - 1]), int(st.chunk_starts[st.k])
         if hi > lo:
             _, code_keys = self._keys()
             codes = kkrt.code_words(st.h0[st.pair_items[lo:hi]], st.pair_tags[lo:hi], code_keys)
             s_bytes = np.packbits(st.choice, bitorder="little")
-            rows = st.pair_rows[lo:hi]
+            rows = st.pair_rows[lo:hi].astype(np.int64)
             st.values[lo:hi] = kkrt.hash_rows(q[rows - start] ^ (codes & s_bytes), rows)
             self.tick(int(hi - lo))
         if st.k < len(lengths):
@@ -266,10 +276,10 @@ class KkrtSession:
 
     def _values_out(self) -> Next:
         st = self.state
-        shuffled = st.values[psi.random_permutation(len(st.values))]
+        order = psi.random_permutation(len(st.values))  # one global shuffle, sent chunk by chunk
         per = values_per_chunk(self.chunk_size)
-        sends = [send(self.peer, OprfValues(c, shuffled[s : s + per].tobytes()))
-                 for c, s in enumerate(range(0, len(shuffled), per))]
+        sends = (send(self.peer, OprfValues(c, st.values[order[s : s + per]].tobytes()))
+                 for c, s in enumerate(range(0, len(order), per)))
         st.k = 0
         if self.pair_mode != "both":
             return _prefix(sends, self.finished(None, None, st.peer_size))
@@ -284,8 +294,11 @@ class KkrtSession:
         lengths = _lengths(expected, values_per_chunk(st.peer_hello.chunk_size))
         if st.k >= len(lengths) or msg.chunk != st.k or len(msg.values) != lengths[st.k] * kkrt.OUTPUT_BYTES:
             raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of OPRF values")
+        if st.k == 0:
+            st.received = np.empty((expected, kkrt.OUTPUT_BYTES), np.uint8)
+        at = st.k * values_per_chunk(st.peer_hello.chunk_size)
+        st.received[at : at + lengths[st.k]] = np.frombuffer(msg.values, np.uint8).reshape(-1, kkrt.OUTPUT_BYTES)
         st.k += 1
-        st.received.append(bytes(msg.values))
         self.tick(len(msg.values) // kkrt.OUTPUT_BYTES)
         if st.k < len(lengths):
             return then([], self.peer, OprfValues, "on_oprf_values")
@@ -293,9 +306,9 @@ class KkrtSession:
 
     def _match(self) -> Next:
         st = self.state
-        own = psi.digests_to_array(np.ascontiguousarray(st.own_values).tobytes())
-        pos = psi.match_digests(own, psi.digests_to_array(b"".join(st.received)))
-        st.received = []
+        own = np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel()
+        pos = psi.match_digests(own, np.ascontiguousarray(st.received).view(psi.DIGEST_DTYPE).ravel())
+        st.received = np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8)
         if self.pair_mode != "both":
             return self.finished(pos, len(pos), st.peer_size)
         common = np.ascontiguousarray(st.own_values[pos])
@@ -324,11 +337,11 @@ class KkrtSession:
         common = psi.digests_to_array(b"".join(st.common))
         if len(np.unique(common)) != len(common) or (len(common) and np.any(common[1:] < common[:-1])):
             raise ProtocolError(f"{self.peer}'s common values are not sorted and distinct")
-        mine = psi.digests_to_array(np.ascontiguousarray(st.values).tobytes())
+        mine = np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel()
         hit = psi.match_digests(mine, common)
         if len(hit) != len(common):
             raise ProtocolError(f"{self.peer} reported common values that are not among this party's own")
-        items = st.pair_items[hit]
+        items = st.pair_items[hit].astype(np.int64)
         if len(np.unique(items)) != len(items):
             raise ProtocolError(f"{self.peer} reported two common values for one ID")
         return self.finished(items, len(items), st.peer_size)
