@@ -6,9 +6,12 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
+import vflcrypto.protocols.align as al
 
 from vflcrypto.cli import main
+from vflcrypto.errors import InputDataError
 
 
 def _write(path: Path, header: list[str], rows: list[list[str]]) -> Path:
@@ -92,3 +95,26 @@ def test_non_utf8_and_duplicates_are_clean_errors(tmp_path: Path, files: tuple[P
     assert main(["align", "--left", str(dup), "--right", str(right), "--id-column", "nope",
                  "--out-dir", str(tmp_path / "o")]) == 2
     assert "no ID column 'nope'" in capsys.readouterr().err
+
+
+def test_aligned_rows_are_streamed_from_the_input_and_a_changed_input_is_refused(tmp_path: Path) -> None:
+    from vflcrypto.protocols.align.files import write_aligned
+
+    src = tmp_path / "a.csv"
+    src.write_text('id,x\na,1\n"b,\nwith a newline",2\nc,"3"\n', encoding="utf-8")
+    table = al.read_id_table(src, "id")
+    assert table.n_rows == 3 and table.ids == ["a", "b,\nwith a newline", "c"]
+    assert not hasattr(table, "rows")  # no cells are held: the file is streamed again to write
+    write_aligned(table, tmp_path / "o.csv", np.array([2, 1]))
+    assert (tmp_path / "o.csv").read_text(encoding="utf-8") == 'id,x\nc,3\n"b,\nwith a newline",2\n'
+    src.write_text("id,x\na,1\n", encoding="utf-8")  # the input changes between the PSI and the write
+    with pytest.raises(InputDataError, match="changed while it was being aligned"):
+        write_aligned(table, tmp_path / "p.csv", np.array([0]))
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_a_bad_byte_after_a_quoted_newline_names_its_physical_line(tmp_path: Path) -> None:
+    src = tmp_path / "a.csv"
+    src.write_bytes(b'id,x\n"a\nb",1\nc,\xff\n')
+    with pytest.raises(InputDataError, match="line 4 is not valid UTF-8"):
+        al.read_id_table(src, "id")

@@ -316,3 +316,11 @@ def test_chunk_sizes_stay_under_the_frame_limit() -> None:
     assert session.matrix_rows_per_chunk(1 << 20) * kkrt.WIDTH // 8 <= 4 << 20
     assert session.values_per_chunk(1 << 20) * kkrt.OUTPUT_BYTES <= 4 << 20
     assert session.matrix_rows_per_chunk(1) % kkrt.ROW_ALIGN == 0
+
+
+def test_progress_counts_every_row_value_and_id() -> None:
+    """The CLI's bar total for KKRT (left IDs + 6 × right IDs) is what the steps report."""
+    ticks: list[int] = []
+    a, b = [f"p{i}" for i in range(700)], [f"p{i}" for i in range(300, 1200)]
+    al.run_local(a, b, protocol="kkrt", chunk_size=128, progress=ticks.append)
+    assert sum(ticks) == len(a) + 6 * len(b) and len(ticks) > 3

@@ -15,7 +15,7 @@ import io
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,38 +107,52 @@ def _parse_float(text: str, where: str) -> float:
         raise InputDataError(f"{where}: {text[:20]!r} is not a number") from None
 
 
-def read_csv_strings(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], list[tuple[int, tuple[str, ...]]]]:
-    """A CSV file as its header and ``(line number, cells)`` rows, every cell a verbatim string.
+def iter_csv_strings(path: str | os.PathLike[str]) -> Iterator[tuple[int, tuple[str, ...]]]:
+    """Stream a CSV file as ``(line number, cells)``: first the header, then each row.
 
-    Raises :class:`InputDataError` for an unreadable or empty file, non-UTF-8 bytes (with
-    the line number) and rows whose field count differs from the header's. Blank lines
-    are skipped; header names are stripped of surrounding white space, cells are not.
+    Every cell is a verbatim string; the file is decoded line by line, so memory does not
+    grow with the file. Raises :class:`InputDataError` for an unreadable or empty file,
+    non-UTF-8 bytes (with the line number) and rows whose field count differs from the
+    header's. Blank lines are skipped; header names are stripped of surrounding white
+    space, cells are not.
     """
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        fh = path.open("rb")
     except OSError as exc:
         raise InputDataError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputDataError(f"{path}: line {line} is not valid UTF-8") from None
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        header = tuple(h.strip() for h in next(reader))
-        rows = []
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != len(header):
-                raise InputDataError(f"{path}: line {reader.line_num} has {len(row)} fields, header has {len(header)}")
-            rows.append((reader.line_num, tuple(row)))
-    except StopIteration:
-        raise InputDataError(f"{path} is empty (no header)") from None
-    except csv.Error as exc:  # e.g. a field past the csv module's limit (131,072 characters)
-        raise InputDataError(f"{path}: line {reader.line_num}: {exc}") from None
-    return header, rows
+
+    def lines() -> Iterator[str]:
+        # UTF-8 never puts the byte 0x0A inside a multi-byte sequence: splitting on it is safe
+        for number, raw in enumerate(fh, 1):
+            try:
+                yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise InputDataError(f"{path}: line {number} is not valid UTF-8") from None
+
+    with fh:
+        reader = csv.reader(lines())
+        try:
+            header = tuple(h.strip() for h in next(reader))
+            yield 1, header
+            for row in reader:
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise InputDataError(f"{path}: line {reader.line_num} has {len(row)} fields, "
+                                         f"header has {len(header)}")
+                yield reader.line_num, tuple(row)
+        except StopIteration:
+            raise InputDataError(f"{path} is empty (no header)") from None
+        except csv.Error as exc:  # e.g. a field past the csv module's limit (131,072 characters)
+            raise InputDataError(f"{path}: line {reader.line_num}: {exc}") from None
+
+
+def read_csv_strings(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], list[tuple[int, tuple[str, ...]]]]:
+    """A CSV file as its header and ``(line number, cells)`` rows (see :func:`iter_csv_strings`)."""
+    stream = iter_csv_strings(path)
+    _, header = next(stream)
+    return header, list(stream)
 
 
 def read_party_csv(
@@ -300,11 +314,21 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 
 def write_csv_atomic(path: str | os.PathLike[str], header: Sequence[str],
                      rows: Iterable[Sequence[Any]]) -> None:
-    buf = io.StringIO(newline="")
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
+    """Write a CSV atomically, streaming ``rows`` into the temporary file (memory stays flat)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(header)
+            writer.writerows(rows)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # --------------------------------------------------------------------------- model files

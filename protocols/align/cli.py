@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vflcrypto.dataio import atomic_write_text, write_csv_atomic
+from vflcrypto.dataio import atomic_write_text
 from vflcrypto.progress import Progress
 from vflcrypto.spec import PartyOutcome, TaskContext
 
-from .files import align_files, canon_table, read_id_table
+from .files import align_files, canon_table, read_id_table, write_aligned
 from .messages import PROTOCOLS
 from .tables import align_rows
 
@@ -57,8 +57,8 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def align(args: argparse.Namespace) -> int:
-    n_left = len(read_id_table(args.left, args.id_column).rows)
-    n_right = len(read_id_table(args.right, args.right_id_column or args.id_column).rows)
+    n_left = read_id_table(args.left, args.id_column).n_rows
+    n_right = read_id_table(args.right, args.right_id_column or args.id_column).n_rows
     # ECDH: each party blinds its own IDs and re-blinds the peer's (keyed hash: hashes them);
     # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them.
     total = n_left + 6 * n_right if args.protocol == "kkrt" else 2 * (n_left + n_right)
@@ -103,14 +103,17 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     table = read_id_table(args.data, args.id_column)
     canon = canon_table(table, "keep_first" if args.duplicates == "first" else "error", False,
                         keep_first_flag="--duplicates first")
-    res = align_rows(ctx, canon, protocol=args.protocol, mode=args.mode, chunk_size=args.chunk_size)
+    with Progress(f"aligning ({args.protocol})") as bar:  # on stderr, and only on a terminal
+        res = align_rows(ctx, canon, protocol=args.protocol, mode=args.mode, chunk_size=args.chunk_size,
+                         progress=bar.advance)
+    # the rows themselves are in the output file: the run record stays small at any scale
     summary = {"protocol": args.protocol, "own_size": res.own_size, "peer_sizes": res.peer_sizes,
-               "intersection": res.size, "rows": None if res.rows is None else [int(i) for i in res.rows]}
+               "intersection": res.size, "rows_written": None if res.rows is None else len(res.rows)}
 
     def write(out: Path, _meta: dict[str, Any]) -> None:
         if res.rows is None:
             atomic_write_text(out, "")  # this party learns no rows in this mode
         else:
-            write_csv_atomic(out, table.header, (table.rows[i] for i in res.rows.tolist()))
+            write_aligned(table, out, res.rows)
 
     return PartyOutcome(summary, write)

@@ -61,11 +61,11 @@ def align_tables(tables: list[PartyTable], names: Sequence[str], *,
 
 
 def align_rows(ctx: TaskContext, ids: Any, *, protocol: str = "ecdh", mode: str = "both",
-               chunk_size: int | None = None) -> Any:
+               chunk_size: int | None = None, progress: Any = None) -> Any:
     """Entity alignment between the active party and every passive party over the network (a
-    coordinator, if any, takes no part); returns this party's AlignmentResult."""
+    coordinator, if any, takes no part); returns this party's AlignmentResult.
 
-
+    ``progress`` (two parties) is called with the number of items each step finished."""
     actives, passives = ctx.names(ACTIVE), ctx.names(PASSIVE)
     if len(actives) != 1 or not passives:
         raise InputDataError("alignment needs one 'active' and at least one 'passive' party")
@@ -86,11 +86,11 @@ def align_rows(ctx: TaskContext, ids: Any, *, protocol: str = "ecdh", mode: str 
         if protocol == "hash":
             own, pinned = pins(passives)
             kw.update(identity=own, peer_identity=pinned[passives[0]])
-        return run_active(chans, ids, mode=mode, **kw)
+        return run_active(chans, ids, mode=mode, progress=progress, **kw)
     if ctx.role != PASSIVE:
         raise InputDataError(f"{ctx.me}: role {ctx.role!r} takes no part in alignment")
     chans = ctx.only(actives)
     if protocol == "hash":
         own, pinned = pins(actives)
         kw.update(identity=own, peer_identity=pinned[actives[0]])
-    return run_passive(chans, ids, mode="all" if multi else mode, **kw)
+    return run_passive(chans, ids, mode="all" if multi else mode, progress=None if multi else progress, **kw)
