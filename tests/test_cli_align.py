@@ -36,7 +36,7 @@ def _read(path: Path) -> list[list[str]]:
         return list(csv.reader(fh))
 
 
-@pytest.mark.parametrize("protocol", ["ecdh", "hash"])
+@pytest.mark.parametrize("protocol", ["ecdh", "hash", "kkrt"])
 def test_align_both_writes_files_and_json(files: tuple[Path, Path], tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str], protocol: str) -> None:
     left, right = files

@@ -116,6 +116,21 @@ def test_simulation_exchange_matches_run_local(tmp_path: Path) -> None:
     np.testing.assert_allclose(_outputs(tmp_path)["passive"], X.T @ d, rtol=1e-8)
 
 
+def test_simulation_woe_matches_run_local(tmp_path: Path) -> None:
+    """The feature party a SuperNode, returned results: its IVs equal run_local's on the same data."""
+    from vflcrypto.protocols import woe
+
+    rc, out = run_script("flower_simulate.sh", "protocol='woe'", "key-bits=1024", "allow-insecure=true", "rows=300",
+                         "return-results=true", f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=1)
+    assert rc == 0, out[-3000:]
+    y, Xa, ca, Xp, cp = woe.example(300)
+    local = woe.run_local(y, Xa, [Xp], key_bits=1024, allow_insecure=True, params=woe.WoeParams(return_results=True),
+                          active_columns=ca, passive_columns=[cp])
+    got = _outputs(tmp_path)
+    np.testing.assert_allclose(got["passive-0"]["iv"], local.passive["passive-0"].iv, rtol=1e-12)
+    assert "[vflcrypto] woe:" in out
+
+
 def test_simulation_failure_is_reported(tmp_path: Path) -> None:
     # 4 parties configured, 3 SuperNodes: the ServerApp raises PeerTimeoutError.
     rc, out = run_script("flower_simulate.sh", "num-parties=4", "timeout=1.0", "steps=1", tmp=tmp_path)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from vflcrypto.protocols.align import kkrt as session
 
 from vflcrypto import kkrt, ot
-from vflcrypto.errors import PeerTimeoutError, ProtocolError
+from vflcrypto.errors import InputDataError, PeerTimeoutError, ProtocolError
 from vflcrypto.runtime import AuditTap, Endpoint, LocalNetwork, run_parties
 
 # --------------------------------------------------------------------------- base OTs
@@ -229,6 +229,13 @@ def test_three_parties_all_mode() -> None:
     rows = [[s[i] for i in run.results[name].rows] for s, name in zip(sets, [al.ACTIVE, "passive-0", "passive-1"],
                                                                       strict=True)]
     assert set(rows[0]) == common and rows[0] == rows[1] == rows[2]
+
+
+def test_duplicate_ids_are_refused_as_for_ecdh() -> None:
+    with pytest.raises(InputDataError, match="duplicate ID"):
+        al.run_local(["a", "b", "a"], ["a"], protocol="kkrt")
+    run = al.run_local(["a", "b", "a"], ["a", "1"], protocol="kkrt", duplicates="keep_first")
+    assert run.results[al.ACTIVE].rows.tolist() == [0]  # type: ignore[union-attr]
 
 
 def test_cardinality_mode_is_refused_with_the_reason() -> None:

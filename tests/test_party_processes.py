@@ -440,6 +440,32 @@ def test_secureboost_and_logreg_parties_refuse_a_different_plan(tmp_path: Path, 
     assert not (tmp_path / "passive-0.npz").exists()
 
 
+def test_woe_two_processes_with_psi_and_returned_results(tmp_path: Path, pki: Path) -> None:
+    """`vflcrypto party ... train woe`: PSI over the link, then the same IVs as in-process."""
+    from vflcrypto.protocols import woe
+
+    y, Xa, ca, Xp, cp = woe.example(300)
+    ids = [f"r{i}" for i in range(300)]
+    write_table(tmp_path / "active.csv", ids, list(ca), Xa, y)
+    order = np.random.default_rng(5).permutation(300)[:250]  # the shop knows 250 of the bank's customers
+    write_table(tmp_path / "passive-0.csv", [ids[i] for i in order], list(cp), Xp[order])
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
+    procs = {n: party(cfg, n, "train", "woe", "--data", str(tmp_path / f"{n}.csv"), "--id-column", "id",
+                      *(["--label", "y"] if n == "active" else []), "--return-results", *SMALL_KEYS,
+                      "--out", str(tmp_path / f"{n}.json")) for n in ("active", "passive-0")}
+    recs = check_ok(finish(procs, timeout=60))
+    common = sorted(order.tolist(), key=lambda i: ids[i])  # both sides sort the common rows by ID
+    local = woe.run_local(y[common], Xa[common], [Xp[common]], key_bits=512, allow_insecure=True,
+                          params=woe.WoeParams(return_results=True), active_columns=ca, passive_columns=[cp])
+    shop = json.loads((tmp_path / "passive-0.json").read_text())
+    want = local.passive["passive-0"].iv
+    assert want is not None
+    for c, iv in zip(cp, want, strict=True):
+        assert shop["iv"][c] == pytest.approx(iv, abs=1e-6)  # the run record rounds to 6 decimals
+    assert recs["active"]["summary"]["rows"] == 250
+    assert "woe.counts" in {e[2] for e in protocol_entries(recs["active"]["transcript"], "recv")}
+
+
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import secureboost as sb
 
@@ -553,8 +579,8 @@ def test_kkrt_alignment_in_separate_processes(tmp_path: Path, pki: Path, mode: s
         write_ids(tmp_path / f"{n}.csv", sets[n])
     cfg = make_config(tmp_path, pki, names)
     procs = {n: party(cfg, n, "align", "--protocol", "kkrt", "--chunk-size", "300", "--data",
-                      str(tmp_path / f"{n}.csv"), "--id-column", "id", "--out", str(tmp_path / f"{n}.aligned.csv"))
-             for n in names}
+                      str(tmp_path / f"{n}.csv"), "--id-column", "id",
+                      "--out", str(tmp_path / f"{n}.aligned.csv")) for n in names}
     recs = check_ok(finish(procs))
     common = set.intersection(*(set(v) for v in sets.values()))
     rows = [[r.split(",")[0] for r in (tmp_path / f"{n}.aligned.csv").read_text().splitlines()[1:]] for n in names]

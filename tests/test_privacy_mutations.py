@@ -135,6 +135,19 @@ def kkrt_base_ot_scalar_reused(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(ot, "_scalar", _only_in("passive", lambda: fixed, ot._scalar))
 
 
+def woe_unshuffled_features(mp: pytest.MonkeyPatch) -> None:
+    from vflcrypto.protocols.woe import roles
+
+    mp.setattr(roles, "shuffle_order", lambda n: np.arange(n, dtype=np.int64))
+
+
+def woe_small_bins_kept(mp: pytest.MonkeyPatch) -> None:
+    """The feature party merges no small bin (a rare value keeps a bin of its own)."""
+    from vflcrypto.protocols.woe import math as wm
+
+    mp.setattr(wm, "merge_small_bins", lambda bins, min_size: np.unique(bins, return_inverse=True)[1].astype(np.int32))
+
+
 def drop_pairwise_masks(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.logreg import math as lg
 
@@ -278,6 +291,12 @@ MUTATIONS = (
              (("logreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
     Mutation("logreg: residuals encrypted without randomness", "logreg",
              (("logreg.encrypted_residual", P.CIPHERTEXT),), unrandomized_paillier),
+    # WOE/IV binning
+    Mutation("woe: labels encrypted without randomness", "woe", (("woe.labels", P.CIPHERTEXT),),
+             unrandomized_paillier),
+    Mutation("woe: features and bins sent in the party's own order", "woe", (("woe.counts", P.SHUFFLED),),
+             woe_unshuffled_features),
+    Mutation("woe: small bins not merged", "woe", (("woe.counts", P.AGGREGATE),), woe_small_bins_kept),
     # SecureBoost
     Mutation("secureboost: gradients encrypted without randomness", "secureboost",
              (("secureboost.gradients", P.CIPHERTEXT),), unrandomized_paillier),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -186,3 +188,18 @@ def test_match_digests_equals_isin_even_when_digests_share_their_first_8_bytes(
     want = np.nonzero(np.isin(a, b))[0]
     want = want[np.argsort(a[want], kind="stable")]
     assert psi.match_digests(a, b).tolist() == want.tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(ids=st.lists(st.one_of(st.text(max_size=4), st.sampled_from(["é", "e\u0301", "1", "", " a"])), max_size=12),
+       duplicates=st.sampled_from(["error", "keep_first"]))
+def test_the_list_fast_path_equals_the_row_by_row_canonicalisation(ids: list[str], duplicates: str) -> None:
+    """A list of strings takes a one-pass path; it must agree with the loop (a generator) exactly."""
+    def run(values: Any) -> Any:
+        try:
+            c = psi.canonicalize_ids(values, duplicates=duplicates)
+        except InputDataError as exc:
+            return str(exc)
+        return c.encoded, c.rows.tolist(), c.n_input
+
+    assert run(list(ids)) == run(iter(ids))

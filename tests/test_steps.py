@@ -59,6 +59,14 @@ def _secureboost(keys: Any) -> Any:
                         allow_insecure=True).transcript
 
 
+def _woe(keys: Any) -> Any:
+    from vflcrypto.protocols import woe
+
+    y, Xa, _, Xp, _ = woe.example(80)
+    return woe.run_local(y, Xa, [Xp], keys=keys, allow_insecure=True,
+                         params=woe.WoeParams(return_results=True)).transcript
+
+
 def _representation(name: str) -> Callable[[Any], Any]:
     def run(keys: Any) -> Any:
         pytest.importorskip("torch")
@@ -106,6 +114,7 @@ def _protovfl(keys: Any) -> Any:
 RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "protovfl": _protovfl, "align": _align,
                                           "exchange": _exchange,
                                           "linreg": _linreg, "logreg": _logreg, "secureboost": _secureboost,
+                                          "woe": _woe,
                                           **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}
 
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import nacl.bindings as sodium
@@ -78,13 +80,16 @@ class BaseOtSender:
             raise ProtocolError(f"base OT: expected {count} points, got {len(choices)} bytes")
         k0 = np.empty((count, KEY_BYTES), np.uint8)
         k1 = np.empty((count, KEY_BYTES), np.uint8)
-        for j in range(count):
+
+        def one(j: int) -> None:
             b = choices[j * POINT_BYTES : (j + 1) * POINT_BYTES]
             _check_point(b, f"the receiver's point {j}")
             p0 = sodium.crypto_scalarmult_ed25519_noclamp(self.scalar, b)
             p1 = sodium.crypto_scalarmult_ed25519_noclamp(self.scalar, sodium.crypto_core_ed25519_sub(b, self.point))
             k0[j] = np.frombuffer(_key(j, self.point, b, p0), np.uint8)
             k1[j] = np.frombuffer(_key(j, self.point, b, p1), np.uint8)
+
+        _each(one, count)
         return k0, k1
 
 
@@ -95,16 +100,39 @@ class BaseOtReceiver:
     def choose(sender_point: bytes, bits: np.ndarray) -> tuple[bytes, np.ndarray]:
         """``(B_1 … B_count, keys)`` for the choice ``bits`` (0/1, one per base OT)."""
         _check_point(sender_point, "the sender's point A")
-        out, keys = bytearray(), np.empty((len(bits), KEY_BYTES), np.uint8)
-        for j, c in enumerate(bits.tolist()):
-            b = _scalar()
+        points = np.empty((len(bits), POINT_BYTES), np.uint8)
+        keys = np.empty((len(bits), KEY_BYTES), np.uint8)
+        choice = bits.tolist()
+        scalars = [_scalar() for _ in choice]  # drawn in the calling thread
+
+        def one(j: int) -> None:
+            b = scalars[j]
             point = sodium.crypto_scalarmult_ed25519_base_noclamp(b)
-            if c:
+            if choice[j]:
                 point = sodium.crypto_core_ed25519_add(point, sender_point)
-            out += point
+            points[j] = np.frombuffer(point, np.uint8)
             shared = sodium.crypto_scalarmult_ed25519_noclamp(b, sender_point)
             keys[j] = np.frombuffer(_key(j, sender_point, bytes(point), shared), np.uint8)
-        return bytes(out), keys
+
+        _each(one, len(choice))
+        return points.tobytes(), keys
+
+
+def _each(fn: Callable[[int], None], count: int) -> None:
+    """``fn(j)`` for every ``j < count``, over two threads (libsodium releases the GIL)."""
+    if count < 64:
+        for j in range(count):
+            fn(j)
+        return
+    half = count // 2
+
+    def part(lo: int, hi: int) -> None:
+        for j in range(lo, hi):
+            fn(j)
+
+    with ThreadPoolExecutor(2) as ex:
+        for f in [ex.submit(part, 0, half), ex.submit(part, half, count)]:
+            f.result()  # re-raises a bad point from either half
 
 
 def prg(key: bytes | np.ndarray, start: int, length: int) -> np.ndarray:

@@ -165,6 +165,9 @@ def canonicalize_ids(
     """
     if duplicates not in ("error", "keep_first"):
         raise ConfigurationError("duplicates must be 'error' or 'keep_first'")
+    fast = _canonical_texts_fast(ids, strip)
+    if fast is not None:
+        return fast
     seen: dict[bytes, int] = {}
     encoded: list[bytes] = []
     rows: list[int] = []
@@ -194,6 +197,24 @@ def canonicalize_ids(
         encoded.append(enc)
         rows.append(i)
     return CanonicalIds(tuple(encoded), np.asarray(rows, dtype=np.int64), n)
+
+
+def _canonical_texts_fast(ids: Iterable[Any], strip: bool) -> CanonicalIds | None:
+    """The common case in one pass: a list or tuple of non-empty, distinct ``str`` IDs.
+
+    Returns ``None`` (and the caller's row-by-row loop produces the exact error or drops
+    duplicates) for anything else: other types, an empty or invalid ID, a repeated ID.
+    """
+    if strip or not isinstance(ids, list | tuple) or not all(type(v) is str for v in ids):
+        return None
+    normalize = unicodedata.normalize
+    try:
+        encoded = tuple([normalize("NFC", v).encode("utf-8") for v in ids])
+    except UnicodeEncodeError:
+        return None
+    if len(set(encoded)) != len(encoded) or (encoded and not min(map(len, encoded))):
+        return None
+    return CanonicalIds(encoded, np.arange(len(encoded), dtype=np.int64), len(encoded))
 
 
 # --------------------------------------------------------------------------- shuffling

@@ -164,6 +164,7 @@ class KkrtSession:
         st.row_tags[occupied] = which[st.row_items[occupied]]
         sender = ot.BaseOtSender.create()
         st.ot_scalar, st.ot_point = sender.scalar, sender.point
+        self.hold("kkrt_table", st.row_items)
         self.hold("kkrt_public_keys", [hash_key, *self._keys()[1]])
         self.hold("kkrt_bins", st.bins)
         self.hold("kkrt_ot_point", sender.point)

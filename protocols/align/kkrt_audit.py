@@ -6,8 +6,8 @@
   (``align.ot_choice``, blinded);
 * the receiver's dictionary attack on the sender's OPRF values under the keys it could
   guess (``align.oprf_values``, blinded);
-* the order of the sender's values against the table rows they belong to
-  (``align.oprf_values``, shuffled).
+* the order of the sender's values against the table rows they belong to and against
+  the sender's own file (``align.oprf_values``, shuffled).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import nacl.bindings as sodium
 import numpy as np
 
 from vflcrypto import kkrt, ot
-from vflcrypto.attacks import ALPHA, accuracy_finding, binomial_sf, order_finding
+from vflcrypto.attacks import ALPHA, accuracy_finding, adjacent_order_finding, binomial_sf
 from vflcrypto.leakage import EmpiricalFinding, Protection
 from vflcrypto.runtime import AuditTap
 
@@ -103,22 +103,31 @@ def _dictionary_finding(tap: AuditTap, candidates: Sequence[bytes], own: Sequenc
         samples=len(outside), detects="any one candidate ID recovered")
 
 
-def _order_finding(tap: AuditTap) -> EmpiricalFinding:
-    """Arrival position of the values it matched against the table row of its own item there."""
+def _order_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]]) -> list[EmpiricalFinding]:
+    """Does the arrival order of the values it matched follow the table rows, or the sender's file?"""
     values = _rows(b"".join(m.values for m in tap.received(ACTIVE, OprfValues)), kkrt.OUTPUT_BYTES)
+    table = tap.held_one(ACTIVE, "kkrt_table")  # item per table row (-1: empty)
     row_of = {bytes(v): int(r) for rows, vals in tap.held(ACTIVE, "kkrt_row_values")
               for r, v in zip(rows, vals, strict=True)}  # own output -> its table row
-    hits = [(j, row_of[bytes(v)]) for j, v in enumerate(values) if bytes(v) in row_of]
-    pos = np.asarray([j for j, _ in hits], np.int64)
-    rows = np.asarray([r for _, r in hits], np.int64)
-    return order_finding(
-        ACTIVE, "order of the sender's OPRF values", "align.oprf_values", pos, rows,
-        f"Spearman rho between the arrival position of the {len(hits)} values it matched and the "
-        "cuckoo-table row they belong to (an unshuffled sender sends them in row order)")
+    sender_row = {x: i for i, x in enumerate(enc[PASSIVE])}
+    hits = [row_of[bytes(v)] for v in values if bytes(v) in row_of]  # table rows, in arrival order
+    in_file = [sender_row[enc[ACTIVE][int(table[r])]] for r in hits]
+    n = len(hits)
+    return [
+        adjacent_order_finding(
+            ACTIVE, "order of the sender's OPRF values (table rows)", "align.oprf_values",
+            [np.asarray(hits)], f"share of neighbours among the {n} values it matched, in arrival order, whose "
+                                "cuckoo-table rows increase (an unshuffled sender sends them by row)"),
+        adjacent_order_finding(
+            ACTIVE, "order of the sender's OPRF values (sender's file)", "align.oprf_values",
+            [np.asarray(in_file)], f"share of neighbours among the {n} values it matched, in arrival order, "
+                                   "whose rows in the sender's file increase (an unshuffled sender sends "
+                                   "them by its own row within each hash function)"),
+    ]
 
 
 def kkrt_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], universe: Sequence[bytes]
                   ) -> list[EmpiricalFinding]:
     """Every KKRT attack on the session recorded in ``tap`` (active = receiver)."""
     return [_matrix_finding(tap), _choice_finding(tap), _dictionary_finding(tap, universe, enc[ACTIVE]),
-            _order_finding(tap)]
+            *_order_findings(tap, enc)]
