@@ -131,6 +131,19 @@ def test_simulation_woe_matches_run_local(tmp_path: Path) -> None:
     assert "[vflcrypto] woe:" in out
 
 
+def test_simulation_pearson_matches_numpy(tmp_path: Path) -> None:
+    from vflcrypto.protocols import pearson
+
+    rc, out = run_script("flower_simulate.sh", "protocol='pearson'", "key-bits=1024", "allow-insecure=true",
+                         "rows=200", "reveal='both'", f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=1)
+    assert rc == 0, out[-3000:]
+    Xa, _, Xp, _ = pearson.example(200)
+    ref = np.corrcoef(Xa.T, Xp.T)[:3, 3:]
+    got = _outputs(tmp_path)
+    np.testing.assert_allclose(got["passive-0"], ref, atol=1e-6)  # the passive party's own result
+    assert "[vflcrypto] pearson:" in out
+
+
 def test_simulation_failure_is_reported(tmp_path: Path) -> None:
     # 4 parties configured, 3 SuperNodes: the ServerApp raises PeerTimeoutError.
     rc, out = run_script("flower_simulate.sh", "num-parties=4", "timeout=1.0", "steps=1", tmp=tmp_path)

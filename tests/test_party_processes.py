@@ -466,6 +466,26 @@ def test_woe_two_processes_with_psi_and_returned_results(tmp_path: Path, pki: Pa
     assert "woe.counts" in {e[2] for e in protocol_entries(recs["active"]["transcript"], "recv")}
 
 
+def test_pearson_two_processes_reveal_active(tmp_path: Path, pki: Path) -> None:
+    """`vflcrypto party ... train pearson --reveal active`: the bank gets numpy's matrix, the shop nothing."""
+    from vflcrypto.protocols import pearson
+
+    Xa, ca, Xp, cp = pearson.example(150)
+    ids = [f"r{i}" for i in range(150)]
+    write_table(tmp_path / "active.csv", ids, list(ca), Xa)
+    write_table(tmp_path / "passive-0.csv", ids, list(cp), Xp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
+    procs = {n: party(cfg, n, "train", "pearson", "--data", str(tmp_path / f"{n}.csv"), "--id-column", "id",
+                      "--aligned", "--reveal", "active", *SMALL_KEYS, "--out", str(tmp_path / f"{n}.json"))
+             for n in ("active", "passive-0")}
+    recs = check_ok(finish(procs, timeout=60))
+    ref = np.corrcoef(Xa.T, Xp.T)[:3, 3:]
+    got = recs["active"]["summary"]["correlations"]["passive-0"]
+    for j, a in enumerate(ca):
+        assert [got[a][f"#{k}"] for k in range(3)] == pytest.approx(ref[j].tolist(), abs=1e-6)
+    assert recs["passive-0"]["summary"]["correlations"] is None
+
+
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import secureboost as sb
 

@@ -291,6 +291,13 @@ MUTATIONS = (
              (("logreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
     Mutation("logreg: residuals encrypted without randomness", "logreg",
              (("logreg.encrypted_residual", P.CIPHERTEXT),), unrandomized_paillier),
+    # cross-party Pearson correlation
+    Mutation("pearson: product masks dropped", "pearson", (("pearson.masked_products", P.MASKED),),
+             drop_uniform_masks),
+    Mutation("pearson: product masks reused across runs", "pearson", (("pearson.masked_products", P.MASKED),),
+             reuse_uniform_masks),
+    Mutation("pearson: columns encrypted without randomness", "pearson", (("pearson.columns", P.CIPHERTEXT),),
+             unrandomized_paillier),
     # WOE/IV binning
     Mutation("woe: labels encrypted without randomness", "woe", (("woe.labels", P.CIPHERTEXT),),
              unrandomized_paillier),

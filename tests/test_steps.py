@@ -59,6 +59,13 @@ def _secureboost(keys: Any) -> Any:
                         allow_insecure=True).transcript
 
 
+def _pearson(keys: Any) -> Any:
+    from vflcrypto.protocols import pearson
+
+    Xa, _, Xp, _ = pearson.example(40)
+    return pearson.run_local(Xa, [Xp], reveal="both", keys=keys, allow_insecure=True).transcript
+
+
 def _woe(keys: Any) -> Any:
     from vflcrypto.protocols import woe
 
@@ -114,7 +121,7 @@ def _protovfl(keys: Any) -> Any:
 RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "protovfl": _protovfl, "align": _align,
                                           "exchange": _exchange,
                                           "linreg": _linreg, "logreg": _logreg, "secureboost": _secureboost,
-                                          "woe": _woe,
+                                          "woe": _woe, "pearson": _pearson,
                                           **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import accuracy_finding, order_finding, unrandomized_finding, unrandomized_paillier
+from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, unrandomized_finding, unrandomized_paillier
 from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_runs
 from vflcrypto.paillier import generate_keypair
 from vflcrypto.runtime import AuditTap
@@ -69,15 +69,18 @@ def _small_bin_finding(tap: AuditTap, sk: Any, min_size: int) -> EmpiricalFindin
 
 
 def _order_finding(tap: AuditTap, party: str) -> EmpiricalFinding:
-    """Sent position of every bin against its place in the party's own (column, bin) order."""
+    """Do each feature's bins arrive in the party's own bin order (edges ascending)?
+
+    Tested within features, where the bins are shuffled independently; the order of the
+    few features themselves is too short a sequence to test on its own.
+    """
     feature_order = np.asarray(tap.held_one(party, "feature_order"))
     bin_orders = tap.held_one(party, "bin_orders")
-    widths = np.asarray([len(b) for b in bin_orders])
-    offsets = np.concatenate([[0], np.cumsum(widths)[:-1]])
-    natural = np.asarray([offsets[f] + b for f in feature_order.tolist() for b in bin_orders[f].tolist()])
-    return order_finding(ACTIVE, "order of the passive party's bins", "woe.counts", np.arange(len(natural)),
-                         natural, f"Spearman rho between the position of each of the {len(natural)} bins in the "
-                               "counts and its place in the passive party's own column and bin order")
+    blocks = [np.asarray(bin_orders[f]) for f in feature_order.tolist()]
+    return adjacent_order_finding(
+        ACTIVE, "order of the passive party's bins within each feature", "woe.counts", blocks,
+        f"share of neighbouring bins, within each of the {len(blocks)} features as they arrive, that follow "
+        "the party's own bin order (an unshuffled party sends every feature's bins by ascending edge)")
 
 
 def _bin_rates(woe: np.ndarray, sizes: np.ndarray) -> np.ndarray:
