@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,13 @@ import numpy as np
 
 from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv, train_test_split
 from vflcrypto.errors import InputDataError
+from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.spec import TaskContext, add_config_arguments, option
 
 from .align.tables import align_rows, align_tables, sorted_rows
 
 __all__ = ["TrainOptions", "add_train_options", "align_rows", "align_tables", "metrics_path", "read_own",
-           "read_tables", "split_rows", "training_rows", "write_metrics"]
+           "read_tables", "run_star", "split_rows", "training_rows", "write_metrics"]
 
 
 @dataclass(frozen=True)
@@ -147,3 +149,26 @@ def metrics_path(out: Path) -> Path:
 
 def write_metrics(out: Path, meta: dict[str, Any], metrics: dict[str, Any]) -> None:
     atomic_write_text(metrics_path(out), json.dumps({**meta, **metrics}, indent=1, default=str))
+
+
+def run_star(active: Callable[[Mapping[str, Channel]], Any],
+             passives: Sequence[Callable[[Mapping[str, Channel]], Any]], *, timeout: float,
+             allow_insecure: bool = False, tap: AuditTap | None = None,
+             overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None
+             ) -> tuple[dict[str, Any], Transcript, float]:
+    """The active party and passive parties ``passive-0`` … in-process, one link each to the active party.
+
+    Each task receives its channels; ``overrides`` replaces a party's task (tests: a
+    stalling or hostile party). Returns the results by party, the transcript and seconds.
+    """
+    names = [f"passive-{k}" for k in range(len(passives))]
+    net = LocalNetwork([Endpoint("active", "active")] + [Endpoint(n, "passive") for n in names],
+                       links=[("active", n) for n in names], timeout=timeout, allow_insecure=allow_insecure,
+                       transcript=Transcript(tap))
+    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
+    tasks: dict[str, Callable[..., Any]] = {"active": lambda: active(net.channels("active"))}
+    for name, fn in [*zip(names, passives, strict=True), *(overrides or {}).items()]:
+        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
+    t0 = time.perf_counter()
+    out = run_parties(tasks, network=net)
+    return out, net.transcript, time.perf_counter() - t0

@@ -16,9 +16,10 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from .errors import InputDataError
 
 __all__ = [
     "PartyTable",
+    "atomic_open",
     "atomic_write_bytes",
     "atomic_write_text",
     "check_output_dir",
@@ -241,20 +243,27 @@ def train_test_split(n: int, test_fraction: float, seed: int = 0) -> tuple[np.nd
 # --------------------------------------------------------------------------- atomic output
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename)."""
+@contextmanager
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb", **kwargs: Any) -> Iterator[IO[Any]]:
+    """A temporary file beside ``path`` that replaces it (fsync + rename) only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        with os.fdopen(fd, mode, **kwargs) as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename)."""
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
 
 
 def check_outputs(outputs: Mapping[str, str | os.PathLike[str]],
@@ -315,20 +324,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
 def write_csv_atomic(path: str | os.PathLike[str], header: Sequence[str],
                      rows: Iterable[Sequence[Any]]) -> None:
     """Write a CSV atomically, streaming ``rows`` into the temporary file (memory stays flat)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(header)
-            writer.writerows(rows)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
 
 
 # --------------------------------------------------------------------------- model files

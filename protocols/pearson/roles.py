@@ -12,7 +12,6 @@ Steps (numbered as in the package docstring):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +21,11 @@ import numpy as np
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.masking import mask_ciphertexts, unmask_residues
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
 from vflcrypto.steps import Next, Role, done, drive, send, then
 from vflcrypto.wire import IntVector
 
+from .._train import run_star
 from .math import FRAC_BITS, REVEALS, standardize
 from .messages import ACTIVE, PASSIVE, DecryptedMasked, EncryptedColumns, MaskedProducts, ProductMask, Setup
 
@@ -221,16 +221,13 @@ def run_local(X_active: np.ndarray, X_passives: Sequence[np.ndarray], *, reveal:
     """The active party and ``len(X_passives)`` passive parties (``passive-0`` …) in-process."""
     _check_reveal(reveal)
     keys = keys or generate_keypair(key_bits, allow_insecure=allow_insecure)
+
+    def passive(k: int) -> Callable[[Mapping[str, Channel]], np.ndarray | None]:
+        return lambda ch: run_passive(ch, X_passives[k], name=f"passive-{k}")
+
+    out, transcript, seconds = run_star(
+        lambda ch: run_active(ch, X_active, keys=keys, reveal=reveal),
+        [passive(k) for k in range(len(X_passives))],
+        timeout=timeout, allow_insecure=allow_insecure, tap=tap, overrides=overrides)
     names = [f"passive-{k}" for k in range(len(X_passives))]
-    net = LocalNetwork([Endpoint(ACTIVE, ACTIVE)] + [Endpoint(n, PASSIVE) for n in names],
-                       links=[(ACTIVE, n) for n in names], timeout=timeout, allow_insecure=allow_insecure,
-                       transcript=Transcript(tap))
-    tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: run_active(net.channels(ACTIVE), X_active, keys=keys, reveal=reveal)}
-    for k, name in enumerate(names):
-        tasks[name] = (lambda k=k, name=name: run_passive(net.channels(name), X_passives[k], name=name))
-    for name, fn in (overrides or {}).items():
-        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
-    t0 = time.perf_counter()
-    out = run_parties(tasks, network=net)
-    return PearsonRun(out[ACTIVE], {n: out[n] for n in names}, net.transcript, time.perf_counter() - t0)
+    return PearsonRun(out[ACTIVE], {n: out[n] for n in names}, transcript, seconds)

@@ -13,7 +13,6 @@ Steps (numbered as in the package docstring):
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +23,10 @@ from vflcrypto import psi
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.paillier.blocks import ciphertext_width, ciphertexts_to_bytes
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
 from vflcrypto.steps import Next, Role, done, drive, send, then
 
+from .._train import run_star
 from ..secureboost.tree import encrypted_bin_sums
 from .math import COUNT_BITS, WoeParams, bin_matrix, plain_counts, select_features, woe_iv
 from .messages import ACTIVE, PASSIVE, EncryptedCounts, EncryptedLabels, Results, Setup
@@ -324,20 +324,14 @@ def run_local(y: np.ndarray, X_active: np.ndarray | None, X_passives: Sequence[n
               tap: AuditTap | None = None) -> WoeRun:
     """The active party and ``len(X_passives)`` passive parties (``passive-0`` …) in-process."""
     keys = keys or generate_keypair(key_bits, allow_insecure=allow_insecure)
+    cols = list(passive_columns) if passive_columns is not None else [None] * len(X_passives)
+
+    def passive(k: int) -> Callable[[Mapping[str, Channel]], PassiveResult]:
+        return lambda ch: run_passive(ch, X_passives[k], columns=cols[k], name=f"passive-{k}")
+
+    out, transcript, seconds = run_star(
+        lambda ch: run_active(ch, y, X_active, keys=keys, params=params, columns=active_columns),
+        [passive(k) for k in range(len(X_passives))],
+        timeout=timeout, allow_insecure=allow_insecure, tap=tap, overrides=overrides)
     names = [f"passive-{k}" for k in range(len(X_passives))]
-    net = LocalNetwork([Endpoint(ACTIVE, ACTIVE)] + [Endpoint(n, PASSIVE) for n in names],
-                       links=[(ACTIVE, n) for n in names], timeout=timeout, allow_insecure=allow_insecure,
-                       transcript=Transcript(tap))
-    cols = list(passive_columns) if passive_columns is not None else [None] * len(names)
-    tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: run_active(net.channels(ACTIVE), y, X_active, keys=keys, params=params,
-                                   columns=active_columns),
-    }
-    for k, name in enumerate(names):
-        tasks[name] = (lambda k=k, name=name: run_passive(net.channels(name), X_passives[k], columns=cols[k],
-                                                          name=name))
-    for name, fn in (overrides or {}).items():
-        tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
-    t0 = time.perf_counter()
-    out = run_parties(tasks, network=net)
-    return WoeRun(out[ACTIVE], {n: out[n] for n in names}, net.transcript, time.perf_counter() - t0)
+    return WoeRun(out[ACTIVE], {n: out[n] for n in names}, transcript, seconds)
