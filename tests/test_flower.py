@@ -144,6 +144,20 @@ def test_simulation_pearson_matches_numpy(tmp_path: Path) -> None:
     assert "[vflcrypto] pearson:" in out
 
 
+def test_simulation_poisson_matches_run_local(tmp_path: Path) -> None:
+    """The active party is the ServerApp; the passive party and the coordinator talk through it."""
+    from vflcrypto.protocols import poisson
+
+    rc, out = run_script("flower_simulate.sh", "protocol='poisson'", "key-bits=1024", "allow-insecure=true",
+                         "rows=150", "epochs=3", f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=2)
+    assert rc == 0, out[-3000:]
+    Xa, y, _, Xp, _ = poisson.example(150)
+    local = poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=3), key_bits=1024, allow_insecure=True)
+    got = _outputs(tmp_path)
+    np.testing.assert_allclose(got["active"]["result"], local.active, atol=1e-9)
+    np.testing.assert_allclose(got["passive-0"], local.passive, atol=1e-9)
+
+
 def test_simulation_failure_is_reported(tmp_path: Path) -> None:
     # 4 parties configured, 3 SuperNodes: the ServerApp raises PeerTimeoutError.
     rc, out = run_script("flower_simulate.sh", "num-parties=4", "timeout=1.0", "steps=1", tmp=tmp_path)

@@ -486,6 +486,26 @@ def test_pearson_two_processes_reveal_active(tmp_path: Path, pki: Path) -> None:
     assert recs["passive-0"]["summary"]["correlations"] is None
 
 
+def test_poisson_three_processes_equal_the_in_process_run(tmp_path: Path, pki: Path) -> None:
+    from vflcrypto.protocols import poisson
+
+    Xa, y, ca, Xp, cp = poisson.example(120)
+    ids = [f"r{i}" for i in range(120)]
+    write_table(tmp_path / "active.csv", ids, list(ca), Xa, y)
+    write_table(tmp_path / "passive-0.csv", ids, list(cp), Xp)
+    names = ["active", "passive-0", "coordinator"]
+    cfg = make_config(tmp_path, pki, names, timeout=20.0)
+    procs = {n: party(cfg, n, "train", "poisson", *([] if n == "coordinator" else
+                                                   ["--data", str(tmp_path / f"{n}.csv"), "--id-column", "id"]),
+                      *(["--label", "y"] if n == "active" else []), "--aligned", "--epochs", "4", *SMALL_KEYS,
+                      "--out", str(tmp_path / f"{n}.json")) for n in names}
+    recs = check_ok(finish(procs, timeout=60))
+    local = poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=4), key_bits=512, allow_insecure=True)
+    got = recs["passive-0"]["summary"]["weights"]
+    assert [got[c] for c in cp] == pytest.approx(local.passive.tolist(), abs=1e-9)
+    assert recs["coordinator"]["summary"]["losses"] == pytest.approx(local.losses, abs=1e-7)
+
+
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import secureboost as sb
 

@@ -291,6 +291,13 @@ MUTATIONS = (
              (("logreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
     Mutation("logreg: residuals encrypted without randomness", "logreg",
              (("logreg.encrypted_residual", P.CIPHERTEXT),), unrandomized_paillier),
+    # Poisson regression
+    Mutation("poisson: gradient masks dropped", "poisson", (("poisson.masked_gradient", P.MASKED),),
+             drop_uniform_masks),
+    Mutation("poisson: gradient masks reused across epochs", "poisson", (("poisson.masked_gradient", P.MASKED),),
+             reuse_uniform_masks),
+    Mutation("poisson: values encrypted without randomness", "poisson",
+             (("poisson.exp_u", P.CIPHERTEXT), ("poisson.residual", P.CIPHERTEXT)), unrandomized_paillier),
     # cross-party Pearson correlation
     Mutation("pearson: product masks dropped", "pearson", (("pearson.masked_products", P.MASKED),),
              drop_uniform_masks),

@@ -66,6 +66,14 @@ def _pearson(keys: Any) -> Any:
     return pearson.run_local(Xa, [Xp], reveal="both", keys=keys, allow_insecure=True).transcript
 
 
+def _poisson(keys: Any) -> Any:
+    from vflcrypto.protocols import poisson
+
+    Xa, y, _, Xp, _ = poisson.example(40)
+    return poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=2), keys=keys,
+                             allow_insecure=True).transcript
+
+
 def _woe(keys: Any) -> Any:
     from vflcrypto.protocols import woe
 
@@ -121,7 +129,7 @@ def _protovfl(keys: Any) -> Any:
 RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "protovfl": _protovfl, "align": _align,
                                           "exchange": _exchange,
                                           "linreg": _linreg, "logreg": _logreg, "secureboost": _secureboost,
-                                          "woe": _woe, "pearson": _pearson,
+                                          "woe": _woe, "pearson": _pearson, "poisson": _poisson,
                                           **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}
 
 

@@ -1,0 +1,113 @@
+"""``vflcrypto train poisson`` (every party in this process) and ``vflcrypto party ... train poisson``.
+
+In-process: ``--active`` is the label holder's file (ID column, the count ``--label`` and
+optionally its own columns), ``--passive`` the one feature party's file; the coordinator
+runs in this process too. Rows are aligned by PSI first unless ``--aligned``. The summary
+gives the deviance on the training rows (computed here, where every party's weights are
+at hand) and the losses the coordinator saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from vflcrypto.dataio import atomic_write_text
+from vflcrypto.errors import InputDataError
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.steps import drive
+
+from .._train import (
+    TrainOptions,
+    add_party_data_arguments,
+    add_train_options,
+    align_tables,
+    read_own,
+    read_tables,
+    training_rows,
+)
+from .audit import fitted_mean
+from .math import PoissonParams, deviance
+from .messages import ACTIVE, COORD, PASSIVE
+from .roles import ActiveRole, CoordinatorRole, PassiveRole, run_local
+
+__all__ = ["add_party_arguments", "add_train_arguments", "party_task", "train"]
+
+
+def _config(args: argparse.Namespace) -> tuple[PoissonParams, TrainOptions]:
+    params: PoissonParams = config_from_args(PoissonParams, args)
+    params.validate()
+    return params, config_from_args(TrainOptions, args)
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--active", required=True, help="label holder's CSV (ID, count label, optional columns)")
+    p.add_argument("--passive", required=True, help="the feature party's CSV (ID and columns)")
+    p.add_argument("--id-column", required=True)
+    p.add_argument("--label", required=True, help="the count column of the active file")
+    add_config_arguments(p, PoissonParams)
+    add_train_options(p)
+    p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+
+
+def train(args: argparse.Namespace) -> int:
+    params, opts = _config(args)
+    t0 = time.perf_counter()
+    tables = read_tables(args.active, [args.passive], args.id_column, args.label)
+    tables, align_bytes = align_tables(tables, [ACTIVE, "passive-0"], aligned=opts.aligned)
+    y = tables[0].label
+    assert y is not None  # read_tables requires the label at the active party
+    Xa = tables[0].X if tables[0].columns else None
+    run = run_local(Xa, y, tables[1].X, params=params, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
+                    timeout=opts.timeout)
+    bytes_sent = {"alignment": align_bytes, **run.transcript.bytes_sent_by()}
+    summary: dict[str, Any] = {"deviance": deviance(y, fitted_mean(run, Xa, y, tables[1].X)), "epochs": params.epochs,
+               "rows": len(y), "coordinator_losses": [round(v, 8) for v in run.losses],
+               "active_weights": dict(zip([*tables[0].columns, "(intercept)"], run.active.tolist(), strict=True)),
+               "passive_weights": dict(zip(tables[1].columns, run.passive.tolist(), strict=True)),
+               "seconds": round(time.perf_counter() - t0, 3),
+               "bytes_sent": bytes_sent}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{params.epochs} epochs on {len(y)} rows: training deviance {summary['deviance']:.4f}; "
+          f"{summary['seconds']:.1f} s; {sum(bytes_sent.values()):,} bytes sent")
+    return 0
+
+
+def add_party_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_data_arguments(p, data_required=False)
+    add_config_arguments(p, PoissonParams)
+    add_train_options(p)
+
+
+def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    params, opts = _config(args)
+    active, passives, coord = ctx.one(ACTIVE), ctx.names(PASSIVE), ctx.one(COORD)
+    if len(passives) != 1:
+        raise InputDataError("Poisson regression runs with exactly one passive party (and a coordinator)")
+    if ctx.role == COORD:
+        losses = drive(CoordinatorRole(epochs=params.epochs, key_bits=opts.key_bits,
+                                       allow_insecure=opts.allow_insecure, active=active, passive=passives[0],
+                                       name=ctx.me), ctx.only([active, passives[0]]))
+        summary: dict[str, Any] = {"losses": losses}
+    else:
+        table, _ = training_rows(args, ctx, read_own(args, ctx, label_role=ACTIVE))
+        if ctx.role == ACTIVE:
+            assert table.label is not None  # read_own requires it at the active party
+            role: Any = ActiveRole(table.X if table.columns else None, table.label, params=params,
+                                   passive=passives[0], coordinator=coord, name=ctx.me)
+            cols = [*table.columns, "(intercept)"]
+        else:
+            role = PassiveRole(table.X, active=active, coordinator=coord, name=ctx.me, expected=params)
+            cols = list(table.columns)
+        w = drive(role, ctx.only([active if ctx.role == PASSIVE else passives[0], coord]))
+        summary = {"rows": len(table), "weights": dict(zip(cols, w.tolist(), strict=True))}
+
+    def write(out: Path, meta: dict[str, Any]) -> None:
+        atomic_write_text(out, json.dumps({**meta, **summary}, indent=1))
+
+    return PartyOutcome(summary, write)

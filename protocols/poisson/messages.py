@@ -1,0 +1,72 @@
+"""The declared messages of secure Poisson regression (``poisson.*``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vflcrypto.leakage import PERFECT, Protection, declare
+from vflcrypto.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.wire import IntVector
+
+__all__ = ["ACTIVE", "COORD", "PASSIVE", "EncryptedExp", "EncryptedLoss", "EncryptedResidual", "GradientReturn",
+           "MaskedGradient", "Plan", "PublicKey"]
+
+ACTIVE, PASSIVE, COORD = "active", "passive", "coordinator"
+
+
+@declare("poisson.public_key", sender=COORD, receiver=(ACTIVE, PASSIVE), protection=Protection.PUBLIC,
+         reveals="the coordinator's Paillier public key")
+@dataclass(frozen=True)
+class PublicKey:
+    public_key: PaillierPublicKey
+
+
+@declare("poisson.plan", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
+         reveals="the row count and the training schedule (epochs, learning rate, momentum)")
+@dataclass(frozen=True)
+class Plan:
+    rows: int
+    epochs: int
+    learning_rate: float
+    momentum: float
+
+
+@declare("poisson.exp_u", sender=PASSIVE, receiver=ACTIVE, protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="the row count only: [[exp(u_A)]] and [[u_A]] per row under the coordinator's key, which the "
+                 "active party does not hold")
+@dataclass(frozen=True)
+class EncryptedExp:
+    exp_u: PaillierVector
+    u: PaillierVector
+
+
+@declare("poisson.residual", sender=ACTIVE, receiver=PASSIVE, protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="the row count only: [[μ − y]] = exp(u_B)·[[exp(u_A)]] − y under the coordinator's key")
+@dataclass(frozen=True)
+class EncryptedResidual:
+    residual: PaillierVector
+
+
+@declare("poisson.loss", sender=ACTIVE, receiver=COORD, protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="[[Σ μ − y·η]]: the coordinator decrypts the training loss (mean negative log-likelihood) of "
+                 "every epoch, which it uses to report convergence (declared, as linreg's loss)")
+@dataclass(frozen=True)
+class EncryptedLoss:
+    loss: PaillierVector
+
+
+@declare("poisson.masked_gradient", sender=(ACTIVE, PASSIVE), receiver=COORD,
+         protection=(Protection.CIPHERTEXT, Protection.MASKED), key_owner=COORD, hiding_bits=PERFECT,
+         reveals="the sender's number of columns; after decryption, values uniform mod n (Z_kᵀ(μ − y) plus a "
+                 "fresh uniform mask)")
+@dataclass(frozen=True)
+class MaskedGradient:
+    values: PaillierVector
+
+
+@declare("poisson.gradient_return", sender=COORD, receiver=(ACTIVE, PASSIVE), protection=Protection.PLAINTEXT,
+         reveals="the receiver's own gradient once it removes its mask; gradients over many epochs leak "
+                 "information about the residuals (as in every vertical linear model)")
+@dataclass(frozen=True)
+class GradientReturn:
+    values: IntVector
