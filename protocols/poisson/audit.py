@@ -42,8 +42,8 @@ def fitted_mean(run: PoissonRun, X_active: np.ndarray | None, y: np.ndarray, X_p
 
 def demo_step(ctx: Any) -> dict[str, Any]:
     """Secure Poisson regression on the example counts, against the same fit in the clear."""
-    Xa, y, _, Xp, _ = example()
-    params = PoissonParams(epochs=15 if ctx.quick else 50)
+    Xa, y, _, Xp, _ = example(200 if ctx.quick else 400)
+    params = PoissonParams(epochs=8 if ctx.quick else 25)
     run = run_local(Xa, y, Xp, params=params, key_bits=ctx.key_bits, allow_insecure=ctx.allow_insecure)
     dev = deviance(y, fitted_mean(run, Xa, y, Xp))
     ctx.say(f"{len(y)} rows, {params.epochs} epochs, {ctx.key_bits}-bit Paillier: deviance {dev:.4f}; "
