@@ -17,6 +17,9 @@
   party 0 and 1 only).
 * ``hfl/client0..2.csv``: the digits dealt to three clients for horizontal FL (the same
   64 pixel columns and ``digit`` everywhere, different rows).
+* ``claims/insurer.csv`` and ``claims/pharmacy.csv``: synthetic counts for Poisson
+  regression (the insurer holds the number of ``claims``, age and a health score; the
+  pharmacy prescriptions, visits and a noise column); 400 and 360 rows, 320 in common.
 """
 
 from __future__ import annotations
@@ -43,9 +46,25 @@ def run(args: argparse.Namespace) -> int:
         print(out / name)
     for path in export_titanic_parties(out / "titanic", unaligned=args.unaligned):
         print(path)
-    for path in [*_digits_vfl(out / "digits"), *_digits_proto(out / "protovfl"), *_digits_hfl(out / "hfl")]:
+    for path in [*_digits_vfl(out / "digits"), *_digits_proto(out / "protovfl"), *_digits_hfl(out / "hfl"),
+                 *_claims(out / "claims")]:
         print(path)
     return 0
+
+
+def _claims(out: Path) -> list[Path]:
+    """The Poisson example split between an insurer (labels) and a pharmacy, partly overlapping."""
+    from vflcrypto.dataio import write_csv_atomic
+    from vflcrypto.protocols.poisson import example
+
+    Xa, y, ca, Xp, cp = example(440)
+    ids = [f"m{i:04d}" for i in range(440)]
+    out.mkdir(parents=True, exist_ok=True)
+    insurer, pharmacy = out / "insurer.csv", out / "pharmacy.csv"
+    write_csv_atomic(insurer, ["id", "claims", *ca],
+                     [[ids[i], int(y[i]), *(f"{v:.6g}" for v in Xa[i])] for i in range(400)])
+    write_csv_atomic(pharmacy, ["id", *cp], [[ids[i], *(f"{v:.6g}" for v in Xp[i])] for i in range(80, 440)])
+    return [insurer, pharmacy]
 
 
 def _digits_vfl(out: Path) -> list[Path]:

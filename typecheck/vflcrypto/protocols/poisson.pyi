@@ -1,0 +1,2 @@
+# See __init__.pyi.
+from protocols.poisson import *
