@@ -331,3 +331,17 @@ def test_progress_counts_every_row_value_and_id() -> None:
     a, b = [f"p{i}" for i in range(700)], [f"p{i}" for i in range(300, 1200)]
     al.run_local(a, b, protocol="kkrt", chunk_size=128, progress=ticks.append)
     assert sum(ticks) == len(a) + 6 * len(b) and len(ticks) > 3
+
+
+def test_the_hashes_are_plain_blake2b_with_their_personalisation() -> None:
+    """H₀ and the OPRF output are BLAKE2b (16 / 12 bytes, domain-separated): pinned against hashlib."""
+    import hashlib
+
+    ids = [os.urandom(k) for k in range(1, 60)]
+    want = b"".join(hashlib.blake2b(x, digest_size=16, person=b"vflcrypto-kkrt0").digest() for x in ids)
+    assert kkrt.item_hashes(ids).tobytes() == want
+    rows = np.frombuffer(os.urandom(64 * 40), np.uint8).reshape(40, 64)
+    index = np.arange(40) * 1_000_003
+    want = b"".join(hashlib.blake2b(rows[i].tobytes() + int(index[i]).to_bytes(4, "little"), digest_size=12,
+                                    person=b"vflcrypto-kkrt").digest() for i in range(40))
+    assert kkrt.hash_rows(rows, index).tobytes() == want

@@ -41,6 +41,7 @@ import hashlib
 import math
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -97,8 +98,15 @@ def table_rows(bins: int, stash: int) -> int:
 
 def item_hashes(ids: Sequence[bytes]) -> np.ndarray:
     """``H₀(x)``: a 16-byte BLAKE2b digest per canonical ID (``n × 16`` uint8)."""
-    digest = b"".join([hashlib.blake2b(x, digest_size=16, person=b"vflcrypto-kkrt0").digest() for x in ids])
+    fresh = hashlib.blake2b(digest_size=16, person=b"vflcrypto-kkrt0").copy  # copying beats re-keying per ID
+    digest = b"".join([_digest(fresh, x) for x in ids])
     return np.frombuffer(digest, np.uint8).reshape(len(ids), 16)
+
+
+def _digest(fresh: Any, data: bytes | memoryview) -> bytes:
+    h = fresh()
+    h.update(data)
+    return bytes(h.digest())
 
 
 def _ecb(key: bytes, blocks: np.ndarray) -> np.ndarray:
@@ -171,6 +179,7 @@ def code_words(h0: np.ndarray, tags: np.ndarray, code_keys: Sequence[bytes]) -> 
 
 
 _RECORD = WIDTH_BYTES + 4  # a row and its uint32 index
+_ROW_HASH = hashlib.blake2b(digest_size=OUTPUT_BYTES, person=b"vflcrypto-kkrt")  # copied, never updated
 
 
 def hash_rows(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -184,8 +193,8 @@ def hash_rows(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     buf[:, :WIDTH_BYTES] = rows
     buf[:, WIDTH_BYTES:] = index.astype("<u4").reshape(-1, 1).view(np.uint8)
     mv = memoryview(buf.tobytes())
-    out = b"".join([hashlib.blake2b(mv[i : i + _RECORD], digest_size=OUTPUT_BYTES, person=b"vflcrypto-kkrt").digest()
-                    for i in range(0, len(mv), _RECORD)])
+    fresh = _ROW_HASH.copy
+    out = b"".join([_digest(fresh, mv[i : i + _RECORD]) for i in range(0, len(mv), _RECORD)])
     return np.frombuffer(out, np.uint8).reshape(n, OUTPUT_BYTES)
 
 
