@@ -21,19 +21,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv, train_test_split
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.spec import TaskContext, add_config_arguments, option
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args, option
 
 from .align.tables import align_rows, align_tables, sorted_rows
 
-__all__ = ["TrainOptions", "add_train_options", "align_rows", "align_tables", "metrics_path", "read_own",
-           "read_tables", "run_star", "split_rows", "training_rows", "write_metrics"]
+__all__ = ["TrainOptions", "add_train_options", "align_rows", "align_tables", "json_outcome", "metrics_path",
+           "read_own", "read_tables", "run_star", "split_rows", "train_config", "training_rows", "write_metrics"]
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,29 @@ def metrics_path(out: Path) -> Path:
 
 def write_metrics(out: Path, meta: dict[str, Any], metrics: dict[str, Any]) -> None:
     atomic_write_text(metrics_path(out), json.dumps({**meta, **metrics}, indent=1, default=str))
+
+
+class _Validated(Protocol):
+    def validate(self) -> None: ...
+
+
+P = TypeVar("P", bound=_Validated)
+
+
+def train_config(cls: type[P], args: argparse.Namespace) -> tuple[P, TrainOptions]:
+    """The protocol's parameters (``cls``, validated) and the training options the flags describe."""
+    params: P = config_from_args(cls, args)
+    params.validate()
+    opts: TrainOptions = config_from_args(TrainOptions, args)
+    return params, opts
+
+
+def json_outcome(summary: dict[str, Any]) -> PartyOutcome:
+    """A network task's outcome whose output file is its summary (with the run's metadata) as JSON."""
+    def write(out: Path, meta: dict[str, Any]) -> None:
+        atomic_write_text(out, json.dumps({**meta, **summary}, indent=1))
+
+    return PartyOutcome(summary, write)
 
 
 def run_star(active: Callable[[Mapping[str, Channel]], Any],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,14 @@ def spawn_connected_then_hanging(cfg_path: Path, name: str, task: str, seconds: 
 
 AUDIT_KEY_BITS = 512  # insecure size: audits at test speed
 _AUDITS: dict[str, Any] = {}
+
+
+def tamper_sends(channels: Mapping[str, Any], kind: type, fn: Callable[[Any], Any]) -> Mapping[str, Any]:
+    """``channels`` with every outgoing message of ``kind`` replaced by ``fn(message)`` (a hostile peer)."""
+    for ch in channels.values():
+        honest = ch.send
+        ch.send = (lambda msg, honest=honest, **kw: honest(fn(msg) if isinstance(msg, kind) else msg, **kw))
+    return channels
 
 
 def honest_audit(name: str) -> Any:

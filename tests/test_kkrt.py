@@ -18,6 +18,7 @@ import nacl.bindings as sodium
 import numpy as np
 import pytest
 import vflcrypto.protocols.align as al
+from conftest import tamper_sends
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vflcrypto.protocols.align import kkrt as session
@@ -264,9 +265,7 @@ def _tampered_run(who: str, kind: type, fn: Callable[[Any], Any], a: list[str], 
     """Run KKRT with ``who``'s outgoing ``kind`` messages replaced by ``fn(msg)``."""
     net = LocalNetwork([Endpoint(al.ACTIVE, al.ACTIVE), Endpoint(al.PASSIVE, al.PASSIVE)], timeout=timeout)
     chans = net.channels(who)
-    for ch in chans.values():
-        honest = ch.send
-        ch.send = (lambda msg, honest=honest, **kw: honest(fn(msg) if isinstance(msg, kind) else msg, **kw))  # type: ignore[method-assign]
+    tamper_sends(chans, kind, fn)
     tasks = {al.ACTIVE: lambda: al.run_active(chans if who == al.ACTIVE else net.channels(al.ACTIVE), a,
                                               protocol="kkrt"),
              al.PASSIVE: lambda: al.run_passive(chans if who == al.PASSIVE else net.channels(al.PASSIVE), b,

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import tamper_sends
 from vflcrypto.protocols import pearson
 
 from vflcrypto.cli import main
@@ -84,9 +85,7 @@ def _tampered(keys: Any, who: str, kind: type, fn: Any, reveal: str = "both", ex
     Xa, _, Xp, _ = pearson.example(60)
     net = _pair()
     chans = net.channels(who)
-    for ch in chans.values():
-        honest = ch.send
-        ch.send = (lambda msg, honest=honest, **kw: honest(fn(msg) if isinstance(msg, kind) else msg, **kw))  # type: ignore[method-assign]
+    tamper_sends(chans, kind, fn)
     run_parties({pearson.ACTIVE: lambda: pearson.run_active(
                     chans if who == pearson.ACTIVE else net.channels(pearson.ACTIVE), Xa, keys=keys, reveal=reveal),
                  "passive-0": lambda: pearson.run_passive(chans if who == "passive-0" else net.channels("passive-0"),

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import tamper_sends
 from sklearn.linear_model import PoissonRegressor
 from vflcrypto.protocols import poisson
 
@@ -83,9 +84,7 @@ def _tamper(kind: type, fn: Any) -> Any:
         from vflcrypto.steps import drive
 
         Xp = poisson.example(60)[3]
-        for ch in channels.values():
-            honest = ch.send
-            ch.send = (lambda msg, honest=honest, **kw: honest(fn(msg) if isinstance(msg, kind) else msg, **kw))  # type: ignore[method-assign]
+        tamper_sends(channels, kind, fn)
         return drive(poisson.PassiveRole(Xp), channels)
     return task
 

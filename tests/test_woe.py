@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import tamper_sends
 from vflcrypto.protocols import woe
 from vflcrypto.protocols.woe.math import ADJUSTMENT, bin_column
 
@@ -142,9 +143,7 @@ def _tampered(keys: Any, kind: type, fn: Callable[[Any], Any], *, who: str = "pa
     y, Xa, _, Xp, _ = woe.example(200)
     net = _pair()
     chans = net.channels(who)
-    for ch in chans.values():
-        honest = ch.send
-        ch.send = (lambda msg, honest=honest, **kw: honest(fn(msg) if isinstance(msg, kind) else msg, **kw))  # type: ignore[method-assign]
+    tamper_sends(chans, kind, fn)
     run_parties({woe.ACTIVE: lambda: woe.run_active(chans if who == woe.ACTIVE else net.channels(woe.ACTIVE), y, Xa,
                                                     keys=keys, params=params),
                  "passive-0": lambda: woe.run_passive(chans if who == "passive-0" else net.channels("passive-0"), Xp,

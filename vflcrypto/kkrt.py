@@ -40,8 +40,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -103,10 +102,10 @@ def item_hashes(ids: Sequence[bytes]) -> np.ndarray:
     return np.frombuffer(digest, np.uint8).reshape(len(ids), 16)
 
 
-def _digest(fresh: Any, data: bytes | memoryview) -> bytes:
+def _digest(fresh: Callable[[], hashlib.blake2b], data: bytes | memoryview) -> bytes:
     h = fresh()
     h.update(data)
-    return bytes(h.digest())
+    return h.digest()
 
 
 def _ecb(key: bytes, blocks: np.ndarray) -> np.ndarray:
@@ -192,7 +191,7 @@ def hash_rows(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     buf = np.empty((n, _RECORD), np.uint8)
     buf[:, :WIDTH_BYTES] = rows
     buf[:, WIDTH_BYTES:] = index.astype("<u4").reshape(-1, 1).view(np.uint8)
-    mv = memoryview(buf.tobytes())
+    mv = buf.reshape(-1).data  # the records, byte by byte, without a copy
     fresh = _ROW_HASH.copy
     out = b"".join([_digest(fresh, mv[i : i + _RECORD]) for i in range(0, len(mv), _RECORD)])
     return np.frombuffer(out, np.uint8).reshape(n, OUTPUT_BYTES)

@@ -8,7 +8,26 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["local_features"]
+from .errors import InputDataError
+
+__all__ = ["local_features", "standardize_columns"]
+
+
+def standardize_columns(X: np.ndarray, name: str) -> np.ndarray:
+    """A party's columns centred and scaled to unit population variance (as ``numpy.corrcoef`` does).
+
+    Strict, for protocols whose math needs exact z-scores: non-finite values and constant
+    columns are refused (``name`` says whose); a matrix without rows or columns passes.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or not np.isfinite(X).all():
+        raise InputDataError(f"{name}: needs a 2-D matrix of finite values (impute missing ones first)")
+    if X.shape[0] == 0 or X.shape[1] == 0:
+        return X
+    std = X.std(axis=0)
+    if (std == 0).any():
+        raise InputDataError(f"{name}: column {int(np.argmax(std == 0))} is constant")
+    return (X - X.mean(axis=0)) / std
 
 
 def local_features(X: np.ndarray, train_rows: np.ndarray, *, intercept: bool = False) -> np.ndarray:

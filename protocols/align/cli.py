@@ -57,13 +57,14 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def align(args: argparse.Namespace) -> int:
-    n_left = read_id_table(args.left, args.id_column).n_rows
-    n_right = read_id_table(args.right, args.right_id_column or args.id_column).n_rows
+    left = read_id_table(args.left, args.id_column)
+    right = read_id_table(args.right, args.right_id_column or args.id_column)
+    n_left, n_right = left.n_rows, right.n_rows
     # ECDH: each party blinds its own IDs and re-blinds the peer's (keyed hash: hashes them);
     # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them.
     total = n_left + 6 * n_right if args.protocol == "kkrt" else 2 * (n_left + n_right)
     with Progress(f"aligning ({args.protocol})", total=total) as bar:
-        summary = align_files(args.left, args.right, id_column=args.id_column, right_id_column=args.right_id_column,
+        summary = align_files(left, right, id_column=args.id_column, right_id_column=args.right_id_column,
                               protocol=args.protocol, reveal=args.reveal, out_dir=args.out_dir,
                               duplicates="keep_first" if args.keep_first else "error", strip=args.strip_ids,
                               progress=bar.advance, timeout=args.timeout)

@@ -105,8 +105,8 @@ def canon_table(t: IdTable, duplicates: str, strip: bool, *, keep_first_flag: st
 
 
 def align_files(
-    left: str | os.PathLike[str],
-    right: str | os.PathLike[str],
+    left: str | os.PathLike[str] | IdTable,
+    right: str | os.PathLike[str] | IdTable,
     *,
     id_column: str,
     right_id_column: str | None = None,
@@ -122,20 +122,23 @@ def align_files(
 
     Writes ``<stem>.aligned.csv`` (all columns verbatim, intersection rows in the common
     order) for each party that learns the intersection, atomically. Returns a summary.
+    ``left`` and ``right`` are paths or tables :func:`read_id_table` already checked.
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
-    paths = {"left": out / f"{Path(left).stem}.aligned.csv", "right": out / f"{Path(right).stem}.aligned.csv"}
+    left_path = left.path if isinstance(left, IdTable) else Path(left)
+    right_path = right.path if isinstance(right, IdTable) else Path(right)
+    paths = {"left": out / f"{left_path.stem}.aligned.csv", "right": out / f"{right_path.stem}.aligned.csv"}
     # before any cryptographic work: distinct outputs, no input overwritten, a writable directory,
     # and no output of an earlier run beside this run's (a side that learns nothing writes none)
-    check_outputs(paths, [left, right])
+    check_outputs(paths, [left_path, right_path])
     learns = {"both": ("left", "right"), "left": ("left",), "size": ()}.get(reveal, ())
     for key, path in paths.items():
         if key not in learns and path.exists():
             raise InputDataError(f"{path} is an output of an earlier run; this run (--reveal {reveal}) writes no "
                                  f"{key} output, so the two would mix: remove it or choose another --out-dir")
-    lt = read_id_table(left, id_column)
-    rt = read_id_table(right, right_id_column or id_column)
+    lt = left if isinstance(left, IdTable) else read_id_table(left, id_column)
+    rt = right if isinstance(right, IdTable) else read_id_table(right, right_id_column or id_column)
     lc, rc = canon_table(lt, duplicates, strip), canon_table(rt, duplicates, strip)
     run = run_local(lc, rc, protocol=protocol, mode=reveal, progress=progress, timeout=timeout)
     res_l, res_r = run.results[ACTIVE], run.results[PASSIVE]

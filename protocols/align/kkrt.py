@@ -40,7 +40,7 @@ from vflcrypto.errors import ProtocolError
 from vflcrypto.steps import Next, send, then
 
 from .messages import ACTIVE, PROTOCOL_VERSION, CommonValues, Hello, OprfMatrix, OprfValues, OtChoice, OtSetup
-from .session import _prefix, check_hello
+from .session import _prefix, check_hello, chunk_lengths
 
 __all__ = ["MAX_STASH", "KkrtSession", "KkrtState", "matrix_rows_per_chunk", "values_per_chunk"]
 
@@ -58,10 +58,6 @@ def matrix_rows_per_chunk(chunk_size: int) -> int:
 
 def values_per_chunk(chunk_size: int) -> int:
     return max(1, min(_MAX_VALUES, 16 * chunk_size))
-
-
-def _lengths(total: int, per: int) -> list[int]:
-    return [min(per, total - s) for s in range(0, total, per)]
 
 
 def public_keys(receiver_nonce: bytes, sender_nonce: bytes) -> tuple[bytes, list[bytes]]:
@@ -209,7 +205,7 @@ class KkrtSession:
         for j in range(st.stash):
             rows[(kkrt.HASHES + j) * n : (kkrt.HASHES + j + 1) * n] = st.bins + j
         per = matrix_rows_per_chunk(st.peer_hello.chunk_size if st.peer_hello else 1)
-        chunks = len(_lengths(kkrt.table_rows(st.bins, st.stash), per))
+        chunks = len(chunk_lengths(kkrt.table_rows(st.bins, st.stash), per))
         order = np.argsort((rows // per).astype(np.uint16 if chunks <= 1 << 16 else np.uint32), kind="stable")
         st.pair_rows = rows[order]
         st.pair_items = (order % max(n, 1)).astype(np.int32)
@@ -256,7 +252,7 @@ class KkrtSession:
         """Step 5 (sender): evaluate its IDs on one chunk of rows; after the last, send all values shuffled."""
         st = self.state
         per = matrix_rows_per_chunk(st.peer_hello.chunk_size if st.peer_hello else 1)
-        lengths = _lengths(kkrt.table_rows(st.bins, st.stash), per)
+        lengths = chunk_lengths(kkrt.table_rows(st.bins, st.stash), per)
         if st.k >= len(lengths) or msg.chunk != st.k or len(msg.columns) != kkrt.WIDTH * lengths[st.k] // 8:
             raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of the OT-extension matrix")
         start = st.k * per
@@ -292,7 +288,7 @@ class KkrtSession:
         st = self.state
         assert st.peer_hello is not None
         expected = st.peer_size * (kkrt.HASHES + st.stash)
-        lengths = _lengths(expected, values_per_chunk(st.peer_hello.chunk_size))
+        lengths = chunk_lengths(expected, values_per_chunk(st.peer_hello.chunk_size))
         if st.k >= len(lengths) or msg.chunk != st.k or len(msg.values) != lengths[st.k] * kkrt.OUTPUT_BYTES:
             raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of OPRF values")
         if st.k == 0:
@@ -327,7 +323,7 @@ class KkrtSession:
             if not 0 <= msg.total <= min(len(self.canon), st.peer_size):
                 raise ProtocolError(f"{self.peer} reported an impossible intersection size {msg.total}")
             st.common_total = msg.total
-        lengths = _lengths(st.common_total, values_per_chunk(st.peer_hello.chunk_size)) or [0]
+        lengths = chunk_lengths(st.common_total, values_per_chunk(st.peer_hello.chunk_size)) or [0]
         if st.k >= len(lengths) or msg.chunk != st.k or msg.total != st.common_total \
                 or len(msg.values) != lengths[st.k] * kkrt.OUTPUT_BYTES:
             raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of the common values")

@@ -38,7 +38,7 @@ from .messages import (
     TagChunk,
 )
 
-__all__ = ["Session", "SessionState", "check_hello", "validate_config"]
+__all__ = ["Session", "SessionState", "check_hello", "chunk_lengths", "validate_config"]
 
 ProgressFn = Callable[[int], None]
 

@@ -11,7 +11,7 @@ from vflcrypto.leakage import AuditOutcome, audit_runs
 from vflcrypto.paillier import generate_keypair
 from vflcrypto.runtime import AuditTap
 
-from .messages import ACTIVE, EncryptedColumns
+from .messages import ACTIVE, EncryptedColumns, MaskedProducts
 from .roles import run_local
 
 __all__ = ["audit_run", "demo_step", "example"]
@@ -59,7 +59,8 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False, runs: int =
     both = run_local(Xa, [Xp], reveal="both", keys=keys, allow_insecure=allow_insecure)
     n = int(keys[0].n)
     cols = [c for m in tap.received("passive-0", EncryptedColumns) for c in m.columns.ciphertexts()]
-    views = [[int(v) for v in view] for view in tap.held(ACTIVE, "view")]
+    sk = tap.held(ACTIVE, "secret_key")[0]
+    views = [[v % n for v in sk.decrypt(m.values)] for m in tap.received(ACTIVE, MaskedProducts)]
     truth = [np.asarray(r.passive["passive-0"]).ravel() * len(Xa) for r in results]
     findings = [unrandomized_finding("passive-0", "pearson.columns", unrandomized_paillier(n, cols))]
     findings += ring_mask_findings(ACTIVE, "pearson.masked_products", "masked products", [views], n, truth=[truth])

@@ -13,17 +13,23 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import atomic_write_text, read_party_csv
+from vflcrypto.dataio import read_party_csv
 from vflcrypto.errors import InputDataError
 from vflcrypto.paillier import generate_keypair
 from vflcrypto.spec import PartyOutcome, TaskContext, config_from_args
 
-from .._train import TrainOptions, add_party_data_arguments, add_train_options, align_tables, training_rows
+from .._train import (
+    TrainOptions,
+    add_party_data_arguments,
+    add_train_options,
+    align_tables,
+    json_outcome,
+    training_rows,
+)
 from .math import REVEALS
 from .messages import ACTIVE, PASSIVE
 from .roles import run_active, run_local, run_passive
@@ -104,8 +110,4 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     else:
         corr = run_passive(ctx.only([ctx.one(ACTIVE)]), table.X, name=ctx.me, expected_reveal=args.reveal)
         summary = {"rows": len(table), "correlations": _matrix(None if corr is None else corr.T, table.columns, None)}
-
-    def write(out: Path, meta: dict[str, Any]) -> None:
-        atomic_write_text(out, json.dumps({**meta, **summary}, indent=1))
-
-    return PartyOutcome(summary, write)
+    return json_outcome(summary)

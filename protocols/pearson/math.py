@@ -13,21 +13,25 @@ from __future__ import annotations
 import numpy as np
 
 from vflcrypto.errors import InputDataError
+from vflcrypto.preprocess import standardize_columns
 
-__all__ = ["FRAC_BITS", "REVEALS", "standardize"]
+__all__ = ["FRAC_BITS", "REVEALS", "active_receives", "passive_receives", "standardize"]
 
 FRAC_BITS = 24
 REVEALS = ("active", "passive", "both")
 
 
+def active_receives(reveal: str) -> bool:
+    return reveal in ("active", "both")
+
+
+def passive_receives(reveal: str) -> bool:
+    return reveal in ("passive", "both")
+
+
 def standardize(X: np.ndarray, name: str) -> np.ndarray:
-    """Columns centred and scaled to unit population variance; constant or non-finite columns refused."""
+    """A party's z-scores (:func:`vflcrypto.preprocess.standardize_columns`), at least one column and two rows."""
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[1] == 0 or X.shape[0] < 2:
         raise InputDataError(f"{name}: needs a 2-D matrix with at least one column and two rows")
-    if not np.isfinite(X).all():
-        raise InputDataError(f"{name}: correlations need finite values (impute missing ones first)")
-    std = X.std(axis=0)
-    if (std == 0).any():
-        raise InputDataError(f"{name}: column {int(np.argmax(std == 0))} is constant: its correlation is undefined")
-    return (X - X.mean(axis=0)) / std
+    return standardize_columns(X, name)

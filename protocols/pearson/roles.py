@@ -26,7 +26,7 @@ from vflcrypto.steps import Next, Role, done, drive, send, then
 from vflcrypto.wire import IntVector
 
 from .._train import run_star
-from .math import FRAC_BITS, REVEALS, standardize
+from .math import FRAC_BITS, REVEALS, active_receives, passive_receives, standardize
 from .messages import ACTIVE, PASSIVE, DecryptedMasked, EncryptedColumns, MaskedProducts, ProductMask, Setup
 
 __all__ = ["ActiveRole", "PassiveRole", "PearsonRun", "run_active", "run_local", "run_passive"]
@@ -43,7 +43,7 @@ def _check_reveal(reveal: str) -> None:
 @dataclass
 class _ActiveState:
     j: int = 0
-    views: dict[str, IntVector] = field(default_factory=dict)  # what it decrypted (uniform while masked)
+    view: IntVector = field(default_factory=IntVector)  # what it decrypted from the current party (uniform)
     corr: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -67,10 +67,6 @@ class ActiveRole(Role[_ActiveState]):
         self.pk, self.sk = keys
         self.reveal = reveal
 
-    @property
-    def learns(self) -> bool:
-        return self.reveal in ("active", "both")
-
     def accepted_keys(self) -> list[PaillierPublicKey]:
         return [self.pk]
 
@@ -90,18 +86,16 @@ class ActiveRole(Role[_ActiveState]):
             raise KeyMismatchError(f"{peer}'s masked products are under a foreign key")
         if len(msg.values) == 0 or len(msg.values) % self.Z.shape[1]:
             raise ProtocolError(f"{peer} sent {len(msg.values)} masked products for {self.Z.shape[1]} active columns")
-        view = IntVector([v % self.pk.n for v in self.sk.decrypt(msg.values)])
-        self.state.views[peer] = view
-        self.hold("view", view)
-        sends = [send(peer, DecryptedMasked(view))] if self.reveal in ("passive", "both") else []
-        if self.learns:
+        view = self.state.view = IntVector([v % self.pk.n for v in self.sk.decrypt(msg.values)])
+        sends = [send(peer, DecryptedMasked(view))] if passive_receives(self.reveal) else []
+        if active_receives(self.reveal):
             return then(sends, peer, ProductMask, "on_mask")
         return self._next(sends)
 
     def on_mask(self, msg: ProductMask) -> Next:
         """Step 6 (the active party receives): remove the passive party's masks; r = products / n."""
         peer = self.passives[self.state.j]
-        view = self.state.views[peer]
+        view = self.state.view
         if len(msg.values) != len(view):
             raise ProtocolError(f"{peer} sent {len(msg.values)} masks for {len(view)} products")
         prod = unmask_residues(view, msg.values, self.pk.n, 2 * FRAC_BITS)
@@ -172,7 +166,7 @@ class PassiveRole(Role[_PassiveState]):
         masked, mask = mask_ciphertexts(prods)
         self.state.mask = IntVector(mask)
         sends = [send(self.peer, MaskedProducts(masked))]
-        if setup.reveal in ("active", "both"):
+        if active_receives(setup.reveal):
             sends.append(send(self.peer, ProductMask(IntVector(mask))))
         if setup.reveal == "active":
             return done(None, sends)

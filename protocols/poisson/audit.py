@@ -12,7 +12,7 @@ from vflcrypto.paillier import generate_keypair
 from vflcrypto.runtime import AuditTap
 
 from .math import PoissonParams, deviance, prepare_active, prepare_passive
-from .messages import ACTIVE, COORD, EncryptedExp, EncryptedResidual
+from .messages import ACTIVE, COORD, EncryptedExp, EncryptedResidual, MaskedGradient
 from .roles import PoissonRun, run_local
 
 __all__ = ["audit_run", "demo_step", "example", "fitted_mean"]
@@ -67,8 +67,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     n = int(keys[0].n)
     exp_cts = [c for m in tap.received(ACTIVE, EncryptedExp) for v in (m.exp_u, m.u) for c in v.ciphertexts()]
     res_cts = [c for m in tap.received("passive-0", EncryptedResidual) for c in m.residual.ciphertexts()]
-    views = tap.held(COORD, "view")  # alternating: the active party's, then the passive party's, per epoch
-    streams = [[list(v) for v in views[0::2]], [list(v) for v in views[1::2]]]
+    sk = tap.held_one(COORD, "secret_key")
+    streams = [[[v % n for v in sk.decrypt(m.values)] for m in tap.received(COORD, MaskedGradient, sender=sender)]
+               for sender in (ACTIVE, "passive-0")]
     truth = [tap.held(ACTIVE, "gradient"), tap.held("passive-0", "gradient")]
     findings = [unrandomized_finding(ACTIVE, "poisson.exp_u", unrandomized_paillier(n, exp_cts)),
                 unrandomized_finding("passive-0", "poisson.residual", unrandomized_paillier(n, res_cts))]

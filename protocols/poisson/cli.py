@@ -12,21 +12,20 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
-from vflcrypto.dataio import atomic_write_text
 from vflcrypto.errors import InputDataError
-from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 from vflcrypto.steps import drive
 
 from .._train import (
-    TrainOptions,
     add_party_data_arguments,
     add_train_options,
     align_tables,
+    json_outcome,
     read_own,
     read_tables,
+    train_config,
     training_rows,
 )
 from .audit import fitted_mean
@@ -35,12 +34,6 @@ from .messages import ACTIVE, COORD, PASSIVE
 from .roles import ActiveRole, CoordinatorRole, PassiveRole, run_local
 
 __all__ = ["add_party_arguments", "add_train_arguments", "party_task", "train"]
-
-
-def _config(args: argparse.Namespace) -> tuple[PoissonParams, TrainOptions]:
-    params: PoissonParams = config_from_args(PoissonParams, args)
-    params.validate()
-    return params, config_from_args(TrainOptions, args)
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,7 +47,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def train(args: argparse.Namespace) -> int:
-    params, opts = _config(args)
+    params, opts = train_config(PoissonParams, args)
     t0 = time.perf_counter()
     tables = read_tables(args.active, [args.passive], args.id_column, args.label)
     tables, align_bytes = align_tables(tables, [ACTIVE, "passive-0"], aligned=opts.aligned)
@@ -85,7 +78,7 @@ def add_party_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    params, opts = _config(args)
+    params, opts = train_config(PoissonParams, args)
     active, passives, coord = ctx.one(ACTIVE), ctx.names(PASSIVE), ctx.one(COORD)
     if len(passives) != 1:
         raise InputDataError("Poisson regression runs with exactly one passive party (and a coordinator)")
@@ -106,8 +99,4 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
             cols = list(table.columns)
         w = drive(role, ctx.only([active if ctx.role == PASSIVE else passives[0], coord]))
         summary = {"rows": len(table), "weights": dict(zip(cols, w.tolist(), strict=True))}
-
-    def write(out: Path, meta: dict[str, Any]) -> None:
-        atomic_write_text(out, json.dumps({**meta, **summary}, indent=1))
-
-    return PartyOutcome(summary, write)
+    return json_outcome(summary)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcrypto.errors import InputDataError, TrainingDivergedError
+from vflcrypto.preprocess import standardize_columns
 from vflcrypto.spec import option
 
 __all__ = ["ETA_BOUND", "FRAC_BITS", "PoissonParams", "check_eta", "deviance", "plaintext_fit", "prepare_active",
@@ -44,19 +45,9 @@ class PoissonParams:
             raise InputDataError("epochs >= 1, learning rate > 0 and momentum in [0, 1) are required")
 
 
-def _standardize(X: np.ndarray, name: str) -> np.ndarray:
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2 or not np.isfinite(X).all():
-        raise InputDataError(f"{name}: needs a 2-D matrix of finite values")
-    std = X.std(axis=0)
-    if len(X) and (std == 0).any():
-        raise InputDataError(f"{name}: column {int(np.argmax(std == 0))} is constant")
-    return (X - X.mean(axis=0)) / std if X.shape[1] else X
-
-
 def prepare_passive(X: np.ndarray) -> np.ndarray:
     """The passive party's standardized columns."""
-    Z = _standardize(X, "passive party")
+    Z = standardize_columns(X, "passive party")
     if Z.shape[1] == 0:
         raise InputDataError("the passive party needs at least one column")
     return Z
@@ -68,7 +59,7 @@ def prepare_active(X: np.ndarray | None, y: np.ndarray) -> tuple[np.ndarray, np.
     if y.ndim != 1 or (y < 0).any() or (y != np.round(y)).any():
         raise InputDataError("Poisson regression needs non-negative integer counts as labels")
     X = np.zeros((len(y), 0)) if X is None else X
-    Z = _standardize(X, "active party")
+    Z = standardize_columns(X, "active party")
     if len(Z) != len(y):
         raise InputDataError(f"{len(Z)} feature rows for {len(y)} labels")
     return np.hstack([Z, np.ones((len(y), 1))]), y

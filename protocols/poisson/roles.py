@@ -109,13 +109,11 @@ class CoordinatorRole(Role[_CoordState]):
     def on_active_gradient(self, msg: MaskedGradient) -> Next:
         """Step 4: decrypt the active party's masked gradient (uniform to us) and return it."""
         view = self._reveal(msg)
-        self.hold("view", view)
         return then([send(self.active, GradientReturn(view))], self.passive, MaskedGradient, "on_passive_gradient")
 
     def on_passive_gradient(self, msg: MaskedGradient) -> Next:
         """Step 4: the same for the passive party; the next epoch, or done."""
         view = self._reveal(msg)
-        self.hold("view", view)
         st = self.state
         st.epoch += 1
         sends = [send(self.passive, GradientReturn(view))]

@@ -28,7 +28,7 @@ import numpy as np
 from vflcrypto.errors import InputDataError
 from vflcrypto.metrics import rmse, roc_auc
 from vflcrypto.runtime import Transcript
-from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
 from .._train import (
     TrainOptions,
@@ -38,6 +38,7 @@ from .._train import (
     read_own,
     read_tables,
     split_rows,
+    train_config,
     training_rows,
     write_metrics,
 )
@@ -52,10 +53,7 @@ __all__ = ["add_party_arguments", "add_train_arguments", "config", "party_task",
 
 def config(args: argparse.Namespace) -> tuple[BoostParams, TrainOptions]:
     """The configuration the flags describe (the same for both commands)."""
-    opts: TrainOptions = config_from_args(TrainOptions, args)
-    params: BoostParams = config_from_args(BoostParams, args)
-    params.validate()
-    return params, opts
+    return train_config(BoostParams, args)
 
 
 def _add_mode(p: argparse.ArgumentParser) -> None:

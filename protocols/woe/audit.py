@@ -11,7 +11,7 @@ from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_
 from vflcrypto.paillier import generate_keypair
 from vflcrypto.runtime import AuditTap
 
-from .math import COUNT_BITS, WoeParams
+from .math import COUNT_BITS, WoeParams, plain_counts
 from .messages import ACTIVE, EncryptedCounts, EncryptedLabels
 from .roles import WoeRun, run_local
 
@@ -68,18 +68,33 @@ def _small_bin_finding(tap: AuditTap, sk: Any, min_size: int) -> EmpiricalFindin
         detects=f"any one bin of fewer than {min_size} rows")
 
 
-def _order_finding(tap: AuditTap, party: str) -> EmpiricalFinding:
+def _order_finding(tap: AuditTap, sk: Any, y: np.ndarray) -> EmpiricalFinding:
     """Do each feature's bins arrive in the party's own bin order (edges ascending)?
 
-    Tested within features, where the bins are shuffled independently; the order of the
-    few features themselves is too short a sequence to test on its own.
+    The active party decrypts the counts it received; each received bin is placed in the
+    party's own order by its (events, non-events), matched against the party's real bins
+    (ground truth; bins whose counts repeat within a feature are left out). Tested within
+    features, whose bins are shuffled independently; the few features alone are too short
+    a sequence to test.
     """
-    feature_order = np.asarray(tap.held_one(party, "feature_order"))
-    bin_orders = tap.held_one(party, "bin_orders")
-    blocks = [np.asarray(bin_orders[f]) for f in feature_order.tolist()]
+    (msg,) = tap.received(ACTIVE, EncryptedCounts)
+    low = (1 << COUNT_BITS) - 1
+    got = [(v >> COUNT_BITS, v & low) for v in sk.decrypt(msg.counts)]
+    bins = tap.held_one("passive-0", "bins")
+    truth = [list(zip(ev.tolist(), ne.tolist(), strict=True))
+             for ev, ne in plain_counts(bins, bins.max(axis=0) + 1, y)]
+    unused = list(range(len(truth)))
+    blocks, at = [], 0
+    for w in np.asarray(msg.widths).tolist():
+        block = got[at : at + w]
+        at += w
+        f = next(f for f in unused if sorted(truth[f]) == sorted(block))
+        unused.remove(f)
+        unique = {c: b for b, c in enumerate(truth[f]) if truth[f].count(c) == 1}
+        blocks.append(np.asarray([unique[c] for c in block if c in unique]))
     return adjacent_order_finding(
         ACTIVE, "order of the passive party's bins within each feature", "woe.counts", blocks,
-        f"share of neighbouring bins, within each of the {len(blocks)} features as they arrive, that follow "
+        f"share of neighbouring bins, within each of the {len(blocks)} features as they arrived, that follow "
         "the party's own bin order (an unshuffled party sends every feature's bins by ascending edge)")
 
 
@@ -135,7 +150,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     n = int(keys[0].n)
     labels = [c for m in taps[0].received("passive-0", EncryptedLabels) for c in m.labels.ciphertexts()]
     findings = [unrandomized_finding("passive-0", "woe.labels", unrandomized_paillier(n, labels)),
-                _small_bin_finding(taps[0], keys[1], WoeParams().min_bin_size), _order_finding(taps[0], "passive-0"),
+                _small_bin_finding(taps[0], keys[1], WoeParams().min_bin_size), _order_finding(taps[0], keys[1], y),
                 *_label_finding(returned, taps[1], y)]
     runs = {"WOE/IV, results kept by the active party": kept.transcript,
             "WOE/IV, results returned to the feature party": returned.transcript}

@@ -13,21 +13,20 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
-from vflcrypto.dataio import atomic_write_text
 from vflcrypto.errors import InputDataError
 from vflcrypto.paillier import generate_keypair
-from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
 from .._train import (
-    TrainOptions,
     add_party_data_arguments,
     add_train_options,
     align_tables,
+    json_outcome,
     read_own,
     read_tables,
+    train_config,
     training_rows,
 )
 from .math import WoeParams
@@ -35,13 +34,6 @@ from .messages import ACTIVE, PASSIVE
 from .roles import ActiveResult, PassiveResult, run_active, run_local, run_passive
 
 __all__ = ["add_party_arguments", "add_train_arguments", "party_task", "train"]
-
-
-def _config(args: argparse.Namespace) -> tuple[WoeParams, TrainOptions]:
-    params: WoeParams = config_from_args(WoeParams, args)
-    params.validate()
-    opts: TrainOptions = config_from_args(TrainOptions, args)
-    return params, opts
 
 
 def _active_view(res: ActiveResult) -> list[dict[str, Any]]:
@@ -68,7 +60,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def train(args: argparse.Namespace) -> int:
-    params, opts = _config(args)
+    params, opts = train_config(WoeParams, args)
     t0 = time.perf_counter()
     tables = read_tables(args.active, args.passive, args.id_column, args.label)
     names = [ACTIVE, *[f"passive-{k}" for k in range(len(args.passive))]]
@@ -99,7 +91,7 @@ def add_party_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    params, opts = _config(args)
+    params, opts = train_config(WoeParams, args)
     passives = ctx.names(PASSIVE)
     if not passives:
         raise InputDataError("WOE binning needs one 'active' and at least one 'passive' party")
@@ -118,8 +110,4 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         pres = run_passive(ctx.only([ctx.one(ACTIVE)]), table.X, columns=table.columns, name=ctx.me,
                            expected=params)
         summary = {"rows": len(table), **_passive_view(pres)}
-
-    def write(out: Path, meta: dict[str, Any]) -> None:
-        atomic_write_text(out, json.dumps({**meta, **summary}, indent=1))
-
-    return PartyOutcome(summary, write)
+    return json_outcome(summary)

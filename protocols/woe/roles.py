@@ -22,7 +22,6 @@ import numpy as np
 from vflcrypto import psi
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.paillier.blocks import ciphertext_width, ciphertexts_to_bytes
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
 from vflcrypto.steps import Next, Role, done, drive, send, then
 
@@ -165,15 +164,11 @@ class ActiveRole(Role[_ActiveState]):
             for j, (ev, ne) in enumerate(st.counts[peer]):
                 w, iv = woe_iv(ev, ne)
                 feats.append(FeatureWoe(peer, f"#{j}", w, iv, ev, ne))
-        by_party: dict[str, list[float]] = {}
-        for f in feats:
-            by_party.setdefault(f.party, []).append(f.iv)
-        chosen = select_features(by_party, self.params.iv_threshold, self.params.top_k)
-        index = {p: 0 for p in by_party}
-        final = []
-        for f in feats:
-            final.append(dataclasses.replace(f, selected=chosen[f.party][index[f.party]]))
-            index[f.party] += 1
+        parties = dict.fromkeys(f.party for f in feats)
+        chosen = select_features({p: [f.iv for f in feats if f.party == p] for p in parties},
+                                 self.params.iv_threshold, self.params.top_k)
+        flags = {p: iter(v) for p, v in chosen.items()}
+        final = [dataclasses.replace(f, selected=next(flags[f.party])) for f in feats]
         sends = []
         for peer in self.passives:
             mine = [f for f in final if f.party == peer]
@@ -216,8 +211,13 @@ class PassiveRole(Role[_PassiveState]):
     def start(self) -> Next:
         return then([], self.peer, Setup, "on_setup")
 
-    def _params(self, s: Setup) -> WoeParams:
-        p = WoeParams(s.max_bin, s.method, s.min_bin_size, s.iv_threshold, s.top_k, s.return_results)
+    @staticmethod
+    def _params(s: Setup) -> WoeParams:
+        return WoeParams(s.max_bin, s.method, s.min_bin_size, s.iv_threshold, s.top_k, s.return_results)
+
+    def on_setup(self, msg: Setup) -> Next:
+        """Step 1 received: the key and the parameters (checked against this party's plan)."""
+        p = self._params(msg)
         try:
             p.validate()
         except InputDataError as exc:
@@ -227,11 +227,6 @@ class PassiveRole(Role[_PassiveState]):
                      for f in dataclasses.fields(WoeParams) if getattr(p, f.name) != getattr(self.expected, f.name)]
             if diffs:
                 raise ProtocolError(f"{self.peer}'s WOE setup differs from this party's plan: " + "; ".join(diffs))
-        return p
-
-    def on_setup(self, msg: Setup) -> Next:
-        """Step 1 received: the key and the parameters (checked against this party's plan)."""
-        self._params(msg)
         if msg.rows != len(self.X):
             raise InputDataError(f"{self.peer} has {msg.rows} rows, this party {len(self.X)}: parties are not aligned")
         self.state.setup = msg
@@ -250,9 +245,7 @@ class PassiveRole(Role[_PassiveState]):
         self.hold("bins", bins)
         offsets = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
         keys = bins.astype(np.int64) + offsets[None, :]
-        w = ciphertext_width(pk.n)
-        blob = ciphertexts_to_bytes(msg.labels.ciphertexts(), w)
-        sums = encrypted_bin_sums(pk, blob, keys, int(widths.sum()))
+        sums = encrypted_bin_sums(pk, msg.labels.to_bytes(), keys, int(widths.sum()))
         st = self.state
         st.feature_order = shuffle_order(len(widths))
         st.bin_orders = [shuffle_order(int(wf)) for wf in widths.tolist()]
@@ -260,8 +253,6 @@ class PassiveRole(Role[_PassiveState]):
         order = [int(offsets[f]) + int(b) for f in st.feature_order.tolist() for b in st.bin_orders[f].tolist()]
         counts = PaillierVector.from_ciphertexts(pk, [sums[i] for i in order]).rerandomize()
         sent_widths = widths[st.feature_order]
-        self.hold("feature_order", st.feature_order)
-        self.hold("bin_orders", st.bin_orders)
         return then([send(self.peer, EncryptedCounts(sent_widths, counts))], self.peer, Results, "on_results")
 
     def on_results(self, msg: Results) -> Next:
