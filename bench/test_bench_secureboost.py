@@ -23,3 +23,17 @@ def test_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert out["identical_trees"] is True
     assert set(out["encrypted"]) >= {"encrypt", "histogram", "decrypt", "split_search", "binning", "total"}
     assert '"encrypted_30_trees_seconds"' in capsys.readouterr().out
+
+
+def test_multiclass_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(__file__).with_name("secureboost_multiclass_bench.py")
+    spec = importlib.util.spec_from_file_location("secureboost_multiclass_bench", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--data", "synthetic", "--trees", "1", "--depth", "2", "--rows", "150", "--max-bin", "8",
+                    "--key-bits", "512", "--allow-insecure", "--json"])
+    assert set(out["results"]) == {"binary", "multi_output_tree", "one_output_per_tree"}
+    assert all(r["identical_trees"] for r in out["results"].values())
+    assert out["results"]["one_output_per_tree"]["trees"] == 4 * out["results"]["multi_output_tree"]["trees"]
+    assert '"seconds_per_round"' in capsys.readouterr().out

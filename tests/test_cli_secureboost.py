@@ -69,3 +69,23 @@ def test_regression_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code = main(["train", "secureboost", "--active", str(a2), "--passive", str(p2), "--id-column",
                  "id", "--label", "y", "--aligned", "--plaintext"])
     assert code == 2 and "not aligned" in capsys.readouterr().err
+
+
+def test_multiclass_encrypted_with_test_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Three classes from the example's two parties' signals; accuracy and log loss on held-out rows."""
+    n = 150
+    Xa, _, _, Xp, _ = sb.example(n, seed=11)
+    y = np.digitize(Xa[:, 0] + Xp[:, 0], [-0.7, 0.7])  # classes 0, 1, 2
+    active, passive = tmp_path / "active.csv", tmp_path / "passive.csv"
+    write_csv_atomic(active, ["id", "k", "a0", "a1"], [[f"r{i}", int(y[i]), Xa[i, 0], Xa[i, 1]] for i in range(n)])
+    write_csv_atomic(passive, ["id", "p0", "p1"], [[f"r{i}", Xp[i, 0], Xp[i, 1]] for i in range(n)])
+    models = tmp_path / "models"
+    code = main(["train", "secureboost", "--active", str(active), "--passive", str(passive), "--id-column", "id",
+                 "--label", "k", "--objective", "multiclass", "--multi-strategy", "multi_output_tree", "--trees", "4",
+                 "--depth", "2", "--max-bin", "8", "--key-bits", "512", "--allow-insecure", "--aligned",
+                 "--test-fraction", "0.3", "--model-dir", str(models), "--json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["evaluated_on"] == "test", out
+    assert out["accuracy"] > 0.5 and 0 < out["log_loss"] < 1.0, out  # majority class: 0.38
+    assert sb.ActiveModel.load(models / "active.npz").n_outputs == 3

@@ -35,7 +35,8 @@ Message flow (one tree; every level's nodes are handled in one exchange)
     0. active -> passive ``secureboost.setup``: model id, parameters, row count, ID digest
        and the active party's Paillier public key (once per training run).
     1. active -> passive ``secureboost.gradients``: one ciphertext per row packing
-       ``(g_i, h_i)`` (``secureboost.plain_gradients`` in plaintext mode).
+       ``(g_i, h_i)`` (all K classes' for a multi-output tree; ``secureboost.plain_gradients``
+       in plaintext mode).
     For each depth ``d < max_depth`` while some node can still split:
     2. active -> passive ``secureboost.level``: the node of every row at depth ``d`` and,
        per node, whether to *compute* its histogram (the smaller child of a split) or
@@ -97,6 +98,22 @@ quantization, split selection, ciphertext kernels), :mod:`.model` (the party mod
 :mod:`.active` and :mod:`.passive` (training as named steps), :mod:`.local` (over
 Channels and in one process), :mod:`.predict` (joint prediction), :mod:`.audit`,
 :mod:`.cli`.
+
+Multiclass (``objective="multiclass"``, softmax; labels 0..K-1)
+    Gradients ``g_k = p_k - [y = k]`` and XGBoost's diagonal hessian ``h_k = 2 p_k (1 - p_k)``
+    for every class, computed once per round; initial margins are the centred log class
+    priors. Two strategies (XGBoost's names):
+
+    * ``multi_output_tree`` (FATE's SBT-MO): one tree per round. Each row's ciphertext packs
+      all K classes' (g, h) (2K slots); histograms, subtraction and folding are unchanged
+      but every candidate decodes to K pairs (G_L, H_L); the gain is the sum of the
+      per-class gains and each leaf holds K weights. Encryption, the dominant cost, is
+      paid once per round instead of K times.
+    * ``one_output_per_tree``: K ordinary single-output trees per round, tree ``k`` on
+      class ``k``'s (g, h): the binary protocol K times.
+
+    ``secureboost.setup`` carries the outputs per tree and the trees per round (one of them
+    is K), so each passive party learns the number of classes.
 
 Exactness: g and h are quantized to ``frac_bits`` fixed-point integers *before*
 encryption and plaintext mode uses the same integers, so decrypted sums equal the

@@ -36,7 +36,7 @@ from .messages import (
     SplitRequest,
     SplitResponse,
 )
-from .model import ActiveModel, link
+from .model import ActiveModel, link, margin_out
 from .tree import (
     BoostParams,
     as_matrix,
@@ -47,9 +47,11 @@ from .tree import (
     choose_frac_bits,
     gradients,
     leaf_weight,
+    n_outputs,
     packing_spec,
     quantize,
     select_split,
+    slots_fit,
     unfold_candidates,
     unpack_candidates,
     valid_candidates,
@@ -73,7 +75,8 @@ class Timer:
 
 @dataclass
 class ActiveResult:
-    """What the active party ends with: the model, training margins and phase timings."""
+    """What the active party ends with: the model, training margins ((n,), or (n, K) for
+    multiclass) and phase timings."""
 
     model: ActiveModel
     train_margin: np.ndarray
@@ -95,14 +98,15 @@ class _TreeBuilder:
     record: list[int] = field(default_factory=list)
     left: list[int] = field(default_factory=list)
     right: list[int] = field(default_factory=list)
-    value: list[float] = field(default_factory=list)
+    value: list[np.ndarray] = field(default_factory=list)
+    outputs: int = 1  # the model's outputs (leaf value width)
 
     def new(self) -> int:
         self.kind.append(0)
         for ints in (self.party, self.feature, self.bin, self.record, self.left, self.right):
             ints.append(-1)
         self.threshold.append(0.0)
-        self.value.append(0.0)
+        self.value.append(np.zeros(self.outputs))
         return len(self.kind) - 1
 
 
@@ -110,8 +114,8 @@ class _TreeBuilder:
 class _Node:
     index: int  # tree-local
     rows: np.ndarray  # sorted row indices
-    G: int
-    H: int
+    G: np.ndarray  # (outputs of the tree,) int64 fixed-point sums
+    H: np.ndarray
     parent_slot: int = -1  # node id at the previous depth
 
 
@@ -123,8 +127,10 @@ class _ActiveState:
     margin: np.ndarray = field(default_factory=lambda: np.zeros(0))
     vbb: int = 1
     frac: int = 0
-    gq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    hq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))  # this tree's (n, outputs)
+    hq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
+    round_gq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))  # the round's (n, K)
+    round_hq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     spec: PackingSpec | None = None
     trees: list[Any] = field(default_factory=list)
     tree: Any = None
@@ -137,17 +143,19 @@ class _ActiveState:
 
 
 def decode_histograms(hist: EncryptedHistograms | PlainHistograms, sk: PaillierPrivateKey | None,
-                      spec: PackingSpec, name: str = "passive party") -> tuple[np.ndarray, ...]:
-    """(G_L, H_L, n_L) of every candidate in a histogram message, in its order (layout checked)."""
+                      spec: PackingSpec, name: str = "passive party", outputs: int = 1) -> tuple[np.ndarray, ...]:
+    """(G_L (c, K), H_L (c, K), n_L (c,)) of every candidate in a histogram message, in its
+    order (layout checked; ``K = outputs``)."""
     total = int(np.asarray(hist.counts).sum())
     if isinstance(hist, PlainHistograms):
         GL, HL, NL = (np.asarray(a) for a in (hist.grad, hist.hess, hist.rows))
-        if any(a.shape != (total,) or a.dtype.kind not in "iu" for a in (GL, HL, NL)):
+        if any(a.shape != (total, outputs) or a.dtype.kind not in "iu" for a in (GL, HL)) or \
+                NL.shape != (total,) or NL.dtype.kind not in "iu":
             raise ProtocolError(f"{name} sent malformed plaintext histograms")
         return GL.astype(np.int64), HL.astype(np.int64), NL.astype(np.int64)
     if sk is None:
         raise ProtocolError(f"{name} sent encrypted histograms in plaintext mode")
-    bits = 2 * spec.slot_bits
+    bits = 2 * outputs * spec.slot_bits
     per = (sk.public_key.bits - 1) // bits
     if hist.value_bits != bits or hist.per_ciphertext != per:
         raise ProtocolError(f"{name} folded its histograms with the wrong layout")
@@ -157,7 +165,7 @@ def decode_histograms(hist: EncryptedHistograms | PlainHistograms, sk: PaillierP
         raise ProtocolError(f"{name} sent histograms under another key")
     n = int(sk.public_key.n)
     raw = [v % n for v in sk.decrypt(hist.folded)] if total else []
-    return unpack_candidates(unfold_candidates(raw, total, per, bits), spec)
+    return unpack_candidates(unfold_candidates(raw, total, per, bits), spec, outputs)
 
 
 def _plan(level: list[_Node]) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +182,7 @@ def _plan(level: list[_Node]) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(compute, np.int32), np.asarray(derive, np.int32).reshape(-1, 3)
 
 
-def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, base: float,
+def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, base: np.ndarray,
               columns: tuple[str, ...], names: tuple[str, ...]) -> ActiveModel:
     offsets = np.cumsum([0] + [len(t.kind) for t in trees]).astype(np.int64)
 
@@ -184,7 +192,8 @@ def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, bas
     return ActiveModel(model_id, params.objective, base, params.learning_rate, params.max_depth, columns, names,
                        offsets, cat("kind", np.int8), cat("party", np.int32), cat("feature", np.int32),
                        cat("bin", np.int32), cat("threshold", np.float64), cat("record", np.int64),
-                       cat("left", np.int32), cat("right", np.int32), cat("value", np.float64))
+                       cat("left", np.int32), cat("right", np.int32),
+                       cat("value", np.float64).reshape(-1, len(base)))
 
 
 class ActiveRole(Role[_ActiveState]):
@@ -211,6 +220,11 @@ class ActiveRole(Role[_ActiveState]):
         if self.X.shape[0] != n:
             raise InputDataError(f"active party has {self.X.shape[0]} feature rows and {n} labels")
         check_labels(self.params.objective, self.y)
+        p = self.params
+        self.K = n_outputs(p.objective, self.y)  # the model's margins per row
+        multi_output = p.objective == "multiclass" and p.multi_strategy == "multi_output_tree"
+        self.tree_outputs = self.K if multi_output else 1  # (g, h) pairs per row in one tree
+        self.per_round = self.K if p.objective == "multiclass" and not multi_output else 1  # trees per round
         self.columns = tuple(columns) if columns is not None else tuple(f"x{i}" for i in range(self.X.shape[1]))
         self.names = list(passives)
         if not self.names:
@@ -222,6 +236,12 @@ class ActiveRole(Role[_ActiveState]):
             t0 = time.perf_counter()
             self.pk, self.sk = keys if keys is not None else generate_keypair(key_bits, allow_insecure=allow_insecure)
             self.timer.add("keygen", t0)
+            # softmax and logistic gradients have |g| <= 1, h <= 1/2: value_bound_bits = 2 throughout
+            spec = packing_spec(n, choose_frac_bits(2, n), 2)
+            if not slots_fit(self.tree_outputs, spec, self.pk.bits):
+                raise InputDataError(
+                    f"{self.K} classes need {2 * self.K} slots of {spec.slot_bits} bits per ciphertext, more "
+                    f"than a {self.pk.bits}-bit key holds: use --multi-strategy one_output_per_tree or a larger key")
 
     def accepted_keys(self) -> list[PaillierPublicKey]:
         return [self.pk] if self.pk is not None else []
@@ -237,36 +257,47 @@ class ActiveRole(Role[_ActiveState]):
         p = self.params
         self.model_id = secrets.token_hex(16)
         digest = ids_digest(self.ids if self.ids is not None else [str(i) for i in range(self.n)], "secureboost")
-        setup = Setup(self.model_id, self.n, p.n_trees, p.max_depth, p.max_bin, digest, self.plaintext, self.pk)
+        setup = Setup(self.model_id, self.n, p.n_trees, p.max_depth, p.max_bin, digest, self.plaintext, self.pk,
+                      self.tree_outputs, self.per_round)
         t0 = time.perf_counter()
         self.bins, self.splits = bin_features(self.X, p.max_bin)
         self.width = max([len(s) + 1 for s in self.splits] + [1])
         self.timer.add("binning", t0)
         self.base = base_score(p.objective, self.y)
-        self.state.margin = np.full(self.n, self.base)
+        self.state.margin = np.tile(self.base, (self.n, 1))
         return _prefix([send(q, setup) for q in self.names], self._begin_tree())
 
     def _begin_tree(self) -> Next:
-        """Step 1: every row's (g, h) under our key (packed), to every passive party."""
+        """Step 1: every row's (g, h) under our key (packed; all classes' for a multi-output
+        tree), to every passive party.
+
+        Gradients are computed once per round (for every class at once, as XGBoost does);
+        a one-tree-per-class round then grows tree ``k`` on class ``k``'s column.
+        """
         st = self.state
-        g, h = gradients(self.params.objective, self.y, st.margin)
-        st.vbb = max(st.vbb, value_bound_bits(g, h))
-        st.frac = choose_frac_bits(st.vbb, self.n)
-        st.gq, st.hq = quantize(g, st.frac), quantize(h, st.frac)
-        st.spec = packing_spec(self.n, st.frac, st.vbb)
+        if st.t % self.per_round == 0:
+            g, h = gradients(self.params.objective, self.y, st.margin)
+            st.vbb = max(st.vbb, value_bound_bits(g, h))
+            st.frac = choose_frac_bits(st.vbb, self.n)
+            st.round_gq, st.round_hq = quantize(g, st.frac), quantize(h, st.frac)
+            st.spec = packing_spec(self.n, st.frac, st.vbb)
+        if self.per_round > 1:
+            k = st.t % self.per_round
+            st.gq, st.hq = st.round_gq[:, k : k + 1], st.round_hq[:, k : k + 1]
+        else:
+            st.gq, st.hq = st.round_gq, st.round_hq
         self.hold("gradients", st.gq)  # its own (g, h) per tree, for the audit
         self.hold("packing", st.spec)
         t0 = time.perf_counter()
         if self.plaintext:
             grad_msg: Any = PlainGradients(st.t, st.frac, st.gq, st.hq)
         else:
-            assert self.sk is not None
-            gh = np.column_stack([np.ldexp(st.gq.astype(np.float64), -st.frac),
-                                  np.ldexp(st.hq.astype(np.float64), -st.frac)])
+            assert self.sk is not None and st.spec is not None
+            gh = np.ldexp(np.column_stack([st.gq, st.hq]).astype(np.float64), -st.frac)
             grad_msg = EncryptedGradients(st.t, self.sk.encrypt_packed(gh, st.spec))
         self.timer.add("encrypt", t0)
-        st.tree = _TreeBuilder()
-        st.level = [_Node(st.tree.new(), np.arange(self.n), int(st.gq.sum()), int(st.hq.sum()))]
+        st.tree = _TreeBuilder(outputs=self.K)
+        st.level = [_Node(st.tree.new(), np.arange(self.n), st.gq.sum(axis=0), st.hq.sum(axis=0))]
         st.leaves, st.depth = [], 0
         return _prefix([send(q, grad_msg) for q in self.names], self._begin_level())
 
@@ -286,9 +317,10 @@ class ActiveRole(Role[_ActiveState]):
         for nd in st.level:
             sg, sh, sn = bin_histograms(self.bins, nd.rows, st.gq, st.hq, self.width)
             ok = valid_candidates(sn, len(nd.rows))
-            cg, ch_, cn = np.cumsum(sg, 1), np.cumsum(sh, 1), np.cumsum(sn, 1)
+            K = st.gq.shape[1]
+            cg, ch_, cn = np.cumsum(sg, 1).reshape(-1, K), np.cumsum(sh, 1).reshape(-1, K), np.cumsum(sn, 1)
             flat = np.flatnonzero(ok.ravel())
-            st.own.append((cg.ravel()[flat], ch_.ravel()[flat], cn.ravel()[flat], flat))
+            st.own.append((cg[flat], ch_[flat], cn.ravel()[flat], flat))
         self.timer.add("split_search", t0)
         st.passive_blocks, st.k = [], 0
         return then([send(q, req) for q in self.names], self.names[0], self._histogram_kind(), "on_histograms")
@@ -330,7 +362,7 @@ class ActiveRole(Role[_ActiveState]):
             raise ProtocolError(f"{name} sent malformed candidate counts")
         assert st.spec is not None
         t0 = time.perf_counter()
-        GL, HL, NL = decode_histograms(hist, self.sk, st.spec, name)
+        GL, HL, NL = decode_histograms(hist, self.sk, st.spec, name, self.tree_outputs)
         self.timer.add("decrypt", t0)
         out: list[tuple[np.ndarray, ...]] = []
         start = 0
@@ -365,10 +397,11 @@ class ActiveRole(Role[_ActiveState]):
                 mask, p, rec = st.lefts[i]
                 tree.kind[nd.index], tree.party[nd.index], tree.record[nd.index] = 2, p, rec
             left_rows = nd.rows[mask]
-            if int(mask.sum()) != c.nL or int(st.gq[left_rows].sum()) != c.GL or int(st.hq[left_rows].sum()) != c.HL:
+            if int(mask.sum()) != c.nL or tuple(st.gq[left_rows].sum(axis=0).tolist()) != c.GL or \
+                    tuple(st.hq[left_rows].sum(axis=0).tolist()) != c.HL:
                 raise ProtocolError("left instance set does not match the chosen candidate")
             for side, rows in (("left", nd.rows[mask]), ("right", nd.rows[~mask])):
-                child = _Node(tree.new(), rows, int(st.gq[rows].sum()), int(st.hq[rows].sum()), i)
+                child = _Node(tree.new(), rows, st.gq[rows].sum(axis=0), st.hq[rows].sum(axis=0), i)
                 getattr(tree, side)[nd.index] = child.index
                 nxt.append(child)
         st.level, st.depth = nxt, st.depth + 1
@@ -401,16 +434,17 @@ class ActiveRole(Role[_ActiveState]):
                                 np.zeros((0, 3), np.int32))
         sends = [send(q, done_req) for q in self.names]
         scale = 2.0 ** -st.frac
+        cols = slice(None) if self.per_round == 1 else [st.t % self.per_round]  # the outputs this tree sets
         for nd in st.leaves:
             w = leaf_weight(nd.G * scale, nd.H * scale, p.reg_lambda)
-            st.tree.value[nd.index] = w
-            st.margin[nd.rows] += p.learning_rate * w
+            st.tree.value[nd.index][cols] = w
+            st.margin[np.ix_(nd.rows, np.arange(self.K)[cols])] += p.learning_rate * w
         st.trees.append(st.tree)
         st.t += 1
-        if st.t < p.n_trees:
+        if st.t < p.n_trees * self.per_round:
             return _prefix(sends, self._begin_tree())
         model = _assemble(st.trees, self.model_id, p, self.base, self.columns, tuple(self.names))
-        return done(ActiveResult(model, st.margin, self.timer.phases), sends)
+        return done(ActiveResult(model, margin_out(st.margin), self.timer.phases), sends)
 
 
 def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:

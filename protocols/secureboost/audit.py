@@ -112,7 +112,7 @@ def _gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> Empiric
     """A passive party guesses labels from the first tree's gradients (g = p - y < 0 iff y = 1)."""
     plain = tap.received(party, PlainGradients)
     if plain:
-        g = np.asarray(plain[0].g, dtype=np.float64)
+        g = np.asarray(plain[0].g, dtype=np.float64)[:, 0]
         kind, protection = "secureboost.plain_gradients", None
     else:
         gh = tap.received(party, EncryptedGradients)[0].gh
@@ -121,7 +121,7 @@ def _gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> Empiric
         g = np.full(len(decoded), np.nan)
         ok = [i for i, v in enumerate(decoded) if v is not None]
         if ok:
-            g[ok] = unpack_candidates([v for v in decoded if v is not None], gh.packing)[0]
+            g[ok] = unpack_candidates([v for v in decoded if v is not None], gh.packing)[0][:, 0]
         kind, protection = "secureboost.gradients", Protection.CIPHERTEXT
     majority = float(np.mean(y) >= 0.5)
     guess = np.where(np.isnan(g), majority, (g < 0).astype(np.float64))
@@ -169,11 +169,11 @@ def _histogram_findings(tap: AuditTap, party: str, kind: str) -> list[EmpiricalF
             start += k
             blocks.append(nl)
             candidates += k
-            g_node = g[rows]
-            total = int(g_node.sum())
-            for a, b in zip(gl.tolist(), nl.tolist(), strict=True):
+            g_node = g[rows]  # (rows, outputs)
+            total = g_node.sum(axis=0)
+            for a, b in zip(gl, nl.tolist(), strict=True):
                 target = a if b == 1 else (total - a if len(rows) - b == 1 else None)
-                singled += target is not None and int(np.count_nonzero(g_node == target)) == 1
+                singled += target is not None and int(np.count_nonzero((g_node == target).all(axis=1))) == 1
     return [
         adjacent_order_finding(
             ACTIVE, f"{kind}: candidate order", kind, blocks,

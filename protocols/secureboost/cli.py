@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError
-from vflcrypto.metrics import rmse, roc_auc
+from vflcrypto.metrics import multiclass_accuracy, rmse, roc_auc
 from vflcrypto.runtime import Transcript
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
@@ -62,7 +62,16 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
 
 
 def _metrics(objective: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    if objective == "multiclass":
+        return {"accuracy": multiclass_accuracy(y, np.argmax(pred, axis=1)), "log_loss": _log_loss(y, pred)}
     return {"auc": roc_auc(y, pred)} if objective == "binary" else {"rmse": rmse(y, pred)}
+
+
+def _log_loss(y: np.ndarray, prob: np.ndarray) -> float:
+    """Mean negative log probability of the true class (classes beyond the model's count as 1e-15)."""
+    idx = np.asarray(y, np.int64)
+    p = np.where(idx < prob.shape[1], prob[np.arange(len(idx)), np.minimum(idx, prob.shape[1] - 1)], 0.0)
+    return float(-np.mean(np.log(np.clip(p, 1e-15, 1.0))))
 
 
 def _mode(args: argparse.Namespace, opts: TrainOptions) -> str:
@@ -123,9 +132,9 @@ def train(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    metric = "AUC" if "auc" in summary else "RMSE"
-    print(f"trained {params.n_trees} trees (depth {params.max_depth}, {summary['mode']}) on {len(train_rows)} rows; "
-          f"{summary['evaluated_on']} {metric} {summary.get('auc', summary.get('rmse')):.4f}; "
+    metric = next(m for m in ("auc", "accuracy", "rmse") if m in summary)
+    print(f"trained {params.n_trees} rounds (depth {params.max_depth}, {summary['mode']}) on {len(train_rows)} rows; "
+          f"{summary['evaluated_on']} {metric.upper() if metric != 'accuracy' else metric} {summary[metric]:.4f}; "
           f"{summary['seconds']:.1f} s; {sum(bytes_sent.values()):,} bytes sent")
     if args.model_dir:
         print(f"party models saved in {args.model_dir}")

@@ -17,19 +17,22 @@ PASSIVE = "passive"
 
 
 @declare("secureboost.setup", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
-         reveals="the model id, tree/depth/bin parameters, the number of aligned rows, a digest "
-                 "of the ordered row IDs (equality check only) and the active party's Paillier "
-                 "public key (none in plaintext mode)")
+         reveals="the model id, round/depth/bin parameters, the number of aligned rows, a digest "
+                 "of the ordered row IDs (equality check only), the active party's Paillier "
+                 "public key (none in plaintext mode) and, for a multiclass model, the number of "
+                 "classes (outputs per tree, or trees per round)")
 @dataclass(frozen=True)
 class Setup:
     model_id: str
     n_rows: int
-    n_trees: int
+    n_trees: int  # boosting rounds
     max_depth: int
     max_bin: int
     ids_digest: bytes
     plaintext: bool
     public_key: PaillierPublicKey | None
+    n_outputs: int = 1  # (g, h) pairs per row and leaf weights per leaf: K for a multi-output tree
+    trees_per_round: int = 1  # K for one tree per class
 
 
 @declare("secureboost.gradients", sender=ACTIVE, receiver=PASSIVE,
@@ -40,7 +43,7 @@ class Setup:
 @dataclass(frozen=True)
 class EncryptedGradients:
     tree: int
-    gh: PaillierVector  # one ciphertext per row: slot 0 = g, slot 1 = h
+    gh: PaillierVector  # one ciphertext per row: slots g_0..g_{K-1}, h_0..h_{K-1} (K = setup.n_outputs)
 
 
 @declare("secureboost.plain_gradients", sender=ACTIVE, receiver=PASSIVE,
@@ -51,7 +54,7 @@ class EncryptedGradients:
 class PlainGradients:
     tree: int
     frac_bits: int
-    g: np.ndarray  # int64 fixed-point
+    g: np.ndarray  # int64 fixed-point, (rows, outputs)
     h: np.ndarray
 
 
@@ -74,7 +77,8 @@ class LevelRequest:
          protection=(Protection.AGGREGATE, Protection.SHUFFLED),
          reveals="after decryption with its own key: per node, for every split candidate of "
                  "this passive party (anonymous, freshly shuffled per node, empty-bin duplicates "
-                 "removed) the left-side sums G_L, H_L and the row count n_L; the candidate count "
+                 "removed) the left-side sums G_L, H_L (one per class in a multi-output tree) and "
+                 "the row count n_L; the candidate count "
                  "bounds the party's distinct feature values; candidates with n_L or n - n_L <= 2 "
                  "expose single rows' gradients and their rank in a passive feature")
 @dataclass(frozen=True)
@@ -98,8 +102,8 @@ class PlainHistograms:
     depth: int
     nodes: np.ndarray
     counts: np.ndarray
-    grad: np.ndarray  # int64 fixed-point G_L per candidate
-    hess: np.ndarray  # int64 fixed-point H_L
+    grad: np.ndarray  # int64 fixed-point G_L per candidate, (candidates, outputs)
+    hess: np.ndarray  # int64 fixed-point H_L, (candidates, outputs)
     rows: np.ndarray  # int64 n_L
 
 

@@ -10,12 +10,26 @@ import numpy as np
 from vflcrypto.dataio import load_model, save_model
 from vflcrypto.errors import InputDataError
 
-__all__ = ["ActiveModel", "PassiveModel", "link"]
+from .tree import softmax
+
+__all__ = ["ActiveModel", "PassiveModel", "link", "margin_out"]
 
 
 def link(objective: str, margin: np.ndarray) -> np.ndarray:
-    """Probabilities (binary) or values (regression) from margins."""
-    return 1.0 / (1.0 + np.exp(-margin)) if objective == "binary" else margin
+    """Probabilities (binary: (n,); multiclass: softmax, (n, K)) or values (regression) from margins.
+
+    ``margin`` is (n,) or (n, outputs).
+    """
+    margin = np.asarray(margin, dtype=np.float64)
+    if objective == "multiclass":
+        return softmax(margin.reshape(margin.shape[0], -1))
+    m = margin.reshape(margin.shape[0], -1)[:, 0] if margin.ndim > 1 else margin
+    return 1.0 / (1.0 + np.exp(-m)) if objective == "binary" else m
+
+
+def margin_out(margin: np.ndarray) -> np.ndarray:
+    """Margins as XGBoost's ``output_margin`` shapes them: (n,) for one output, else (n, K)."""
+    return margin[:, 0].copy() if margin.ndim == 2 and margin.shape[1] == 1 else margin
 
 
 @dataclass(frozen=True)
@@ -24,12 +38,14 @@ class ActiveModel:
 
     ``kind``: 0 leaf, 1 split on an own feature, 2 split on a passive party's feature
     (``party`` indexes ``passive_parties``; ``record`` is that party's record id).
-    ``left``/``right`` are tree-local node indices; ``value`` is the leaf weight.
+    ``left``/``right`` are tree-local node indices; ``value`` (nodes, outputs) is the leaf
+    weight per output (a tree of one class of a one-tree-per-class model has zeros in the
+    other columns); ``base_score`` (outputs,) are the initial margins.
     """
 
     model_id: str
     objective: str
-    base_score: float
+    base_score: np.ndarray
     learning_rate: float
     max_depth: int
     columns: tuple[str, ...]
@@ -49,9 +65,13 @@ class ActiveModel:
     def n_trees(self) -> int:
         return len(self.offsets) - 1
 
+    @property
+    def n_outputs(self) -> int:
+        return int(self.value.shape[1])
+
     def save(self, path: str | Path) -> None:
-        meta = {"format": "vflcrypto.secureboost.active/1", "model_id": self.model_id,
-                "objective": self.objective, "base_score": self.base_score,
+        meta = {"format": "vflcrypto.secureboost.active/2", "model_id": self.model_id,
+                "objective": self.objective, "base_score": [float(v) for v in self.base_score],
                 "learning_rate": self.learning_rate, "max_depth": self.max_depth,
                 "columns": list(self.columns), "passive_parties": list(self.passive_parties)}
         arrays = {k: getattr(self, k) for k in ("offsets", "kind", "party", "feature", "bin",
@@ -60,15 +80,23 @@ class ActiveModel:
 
     @classmethod
     def load(cls, path: str | Path) -> ActiveModel:
+        """Read a model file (format 2; format 1, single-output with a scalar base score, too)."""
         meta, a = load_model(path)
-        if meta.get("format") != "vflcrypto.secureboost.active/1":
+        fmt = meta.get("format")
+        if fmt not in ("vflcrypto.secureboost.active/1", "vflcrypto.secureboost.active/2"):
             raise InputDataError(f"{path} is not a SecureBoost active-party model")
         try:
-            return cls(meta["model_id"], meta["objective"], float(meta["base_score"]),
+            base = np.atleast_1d(np.asarray(meta["base_score"], dtype=np.float64))
+            value = np.asarray(a["value"], dtype=np.float64)
+            value = value.reshape(len(value), -1)
+            if value.shape[1] != len(base):
+                raise InputDataError(f"{path}: leaf values have {value.shape[1]} outputs, the base score "
+                                     f"{len(base)}")
+            return cls(meta["model_id"], meta["objective"], base,
                        float(meta["learning_rate"]), int(meta["max_depth"]),
                        tuple(meta["columns"]), tuple(meta["passive_parties"]),
-                       *(a[k] for k in ("offsets", "kind", "party", "feature", "bin", "threshold",
-                                        "record", "left", "right", "value")))
+                       offsets=a["offsets"], kind=a["kind"], party=a["party"], feature=a["feature"], bin=a["bin"],
+                       threshold=a["threshold"], record=a["record"], left=a["left"], right=a["right"], value=value)
         except KeyError as exc:
             raise InputDataError(f"{path}: model file lacks {exc}") from None
 

@@ -42,7 +42,7 @@ from .messages import (
     SplitResponse,
 )
 from .model import PassiveModel
-from .tree import as_matrix, bin_features, bin_histograms, encrypted_bin_sums, valid_candidates
+from .tree import MAX_CLASSES, as_matrix, bin_features, bin_histograms, encrypted_bin_sums, valid_candidates
 
 __all__ = ["PassiveResult", "PassiveRole", "shuffle_candidates"]
 
@@ -60,11 +60,11 @@ class _PassiveState:
     setup: Setup | None = None
     t: int = 0  # tree
     depth: int = 0
-    gq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # plaintext mode
-    hq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))  # plaintext mode: (n, outputs)
+    hq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     blob: bytes = b""  # encrypted mode: the packed (g, h) ciphertexts, fixed width
     spec: PackingSpec | None = None
-    prev_plain: list[np.ndarray] = field(default_factory=list)  # per node: cumulative (G, H, n), shape (3, F*width)
+    prev_plain: list[np.ndarray] = field(default_factory=list)  # per node: cumulative (G.., H.., n), (2K+1, F*width)
     prev_enc: list[bytes] = field(default_factory=list)  # per node: cumulative [[G, H]], fixed width
     node_of_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     anon: list[np.ndarray] = field(default_factory=list)  # per node: candidate ids in shuffled order
@@ -130,7 +130,9 @@ class PassiveRole(Role[_PassiveState]):
         if self.ids is not None and not secrets.compare_digest(ids_digest(self.ids, "secureboost"),
                                                                setup.ids_digest):
             raise InputDataError(f"{self.name}: row IDs differ from the active party's: inputs not aligned")
-        if not 2 <= setup.max_bin <= 256 or setup.n_trees < 1 or not 1 <= setup.max_depth <= 30:
+        if not 2 <= setup.max_bin <= 256 or setup.n_trees < 1 or not 1 <= setup.max_depth <= 30 or \
+                not 1 <= setup.n_outputs <= MAX_CLASSES or not 1 <= setup.trees_per_round <= MAX_CLASSES or \
+                min(setup.n_outputs, setup.trees_per_round) != 1:
             raise ProtocolError("setup parameters out of range")
         if setup.plaintext != (setup.public_key is None):
             raise ProtocolError("setup mode and public key disagree")
@@ -145,24 +147,29 @@ class PassiveRole(Role[_PassiveState]):
         self._bins()
         return self._await_gradients()
 
+    @property
+    def n_trees(self) -> int:
+        """Trees in the whole run: rounds times trees per round."""
+        return self.setup.n_trees * self.setup.trees_per_round
+
     def _await_gradients(self) -> Next:
         kind = PlainGradients if self.setup.plaintext else EncryptedGradients
         return then([], self.active, kind, "on_gradients")
 
     def on_gradients(self, grad: EncryptedGradients | PlainGradients) -> Next:
         """Step 1: every row's (g, h) of this tree (encrypted, or in the clear in plaintext mode)."""
-        st, n = self.state, self.X.shape[0]
+        st, n, K = self.state, self.X.shape[0], self.setup.n_outputs
         if isinstance(grad, PlainGradients):
             gq, hq = np.asarray(grad.g), np.asarray(grad.h)
-            if grad.tree != st.t or gq.shape != (n,) or hq.shape != (n,) or gq.dtype.kind != "i" or \
+            if grad.tree != st.t or gq.shape != (n, K) or hq.shape != (n, K) or gq.dtype.kind != "i" or \
                     hq.dtype.kind != "i":
                 raise ProtocolError("malformed plaintext gradients")
             st.gq, st.hq = gq.astype(np.int64), hq.astype(np.int64)
         else:
             if grad.tree != st.t or len(grad.gh) != n:
                 raise ProtocolError(f"expected {n} encrypted gradients for tree {st.t}")
-            if grad.gh.packing is None or grad.gh.slots != 2 or grad.gh.public_key != self.setup.public_key:
-                raise ProtocolError("gradients are not packed (g, h) pairs under the setup key")
+            if grad.gh.packing is None or grad.gh.slots != 2 * K or grad.gh.public_key != self.setup.public_key:
+                raise ProtocolError(f"gradients are not packed {K} (g, h) pairs per row under the setup key")
             st.spec, st.blob = grad.gh.packing, grad.gh.to_bytes()
         st.depth, st.prev_plain, st.prev_enc = 0, [], []
         st.partition = np.zeros(n, dtype=np.int64)
@@ -213,11 +220,12 @@ class PassiveRole(Role[_PassiveState]):
         cnts = np.asarray([len(a) for a in st.anon], dtype=np.int32)
         msg: EncryptedHistograms | PlainHistograms
         if setup.plaintext:
+            K = setup.n_outputs
             cum = _plain_level(bins, node_rows, compute, derive, st.prev_plain, st.gq, st.hq, width)
             sel = [c[:, a] for c, a in zip(cum, st.anon, strict=True)]
-            stacked = np.concatenate(sel, axis=1) if sel else np.zeros((3, 0), np.int64)
-            msg = PlainHistograms(st.t, st.depth, node_ids, cnts, stacked[0].copy(), stacked[1].copy(),
-                                  stacked[2].copy())
+            stacked = np.concatenate(sel, axis=1) if sel else np.zeros((2 * K + 1, 0), np.int64)
+            msg = PlainHistograms(st.t, st.depth, node_ids, cnts, stacked[:K].T.copy(), stacked[K : 2 * K].T.copy(),
+                                  stacked[2 * K].copy())
             st.prev_plain = cum
         else:
             pk = setup.public_key
@@ -226,7 +234,7 @@ class PassiveRole(Role[_PassiveState]):
             prev = [_from_bytes(b, w) for b in st.prev_enc]
             enc = _encrypted_level(pk, st.blob, bins, node_rows, compute, derive, prev, width)
             cand = [enc[i][j] for i, a in enumerate(st.anon) for j in a.tolist()]
-            bits = 2 * st.spec.slot_bits
+            bits = 2 * setup.n_outputs * st.spec.slot_bits
             folded, per = fold_ciphertexts(pk, cand, bits)
             vec = PaillierVector.from_ciphertexts(pk, folded)
             msg = EncryptedHistograms(st.t, st.depth, node_ids, cnts, bits, per,
@@ -273,7 +281,7 @@ class PassiveRole(Role[_PassiveState]):
         st = self.state
         self.hold("instance_partition", st.partition)  # its finest view of the tree (for the audit)
         st.t += 1
-        if st.t < self.setup.n_trees:
+        if st.t < self.n_trees:
             return self._await_gradients()
         _, splits, _ = self._bins()
         thr = np.asarray([float(splits[f][b]) for f, b in zip(st.rec_f, st.rec_b, strict=True)], np.float64)
@@ -297,11 +305,14 @@ def _from_bytes(data: bytes, width: int) -> list[mpz]:
 
 def _plain_level(bins: np.ndarray, node_rows: list[np.ndarray], compute: np.ndarray, derive: np.ndarray,
                  prev: list[np.ndarray], gq: np.ndarray, hq: np.ndarray, width: int) -> list[np.ndarray]:
-    """Cumulative (G, H, n) per (feature, bin) of every node, shape (3, F*width); larger siblings by subtraction."""
+    """Cumulative (G_0..G_{K-1}, H_0..H_{K-1}, n) per (feature, bin) of every node, shape
+    (2K + 1, F*width); larger siblings by subtraction."""
     cum: list[Any] = [None] * (len(compute) + len(derive))
+    K = gq.shape[1]
     for i in compute.tolist():
         sg, sh, sn = bin_histograms(bins, node_rows[i], gq, hq, width)
-        cum[i] = np.stack([np.cumsum(sg, 1).ravel(), np.cumsum(sh, 1).ravel(), np.cumsum(sn, 1).ravel()])
+        cg, ch = np.cumsum(sg, 1).reshape(-1, K).T, np.cumsum(sh, 1).reshape(-1, K).T
+        cum[i] = np.concatenate([cg, ch, np.cumsum(sn, 1).reshape(1, -1)])
     for node, parent, sib in derive.tolist():
         cum[node] = prev[parent] - cum[sib]
     return cum

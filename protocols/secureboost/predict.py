@@ -35,7 +35,7 @@ def network(names: list[str], timeout: float, allow_insecure: bool, transcript: 
 def predict_active(channels: dict[str, Channel], model: ActiveModel, X: np.ndarray, *,
                    timeout: float | None = None) -> np.ndarray:
     """Walk all trees level by level; one query per passive party per level. Returns
-    probabilities (binary) or values (regression)."""
+    probabilities (binary: (n,); multiclass: (n, K)) or values (regression)."""
     X = as_matrix(X, "active party")
     if X.shape[1] != len(model.columns):
         raise InputDataError(f"active party has {X.shape[1]} features, the model {len(model.columns)}")
@@ -43,7 +43,7 @@ def predict_active(channels: dict[str, Channel], model: ActiveModel, X: np.ndarr
     if set(channels) != set(names):
         raise InputDataError(f"model was trained with passive parties {names}, got {sorted(channels)}")
     n = X.shape[0]
-    margin = np.full(n, model.base_score)
+    margin = np.tile(np.asarray(model.base_score, np.float64), (n, 1))
     frontier = [(t, 0, np.arange(n)) for t in range(model.n_trees)]
     depth = 0
     while frontier:
@@ -55,7 +55,7 @@ def predict_active(channels: dict[str, Channel], model: ActiveModel, X: np.ndarr
             g = int(model.offsets[t]) + idx
             kind = int(model.kind[g])
             if kind == 0:
-                margin[rows] += model.learning_rate * float(model.value[g])
+                margin[rows] += model.learning_rate * model.value[g]
             elif kind == 1:
                 mask = X[rows, int(model.feature[g])] <= float(model.threshold[g])
                 nxt += [(t, int(model.left[g]), rows[mask]), (t, int(model.right[g]), rows[~mask])]

@@ -30,8 +30,10 @@ from vflcrypto.spec import option
 
 __all__ = [
     "GAIN_EPS",
+    "MAX_CLASSES",
     "MAX_FRAC_BITS",
     "MIN_FRAC_BITS",
+    "MULTI_STRATEGIES",
     "OBJECTIVES",
     "BoostParams",
     "Choice",
@@ -45,9 +47,12 @@ __all__ = [
     "encrypted_bin_sums",
     "gradients",
     "leaf_weight",
+    "n_outputs",
     "packing_spec",
     "quantize",
     "select_split",
+    "slots_fit",
+    "softmax",
     "split_gain",
     "unfold_candidates",
     "unpack_candidates",
@@ -55,7 +60,9 @@ __all__ = [
     "value_bound_bits",
 ]
 
-OBJECTIVES = ("binary", "regression")
+OBJECTIVES = ("binary", "regression", "multiclass")
+MULTI_STRATEGIES = ("multi_output_tree", "one_output_per_tree")  # XGBoost's names
+MAX_CLASSES = 64
 MAX_FRAC_BITS = 24  # 6e-8 resolution per gradient: far below what changes a split
 MIN_FRAC_BITS = 8
 GAIN_EPS = 1e-9  # a split must improve the objective by more than this
@@ -69,7 +76,11 @@ class BoostParams:
     """Training parameters (XGBoost names and defaults where they exist); the one source of the
     flags of ``train secureboost`` and ``party ... train secureboost``."""
 
-    objective: str = option("binary", "loss: logistic (binary labels) or squared error", choices=OBJECTIVES)
+    objective: str = option("binary", "loss: logistic (binary labels), squared error, or softmax (multiclass: "
+                                      "labels 0..K-1)", choices=OBJECTIVES)
+    multi_strategy: str = option("multi_output_tree", "multiclass only: one tree per round whose leaves hold a "
+                                 "weight per class, all classes' (g, h) packed per row (FATE's SBT-MO), or one "
+                                 "tree per class per round", choices=MULTI_STRATEGIES)
     n_trees: int = option(10, "boosting rounds (trees)", flag="--trees")
     max_depth: int = option(3, "depth of every tree", flag="--depth")
     learning_rate: float = option(0.3, "shrinkage of every tree's leaves", flag="--lr")
@@ -81,6 +92,8 @@ class BoostParams:
     def validate(self) -> None:
         if self.objective not in OBJECTIVES:
             raise InputDataError(f"objective must be one of {OBJECTIVES}, not {self.objective!r}")
+        if self.multi_strategy not in MULTI_STRATEGIES:
+            raise InputDataError(f"multi_strategy must be one of {MULTI_STRATEGIES}, not {self.multi_strategy!r}")
         if self.n_trees < 1 or self.max_depth < 1:
             raise InputDataError("need at least one tree of depth >= 1")
         if not 2 <= self.max_bin <= 256:
@@ -139,20 +152,47 @@ def bin_features(X: np.ndarray, max_bin: int) -> tuple[np.ndarray, list[np.ndarr
     return bins, splits
 
 
-def base_score(objective: str, y: np.ndarray) -> float:
-    """Initial margin: log-odds of the positive rate (binary) or the mean (regression)."""
+def n_outputs(objective: str, y: np.ndarray) -> int:
+    """Margins per row: the number of classes K = max label + 1 (multiclass), else 1."""
+    return int(np.max(y)) + 1 if objective == "multiclass" else 1
+
+
+def base_score(objective: str, y: np.ndarray) -> np.ndarray:
+    """Initial margins, one per output: the log-odds of the positive rate (binary), the mean
+    (regression), or the centred log class priors (multiclass; softmax of them = the priors)."""
     if objective == "binary":
         p = float(np.clip(np.mean(y), 1e-6, 1 - 1e-6))
-        return math.log(p / (1 - p))
-    return float(np.mean(y))
+        return np.asarray([math.log(p / (1 - p))])
+    if objective == "multiclass":
+        prior = np.bincount(np.asarray(y, np.int64), minlength=n_outputs(objective, y)) / len(y)
+        logp = np.log(np.clip(prior, 1e-6, None))
+        return logp - logp.mean()
+    return np.asarray([float(np.mean(y))])
+
+
+def softmax(margin: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (n, K) margins (shifted by the row maximum: no overflow)."""
+    z = margin - margin.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
 
 
 def gradients(objective: str, y: np.ndarray, margin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """First and second derivatives of the loss at ``margin`` (logistic or squared error)."""
+    """First and second derivatives of the loss at ``margin`` (rows, outputs), each (rows, outputs).
+
+    Softmax: ``g_k = p_k - [y = k]`` and XGBoost's diagonal hessian ``h_k = max(2 p_k (1 - p_k), 1e-16)``
+    (its ``multi:softprob``; the factor 2 compensates the ignored off-diagonal terms).
+    """
+    margin = np.asarray(margin, dtype=np.float64).reshape(len(y), -1)
     if objective == "binary":
         p = 1.0 / (1.0 + np.exp(-margin))
-        return p - y, p * (1.0 - p)
-    return margin - y, np.ones_like(margin)
+        return p - y[:, None], p * (1.0 - p)
+    if objective == "multiclass":
+        p = softmax(margin)
+        onehot = np.zeros_like(p)
+        onehot[np.arange(len(y)), np.asarray(y, np.int64)] = 1.0
+        return p - onehot, np.maximum(2.0 * p * (1.0 - p), 1e-16)
+    return margin - y[:, None], np.ones_like(margin)
 
 
 def check_labels(objective: str, y: np.ndarray) -> None:
@@ -167,6 +207,14 @@ def check_labels(objective: str, y: np.ndarray) -> None:
             raise InputDataError("binary objective needs labels 0/1")
         if np.all(y == y[0]):
             raise InputDataError("binary objective needs both classes in the labels, got one class")
+    if objective == "multiclass":
+        if np.any(y < 0) or np.any(y != np.round(y)):
+            raise InputDataError("multiclass objective needs integer class labels 0..K-1")
+        if np.all(y == y[0]):
+            raise InputDataError("multiclass objective needs at least two classes in the labels, got one")
+        if int(np.max(y)) + 1 > MAX_CLASSES:
+            raise InputDataError(f"multiclass objective supports at most {MAX_CLASSES} classes "
+                                 f"(labels 0..{int(np.max(y))})")
 
 
 def value_bound_bits(g: np.ndarray, h: np.ndarray) -> int:
@@ -204,36 +252,52 @@ def packing_spec(n: int, frac_bits: int, vbb: int) -> PackingSpec:
     return PackingSpec.create(max_terms=max(2, n), frac_bits=frac_bits, value_bits=vb)
 
 
-def split_gain(GL: np.ndarray, HL: np.ndarray, G: float, H: float, lam: float,
+def slots_fit(outputs: int, spec: PackingSpec, key_bits: int) -> bool:
+    """Whether ``outputs`` (g, h) pairs (``2 * outputs`` slots) fit one plaintext of the key."""
+    return 2 * outputs * spec.slot_bits <= key_bits - 1
+
+
+def split_gain(GL: np.ndarray, HL: np.ndarray, G: Any, H: Any, lam: float,
                gamma: float) -> np.ndarray:
-    """Cheng et al. eq. (3) / XGBoost: 1/2 [GL²/(HL+λ) + GR²/(HR+λ) − G²/(H+λ)] − γ."""
+    """Cheng et al. eq. (3) / XGBoost: 1/2 [GL²/(HL+λ) + GR²/(HR+λ) − G²/(H+λ)] − γ.
+
+    With several outputs (``GL``, ``HL`` of shape (candidates, K); ``G``, ``H`` of shape
+    (K,)) the gain is the sum of the per-output gains, as in XGBoost's multi-output trees
+    and FATE's SBT-MO; one output gives exactly the scalar formula.
+    """
+    GL, HL = np.asarray(GL), np.asarray(HL)
     GR = G - GL
     HR = H - HL
-    return 0.5 * (GL * GL / (HL + lam) + GR * GR / (HR + lam) - G * G / (H + lam)) - gamma
+    per = 0.5 * (GL * GL / (HL + lam) + GR * GR / (HR + lam) - G * G / (H + lam))
+    return (per.sum(axis=-1) if per.ndim > 1 else per) - gamma
 
 
-def leaf_weight(G: float, H: float, lam: float) -> float:
-    """Optimal leaf weight −G/(H+λ)."""
+def leaf_weight(G: Any, H: Any, lam: float) -> Any:
+    """Optimal leaf weight −G/(H+λ) (per output when G, H are vectors)."""
     return -G / (H + lam)
 
 
 def bin_histograms(bins: np.ndarray, rows: np.ndarray, gq: np.ndarray, hq: np.ndarray,
                    width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-(feature, bin) integer sums of g, h and row counts over ``rows``: each (F, width).
+    """Per-(feature, bin) integer sums of g, h and row counts over ``rows``.
 
-    Float64 bincount is exact here because every partial sum is an integer < 2**52
-    (see :func:`choose_frac_bits`).
+    ``gq``, ``hq`` are (n, K) (one column per output); the sums are (F, width, K), the
+    counts (F, width). Float64 bincount is exact here because every partial sum is an
+    integer < 2**52 (see :func:`choose_frac_bits`).
     """
     F = bins.shape[1]
+    K = gq.shape[1]
     if F == 0:
-        z = np.zeros((0, width), dtype=np.int64)
-        return z, z.copy(), z.copy()
+        z = np.zeros((0, width, K), dtype=np.int64)
+        return z, z.copy(), np.zeros((0, width), dtype=np.int64)
     keys = (bins[rows] + (np.arange(F, dtype=np.int64) * width)[None, :]).ravel()
     size = F * width
-    sg = np.bincount(keys, weights=np.repeat(gq[rows].astype(np.float64), F), minlength=size)
-    sh = np.bincount(keys, weights=np.repeat(hq[rows].astype(np.float64), F), minlength=size)
+    sg = np.stack([np.bincount(keys, weights=np.repeat(gq[rows, k].astype(np.float64), F), minlength=size)
+                   for k in range(K)], axis=-1)
+    sh = np.stack([np.bincount(keys, weights=np.repeat(hq[rows, k].astype(np.float64), F), minlength=size)
+                   for k in range(K)], axis=-1)
     sn = np.bincount(keys, minlength=size)
-    return (sg.astype(np.int64).reshape(F, width), sh.astype(np.int64).reshape(F, width),
+    return (sg.astype(np.int64).reshape(F, width, K), sh.astype(np.int64).reshape(F, width, K),
             sn.astype(np.int64).reshape(F, width))
 
 
@@ -253,25 +317,28 @@ class Choice:
 
     gain: float
     owner: int
-    GL: int
-    HL: int
+    GL: tuple[int, ...]  # one fixed-point sum per output
+    HL: tuple[int, ...]
     nL: int
     ids: tuple[int, ...]  # active: flat (feature * width + bin); passive: tied anonymous ids
 
 
 def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-                 G: int, H: int, frac_bits: int, params: BoostParams) -> Choice | None:
+                 G: np.ndarray, H: np.ndarray, frac_bits: int, params: BoostParams) -> Choice | None:
     """Best split of a node over candidate blocks, one block per owner in owner order.
 
-    A block is ``(GL, HL, nL, ids)`` (integer fixed-point sums). Candidates need
-    ``H_L, H_R >= min_child_weight`` and ``gain > GAIN_EPS``. Ties are broken without
-    looking at the passive parties' (shuffled) order: highest gain, then lowest owner,
-    then smallest ``(G_L, H_L, n_L)``; equal-statistics candidates of one owner are all
-    returned (``ids``) and the owner picks its smallest (feature, bin).
+    A block is ``(GL, HL, nL, ids)``: integer fixed-point sums ``GL``, ``HL`` of shape
+    (candidates, K), row counts ``nL``; ``G``, ``H`` (K,) are the node's totals. Candidates
+    need ``H_L, H_R >= min_child_weight`` (for several outputs: their hessians summed; XGBoost's
+    multi-output trees instead zero the weight of an output below it, so parity with them
+    holds at ``min_child_weight = 0``) and ``gain > GAIN_EPS``. Ties are broken without looking at the
+    passive parties' (shuffled) order: highest gain, then lowest owner, then smallest
+    ``(G_L, H_L, n_L)``; equal-statistics candidates of one owner are all returned
+    (``ids``) and the owner picks its smallest (feature, bin).
     """
     scale = 2.0 ** -frac_bits
-    Gf, Hf = G * scale, H * scale
-    best: tuple[float, int, int, int, int] | None = None
+    Gf, Hf = np.asarray(G, np.float64) * scale, np.asarray(H, np.float64) * scale
+    best: tuple[float, int, tuple[int, ...], tuple[int, ...], int] | None = None
     best_ids: list[int] = []
     for owner, (GL, HL, nL, ids) in enumerate(blocks):
         if len(GL) == 0:
@@ -279,7 +346,8 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
         gl = GL.astype(np.float64) * scale
         hl = HL.astype(np.float64) * scale
         gain = split_gain(gl, hl, Gf, Hf, params.reg_lambda, params.gamma)
-        ok = (hl >= params.min_child_weight) & (Hf - hl >= params.min_child_weight)
+        hl_sum = hl.sum(axis=1)  # one output: exactly hl[:, 0]
+        ok = (hl_sum >= params.min_child_weight) & (float(Hf.sum()) - hl_sum >= params.min_child_weight)
         ok &= gain > GAIN_EPS
         if not ok.any():
             continue
@@ -287,7 +355,7 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
         if best is not None and top < best[0]:
             continue
         sel = np.flatnonzero(ok & (gain == top))
-        keys = sorted((int(GL[i]), int(HL[i]), int(nL[i]), int(ids[i])) for i in sel)
+        keys = sorted((tuple(GL[i].tolist()), tuple(HL[i].tolist()), int(nL[i]), int(ids[i])) for i in sel)
         k0 = keys[0][:3]
         cand = (top, owner, *k0)
         if best is None or top > best[0]:
@@ -355,26 +423,31 @@ def unfold_candidates(values: Sequence[int], count: int, per: int, bits: int) ->
     return out
 
 
-def unpack_candidates(packed: Sequence[int], spec: PackingSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Packed (g, h) sums of ``t`` real rows -> (G_L, H_L, n_L).
+def unpack_candidates(packed: Sequence[int], spec: PackingSpec,
+                      outputs: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Packed sums of ``t`` real rows -> (G_L (c, K), H_L (c, K), n_L (c,)).
 
-    Slot = sum + t * 2**value_bits and (by :func:`packing_spec`) ``0 <= H < 2**value_bits``,
-    so ``t = h_slot >> value_bits`` is the row count; G must lie in ``(-1, 1) * 2**value_bits``.
+    The slots are ``g_0 .. g_{K-1}, h_0 .. h_{K-1}`` (``K = outputs``), lowest first. Each
+    slot = sum + t * 2**value_bits and (by :func:`packing_spec`) ``0 <= H < 2**value_bits``,
+    so ``t = h_slot >> value_bits`` is the row count, the same in every h slot; every G
+    must lie in ``(-1, 1) * 2**value_bits``.
     """
     sb, vb = spec.slot_bits, spec.value_bits
     mask = (1 << sb) - 1
+    K = outputs
+    lo, hi = -(1 << vb), 1 << vb
     G, H, N = [], [], []
     for p in packed:
-        gs, hs = p & mask, p >> sb
-        if hs >> sb:
+        slots = [(p >> (j * sb)) & mask for j in range(2 * K)]
+        if p >> (2 * K * sb):
             raise ProtocolError("histogram candidate has bits above its slots")
-        t = hs >> vb
-        hv = hs - (t << vb)
-        gv = gs - (t << vb)
-        if t < 1 or not -(1 << vb) < gv < (1 << vb):
+        t = slots[K] >> vb
+        hv = [s - (t << vb) for s in slots[K:]]
+        gv = [s - (t << vb) for s in slots[:K]]
+        if t < 1 or any(not 0 <= v < hi for v in hv) or any(not lo < v < hi for v in gv):
             raise ProtocolError("histogram candidate outside its valid range (wrong key or tampered)")
         G.append(gv)
         H.append(hv)
         N.append(t)
-    return (np.asarray(G, dtype=np.int64), np.asarray(H, dtype=np.int64),
+    return (np.asarray(G, dtype=np.int64).reshape(-1, K), np.asarray(H, dtype=np.int64).reshape(-1, K),
             np.asarray(N, dtype=np.int64))
