@@ -74,3 +74,74 @@ def test_parallel_map_equals_in_process_work(monkeypatch: pytest.MonkeyPatch) ->
     chunks = [(i, i + 5) for i in range(0, 40, 5)]
     got = parallel.parallel_map(pow, chunks, cost=10 * parallel.PARALLEL_MIN_COST)
     assert got == [pow(a, b) for a, b in chunks]
+
+
+RAY_RUN = """
+import json, os, sys
+import numpy as np
+from vflcrypto import parallel
+from vflcrypto.protocols import secureboost as sb
+from vflcrypto.paillier import generate_keypair
+from vflcrypto.psi import blind_stream
+
+if __name__ == "__main__":
+    assert parallel.backend() == "ray"
+    parallel.get_executor()  # start the local Ray instance in the main thread
+    Xa, y, _, Xp, _ = sb.example(n=2500)
+    keys = generate_keypair(1024, allow_insecure=True)
+    params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=16)
+    on_ray = sb.run_local(Xa, y, [Xp], params=params, keys=keys, allow_insecure=True)
+    ray_tasks = parallel.dispatch_counts()["ray"]
+    ids = [f"id{i}".encode() for i in range(12_288)]  # three chunks
+    order = np.arange(len(ids))
+    secret = bytes(range(32))
+    psi_ray = b"".join(blind_stream(secret, ids, order))
+    psi_tasks = parallel.dispatch_counts()["ray"] - ray_tasks
+    parallel.configure("process")
+    local = sb.run_local(Xa, y, [Xp], params=params, keys=keys, allow_insecure=True)
+    same = all(np.array_equal(getattr(on_ray.active.model, k), getattr(local.active.model, k))
+               for k in ("kind", "party", "feature", "bin", "value"))
+    same_psi = psi_ray == b"".join(blind_stream(secret, ids, order))
+    print(json.dumps({"same": same, "same_psi": same_psi, "ray_tasks": ray_tasks, "psi_tasks": psi_tasks,
+                      "process_tasks": parallel.dispatch_counts()["process"]}))
+"""
+
+
+def test_ray_backend_gives_identical_results(tmp_path: Path) -> None:
+    """SecureBoost's encryption, histograms and decryption and ECDH PSI's blinding as Ray tasks on a
+    local 2-CPU instance: the same trees and the same blinded points as the process pool."""
+    pytest.importorskip("ray")
+    script = tmp_path / "ray_run.py"
+    script.write_text(RAY_RUN)
+    env = {**os.environ, "VFLCRYPTO_BACKEND": "ray", "VFLCRYPTO_WORKERS": "2", "RAY_DEDUP_LOGS": "0"}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["same"] and out["same_psi"], out
+    assert out["ray_tasks"] > 0 and out["psi_tasks"] > 0 and out["process_tasks"] > 0, out
+
+
+def test_parallel_backend_is_chosen_by_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vflcrypto.cli import main
+
+    monkeypatch.delenv("VFLCRYPTO_BACKEND", raising=False)
+    try:
+        assert parallel.backend() == "process"
+        monkeypatch.setenv("VFLCRYPTO_BACKEND", "ray")
+        assert parallel.backend() == "ray"
+        monkeypatch.setenv("VFLCRYPTO_BACKEND", "spark")
+        with pytest.raises(ValueError, match="VFLCRYPTO_BACKEND"):
+            parallel.backend()
+        monkeypatch.delenv("VFLCRYPTO_BACKEND")
+        with pytest.raises(SystemExit):  # an address without the Ray backend
+            main(["--ray-address", "auto", "examples", "never-written"])
+        with pytest.raises(ValueError, match="backend"):
+            parallel.configure("spark")
+        parallel.configure("ray", address="10.0.0.1:6379")
+        assert parallel.backend() == "ray"
+    finally:
+        parallel.configure(None)
+    assert parallel.backend() == "process"

@@ -19,6 +19,17 @@ that owns the pool dies, even by ``kill -9`` (:func:`_watch_owner`). Private-key
 operations (decryption, key-holder encryption) send ``p`` and ``q`` to the local worker
 processes over a pipe; set
 ``VFLCRYPTO_WORKERS=1`` if secrets must never leave the calling process.
+
+Ray backend (one party across several machines). With ``VFLCRYPTO_BACKEND=ray`` (or
+:func:`configure`) the same chunks run as Ray tasks on *that party's own* Ray cluster:
+``VFLCRYPTO_RAY_ADDRESS`` names it (``auto``, ``host:port``); unset, a local instance with
+:func:`worker_count` CPUs is started. FATE spreads a party over Spark/Eggroll and
+SecretFlow over Ray in the same way. The kernels are the same functions, so results are
+identical; only the dispatch differs. Every node needs this package installed. Secrets
+(``p``, ``q``) and plaintexts travel inside the party's cluster through Ray's own
+(pickle-based) transport and object store: the cluster is part of the party's trust
+domain, never shared with another party, and should be reachable only on its private
+network (Ray has no authentication of its own). Messages between parties never use it.
 """
 
 from __future__ import annotations
@@ -36,9 +47,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 __all__ = [
+    "BACKENDS",
     "PARALLEL_MIN_COST",
+    "backend",
     "chunk_ranges",
+    "configure",
     "cpu_seconds",
+    "dispatch_counts",
     "get_executor",
     "parallel_map",
     "pool_usage",
@@ -52,28 +67,110 @@ T = TypeVar("T")
 # in-process: ~50 ms of work, comfortably more than a warm pool's dispatch overhead.
 PARALLEL_MIN_COST = 10_000
 
+BACKENDS = ("process", "ray")
+
 _lock = threading.Lock()
 _executor: ProcessPoolExecutor | None = None
 _executor_pid: int | None = None
+_ray: _RayExecutor | None = None
+_config: dict[str, str | None] = {}  # set by configure(); overrides the environment
+_dispatched: dict[str, int] = {"process": 0, "ray": 0}
+
+
+def configure(backend: str | None = None, *, address: str | None = None) -> None:
+    """Choose the backend (``"process"`` or ``"ray"``) and the Ray cluster address in code.
+
+    ``None`` falls back to ``$VFLCRYPTO_BACKEND`` / ``$VFLCRYPTO_RAY_ADDRESS``. A change
+    stops the running pool or Ray connection (they restart on next use).
+    """
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"parallel backend must be one of {BACKENDS}, not {backend!r}")
+    shutdown()
+    _config.clear()
+    _config.update({"backend": backend, "address": address})
+
+
+def backend() -> str:
+    """The backend in use: :func:`configure`'s choice, else ``$VFLCRYPTO_BACKEND``, else ``process``."""
+    name = _config.get("backend") or os.environ.get("VFLCRYPTO_BACKEND", "").strip().lower() or "process"
+    if name not in BACKENDS:
+        raise ValueError(f"VFLCRYPTO_BACKEND must be one of {BACKENDS}, not {name!r}")
+    return name
+
+
+def dispatch_counts() -> dict[str, int]:
+    """Chunks sent to each backend so far in this process (tests and benchmarks)."""
+    return dict(_dispatched)
 
 
 def worker_count() -> int:
-    """Workers the pool uses: ``$VFLCRYPTO_WORKERS`` if set, else ``os.cpu_count()``."""
+    """Workers the pool uses: ``$VFLCRYPTO_WORKERS`` if set, else the Ray cluster's CPUs
+    (Ray backend), else ``os.cpu_count()``."""
     env = os.environ.get("VFLCRYPTO_WORKERS")
     if env is not None and env.strip() != "":
         try:
             return max(0, int(env))
         except ValueError:
             return 1
+    if backend() == "ray":
+        return _ray_executor().cpus
     return os.cpu_count() or 1
 
 
+class _RayExecutor(Executor):
+    """``submit`` as a Ray task on the party's cluster (``concurrent.futures`` futures)."""
+
+    def __init__(self, address: str | None, cpus: int | None) -> None:
+        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")  # no GPUs here: keep Ray quiet
+        try:
+            import ray
+        except ImportError as exc:  # the "flower" extra brings Ray
+            raise RuntimeError("the Ray backend needs the ray package (pip install 'vflcrypto[flower]' "
+                               "or 'ray')") from exc
+        self._ray: Any = ray
+        self._started = not self._ray.is_initialized()
+        if self._started:
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+            if address:
+                self._ray.init(address=address, **kw)
+            else:
+                self._ray.init(num_cpus=cpus, **kw)
+        self.cpus = max(1, int(self._ray.cluster_resources().get("CPU", 1)))
+        self._call = self._ray.remote(_star)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise TypeError("Ray tasks here take positional plain values only")
+        _dispatched["ray"] += 1
+        return self._call.remote((fn, args)).future()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if self._started and self._ray.is_initialized():
+            self._ray.shutdown()
+
+
+def _ray_executor() -> _RayExecutor:
+    global _ray
+    with _lock:
+        if _ray is None:
+            env = os.environ.get("VFLCRYPTO_WORKERS", "").strip()
+            cpus = int(env) if env.isdigit() and int(env) > 0 else None
+            address = _config.get("address") or os.environ.get("VFLCRYPTO_RAY_ADDRESS") or None
+            _ray = _RayExecutor(address, cpus)
+        return _ray
+
+
 def get_executor() -> Executor | None:
-    """The shared pool (created on first use), or ``None`` when parallelism is disabled."""
+    """The shared pool (created on first use), or ``None`` when parallelism is disabled.
+
+    With the Ray backend: an executor whose tasks run on the party's Ray cluster.
+    """
     global _executor, _executor_pid
     workers = worker_count()
     if workers <= 1:
         return None
+    if backend() == "ray":
+        return _ray_executor()
     with _lock:
         if _executor is None or _executor_pid != os.getpid():
             methods = multiprocessing.get_all_start_methods()
@@ -117,12 +214,15 @@ def _watch_owner(pid: int) -> None:
 
 
 def shutdown() -> None:
-    """Stop the pool (it is recreated on next use)."""
-    global _executor
+    """Stop the pool, and a Ray instance this module started (both restart on next use)."""
+    global _executor, _ray
     with _lock:
         ex, _executor = _executor, None
+        rx, _ray = _ray, None
     if ex is not None:
         ex.shutdown(wait=True, cancel_futures=True)
+    if rx is not None:
+        rx.shutdown()
 
 
 atexit.register(shutdown)
@@ -189,6 +289,9 @@ def parallel_map(fn: Callable[..., T], chunks: Sequence[tuple[Any, ...]], *,
     ex = get_executor()
     if ex is None:
         return [fn(*c) for c in chunks]
+    if isinstance(ex, _RayExecutor):
+        return [f.result() for f in [ex.submit(fn, *c) for c in chunks]]
+    _dispatched["process"] += len(chunks)
     try:
         return list(ex.map(_star, [(fn, c) for c in chunks]))
     except BrokenProcessPool:

@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vflcrypto",
         description="Privacy-preserving cryptographic protocols for vertical federated learning.",
     )
+    parser.add_argument("--parallel", choices=("process", "ray"), default=None,
+                        help="where a party's big-integer work runs: this machine's process pool (default) or "
+                             "the party's own Ray cluster (also $VFLCRYPTO_BACKEND)")
+    parser.add_argument("--ray-address", default=None,
+                        help="with --parallel ray: the party's cluster ('auto', host:port); default: a local "
+                             "instance (also $VFLCRYPTO_RAY_ADDRESS)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -57,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.parallel is not None or args.ray_address is not None:
+        from .. import parallel
+
+        if args.ray_address is not None and (args.parallel or parallel.backend()) != "ray":
+            parser.error("--ray-address needs --parallel ray")
+        parallel.configure(args.parallel or parallel.backend(), address=args.ray_address)
     try:
         return int(args.handler(args) or 0)
     except VflError as exc:
