@@ -471,3 +471,31 @@ def test_pool_reuses_shipped_vectors(monkeypatch, small_paillier_keys):
     blocks._chunk_cache.clear()  # in-process fallback or a worker that lost its cache: resend
     X = rng.normal(size=(12, 2))
     assert np.allclose(sk.decrypt_fixed(v.dot(X)), x @ X, atol=1e-5)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+def test_dot_kernels_equal_exponentiation(monkeypatch: pytest.MonkeyPatch, signed: bool) -> None:
+    """Both multi-exponentiations (signed digits over one shared batch inversion, and the
+    unsigned one kept for few columns) equal plain modular powers, every digit pattern."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from vflcrypto.paillier import kernels
+
+    monkeypatch.setattr(kernels, "_signed_pays", lambda X: signed)
+    prime = 2**127 - 1
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.lists(st.lists(st.integers(-(2**62) + 1, 2**62 - 1) | st.integers(-40, 40), min_size=3, max_size=3),
+                    min_size=1, max_size=40))
+    def check(rows: list[list[int]]) -> None:
+        X = np.array(rows, dtype=np.int64)
+        cts = [gmpy2.mpz(3 + 2 * i) for i in range(len(rows))]
+        got = kernels._dot(cts, X, gmpy2.mpz(prime))
+        for j in range(3):
+            ref = 1
+            for c, k in zip(cts, X[:, j].tolist(), strict=True):
+                ref = ref * pow(int(c), int(k), prime) % prime
+            assert int(got[j]) == ref
+
+    check()

@@ -25,6 +25,7 @@ import numpy as np
 
 from vflcrypto.ckks import CKKSContext, CKKSVector
 from vflcrypto.dataio import PartyTable, ids_digest
+from vflcrypto.encoding import significant_frac_bits
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
@@ -320,7 +321,11 @@ class _DataRole(Role[_PartyState]):
 
     def _masked_gradient(self, d: Any, Xb: np.ndarray, m: int) -> Any:
         assert self.crypto is not None
-        msg, state = self.crypto.mask(d.dot(Xb * self.crypto.grad_scale(m)))
+        if isinstance(self.crypto, PaillierCrypto):  # X's precision from the data: cheaper products
+            prod = d.dot(Xb, significant_frac_bits(Xb))
+        else:
+            prod = d.dot(Xb * self.crypto.grad_scale(m))
+        msg, state = self.crypto.mask(prod)
         if isinstance(self.crypto, PaillierCrypto):
             R, frac = state
             self.state.mask, self.state.mask_frac = IntVector(R), frac

@@ -5,8 +5,9 @@
 module level, next to the in-process kernels they share with the key and vector classes:
 DJN obfuscation (:func:`_obfuscate_public`, :class:`_CrtEncryptor` for the key holder),
 CRT decryption (:class:`_CrtDecryptor`), scalar powers, histogram sums
-(:func:`_sum_by_group`), the bucket-method multi-exponentiation of dot products
-(:func:`_multiexp`, :func:`_dot`) and the Horner fold of compression (:func:`_w_fold`).
+(:func:`_sum_by_group`), the bucket-method multi-exponentiation of dot products (signed
+digits, one shared batch inversion: :func:`_multiexp`, :func:`_dot`) and the Horner fold
+of compression (:func:`_w_fold`).
 Workers keep per-key tables and shipped chunks in the caches of :mod:`.blocks`.
 
 The secret exponents are drawn with ``fixed_base._random_digits`` looked up through the
@@ -24,7 +25,7 @@ import numpy as np
 from gmpy2 import mpz
 
 from . import fixed_base
-from .blocks import _cached, _chunk_cts, ciphertext_width, ciphertexts_from_bytes, ciphertexts_to_bytes
+from .blocks import _cached, _chunk_cts, batch_invert, ciphertext_width, ciphertexts_from_bytes, ciphertexts_to_bytes
 from .fixed_base import _ONE, _FixedBase
 
 __all__: list[str] = []
@@ -157,12 +158,15 @@ def _w_sum_by_group(nsq: int, width: int, token: str, start: int, count: int, bl
     return ciphertexts_to_bytes(_sum_by_group(cts, g, n_groups, mpz(nsq)), width)
 
 
-def _choose_window(nnz: int, bits: int, signs: int) -> int:
-    """Pippenger window minimising ``W*(nnz + signs*2**(c+1))`` multiplications."""
-    best_c, best = 1, None
-    for c in range(1, 17):
-        w = -(-bits // c)
-        cost = w * (nnz + signs * (2 << c)) + bits
+def _choose_window(nnz: int, bits: int) -> int:
+    """Signed-digit window ``c`` minimising ``W*(nnz + 2**c)`` multiplications, ``W = ceil(bits/c)``.
+
+    Per window: one multiplication per nonzero digit into its bucket and two per bucket
+    (``2**(c-1)`` buckets) to total them.
+    """
+    best_c, best = 2, None
+    for c in range(2, 18):
+        cost = -(-bits // c) * (nnz + (1 << c))
         if best is None or cost < best:
             best_c, best = c, cost
     return best_c
@@ -180,8 +184,20 @@ def _bucket_total(buckets: list[Any], nsq: mpz) -> Any:
     return total
 
 
-def _multiexp(cts: Sequence[mpz], col: np.ndarray, nsq: mpz) -> tuple[mpz, mpz]:
-    """Bucket-method multi-exponentiation ``prod_i cts[i]**col[i]`` for int64 ``col``.
+def _unsigned_window(nnz: int, bits: int, signs: int) -> int:
+    """Pippenger window minimising ``W*(nnz + signs*2**(c+1))`` multiplications."""
+    best_c, best = 1, None
+    for c in range(1, 17):
+        w = -(-bits // c)
+        cost = w * (nnz + signs * (2 << c)) + bits
+        if best is None or cost < best:
+            best_c, best = c, cost
+    return best_c
+
+
+def _multiexp_unsigned(cts: Sequence[mpz], col: np.ndarray, nsq: mpz) -> tuple[mpz, mpz]:
+    """Unsigned-digit bucket multi-exponentiation ``prod_i cts[i]**col[i]`` for int64 ``col``
+    (cheaper than :func:`_multiexp` for a single column: no inversions).
 
     Returns ``(P, Q)`` with ``P = prod over col>0`` and ``Q = prod over col<0`` of
     ``cts[i]**|col[i]|``; the caller divides (one inversion per column rather than huge
@@ -195,7 +211,7 @@ def _multiexp(cts: Sequence[mpz], col: np.ndarray, nsq: mpz) -> tuple[mpz, mpz]:
     bits = top.bit_length()
     nnz = int(np.count_nonzero(mag))
     signs = 1 + int(bool(neg.any()))
-    c = _choose_window(nnz, bits, signs)
+    c = _unsigned_window(nnz, bits, signs)
     mask = np.uint64((1 << c) - 1)
     windows = -(-bits // c)
     powmod = gmpy2.powmod
@@ -223,7 +239,63 @@ def _multiexp(cts: Sequence[mpz], col: np.ndarray, nsq: mpz) -> tuple[mpz, mpz]:
     return out[0], out[1]
 
 
-def _dot(cts: Sequence[mpz], X: np.ndarray, nsq: mpz) -> list[tuple[mpz, mpz]]:
+def _signed_digits(mag: np.ndarray, c: int, windows: int) -> np.ndarray:
+    """(windows, n) digits with ``sum_k d_k 2**(k c) = mag`` (int64 ``0 <= mag < 2**(windows c)``).
+
+    Every digit but the top one lies in ``[-2**(c-1), 2**(c-1))``; the top one takes the
+    remaining carry unsigned (``0 <= d <= 2**c``), so no extra window is needed.
+    """
+    half, full = 1 << (c - 1), 1 << c
+    m = mag.astype(np.int64)
+    out = np.empty((windows, len(m)), dtype=np.int64)
+    for k in range(windows - 1):
+        d = m & (full - 1)
+        d = np.where(d >= half, d - full, d)
+        out[k] = d
+        m = (m - d) >> c
+    out[windows - 1] = m
+    return out
+
+
+def _multiexp(bases: Sequence[mpz], n: int, col: np.ndarray, nsq: mpz) -> mpz:
+    """Signed-digit bucket multi-exponentiation ``prod_i c_i**col[i]`` for int64 ``col``.
+
+    ``bases`` holds the ``n`` ciphertexts and then (when ``col`` has negative entries)
+    their inverses, so a negative digit multiplies the inverse into its bucket: one
+    squaring chain per column for both signs, and half as many buckets as unsigned digits.
+    """
+    mag = np.abs(col)
+    top = int(mag.max()) if mag.size else 0
+    if top == 0:
+        return _ONE
+    bits = top.bit_length()
+    c = _choose_window(int(np.count_nonzero(mag)), bits)
+    windows = -(-bits // c)
+    digits = _signed_digits(mag, c, windows) * np.sign(col)[None, :]
+    powmod = gmpy2.powmod
+    acc: Any = None
+    for k in range(windows - 1, -1, -1):
+        if acc is not None:
+            acc = powmod(acc, 1 << c, nsq)
+        dig = digits[k]
+        idx = np.flatnonzero(dig)
+        if idx.size == 0:
+            continue
+        d = dig[idx]
+        ad = np.abs(d)
+        buckets: list[Any] = [None] * (int(ad.max()) + 1)
+        for src, a in zip(np.where(d > 0, idx, idx + n).tolist(), ad.tolist(), strict=True):
+            b = buckets[a]
+            buckets[a] = bases[src] if b is None else b * bases[src] % nsq
+        t = _bucket_total(buckets, nsq)
+        if t is not None:
+            acc = t if acc is None else acc * t % nsq
+    return _ONE if acc is None else acc
+
+
+def _dot(cts: Sequence[mpz], X: np.ndarray, nsq: mpz) -> list[mpz]:
+    """``prod_i cts[i]**X[i, j]`` per column ``j``: one batch inversion (Montgomery's trick)
+    shared by all columns when ``X`` has negative entries, then :func:`_multiexp`."""
     if X.dtype == object:
         res = []
         for j in range(X.shape[1]):
@@ -234,9 +306,31 @@ def _dot(cts: Sequence[mpz], X: np.ndarray, nsq: mpz) -> list[tuple[mpz, mpz]]:
                     pos = pos * gmpy2.powmod(c, k, nsq) % nsq
                 elif k < 0:
                     neg = neg * gmpy2.powmod(c, -k, nsq) % nsq
-            res.append((pos, neg))
+            res.append(pos if neg == 1 else pos * gmpy2.invert(neg, nsq) % nsq)
         return res
-    return [_multiexp(cts, X[:, j], nsq) for j in range(X.shape[1])]
+    if not X.size or not np.any(X):
+        return [_ONE] * X.shape[1]
+    if not _signed_pays(X):
+        out = []
+        for j in range(X.shape[1]):
+            pos, neg = _multiexp_unsigned(cts, X[:, j], nsq)
+            out.append(pos if neg == 1 else pos * gmpy2.invert(neg, nsq) % nsq)
+        return out
+    bases = list(cts) + batch_invert(list(cts), nsq)  # a signed digit of either sign may occur anywhere
+    return [_multiexp(bases, len(cts), X[:, j], nsq) for j in range(X.shape[1])]
+
+
+def _signed_pays(X: np.ndarray) -> bool:
+    """Whether the batch inversion (3 multiplications per row, once) is repaid by the columns'
+    cheaper signed-digit products (estimated by the two window cost models)."""
+    rows, cols = X.shape
+    bits = max(1, int(np.abs(X).max()).bit_length())
+    signs = 1 + int(bool((X < 0).any()))
+    cu = _unsigned_window(rows, bits, signs)
+    unsigned = -(-bits // cu) * (rows + signs * (2 << cu)) + (signs - 1) * bits
+    cs = _choose_window(rows, bits)
+    signed = -(-bits // cs) * (rows + (1 << cs))
+    return 3 * rows + cols * signed < cols * unsigned
 
 
 def _w_dot(nsq: int, width: int, token: str, start: int, count: int, blob: bytes, xbytes: bytes,
@@ -245,8 +339,7 @@ def _w_dot(nsq: int, width: int, token: str, start: int, count: int, blob: bytes
     if cts is None:
         return None
     X = np.frombuffer(xbytes, dtype=np.int64).reshape(rows, cols)
-    res = _dot(cts, X, mpz(nsq))
-    return ciphertexts_to_bytes([v for pair in res for v in pair], width)
+    return ciphertexts_to_bytes(_dot(cts, X, mpz(nsq)), width)
 
 
 

@@ -346,9 +346,10 @@ class PaillierVector:
     def dot(self, X: np.ndarray, frac_bits: int | None = None) -> PaillierVector:
         """``out[j] = sum_i self[i] * X[i, j]`` for a plaintext matrix ``X`` (len(self), m).
 
-        A bucket-method (Pippenger) multi-exponentiation per output column: about
-        ``bits(X)/c`` modular multiplications per product for a window ``c ~ log2(rows)``,
-        instead of one full exponentiation each. ``X`` floats are fixed-point encoded with
+        A signed-digit bucket-method (Pippenger) multi-exponentiation per output column:
+        about ``bits(X)/c`` modular multiplications per product for a window ``c ~ log2(rows)``,
+        instead of one full exponentiation each; negative entries use the ciphertexts'
+        inverses, from one batch inversion shared by all columns. ``X`` floats are fixed-point encoded with
         ``frac_bits`` (default 32; integers: 0); the result has ``self.frac_bits +
         frac_bits``. A 1-D ``X`` gives a length-1 result.
         """
@@ -378,16 +379,14 @@ class PaillierVector:
             parts = [ciphertexts_from_bytes(p, w) for p in self._map_chunks(
                 _w_dot, ranges, lambda a, b: (np.ascontiguousarray(ints[a:b]).tobytes(), b - a, cols),
                 cost)]
-            pairs = []
+            out = []
             for j in range(cols):
-                pos, neg = _ONE, _ONE
+                acc = _ONE
                 for part in parts:
-                    pos = pos * part[2 * j] % nsq
-                    neg = neg * part[2 * j + 1] % nsq
-                pairs.append((pos, neg))
+                    acc = acc * part[j] % nsq
+                out.append(acc)
         else:
-            pairs = _dot(self._c, ints, nsq)
-        out = [pos if neg == 1 else pos * gmpy2.invert(neg, nsq) % nsq for pos, neg in pairs]
+            out = _dot(self._c, ints, nsq)
         return self._like(out, frac_bits=self.frac_bits + frac_bits, terms=self.terms * rows,
                           size=None)
 
