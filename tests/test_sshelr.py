@@ -101,7 +101,8 @@ def _tamper(kind: type, fn: Any, keys: Any = None, n: int = 60) -> Any:
 def test_hostile_passive_messages(keys: Any) -> None:
     Xa, y, _, Xp, _ = sshelr.example(60)
     cases: list[tuple[type, Any, type[Exception], str]] = [
-        (sshelr.MaskedForActive, lambda m: dataclasses.replace(m, values=m.values[:-1]), InputDataError, "aligned"),
+        (sshelr.MaskedForActive, lambda m: dataclasses.replace(m, count=m.count - 1), InputDataError, "aligned"),
+        (sshelr.MaskedForActive, lambda m: dataclasses.replace(m, values=m.values[:-1]), ProtocolError, "cannot hold"),
         (sshelr.MaskedForActive, lambda m: dataclasses.replace(m, stage=1 - m.stage), ProtocolError, "expected"),
         (sshelr.MaskedForActive, lambda m: dataclasses.replace(m, values=m.values + m.values.public_key.encrypt(
             [1 << 400] * len(m.values))), ProtocolError, "out of range"),

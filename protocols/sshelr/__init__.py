@@ -39,9 +39,13 @@ Arithmetic (:mod:`.math`)
     accuracy and AUC but with uncalibrated probabilities (see :mod:`.math`).
 
 Secure matrix multiplication (party B holds a share ``s``, party A a plaintext matrix ``M``)
-    B → A ``[[s]]_B``; A → B ``[[M s + r]]_B``, ``r`` uniform in ``[0, 2^(b+40))`` for the
-    public bound ``|M s| < 2^b``; B's share is ``(M s + r) mod Q``, A's ``−r mod Q``.
-    The Paillier modulus (2048 bits by default) holds ``b + 42`` ≤ 350 bits without wrapping.
+    B → A ``[[s]]_B``; A → B ``[[M s + r']]_B``, ``r' = 2^b + r``, ``r`` uniform in
+    ``[0, 2^(b+40))`` for the public bound ``|M s| < 2^b``; B's share is ``(M s + r') mod Q``,
+    A's ``−r' mod Q``. The masked products are positive and below ``2^(b+41)``, so A folds
+    ``⌊(|n| − 1)/(b + 42)⌋`` of them into each ciphertext (six at 2048 bits, b ≈ 290) and
+    re-randomizes it: B decrypts six times fewer ciphertexts and the messages are six times
+    smaller. A computes ``X·[[s]]`` with every ciphertext of ``[[s]]`` as a fixed base of
+    windowed tables (:meth:`~vflcrypto.paillier.PaillierVector.matvec`), the fold included.
 
 Message flow (the named steps of :mod:`.roles` in brackets; both parties run 2–7 mirrored)
     0. each → other   ``sshelr.public_key``                                        [start, on_key]

@@ -14,8 +14,10 @@ from vflcrypto.runtime import AuditTap
 
 from .math import (
     RING,
+    STAT_BITS,
     SSHELRParams,
     encode_features,
+    fold_width,
     gradient_mask_bits,
     logit_mask_bits,
     prepare_active,
@@ -31,11 +33,11 @@ from .messages import (
     PassiveCiphertexts,
     WeightShare,
 )
-from .roles import SSHELRRun, run_local
+from .roles import SSHELRRun, run_local, unfold
 
 __all__ = ["audit_run", "demo_step", "example", "logits"]
 
-SEC = 40
+SEC = STAT_BITS
 
 
 def example(n: int = 400, seed: int = 5) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray,
@@ -76,15 +78,17 @@ def demo_step(ctx: Any) -> dict[str, Any]:
 
 def _masked_findings(observer: str, kind: str, stage: int, msgs: list[Any], sk: Any, bits: int,
                      X: np.ndarray, sent: list[list[int]], what: str) -> list[EmpiricalFinding]:
-    """Decrypt the masked products ``observer`` got at ``stage`` with its own key; centre them on the mask's range.
+    """Decrypt and unfold the masked products ``observer`` got at ``stage`` with its own key;
+    centre them on the mask's range [2^bits, 2^bits + 2^(bits+40)).
 
     Truth: the products behind the masks, X times what the observer itself had encrypted
     (its shares): without a fresh, wide mask they expose X to a party that knows its shares.
     """
-    half = 1 << (bits + SEC - 1)
+    half, offset = 1 << (bits + SEC - 1), 1 << bits
     got = [m for m in msgs if m.stage == stage]
     Xo = X.astype(object)
-    streams = [[np.array([(v - half) / half for v in sk.decrypt(m.values)], dtype=np.float64) for m in got]]
+    streams = [[np.array([(v - offset - half) / half for v in unfold(sk, m.values, m.count, fold_width(bits))],
+                         dtype=np.float64) for m in got]]
     truth = [[np.array([int(v) / half for v in (Xo @ np.array(s, dtype=object) if stage == LOGITS else
                                                  Xo.T @ np.array(s, dtype=object))], dtype=np.float64)
               for s in sent]]

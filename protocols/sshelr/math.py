@@ -36,11 +36,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcrypto.errors import InputDataError
+from vflcrypto.masking import STAT_SECURITY_BITS
 from vflcrypto.preprocess import standardize_columns
 from vflcrypto.spec import option
 
 __all__ = ["FEATURE_BITS", "FEATURE_FRAC", "RING", "RING_BITS", "STEP_FRAC", "TRUNC_BITS", "WEIGHT_FRAC",
-           "SSHELRParams", "decode_shares", "encode_features", "error_offset", "gradient_mask_bits",
+           "SSHELRParams", "decode_shares", "encode_features", "error_offset", "fold_width", "gradient_mask_bits",
            "logit_mask_bits", "plaintext_fit", "prepare_active", "prepare_passive", "step_scale", "taylor_loss",
            "taylor_sigmoid", "truncate_share"]
 
@@ -50,6 +51,7 @@ FEATURE_FRAC = 20  # fractional bits of a quantized, standardized feature
 FEATURE_BITS = 8  # |standardized value| < 2^8 (a z-score is at most sqrt(rows - 1): holds up to 65,537 rows)
 WEIGHT_FRAC = 32  # fractional bits of a weight share
 STEP_FRAC = 48  # fractional bits of the step η/m
+STAT_BITS = STAT_SECURITY_BITS  # statistical hiding of a product mask (40 bits)
 #: the update c·Xᵀ(4e) carries 2^(2·20 + 32 + 2 + 48); shifting by this leaves the weights' 2^32
 TRUNC_BITS = 2 * FEATURE_FRAC + 2 + STEP_FRAC
 
@@ -120,6 +122,11 @@ def logit_mask_bits(columns: int) -> int:
 def gradient_mask_bits(rows: int) -> int:
     """Bits bounding ``|Xᵀ s|`` for shares ``s < Q`` over ``rows`` rows (public)."""
     return RING_BITS + FEATURE_FRAC + FEATURE_BITS + max(1, math.ceil(math.log2(rows)))
+
+
+def fold_width(bits: int) -> int:
+    """Slot width of a folded masked product ``X s + r + 2^bits`` (< 2^(bits + 41)): one guard bit more."""
+    return bits + STAT_BITS + 2
 
 
 def truncate_share(share: Sequence[int], bits: int, first: bool) -> list[int]:

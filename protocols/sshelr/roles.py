@@ -20,18 +20,26 @@ import numpy as np
 
 from vflcrypto import masking
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
-from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
+from vflcrypto.paillier import (
+    PaillierPrivateKey,
+    PaillierPublicKey,
+    PaillierVector,
+    fold_ciphertexts,
+    generate_keypair,
+)
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, send, then
 from vflcrypto.wire import IntVector
 
 from .math import (
     RING,
+    STAT_BITS,
     TRUNC_BITS,
     SSHELRParams,
     decode_shares,
     encode_features,
     error_offset,
+    fold_width,
     gradient_mask_bits,
     logit_mask_bits,
     prepare_active,
@@ -54,9 +62,9 @@ from .messages import (
     WeightShare,
 )
 
-__all__ = ["ActiveRole", "PassiveRole", "SSHELRRun", "run_local"]
+__all__ = ["ActiveRole", "PassiveRole", "SSHELRRun", "run_local", "unfold"]
 
-SEC = masking.STAT_SECURITY_BITS
+SEC = STAT_BITS
 KeyPair = tuple[PaillierPublicKey, PaillierPrivateKey]
 
 
@@ -79,6 +87,29 @@ class _State:
 def _objects(values: Sequence[int]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = [int(v) for v in values]
+    return out
+
+
+def unfold(sk: PaillierPrivateKey, vec: PaillierVector, count: int, width: int) -> list[int]:
+    """The ``count`` values of ``width``-bit slots folded into ``vec`` (decrypted with ``sk``), each
+    below its guard bit; :class:`ProtocolError` when a slot or a ciphertext is out of range."""
+    n = int(sk.public_key.n)
+    per = (sk.public_key.bits - 1) // width
+    if per < 1 or len(vec) != -(-count // per):
+        raise ProtocolError(f"{len(vec)} folded ciphertexts cannot hold {count} values of {width} bits")
+    out: list[int] = []
+    mask = (1 << width) - 1
+    for p in sk.decrypt(vec):
+        p %= n
+        k = min(per, count - len(out))
+        if p >> (width * k):
+            raise ProtocolError("a folded product is out of range")
+        for _ in range(k):
+            v = p & mask
+            if v >> (width - 1):
+                raise ProtocolError("a folded product is out of range")
+            out.append(v)
+            p >>= width
     return out
 
 
@@ -135,11 +166,11 @@ class _Party(Role[_State]):
 
     def _check_room(self) -> None:
         """Both moduli must hold a masked product without wrapping (else the shares would be wrong)."""
-        need = max(logit_mask_bits(max(self.X.shape[1], len(self.state.other) or 1)),
-                   gradient_mask_bits(self.state.rows)) + SEC + 2
+        need = fold_width(max(logit_mask_bits(max(self.X.shape[1], len(self.state.other))),
+                              gradient_mask_bits(self.state.rows)))
         for who, key in (("this party's", self.state.public_key), (f"{self.peer}'s", self.state.peer_key)):
             assert key is not None
-            if key.n.bit_length() <= need:
+            if key.n.bit_length() - 1 < need:
                 raise ProtocolError(f"{who} {key.n.bit_length()}-bit Paillier modulus cannot hold the "
                                     f"{need}-bit masked products of a 2^256 share ring")
 
@@ -172,33 +203,48 @@ class _Party(Role[_State]):
         if len(vec) != length:
             raise InputDataError(f"{self.peer} sent {len(vec)} {what} for {length}: parties are not aligned")
 
-    def _masked(self, stage: int, product: PaillierVector, bits: int) -> tuple[list[int], tuple[str, Any]]:
-        """``[[product + r]]`` under the peer's key, r uniform in [0, 2^(bits + 40)); returns −r mod Q."""
+    def _masked(self, stage: int, folded: Sequence[int], count: int, bits: int) -> tuple[list[int], tuple[str, Any]]:
+        """``[[product + r']]`` under the peer's key from the ``count`` products folded at
+        :func:`fold_width` bits, re-randomized; returns −r' mod Q.
+
+        ``r' = r + 2^bits``, r uniform in [0, 2^(bits + 40)): the masked values are positive
+        and below 2^(bits + 41) for the public bound ``|product| < 2^bits``, so each stays
+        in its slot, below the slot's guard bit.
+        """
         peer_key = self.state.peer_key
         assert peer_key is not None
-        r = masking.statistical_masks(len(product), bits, SEC)
-        out = product + peer_key.encrypt(_objects(r))
-        return [(-v) % RING for v in r], send(self.peer, self.masked_mine(stage, out))
+        width = fold_width(bits)
+        per = (peer_key.bits - 1) // width
+        r = [v + (1 << bits) for v in masking.statistical_masks(count, bits, SEC)]
+        slots = [sum(r[i] << (width * (i - g)) for i in range(g, min(g + per, count))) for g in range(0, count, per)]
+        n, nsq = int(peer_key.n), int(peer_key.nsquare)
+        cts = [int(c) * (1 + v * n) % nsq for c, v in zip(folded, slots, strict=True)]
+        out = PaillierVector.from_ciphertexts(peer_key, cts).rerandomize()
+        return [(-v) % RING for v in r], send(self.peer, self.masked_mine(stage, count, out))
 
     def _unmask(self, msg: Any, stage: int, length: int, bits: int, what: str) -> list[int]:
-        """Decrypt the peer's masked product (this party's share of it) after checking its shape and range."""
+        """Decrypt and unfold the peer's masked product (this party's share of it), checked for shape and range."""
         if msg.stage != stage:
             raise ProtocolError(f"{self.peer} sent masked {'gradient' if msg.stage else 'logit'} terms, "
                                 f"expected {what}")
-        self._received(msg.values, self.state.public_key, "this party's", length, what)
-        values = self._secret().decrypt(msg.values)
-        if any(not -(1 << bits) < v < (1 << (bits + SEC)) + (1 << bits) for v in values):
-            raise ProtocolError(f"{self.peer}'s masked {what} are out of range")
-        return [v % RING for v in values]
+        if msg.count != length:
+            raise InputDataError(f"{self.peer} sent {msg.count} {what} for {length}: parties are not aligned")
+        if msg.values.public_key != self.state.public_key:
+            raise KeyMismatchError(f"{self.peer}'s {what} are not under this party's key")
+        if msg.values.frac_bits != 0 or msg.values.packing is not None:
+            raise ProtocolError(f"{self.peer}'s {what} are not plain ring elements")
+        return [v % RING for v in unfold(self._secret(), msg.values, length, fold_width(bits))]
 
     def begin_epoch(self) -> Next:
         """Step 2: [[this party's share of the peer's weights]] under its own key."""
         return then([self._encrypt_mine(self.state.other)], self.peer, self.theirs, "on_weights")
 
     def on_weights(self, msg: Any) -> Next:
-        """Step 3: [[X_me·s + r]] for the peer's share s of this party's weights; keep −r."""
+        """Step 3: [[X_me·s + r]] for the peer's share s of this party's weights (folded); keep −r."""
         self._received(msg.values, self.state.peer_key, "its own", self.X.shape[1], "weight shares")
-        mask, out = self._masked(LOGITS, msg.values.dot(self.X.T), logit_mask_bits(self.X.shape[1]))
+        bits = logit_mask_bits(self.X.shape[1])
+        folded = msg.values.matvec(self.X, fold_bits=fold_width(bits)).ciphertexts()
+        mask, out = self._masked(LOGITS, folded, len(self.X), bits)
         self.state.logit_mask = IntVector(mask)
         return then([out], self.peer, self.masked_theirs, "on_logits")
 
@@ -216,10 +262,14 @@ class _Party(Role[_State]):
         return then([self._encrypt_mine(st.error)], self.peer, self.theirs, "on_error")
 
     def on_error(self, msg: Any) -> Next:
-        """Step 5: [[X_meᵀ·s + r]] for the peer's error share s; keep −r."""
-        self._received(msg.values, self.state.peer_key, "its own", self.state.rows, "error shares")
-        mask, out = self._masked(GRADIENT, msg.values.dot(self.X), gradient_mask_bits(self.state.rows))
-        self.state.gradient_mask = IntVector(mask)
+        """Step 5: [[X_meᵀ·s + r]] for the peer's error share s (folded); keep −r."""
+        st = self.state
+        self._received(msg.values, st.peer_key, "its own", st.rows, "error shares")
+        assert st.peer_key is not None
+        bits = gradient_mask_bits(st.rows)
+        folded, _ = fold_ciphertexts(st.peer_key, msg.values.dot(self.X).ciphertexts(), fold_width(bits))
+        mask, out = self._masked(GRADIENT, folded, self.X.shape[1], bits)
+        st.gradient_mask = IntVector(mask)
         return then([out], self.peer, self.masked_theirs, "on_gradient")
 
     def on_gradient(self, msg: Any) -> Next:
