@@ -158,6 +158,23 @@ def test_simulation_poisson_matches_run_local(tmp_path: Path) -> None:
     np.testing.assert_allclose(got["passive-0"], local.passive, atol=1e-9)
 
 
+def test_simulation_sshelr_matches_the_plaintext_descent(tmp_path: Path) -> None:
+    """Two parties, no coordinator: the active party is the ServerApp, the passive party a ClientApp
+    whose key pair and shares live in its saved state between messages."""
+    from vflcrypto.protocols import sshelr
+
+    rc, out = run_script("flower_simulate.sh", "protocol='sshelr'", "key-bits=512", "allow-insecure=true",
+                         "rows=120", "epochs=2", f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=1)
+    assert rc == 0, out[-3000:]
+    Xa, y, _, Xp, _ = sshelr.example(120)
+    Za, yy = sshelr.prepare_active(Xa, y)
+    wa, wp = sshelr.plaintext_fit(Za, yy, sshelr.prepare_passive(Xp), sshelr.SSHELRParams(epochs=2))
+    got = _outputs(tmp_path)
+    np.testing.assert_allclose(got["active"]["result"], wa, atol=1e-8)
+    np.testing.assert_allclose(got["passive-0"], wp, atol=1e-8)
+    assert "[vflcrypto] sshelr:" in out
+
+
 def test_simulation_failure_is_reported(tmp_path: Path) -> None:
     # 4 parties configured, 3 SuperNodes: the ServerApp raises PeerTimeoutError.
     rc, out = run_script("flower_simulate.sh", "num-parties=4", "timeout=1.0", "steps=1", tmp=tmp_path)

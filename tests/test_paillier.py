@@ -234,6 +234,23 @@ def test_dot_integer_matrix_exact(small_paillier_keys):
     assert sk.decrypt(pk.encrypt(a).dot(X)) == [int(v) for v in (a.astype(object) @ X.astype(object))]
 
 
+def test_matvec_equals_the_exact_products_plain_and_folded(small_paillier_keys):
+    """A short vector times a tall matrix with negative entries; folded, row p of a group sits at
+    bits [p*fold, (p+1)*fold) of its plaintext (the workers' chunks are whole groups)."""
+    pk, sk = small_paillier_keys
+    rng = np.random.default_rng(3)
+    s = [int(v) << 100 for v in rng.integers(0, 2**40, 3)]
+    M = rng.integers(-2**20, 2**20, (11, 3))
+    ref = [int(v) for v in M.astype(object) @ np.array(s, dtype=object)]
+    vec = pk.encrypt(np.array(s, dtype=object))
+    assert sk.decrypt(vec.matvec(M)) == ref
+    fold = 200  # two rows per 512-bit plaintext
+    got = [v % pk.n for v in sk.decrypt(vec.matvec(M, fold_bits=fold))]
+    assert got == [(ref[i] + (ref[i + 1] << fold if i + 1 < 11 else 0)) % pk.n for i in range(0, 11, 2)]
+    with pytest.raises(EncodingError):
+        vec.matvec(M.T)
+
+
 def test_sum_by_group_matches_bincount(small_paillier_keys):
     pk, sk = small_paillier_keys
     x = rng.normal(size=50)

@@ -506,6 +506,26 @@ def test_poisson_three_processes_equal_the_in_process_run(tmp_path: Path, pki: P
     assert recs["coordinator"]["summary"]["losses"] == pytest.approx(local.losses, abs=1e-7)
 
 
+def test_sshelr_two_processes_equal_the_plaintext_descent(tmp_path: Path, pki: Path) -> None:
+    """Two processes, no coordinator: each learns only its own weights, those of the Taylor descent."""
+    from vflcrypto.protocols import sshelr
+
+    Xa, y, ca, Xp, cp = sshelr.example(100)
+    ids = [f"r{i}" for i in range(100)]
+    write_table(tmp_path / "active.csv", ids, list(ca), Xa, y)
+    write_table(tmp_path / "passive-0.csv", ids, list(cp), Xp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
+    procs = {n: party(cfg, n, "train", "sshelr", "--data", str(tmp_path / f"{n}.csv"), "--id-column", "id",
+                      *(["--label", "y"] if n == "active" else []), "--aligned", "--epochs", "3", *SMALL_KEYS,
+                      "--out", str(tmp_path / f"{n}.json")) for n in ("active", "passive-0")}
+    recs = check_ok(finish(procs, timeout=60))
+    Za, yy = sshelr.prepare_active(Xa, y)
+    wa, wp = sshelr.plaintext_fit(Za, yy, sshelr.prepare_passive(Xp), sshelr.SSHELRParams(epochs=3))
+    got_a, got_p = recs["active"]["summary"]["weights"], recs["passive-0"]["summary"]["weights"]
+    assert [got_a[c] for c in [*ca, "(intercept)"]] == pytest.approx(wa.tolist(), abs=1e-8)
+    assert [got_p[c] for c in cp] == pytest.approx(wp.tolist(), abs=1e-8)
+
+
 def test_secureboost_two_processes(tmp_path: Path, pki: Path) -> None:
     from vflcrypto.protocols import secureboost as sb
 

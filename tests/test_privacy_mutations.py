@@ -70,6 +70,15 @@ def reuse_uniform_masks(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(masking, "uniform_mod", _reuse(masking.uniform_mod, lambda modulus, size: (modulus, size)))
 
 
+def drop_statistical_masks(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(masking, "statistical_masks", lambda size, value_bits, sec_bits=40, **kw: [0] * size)
+
+
+def reuse_statistical_masks(mp: pytest.MonkeyPatch) -> None:
+    honest = masking.statistical_masks
+    mp.setattr(masking, "statistical_masks", _reuse(honest, lambda size, value_bits, sec_bits=40: (size, value_bits)))
+
+
 def unrandomized_paillier(mp: pytest.MonkeyPatch) -> None:
     """Every Paillier obfuscator (DJN h_s^a, public and CRT paths) becomes 1."""
     strong = fixed_base._random_digits  # every encryptor looks it up there (paillier.kernels)
@@ -298,6 +307,18 @@ MUTATIONS = (
              reuse_uniform_masks),
     Mutation("poisson: values encrypted without randomness", "poisson",
              (("poisson.exp_u", P.CIPHERTEXT), ("poisson.residual", P.CIPHERTEXT)), unrandomized_paillier),
+    # two-party SSHE logistic regression
+    Mutation("sshelr: initial weight shares not random", "sshelr", (("sshelr.weight_share", P.MASKED),),
+             drop_uniform_masks),
+    Mutation("sshelr: product masks dropped", "sshelr",
+             (("sshelr.masked_for_passive", P.MASKED), ("sshelr.masked_for_active", P.MASKED)),
+             drop_statistical_masks),
+    Mutation("sshelr: product masks reused across epochs", "sshelr",
+             (("sshelr.masked_for_passive", P.MASKED), ("sshelr.masked_for_active", P.MASKED)),
+             reuse_statistical_masks),
+    Mutation("sshelr: shares encrypted without randomness", "sshelr",
+             (("sshelr.active_ciphertexts", P.CIPHERTEXT), ("sshelr.passive_ciphertexts", P.CIPHERTEXT)),
+             unrandomized_paillier),
     # cross-party Pearson correlation
     Mutation("pearson: product masks dropped", "pearson", (("pearson.masked_products", P.MASKED),),
              drop_uniform_masks),

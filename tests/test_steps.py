@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from vflcrypto.protocols import get, registry
 
+from vflcrypto.paillier import generate_keypair
 from vflcrypto.steps import Role, fields_of
 
 
@@ -72,6 +73,14 @@ def _poisson(keys: Any) -> Any:
     Xa, y, _, Xp, _ = poisson.example(40)
     return poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=2), keys=keys,
                              allow_insecure=True).transcript
+
+
+def _sshelr(keys: Any) -> Any:
+    from vflcrypto.protocols import sshelr
+
+    Xa, y, _, Xp, _ = sshelr.example(40)
+    return sshelr.run_local(Xa, y, Xp, params=sshelr.SSHELRParams(epochs=2), allow_insecure=True,
+                            keys=(keys, generate_keypair(512, allow_insecure=True))).transcript
 
 
 def _woe(keys: Any) -> Any:
@@ -129,7 +138,7 @@ def _protovfl(keys: Any) -> Any:
 RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "protovfl": _protovfl, "align": _align,
                                           "exchange": _exchange,
                                           "linreg": _linreg, "logreg": _logreg, "secureboost": _secureboost,
-                                          "woe": _woe, "pearson": _pearson, "poisson": _poisson,
+                                          "woe": _woe, "pearson": _pearson, "poisson": _poisson, "sshelr": _sshelr,
                                           **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}
 
 

@@ -6,8 +6,8 @@ module level, next to the in-process kernels they share with the key and vector 
 DJN obfuscation (:func:`_obfuscate_public`, :class:`_CrtEncryptor` for the key holder),
 CRT decryption (:class:`_CrtDecryptor`), scalar powers, histogram sums
 (:func:`_sum_by_group`), the bucket-method multi-exponentiation of dot products (signed
-digits, one shared batch inversion: :func:`_multiexp`, :func:`_dot`) and the Horner fold
-of compression (:func:`_w_fold`).
+digits, one shared batch inversion: :func:`_multiexp`, :func:`_dot`), the fixed-base
+matrix–vector product (:func:`_matvec`) and the Horner fold of compression (:func:`_w_fold`).
 Workers keep per-key tables and shipped chunks in the caches of :mod:`.blocks`.
 
 The secret exponents are drawn with ``fixed_base._random_digits`` looked up through the
@@ -341,6 +341,75 @@ def _w_dot(nsq: int, width: int, token: str, start: int, count: int, blob: bytes
     X = np.frombuffer(xbytes, dtype=np.int64).reshape(rows, cols)
     return ciphertexts_to_bytes(_dot(cts, X, mpz(nsq)), width)
 
+
+
+def _matvec_window(bits: int, rows: int, per: int) -> int:
+    """The table window minimising ``windows · (per · 2^w table entries + rows lookups)`` per base."""
+    return min(range(1, 11), key=lambda w: -(-bits // w) * (per * (1 << w) + rows))
+
+
+def _matvec(cts: Sequence[mpz], M: np.ndarray, nsq: mpz, fold_bits: int, per: int) -> list[mpz]:
+    """``out[g] = prod_j cts[j] ** (sum_p M[g*per + p, j] * 2**(fold_bits*p)) mod nsq``.
+
+    Every ciphertext is a fixed base for all rows: a table of ``cts[j] ** (v * 2**s)`` for
+    every ``w``-bit digit ``v`` at every window ``s`` (and fold position ``p``), so an
+    entry costs ``ceil(bits(M)/w)`` multiplications and folding costs nothing. Negative
+    entries: ``M + K >= 0`` is used and ``(prod_j cts[j]) ** K`` divided out once per group.
+    """
+    rows, cols = M.shape
+    if rows == 0:
+        return []
+    lo = int(M.min()) if M.size else 0
+    K = -lo if lo < 0 else 0
+    Mp = M.astype(np.int64) + K
+    bits = max(1, int(Mp.max()).bit_length()) if M.size else 1
+    w = _matvec_window(bits, rows, per)
+    nwin, mask = -(-bits // w), (1 << w) - 1
+    tables: list[list[list[list[mpz]]]] = []
+    for c in cts:
+        per_pos, base = [], c
+        for p in range(per):
+            if p:
+                base = gmpy2.powmod(base, mpz(1) << fold_bits, nsq)
+            b, wins = base, []
+            for _ in range(nwin):
+                row = [_ONE, b]
+                for _ in range(mask - 1):
+                    row.append(row[-1] * b % nsq)
+                wins.append(row)
+                b = gmpy2.powmod(b, 1 << w, nsq)
+            per_pos.append(wins)
+        tables.append(per_pos)
+    digits = [((Mp >> (w * k)) & mask).tolist() for k in range(nwin)]
+    corr: dict[int, mpz] = {}
+    if K:
+        inv = _ONE
+        for c in cts:
+            inv = inv * c % nsq
+        inv = gmpy2.invert(inv, nsq)
+        for q in {per, rows % per or per}:
+            corr[q] = gmpy2.powmod(inv, K * sum(1 << (fold_bits * p) for p in range(q)), nsq)
+    out = []
+    for start in range(0, rows, per):
+        q = min(per, rows - start)
+        acc = corr.get(q, _ONE)
+        for p in range(q):
+            i = start + p
+            for j in range(cols):
+                tj = tables[j][p]
+                for k in range(nwin):
+                    d = digits[k][i][j]
+                    if d:
+                        acc = acc * tj[k][d] % nsq
+        out.append(acc)
+    return out
+
+
+def _w_matvec(nsq: int, width: int, blob: bytes, mbytes: bytes, rows: int, cols: int, fold_bits: int,
+              per: int) -> bytes:
+    """Worker: :func:`_matvec` of a chunk of rows (whole fold groups)."""
+    M = np.frombuffer(mbytes, dtype=np.int64).reshape(rows, cols)
+    return ciphertexts_to_bytes(_matvec(ciphertexts_from_bytes(blob, width), M, mpz(nsq), fold_bits, per), width)
 
 
 def _w_fold(nsq: int, width: int, blob: bytes, bits: int, per: int) -> bytes:

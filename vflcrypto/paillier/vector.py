@@ -41,7 +41,7 @@ from .blocks import (
     ciphertexts_to_bytes,
 )
 from .fixed_base import _ONE
-from .kernels import _dot, _sum_by_group, _w_dot, _w_mul, _w_sum_by_group
+from .kernels import _dot, _matvec, _sum_by_group, _w_dot, _w_matvec, _w_mul, _w_sum_by_group
 
 __all__ = ["PaillierVector", "PublicKeyLike"]
 
@@ -389,6 +389,49 @@ class PaillierVector:
             out = _dot(self._c, ints, nsq)
         return self._like(out, frac_bits=self.frac_bits + frac_bits, terms=self.terms * rows,
                           size=None)
+
+    def matvec(self, M: np.ndarray, *, fold_bits: int | None = None) -> PaillierVector:
+        """``out[i] = sum_j M[i, j] * self[j]`` for a plaintext integer matrix ``M`` (rows, len(self)).
+
+        A short encrypted vector times a tall matrix (a vertical model's ``X·[[w]]``): each
+        ciphertext is a fixed base for every row, with windowed tables built once, so an
+        entry costs ``ceil(bits(M)/w)`` multiplications (w ≈ log2(rows)) where :meth:`dot`
+        over ``M.T`` would run a multi-exponentiation of only ``len(self)`` terms per row.
+
+        ``fold_bits``: fold the rows ``per = (bits(n) - 1) // fold_bits`` to a ciphertext as
+        :func:`~vflcrypto.paillier.fold_ciphertexts` would (row ``p`` of a group at
+        plaintext bits ``[p*fold_bits, (p+1)*fold_bits)``), at no extra cost. The caller
+        makes every slot non-negative and below ``2**fold_bits`` (e.g. by adding a mask)
+        before the key holder unfolds. The outputs carry the inputs' randomness (products
+        of known ciphertexts): re-randomize them before they leave the party.
+        """
+        self._no_packing("matvec")
+        arr = np.asarray(M)
+        if arr.ndim != 2 or arr.shape[1] != len(self) or arr.dtype.kind not in "iu":
+            raise EncodingError(f"an integer matrix with {len(self)} columns is needed, got {arr.dtype} {arr.shape}")
+        if arr.size and int(np.abs(arr.astype(np.int64)).max()) >= 2**61:
+            raise EncodingError("matrix entries must be below 2^61")
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        pk = self._pk
+        per = 1 if fold_bits is None else (pk.bits - 1) // fold_bits
+        if per < 1:
+            raise EncodingOverflowError("fold_bits too wide to fold under this key")
+        rows, cols = arr.shape
+        groups = -(-rows // per)
+        bits = max(1, int(np.abs(arr).max()).bit_length()) if arr.size else 1
+        cost = int(rows * cols * (bits / 6 + 1) * _cost_scale(pk.bits))
+        workers = parallel.worker_count()
+        fb = fold_bits or 0
+        if groups > 1 and workers > 1 and cost >= parallel.PARALLEL_MIN_COST:
+            w = ciphertext_width(pk.n)
+            blob = self._blob_bytes()
+            ranges = parallel.chunk_ranges(groups, workers)  # each chunk builds its own tables
+            chunks = [(int(pk.nsquare), w, blob, arr[a * per : b * per].tobytes(), min(b * per, rows) - a * per,
+                       cols, fb, per) for a, b in ranges]
+            out = ciphertexts_from_bytes(b"".join(parallel.parallel_map(_w_matvec, chunks, cost=cost)), w)
+        else:
+            out = _matvec(self._c, arr, pk.nsquare, fb, per)
+        return self._like(out, terms=self.terms * cols, size=None)
 
     # ----------------------------------------------------------------- reductions
     def sum(self) -> PaillierVector:

@@ -1,0 +1,97 @@
+"""``vflcrypto train sshelr`` (both parties in this process) and ``vflcrypto party ... train sshelr``.
+
+In-process: ``--active`` is the label holder's file (ID column, the 0/1 ``--label`` and
+optionally its own columns), ``--passive`` the one feature party's file. Rows are aligned
+by PSI first unless ``--aligned``. No coordinator: two parties only. The summary gives
+the training accuracy and AUC (computed here, where both parties' weights are at hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from vflcrypto.errors import InputDataError
+from vflcrypto.metrics import roc_auc
+from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
+from vflcrypto.steps import drive
+
+from .._train import (
+    add_party_data_arguments,
+    add_train_options,
+    align_tables,
+    json_outcome,
+    read_own,
+    read_tables,
+    train_config,
+    training_rows,
+)
+from .audit import logits
+from .math import SSHELRParams
+from .messages import ACTIVE, PASSIVE
+from .roles import ActiveRole, PassiveRole, run_local
+
+__all__ = ["add_party_arguments", "add_train_arguments", "party_task", "train"]
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--active", required=True, help="label holder's CSV (ID, 0/1 label, optional columns)")
+    p.add_argument("--passive", required=True, help="the feature party's CSV (ID and columns)")
+    p.add_argument("--id-column", required=True)
+    p.add_argument("--label", required=True, help="the 0/1 column of the active file")
+    add_config_arguments(p, SSHELRParams)
+    add_train_options(p)
+    p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+
+
+def train(args: argparse.Namespace) -> int:
+    params, opts = train_config(SSHELRParams, args)
+    t0 = time.perf_counter()
+    tables = read_tables(args.active, [args.passive], args.id_column, args.label)
+    tables, align_bytes = align_tables(tables, [ACTIVE, "passive-0"], aligned=opts.aligned)
+    y = tables[0].label
+    assert y is not None  # read_tables requires the label at the active party
+    Xa = tables[0].X if tables[0].columns else None
+    run = run_local(Xa, y, tables[1].X, params=params, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
+                    timeout=opts.timeout)
+    z = logits(run, Xa, y, tables[1].X)
+    bytes_sent = {"alignment": align_bytes, **run.transcript.bytes_sent_by()}
+    summary: dict[str, Any] = {
+        "accuracy": float(((z > 0) == (y == 1)).mean()), "auc": roc_auc(y, z), "epochs": params.epochs,
+        "rows": len(y),
+        "active_weights": dict(zip([*tables[0].columns, "(intercept)"], run.active.tolist(), strict=True)),
+        "passive_weights": dict(zip(tables[1].columns, run.passive.tolist(), strict=True)),
+        "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"{params.epochs} epochs on {len(y)} rows: training accuracy {summary['accuracy']:.4f}, AUC "
+          f"{summary['auc']:.4f}; {summary['seconds']:.1f} s; {sum(bytes_sent.values()):,} bytes sent")
+    return 0
+
+
+def add_party_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_data_arguments(p)
+    add_config_arguments(p, SSHELRParams)
+    add_train_options(p)
+
+
+def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    params, opts = train_config(SSHELRParams, args)
+    active, passives = ctx.one(ACTIVE), ctx.names(PASSIVE)
+    if len(passives) != 1 or len(ctx.roles) != 2:
+        raise InputDataError("SSHE logistic regression runs with exactly two parties: one active, one passive")
+    table, _ = training_rows(args, ctx, read_own(args, ctx, label_role=ACTIVE))
+    if ctx.role == ACTIVE:
+        assert table.label is not None  # read_own requires it at the active party
+        role: Any = ActiveRole(table.X if table.columns else None, table.label, params=params, key_bits=opts.key_bits,
+                               allow_insecure=opts.allow_insecure, passive=passives[0], name=ctx.me)
+        cols = [*table.columns, "(intercept)"]
+    else:
+        role = PassiveRole(table.X, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, active=active,
+                           name=ctx.me, expected=params)
+        cols = list(table.columns)
+    w = drive(role, ctx.only([passives[0] if ctx.role == ACTIVE else active]))
+    return json_outcome({"rows": len(table), "weights": dict(zip(cols, w.tolist(), strict=True))})
