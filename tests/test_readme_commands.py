@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCK = re.compile(r"(?:<!-- readme-test: skip: (?P<skip>[^>]*?) -->\s*\n)?```sh\n(?P<body>.*?)```", re.S)
 SMALL_KEYS = ("--key-bits", "1024", "--allow-insecure")
-KEYED = re.compile(r"\bvflcrypto (?:train (?:linreg|secureboost|logreg)|audit|bench gradients|party .* train)\b")
+KEYED = re.compile(r"\bvflcrypto (?:train (?:linreg|secureboost|logreg|pearson|poisson|sshelr|woe)"
+                   r"|audit|bench gradients|party .* train)\b")
 TIMEOUT = 600
 
 
