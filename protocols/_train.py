@@ -32,8 +32,24 @@ from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, conf
 
 from .align.tables import align_rows, align_tables, sorted_rows
 
-__all__ = ["TrainOptions", "add_train_options", "align_rows", "align_tables", "json_outcome", "metrics_path",
-           "read_own", "read_tables", "run_star", "split_rows", "train_config", "training_rows", "write_metrics"]
+__all__ = [
+    "TrainOptions",
+    "add_pair_train_arguments",
+    "add_train_options",
+    "align_rows",
+    "align_tables",
+    "json_outcome",
+    "metrics_path",
+    "pair_weights",
+    "read_own",
+    "read_pair",
+    "read_tables",
+    "run_star",
+    "split_rows",
+    "train_config",
+    "training_rows",
+    "write_metrics",
+]
 
 
 @dataclass(frozen=True)
@@ -195,3 +211,34 @@ def run_star(active: Callable[[Mapping[str, Channel]], Any],
     t0 = time.perf_counter()
     out = run_parties(tasks, network=net)
     return out, net.transcript, time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- two data parties, one label
+
+
+def add_pair_train_arguments(p: argparse.ArgumentParser, cls: type, label: str) -> None:
+    """The flags of ``train X`` for a label holder and one feature party (``label``: what the label is)."""
+    p.add_argument("--active", required=True, help=f"label holder's CSV (ID, {label}, optional columns)")
+    p.add_argument("--passive", required=True, help="the feature party's CSV (ID and columns)")
+    p.add_argument("--id-column", required=True)
+    p.add_argument("--label", required=True, help=f"the {label} column of the active file")
+    add_config_arguments(p, cls)
+    add_train_options(p)
+    p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+
+
+def read_pair(args: argparse.Namespace, opts: TrainOptions
+              ) -> tuple[list[PartyTable], np.ndarray, np.ndarray | None, int]:
+    """Both files read and aligned (PSI unless ``--aligned``): tables, labels, the active
+    party's columns (``None`` without any) and the alignment's bytes."""
+    tables = read_tables(args.active, [args.passive], args.id_column, args.label)
+    tables, align_bytes = align_tables(tables, ["active", "passive-0"], aligned=opts.aligned)
+    y = tables[0].label
+    assert y is not None  # read_tables requires the label at the active party
+    return tables, y, (tables[0].X if tables[0].columns else None), align_bytes
+
+
+def pair_weights(tables: Sequence[PartyTable], active: np.ndarray, passive: np.ndarray) -> dict[str, Any]:
+    """Each party's learned weights by column name (the active party's intercept last)."""
+    return {"active_weights": dict(zip([*tables[0].columns, "(intercept)"], active.tolist(), strict=True)),
+            "passive_weights": dict(zip(tables[1].columns, passive.tolist(), strict=True))}

@@ -19,12 +19,13 @@ from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 from vflcrypto.steps import drive
 
 from .._train import (
+    add_pair_train_arguments,
     add_party_data_arguments,
     add_train_options,
-    align_tables,
     json_outcome,
+    pair_weights,
     read_own,
-    read_tables,
+    read_pair,
     train_config,
     training_rows,
 )
@@ -37,23 +38,13 @@ __all__ = ["add_party_arguments", "add_train_arguments", "party_task", "train"]
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--active", required=True, help="label holder's CSV (ID, 0/1 label, optional columns)")
-    p.add_argument("--passive", required=True, help="the feature party's CSV (ID and columns)")
-    p.add_argument("--id-column", required=True)
-    p.add_argument("--label", required=True, help="the 0/1 column of the active file")
-    add_config_arguments(p, SSHELRParams)
-    add_train_options(p)
-    p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+    add_pair_train_arguments(p, SSHELRParams, "0/1")
 
 
 def train(args: argparse.Namespace) -> int:
     params, opts = train_config(SSHELRParams, args)
     t0 = time.perf_counter()
-    tables = read_tables(args.active, [args.passive], args.id_column, args.label)
-    tables, align_bytes = align_tables(tables, [ACTIVE, "passive-0"], aligned=opts.aligned)
-    y = tables[0].label
-    assert y is not None  # read_tables requires the label at the active party
-    Xa = tables[0].X if tables[0].columns else None
+    tables, y, Xa, align_bytes = read_pair(args, opts)
     run = run_local(Xa, y, tables[1].X, params=params, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
                     timeout=opts.timeout)
     z = logits(run, Xa, y, tables[1].X)
@@ -61,8 +52,7 @@ def train(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {
         "accuracy": float(((z > 0) == (y == 1)).mean()), "auc": roc_auc(y, z), "epochs": params.epochs,
         "rows": len(y),
-        "active_weights": dict(zip([*tables[0].columns, "(intercept)"], run.active.tolist(), strict=True)),
-        "passive_weights": dict(zip(tables[1].columns, run.passive.tolist(), strict=True)),
+        **pair_weights(tables, run.active, run.passive),
         "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent}
     if args.json:
         print(json.dumps(summary, indent=2))
