@@ -13,8 +13,9 @@ from vflcrypto.gradbench import OPERATIONS, BenchmarkError, run_gradient_bench
 
 def test_backends_measure_every_operation_correctly() -> None:
     results = {r.name: r for r in run_gradient_bench(300, 1024, phe_n=30, repeats=2, allow_insecure=True)}
-    assert {"vflcrypto-paillier", "vflcrypto-paillier-packed", "vflcrypto-ckks", "phe"} <= set(results)
-    for name in ("vflcrypto-paillier", "vflcrypto-ckks", "phe"):
+    assert {"vflcrypto-paillier", "vflcrypto-paillier-packed", "vflcrypto-ckks", "phe", "vflcrypto-ou",
+            "vflcrypto-ou-packed", "vflcrypto-ou-heu"} <= set(results)
+    for name in ("vflcrypto-paillier", "vflcrypto-ckks", "phe", "vflcrypto-ou", "vflcrypto-ou-heu"):
         assert set(results[name].ops) == set(OPERATIONS), name
         for op, t in results[name].ops.items():
             assert len(t.wall) == len(t.cpu) == 2 and t.wall_rate > 0 and t.per_core_rate > 0, (name, op)
@@ -26,6 +27,12 @@ def test_backends_measure_every_operation_correctly() -> None:
     assert results["vflcrypto-paillier"].max_abs_error < 1e-6
     assert packed.max_abs_error < 1e-5
     assert results["vflcrypto-ckks"].max_abs_error < 1e-2
+    assert results["vflcrypto-ou"].max_abs_error < 1e-6 and results["vflcrypto-ou-packed"].max_abs_error < 1e-5
+    assert "3072" not in results["vflcrypto-ou"].note  # a small test key (allow_insecure)
+    assert "2048-bit OU, 112-bit randomness (HEU parameters)" in results["vflcrypto-ou-heu"].note
+    if gradbench._heu_available():  # HEU's own rows, checked the same way
+        for name in ("heu-zpaillier", "heu-ou"):
+            assert set(results[name].ops) == set(OPERATIONS) and results[name].max_abs_error < 1e-5
 
 
 def test_a_wrong_result_reports_no_speed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,3 +54,4 @@ def test_cli_states_workers_per_core_rates_and_spread(capsys) -> None:
                  "--repeats", "1"]) == 0
     text = capsys.readouterr().out
     assert "per core" in text and "x phe/core" in text and "smaller n" in text and "set-up" in text
+    assert "x HEU/core" in text and "vflcrypto-ou-packed" in text

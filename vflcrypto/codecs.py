@@ -15,6 +15,9 @@ so any code that declares messages has every codec registered. The codecs:
   in the receiver's keyring and every ciphertext is validated against it;
 * ``"paillier.cvec"``: :class:`~vflcrypto.paillier.CompressedVector`, the same metadata
   plus ``[value_bits, per_ciphertext, count, offset]`` and the folded ciphertexts;
+* ``"ou.pk"``: :class:`~vflcrypto.ou.OUPublicKey`, ``[n, G, H, plaintext_bits,
+  random_bits]`` (refuses parameters below HEU's unless the context allows insecure keys);
+* ``"ou.vec"``: :class:`~vflcrypto.ou.OUVector`, as ``"paillier.vec"`` under an OU key;
 * ``"ckks.ctx"``: a public :class:`~vflcrypto.ckks.CKKSContext` (a context holding a
   secret key is refused on both sides);
 * ``"ckks.vec"``: :class:`~vflcrypto.ckks.CKKSVector`, ``{fp, len, parts}`` checked
@@ -28,7 +31,15 @@ from typing import Any
 from .ckks import CKKSContext, CKKSVector
 from .encoding import PackingSpec
 from .errors import DecodeError, EncodingError, KeyMismatchError
-from .paillier import CompressedVector, PaillierPublicKey, PaillierVector, ciphertext_width, ciphertexts_to_bytes
+from .ou import OUPublicKey, OUVector
+from .paillier import (
+    CipherVector,
+    CompressedVector,
+    PaillierPublicKey,
+    PaillierVector,
+    ciphertext_width,
+    ciphertexts_to_bytes,
+)
 from .paillier.vector import _check_meta
 from .wire import Codec, DecodeContext, IntVector, register_codec
 
@@ -67,22 +78,24 @@ def _decode_pk(value: Any, ctx: DecodeContext) -> PaillierPublicKey:
     return PaillierPublicKey.from_bytes(value, allow_insecure=ctx.allow_insecure)
 
 
-def _meta_list(v: PaillierVector | CompressedVector) -> list[Any]:
+def _meta_list(v: CipherVector | CompressedVector) -> list[Any]:
     return [v.public_key.fingerprint, v.frac_bits,
             None if v.packing is None else list(v.packing.to_tuple()),
             v.slots, v.terms, -1 if v.size is None else v.size]
 
 
-def _parse_meta(value: Any, ctx: DecodeContext, extra: int) -> tuple[Any, ...]:
+def _parse_meta(value: Any, ctx: DecodeContext, extra: int,
+                key_type: type = PaillierPublicKey) -> tuple[Any, ...]:
+    scheme = "OU" if key_type is OUPublicKey else "Paillier"
     if not (isinstance(value, list) and len(value) == 7 + extra):
-        raise DecodeError("malformed Paillier vector")
+        raise DecodeError(f"malformed {scheme} vector")
     fp, frac_bits, packing, slots, terms, size = value[:6]
     if not isinstance(fp, str) or not all(isinstance(x, int) and not isinstance(x, bool)
                                           for x in (frac_bits, slots, terms, size)):
-        raise DecodeError("malformed Paillier vector metadata")
+        raise DecodeError(f"malformed {scheme} vector metadata")
     pk = ctx.keyring.get(fp)
-    if not isinstance(pk, PaillierPublicKey):
-        raise KeyMismatchError("fingerprint names a key that is not a Paillier key")
+    if not isinstance(pk, key_type):
+        raise KeyMismatchError(f"fingerprint names a key that is not a{'n' if scheme == 'OU' else ''} {scheme} key")
     spec = None
     if packing is not None:
         if not isinstance(packing, list):
@@ -130,6 +143,31 @@ def _decode_cvec(value: Any, ctx: DecodeContext) -> CompressedVector:
                             terms=terms, size=size)
 
 
+# --------------------------------------------------------------------------- Okamoto-Uchiyama
+
+
+def _encode_ou_pk(pk: OUPublicKey) -> list[Any]:
+    return list(pk.to_tuple())
+
+
+def _decode_ou_pk(value: Any, ctx: DecodeContext) -> OUPublicKey:
+    if not isinstance(value, list):
+        raise DecodeError("malformed OU public key")
+    return OUPublicKey.from_tuple(value, allow_insecure=ctx.allow_insecure)
+
+
+def _encode_ou_vec(v: OUVector) -> list[Any]:
+    return [*_meta_list(v), v.to_bytes()]
+
+
+def _decode_ou_vec(value: Any, ctx: DecodeContext) -> OUVector:
+    pk, frac_bits, spec, slots, terms, size = _parse_meta(value, ctx, 0, OUPublicKey)
+    blob = value[6]
+    if not isinstance(blob, bytes):
+        raise DecodeError("malformed ciphertext block")
+    return OUVector.from_bytes(pk, blob, frac_bits=frac_bits, packing=spec, slots=slots, terms=terms, size=size)
+
+
 # --------------------------------------------------------------------------- CKKS
 
 
@@ -166,5 +204,7 @@ register_codec(Codec("int.vec", IntVector, _encode_intvector, _decode_intvector)
 register_codec(Codec("paillier.pk", PaillierPublicKey, _encode_pk, _decode_pk))
 register_codec(Codec("paillier.vec", PaillierVector, _encode_paillier_vec, _decode_paillier_vec))
 register_codec(Codec("paillier.cvec", CompressedVector, _encode_cvec, _decode_cvec))
+register_codec(Codec("ou.pk", OUPublicKey, _encode_ou_pk, _decode_ou_pk))
+register_codec(Codec("ou.vec", OUVector, _encode_ou_vec, _decode_ou_vec))
 register_codec(Codec("ckks.ctx", CKKSContext, _encode_ctx, _decode_ctx))
 register_codec(Codec("ckks.vec", CKKSVector, _encode_ckks_vec, _decode_ckks_vec))

@@ -252,7 +252,11 @@ class PackingSpec:
 
     def slots_for(self, modulus: int) -> int:
         """How many slots fit a plaintext below ``modulus`` (never touching its top bit)."""
-        return (int(modulus).bit_length() - 1) // self.slot_bits
+        return self.slots_in(int(modulus).bit_length() - 1)
+
+    def slots_in(self, plaintext_bits: int) -> int:
+        """How many slots fit a plaintext of ``plaintext_bits`` bits (a key's ``plaintext_bits``)."""
+        return plaintext_bits // self.slot_bits
 
     def offset_block(self, slots: int) -> int:
         """``sum_j offset << (j * slot_bits)`` for ``slots`` slots: one encoding of all zeros."""

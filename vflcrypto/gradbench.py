@@ -23,7 +23,12 @@ Honesty rules, each visible in the output:
 * **Same work.** Every backend gets the same ``n`` and sums both g and h in the
   histograms. A backend too slow for ``n`` (phe) runs a prefix of the same data and the
   output names its ``n``; rates are per item, so only per-call overheads differ.
-* **Workers and per-core rates.** vflcrypto's Paillier runs on its process pool
+* **Schemes.** vflcrypto's rows are named by scheme: ``-paillier`` (``--key-bits``), ``-ou``
+  (Okamoto–Uchiyama at its conservative default, 3072 bits and 256-bit randomness) and
+  ``-ou-heu`` (OU at HEU's 2048-bit parameters); HEU's rows are ``heu-zpaillier`` and
+  ``heu-ou`` (2048 bits, HEU's own parameters). The ratio columns compare each row with
+  phe and with HEU's implementation of the same scheme.
+* **Workers and per-core rates.** vflcrypto's Paillier and OU run on its process pool
   (``workers`` = :func:`vflcrypto.parallel.worker_count`); phe and the others run in one
   process (TenSEAL and HEU may use threads inside it). Each row reports the wall rate and
   the **per-core rate** = items / CPU seconds of every process that worked (this process's
@@ -190,25 +195,43 @@ def _measure(res: BackendResult, ops: list[_Op], n: int, repeats: int, tolerance
 # --------------------------------------------------------------------------- backends
 
 
-def _bench_vfl_paillier(data: _Data, key_bits: int, packed: bool, repeats: int, allow_insecure: bool) -> BackendResult:
+def _keys(scheme: str, key_bits: int, allow_insecure: bool) -> tuple[Any, Any]:
+    """A key pair of ``scheme``: ``paillier`` (``key_bits``), ``ou`` (the conservative 3072-bit
+    parameters, or ``key_bits`` when smaller and ``allow_insecure``), ``ou-heu`` (HEU's 2048-bit ones)."""
+    if scheme == "paillier":
+        from .paillier import generate_keypair
+
+        return generate_keypair(key_bits, allow_insecure=allow_insecure)
+    from . import ou
+
+    if scheme == "ou-heu":
+        return ou.generate_keypair(ou.OUParams.heu(), allow_insecure=allow_insecure)
+    small = allow_insecure and key_bits < ou.DEFAULT_KEY_BITS
+    return ou.generate_keypair(key_bits if small else ou.DEFAULT_KEY_BITS, allow_insecure=allow_insecure)
+
+
+def _bench_vfl(data: _Data, key_bits: int, packed: bool, repeats: int, allow_insecure: bool,
+               scheme: str = "paillier") -> BackendResult:
     from .encoding import PackingSpec
-    from .paillier import generate_keypair
 
     n = len(data.g)
     t0 = time.perf_counter()
-    pk, sk = generate_keypair(key_bits, allow_insecure=allow_insecure)
+    pk, sk = _keys(scheme, key_bits, allow_insecure)
     # Build the fixed-base tables and start the pool as a long-running party would; the
     # tables grow with use (vflcrypto.paillier.fixed_base._pick_window), so warm up with a full batch.
     warm = pk.encrypt_fixed(data.w)
     sk.decrypt_fixed(warm[: min(n, 4000)])
     warm[: min(n, 4000)].dot(data.X[: min(n, 4000)])
     setup = time.perf_counter() - t0
-    name = "vflcrypto-paillier-packed" if packed else "vflcrypto-paillier"
+    name = f"vflcrypto-{scheme}" + ("-packed" if packed else "")
     res = BackendResult(name, n, max(1, parallel.worker_count()), setup)
+    about = f"{pk.bits}-bit {'OU' if scheme.startswith('ou') else 'Paillier'}"
+    if scheme.startswith("ou"):
+        about += f", {pk.random_bits}-bit randomness ({'HEU' if scheme == 'ou-heu' else 'conservative'} parameters)"
     ref = data.hist_ref
     if packed:
         spec = PackingSpec.create(max_terms=n, frac_bits=24, bound=4.0)
-        res.values_per_ciphertext = spec.slots_for(pk.n)
+        res.values_per_ciphertext = spec.slots_in(pk.plaintext_bits)
         ct = pk.encrypt_fixed(data.g, packing=spec)
         ct2 = pk.encrypt_fixed(data.w, packing=spec)
         gh = pk.encrypt_packed(np.column_stack([data.g, data.h]), spec)  # one (g, h) row per ciphertext
@@ -228,7 +251,7 @@ def _bench_vfl_paillier(data: _Data, key_bits: int, packed: bool, repeats: int, 
             _Op("hist_again", lambda: gh.sum_by_group(data.bins, N_BINS), hist_check),
             _Op("decrypt", lambda: sk.decrypt_fixed(ct), lambda v: _err(v[:n], data.g)),
         ]
-        res.note = (f"{res.values_per_ciphertext} values per ciphertext (histogram: one (g, h) pair per "
+        res.note = (f"{about}; {res.values_per_ciphertext} values per ciphertext (histogram: one (g, h) pair per "
                     "ciphertext); mul_plain and dot need one value per ciphertext")
         _measure(res, ops, n, repeats, 1e-5)
         return res
@@ -253,7 +276,7 @@ def _bench_vfl_paillier(data: _Data, key_bits: int, packed: bool, repeats: int, 
         _Op("hist_again", lambda: hist((cg, chh)), pair_check),
         _Op("decrypt", lambda: sk.decrypt_fixed(cg), lambda v: _err(v, data.g)),
     ]
-    res.note = "one value per ciphertext; the histogram sums the g and the h vector"
+    res.note = f"{about}; one value per ciphertext; the histogram sums the g and the h vector"
     _measure(res, ops, n, repeats, 1e-6)
     return res
 
@@ -354,16 +377,20 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def _bench_heu(data: _Data, key_bits: int, repeats: int) -> BackendResult:
+HEU_SCALE = 2**32  # HEU's float encoder scale: the same 32 fractional bits as vflcrypto's unpacked rows
+
+
+def _bench_heu(data: _Data, key_bits: int, repeats: int, schema: str = "ZPaillier") -> BackendResult:
     from heu import numpy as hnp
     from heu import phe as hphe
 
     n = len(data.g)
     t0 = time.perf_counter()
-    kit = hnp.setup(hphe.SchemaType.ZPaillier, key_bits)
+    kit = hnp.setup(getattr(hphe.SchemaType, schema), key_bits)
     enc, dec, ev = kit.encryptor(), kit.decryptor(), kit.evaluator()
-    fe = kit.float_encoder()
-    res = BackendResult("heu-zpaillier", n, 1, time.perf_counter() - t0)
+    fe = kit.float_encoder(scale=HEU_SCALE)
+    name = "heu-" + schema.lower()
+    res = BackendResult(name, n, 1, time.perf_counter() - t0)
     ct, ct2 = enc.encrypt(kit.array(data.g, fe)), enc.encrypt(kit.array(data.h, fe))
     row = enc.encrypt(kit.array(data.g.reshape(1, -1), fe))
     Xp = kit.array(data.X, fe)
@@ -375,19 +402,24 @@ def _bench_heu(data: _Data, key_bits: int, repeats: int) -> BackendResult:
     def out(v: Any) -> np.ndarray:
         return dec.decrypt(v).to_numpy(fe)
 
+    def out2(v: Any) -> np.ndarray:
+        """A product of two encodings carries the scale twice: decode, then divide once more."""
+        return out(v) / HEU_SCALE
+
     def hist() -> Any:
         return ev.feature_wise_bucket_sum(gh, subgroup, order, N_BINS, False)
 
     ops = [
         _Op("encrypt", lambda: enc.encrypt(kit.array(data.g, fe)), lambda v: _err(out(v), data.g)),
         _Op("add", lambda: ev.add(ct, ct2), lambda v: _err(out(v), data.g + data.h)),
-        _Op("mul_plain", lambda: ev.mul(ct, kit.array(data.w, fe)), lambda v: _err(out(v), data.g * data.w)),
-        _Op("dot", lambda: ev.matmul(row, Xp), lambda v: _err(out(v), data.X.T @ data.g)),
+        _Op("mul_plain", lambda: ev.mul(ct, kit.array(data.w, fe)), lambda v: _err(out2(v), data.g * data.w)),
+        _Op("dot", lambda: ev.matmul(row, Xp), lambda v: _err(out2(v), data.X.T @ data.g)),
         _Op("histogram", hist, lambda v: _err(out(v), ref)),
         _Op("hist_again", hist, lambda v: _err(out(v), ref)),
         _Op("decrypt", lambda: dec.decrypt(ct), lambda v: _err(v.to_numpy(fe), data.g)),
     ]
-    res.note = "SecretFlow HEU ZPaillier (C++), its own thread pool inside this process"
+    res.note = (f"SecretFlow HEU {schema} (C++) at {key_bits} bits, its own thread pool inside this process; "
+                "floats at scale 2^32")
     _measure(res, ops, n, repeats, 1e-5)
     return res
 
@@ -420,18 +452,27 @@ def run_gradient_bench(
     if repeats < 1:
         raise ConfigurationError("repeats must be >= 1")
     data = _Data(n)
+    def vfl(scheme: str, packed: bool) -> Callable[[], BackendResult]:
+        return lambda: _bench_vfl(data, key_bits, packed, repeats, allow_insecure, scheme)
+
     plan: list[tuple[str, Callable[[], BackendResult]]] = [
-        ("vflcrypto-paillier-packed", lambda: _bench_vfl_paillier(data, key_bits, True, repeats, allow_insecure)),
-        ("vflcrypto-paillier", lambda: _bench_vfl_paillier(data, key_bits, False, repeats, allow_insecure)),
+        ("vflcrypto-paillier-packed", vfl("paillier", True)),
+        ("vflcrypto-paillier", vfl("paillier", False)),
+        ("vflcrypto-ou-packed", vfl("ou", True)),
+        ("vflcrypto-ou", vfl("ou", False)),
+        ("vflcrypto-ou-heu", vfl("ou-heu", False)),
         ("vflcrypto-ckks", lambda: _bench_vfl_ckks(data, repeats)),
         ("phe", lambda: _bench_phe(data.head(min(n, phe_n)), key_bits, repeats)),
     ]
     if _heu_available():
-        def heu() -> BackendResult:
-            with _stdout_to_stderr():
-                return _bench_heu(data.head(min(n, heu_n or n)), key_bits, repeats)
+        def heu(schema: str, bits: int) -> Callable[[], BackendResult]:
+            def run() -> BackendResult:
+                with _stdout_to_stderr():
+                    return _bench_heu(data.head(min(n, heu_n or n)), bits, repeats, schema)
+            return run
 
-        plan.append(("heu-zpaillier", heu))
+        plan.append(("heu-zpaillier", heu("ZPaillier", key_bits)))
+        plan.append(("heu-ou", heu("OU", max(key_bits, 2048))))
     results = []
     for name, fn in plan:
         if backends is not None and name not in backends:

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .encoding import decode_fixed, exceeds_bits
-from .errors import EncodingError, EncodingOverflowError, InsecureParameterError, ProtocolError
+from .errors import ConfigurationError, EncodingError, EncodingOverflowError, InsecureParameterError, ProtocolError
 from .paillier import PaillierVector
 
 __all__ = [
@@ -311,8 +311,10 @@ def mask_ciphertexts(vec: PaillierVector) -> tuple[PaillierVector, list[int]]:
     """
     if vec.packing is not None:
         raise EncodingError("mask a packed vector slot by slot (not supported)")
+    if not isinstance(vec, PaillierVector):  # the key holder decrypts and returns: an oracle that breaks OU
+        raise ConfigurationError("masked decryption for another party is Paillier-only")
     pk = vec.public_key
-    n, nsq = int(pk.n), int(pk.nsquare)
+    n, nsq = int(pk.n), int(pk.cmod)
     masks = uniform_mod(n, len(vec))
     cts = [int(c) * (1 + m * n) % nsq for c, m in zip(vec.ciphertexts(), masks, strict=True)]
     return PaillierVector.from_ciphertexts(pk, cts, frac_bits=vec.frac_bits).rerandomize(), masks

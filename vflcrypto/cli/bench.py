@@ -2,7 +2,8 @@
 
 The table gives, per operation and backend: rows ``n``, worker processes, cores actually
 used (CPU seconds / wall seconds), the median wall rate with its range over the repeats,
-the per-core rate, and the per-core ratio to phe measured in the same run. See
+the per-core rate, and the per-core ratios to phe and to SecretFlow HEU's implementation of
+the same scheme (ZPaillier for Paillier rows, OU for OU rows) measured in the same run. See
 :mod:`vflcrypto.gradbench` for what each operation does and how results are checked.
 """
 
@@ -29,8 +30,22 @@ def _si(v: float) -> str:
     return f"{v:.3g}"
 
 
+def _heu_anchor(name: str) -> str | None:
+    """HEU's row for the same scheme as vflcrypto's row ``name`` (None for the others)."""
+    if name.startswith("vflcrypto-ou"):
+        return "heu-ou"
+    return "heu-zpaillier" if name.startswith("vflcrypto-paillier") else None
+
+
+def _ratio(t: BackendResult | None, r: BackendResult, op: str) -> str:
+    if t is None or op not in t.ops or t is r:
+        return f"{'-':>12}"
+    return f"{r.ops[op].per_core_rate / t.ops[op].per_core_rate:>11.3g}x"
+
+
 def _table(results: list[BackendResult], repeats: int, anchor: str = "phe") -> str:
     ref = next((r for r in results if r.name == anchor), None)
+    by_name = {r.name: r for r in results}
     lines = [f"machine: {os.cpu_count()} cores; each figure the median of {repeats} calls; "
              f"per-core = items / CPU seconds of every process that worked", ""]
     lines.append("set-up (key generation, tables, pool start, warm-up), timed once:")
@@ -43,14 +58,14 @@ def _table(results: list[BackendResult], repeats: int, anchor: str = "phe") -> s
             continue
         lines += ["", f"{op}: {UNITS.get(op, 'values/s')}" + (f" - {WHAT[op]}" if op in WHAT else "")]
         lines.append(f"  {'backend':<27}{'n':>8}{'workers':>9}{'cores':>7}{'wall rate':>12}"
-                     f"{'range':>19}{'per core':>11}{'x phe/core':>12}")
+                     f"{'range':>19}{'per core':>11}{'x phe/core':>12}{'x HEU/core':>12}")
         for r in rows:
             t = r.ops[op]
             lo, hi = t.rate_range
-            ratio = (f"{t.per_core_rate / ref.ops[op].per_core_rate:>11.3g}x"
-                     if ref is not None and op in ref.ops and r is not ref else f"{'-':>12}")
+            heu = by_name.get(_heu_anchor(r.name) or "")
             lines.append(f"  {r.name:<27}{r.n:>8,}{r.workers:>9}{t.cores_used:>7.2f}{_si(t.wall_rate):>12}"
-                         f"{_si(lo) + ' - ' + _si(hi):>19}{_si(t.per_core_rate):>11}{ratio}")
+                         f"{_si(lo) + ' - ' + _si(hi):>19}{_si(t.per_core_rate):>11}{_ratio(ref, r, op)}"
+                         f"{_ratio(heu, r, op)}")
     small = [r for r in results if r.n < max(x.n for x in results)]
     if small:
         lines += ["", "smaller n (too slow at the full size; same data, a prefix): "
@@ -91,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"  running {name} ...", file=sys.stderr, flush=True)
 
+    backends = tuple(b.strip() for b in args.backends.split(",")) if args.backends else None
     results = run_gradient_bench(args.n, args.key_bits, phe_n=args.phe_n, heu_n=args.heu_n,
-                                 repeats=args.repeats, allow_insecure=args.allow_insecure, progress=progress)
+                                 repeats=args.repeats, allow_insecure=args.allow_insecure, backends=backends,
+                                 progress=progress)
     if args.json:
         print(json.dumps({"key_bits": args.key_bits, "repeats": args.repeats, "cpu_count": os.cpu_count(),
                           "backends": {r.name: r.to_dict() for r in results}}, indent=2))
@@ -113,6 +130,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--phe-n", type=int, default=200, help="rows for phe (too slow at --n; a prefix of the data)")
     g.add_argument("--heu-n", type=int, default=None, help="rows for HEU (default: --n)")
     g.add_argument("--repeats", type=int, default=5, help="timed calls per operation (median and range shown)")
+    g.add_argument("--backends", help="comma-separated rows to run (default: all available), e.g. "
+                   "vflcrypto-ou-packed,vflcrypto-ou,vflcrypto-ou-heu,heu-ou,phe")
     g.add_argument("--json", action="store_true")
     g.add_argument("--plot", metavar="FILE.png", help="draw the per-core comparison (log scale)")
     g.set_defaults(handler=run)

@@ -36,8 +36,11 @@ process pool of :mod:`vflcrypto.parallel` (workers receive only ints and bytes).
 Layout, bottom to top (a module imports only those listed before it):
 :mod:`.fixed_base` (DJN tables, exponent draws), :mod:`.blocks` (ciphertext bytes,
 costs, worker caches), :mod:`.kernels` (pool workers and in-process kernels),
-:mod:`.vector` (:class:`PaillierVector`), :mod:`.compress` (:class:`CompressedVector`),
-:mod:`.keys` (keys and :func:`generate_keypair`). The wire codecs ``paillier.pk``,
+:mod:`.vector` (:class:`CipherVector`, :class:`PaillierVector`), :mod:`.compress`
+(:class:`CompressedVector`), :mod:`.plain` (fixed-point and packed encryption over a raw
+encryptor), :mod:`.keys` (keys and :func:`generate_keypair`). Everything below
+:mod:`.keys` but the DJN/CRT kernels is scheme-generic (ciphertexts are units modulo a
+public ``cmod``): :mod:`vflcrypto.ou` builds the Okamoto–Uchiyama scheme on it. The wire codecs ``paillier.pk``,
 ``paillier.vec`` and ``paillier.cvec`` are defined in :mod:`vflcrypto.codecs`.
 
 Limitations: Python big-integer arithmetic is not constant-time and memory holding
@@ -50,7 +53,7 @@ from .blocks import batch_invert, ciphertext_width, ciphertexts_from_bytes, ciph
 from .compress import CompressedVector, compress, fold_ciphertexts
 from .fixed_base import TABLE_MAX_BYTES, TABLE_MAX_WINDOW, TABLE_WINDOW
 from .keys import DEFAULT_KEY_BITS, MIN_KEY_BITS, PaillierPrivateKey, PaillierPublicKey, generate_keypair
-from .vector import PaillierVector
+from .vector import CipherVector, PaillierVector
 
 __all__ = [
     "DEFAULT_KEY_BITS",
@@ -58,6 +61,7 @@ __all__ = [
     "TABLE_MAX_BYTES",
     "TABLE_MAX_WINDOW",
     "TABLE_WINDOW",
+    "CipherVector",
     "CompressedVector",
     "PaillierPrivateKey",
     "PaillierPublicKey",

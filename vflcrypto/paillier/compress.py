@@ -18,9 +18,9 @@ from gmpy2 import mpz
 from .. import parallel
 from ..encoding import PackingSpec
 from ..errors import EncodingError, EncodingOverflowError
-from .blocks import _cost_scale, ciphertext_width, ciphertexts_from_bytes, ciphertexts_to_bytes
+from .blocks import ciphertexts_from_bytes, ciphertexts_to_bytes
 from .kernels import _w_fold
-from .vector import PaillierVector, PublicKeyLike
+from .vector import CipherVector, PublicKeyLike, _group_cost
 
 __all__ = ["CompressedVector", "compress", "fold_ciphertexts"]
 
@@ -62,30 +62,30 @@ class CompressedVector:
 
 
 def fold_ciphertexts(pk: PublicKeyLike, cts: Sequence[Any], bits: int) -> tuple[list[mpz], int]:
-    """Fold ``per = (bits(n) - 1) // bits`` ciphertexts of non-negative ``bits``-bit plaintexts into one.
+    """Fold ``per = plaintext_bits // bits`` ciphertexts of non-negative ``bits``-bit plaintexts into one.
 
     Horner over each group: ciphertext ``i`` of a group lands at plaintext bits
     ``[i*bits, (i+1)*bits)``. Runs in the process pool for large inputs. Returns the
     folded ciphertexts and ``per``. The folded ciphertexts carry the product of the
     inputs' randomness: re-randomize before sending them to the key holder.
     """
-    per = (pk.bits - 1) // bits
+    per = pk.plaintext_bits // bits
     if per < 1:
         raise EncodingOverflowError("values too wide to fold under this key")
-    w = ciphertext_width(pk.n)
+    w = pk.ciphertext_bytes
     groups = -(-len(cts) // per)
     n_chunks = min(groups, max(1, parallel.worker_count()) * 2)
     bounds = [min(len(cts), round(i * groups / n_chunks) * per) for i in range(n_chunks + 1)] if groups else []
-    chunks = [(int(pk.nsquare), w, ciphertexts_to_bytes(cts[a:b], w), bits, per)
+    chunks = [(int(pk.cmod), w, ciphertexts_to_bytes(cts[a:b], w), bits, per)
               for a, b in itertools.pairwise(bounds) if b > a]
-    cost = int(len(cts) * bits * _cost_scale(pk.bits))
+    cost = int(len(cts) * bits * _group_cost(pk))
     out: list[mpz] = []
     for part in parallel.parallel_map(_w_fold, chunks, cost=cost):
         out.extend(ciphertexts_from_bytes(part, w))
     return out, per
 
 
-def compress(vec: PaillierVector, bound_bits: int | None = None) -> CompressedVector:
+def compress(vec: CipherVector, bound_bits: int | None = None) -> CompressedVector:
     """Fold ciphertexts so the key holder decrypts ``~(bits-1)/b`` times fewer of them.
 
     Horner: ``acc = acc**(2**b) * c`` over the ciphertexts (last first), so ciphertext
@@ -96,7 +96,7 @@ def compress(vec: PaillierVector, bound_bits: int | None = None) -> CompressedVe
     (one guard bit to detect values beyond the bound).
     """
     pk = vec.public_key
-    nsq = pk.nsquare
+    nsq = pk.cmod
     if vec.packing is not None:
         b = vec.slots * vec.packing.slot_bits
         offset = 0
@@ -106,7 +106,7 @@ def compress(vec: PaillierVector, bound_bits: int | None = None) -> CompressedVe
             raise EncodingError("compressing an unpacked vector needs bound_bits")
         b = bound_bits + 1
         offset = 1 << (bound_bits - 1)
-        g = 1 + offset * pk.n
+        g = pk._gpow([offset])[0]
         cts = [c * g % nsq for c in vec._c]
     out, per = fold_ciphertexts(pk, cts, b)
     return CompressedVector(pk, out, value_bits=b, per_ciphertext=per, count=len(cts),

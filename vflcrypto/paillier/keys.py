@@ -22,8 +22,8 @@ import numpy as np
 from gmpy2 import mpz
 
 from .. import parallel
-from ..encoding import DEFAULT_FRAC_BITS, PackingSpec, decode_fixed, encode_ints, pack, to_fixed_ints, unpack
-from ..errors import DecodeError, EncodingError, EncodingOverflowError, InsecureParameterError, KeyMismatchError
+from ..encoding import PackingSpec, decode_fixed, encode_ints, unpack
+from ..errors import DecodeError, EncodingOverflowError, InsecureParameterError, KeyMismatchError
 from .blocks import (
     _CHUNKS_PER_WORKER,
     _cost_scale,
@@ -35,6 +35,7 @@ from .blocks import (
 from .compress import CompressedVector
 from .fixed_base import _FixedBase
 from .kernels import _CrtDecryptor, _CrtEncryptor, _obfuscate_public, _w_decrypt, _w_encrypt_private, _w_encrypt_public
+from .plain import as_int_array, encrypt_fixed, encrypt_packed
 from .vector import PaillierVector
 
 __all__ = ["DEFAULT_KEY_BITS", "MIN_KEY_BITS", "PaillierPrivateKey", "PaillierPublicKey", "generate_keypair"]
@@ -68,7 +69,9 @@ class PaillierPublicKey:
         _check_modulus(n, allow_insecure)
         self.n = mpz(n)
         self.nsquare = self.n * self.n
+        self.cmod = self.nsquare  # the ciphertext group: units modulo n**2
         self.bits = int(n).bit_length()
+        self.plaintext_bits = self.bits - 1
         self.fingerprint = _fingerprint(int(n))
         self.max_int = int(self.n) // 3
         self._exp_bytes = _exp_bytes(self.bits)
@@ -101,6 +104,16 @@ class PaillierPublicKey:
         if not isinstance(data, bytes | bytearray) or not data:
             raise DecodeError("malformed Paillier public key")
         return cls(int.from_bytes(data, "big"), allow_insecure=allow_insecure)
+
+    # ----------------------------------------------------------------- plaintexts
+    def _encode(self, ints: np.ndarray) -> list[int]:
+        """Signed integers as residues modulo ``n`` (``|v| <= n // 3``)."""
+        return encode_ints(ints, self.n)
+
+    def _gpow(self, ms: Sequence[int]) -> list[mpz]:
+        """``g**m = 1 + m n mod n**2`` for signed ``m``: the plaintext ``m`` in the ciphertext group."""
+        n, nsq = self.n, self.nsquare
+        return [(1 + (m % n) * n) % nsq for m in ms]
 
     # ----------------------------------------------------------------- DJN base
     @property
@@ -154,7 +167,7 @@ class PaillierPublicKey:
     # ----------------------------------------------------------------- encryption API
     def encrypt(self, values: Sequence[int] | np.ndarray) -> PaillierVector:
         """Encrypt signed integers (``|v| <= n // 3``; stored mod ``n``)."""
-        cts, blob = self._raw_encrypt_blob(encode_ints(_as_int_array(values), self.n))
+        cts, blob = self._raw_encrypt_blob(self._encode(as_int_array(values)))
         return PaillierVector._make(self, cts, blob=blob)
 
     def encrypt_fixed(self, x: np.ndarray | Sequence[float], frac_bits: int | None = None, *,
@@ -166,55 +179,14 @@ class PaillierPublicKey:
         be ``None`` or equal ``packing.frac_bits``; decrypt with
         :meth:`PaillierPrivateKey.decrypt_fixed`, which returns the flat values.
         """
-        return _encrypt_fixed(self, self._raw_encrypt_blob, x, frac_bits, packing)
+        return encrypt_fixed(PaillierVector, self, self._raw_encrypt_blob, self._encode, x, frac_bits, packing)
 
     def encrypt_packed(self, x: np.ndarray, spec: PackingSpec) -> PaillierVector:
         """One ciphertext per row of ``x`` (records, slots) with the slots packed per ``spec``.
 
         A 1-D ``x`` is packed densely, as :meth:`encrypt_fixed` with ``packing=spec``.
         """
-        return _encrypt_packed(self, self._raw_encrypt_blob, x, spec)
-
-
-def _as_int_array(values: Sequence[int] | np.ndarray) -> np.ndarray:
-    arr = np.asarray(values) if not isinstance(values, np.ndarray) else values
-    if arr.dtype.kind == "f":
-        raise EncodingError("encrypt() takes integers; use encrypt_fixed() for floats")
-    if arr.dtype.kind not in "iuOb":
-        raise EncodingError(f"cannot encrypt dtype {arr.dtype}")
-    return arr.ravel()
-
-
-def _encrypt_fixed(pk: PaillierPublicKey, raw: Any, x: Any, frac_bits: int | None,
-                   packing: PackingSpec | None) -> PaillierVector:
-    if packing is not None:
-        if frac_bits is not None and frac_bits != packing.frac_bits:
-            raise EncodingError("frac_bits differs from the packing's frac_bits")
-        return _encrypt_packed(pk, raw, np.asarray(x).ravel(), packing)
-    fb = DEFAULT_FRAC_BITS if frac_bits is None else frac_bits
-    ms = encode_ints(to_fixed_ints(np.asarray(x).ravel(), fb), pk.n)
-    cts, blob = raw(ms)
-    return PaillierVector._make(pk, cts, frac_bits=fb, blob=blob)
-
-
-def _encrypt_packed(pk: PaillierPublicKey, raw: Any, x: Any, spec: PackingSpec) -> PaillierVector:
-    arr = np.asarray(x)
-    size = None
-    if arr.ndim == 1:
-        size = arr.shape[0]
-        per = spec.slots_for(pk.n)
-        if per < 1:
-            raise EncodingOverflowError("packing slot wider than the key's plaintext space")
-        rows = -(-size // per)
-        padded = np.zeros(rows * per, dtype=np.float64 if arr.dtype.kind == "f" else arr.dtype)
-        padded[:size] = arr
-        arr = padded.reshape(rows, per)
-    elif arr.ndim != 2:
-        raise EncodingError("encrypt_packed expects a 1-D or 2-D array")
-    ms = pack(arr, spec, pk.n)
-    cts, blob = raw(ms)
-    return PaillierVector._make(pk, cts, blob=blob, frac_bits=spec.frac_bits, packing=spec,
-                                slots=arr.shape[1], terms=1, size=size)
+        return encrypt_packed(PaillierVector, self, self._raw_encrypt_blob, x, spec)
 
 
 class PaillierPrivateKey:
@@ -365,17 +337,18 @@ class PaillierPrivateKey:
     def encrypt(self, values: Sequence[int] | np.ndarray) -> PaillierVector:
         """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt`."""
         pk = self.public_key
-        cts, blob = self._raw_encrypt_blob(encode_ints(_as_int_array(values), pk.n))
+        cts, blob = self._raw_encrypt_blob(pk._encode(as_int_array(values)))
         return PaillierVector._make(pk, cts, blob=blob)
 
     def encrypt_fixed(self, x: np.ndarray | Sequence[float], frac_bits: int | None = None, *,
                       packing: PackingSpec | None = None) -> PaillierVector:
         """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt_fixed`."""
-        return _encrypt_fixed(self.public_key, self._raw_encrypt_blob, x, frac_bits, packing)
+        return encrypt_fixed(PaillierVector, self.public_key, self._raw_encrypt_blob, self.public_key._encode, x,
+                             frac_bits, packing)
 
     def encrypt_packed(self, x: np.ndarray, spec: PackingSpec) -> PaillierVector:
         """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt_packed`."""
-        return _encrypt_packed(self.public_key, self._raw_encrypt_blob, x, spec)
+        return encrypt_packed(PaillierVector, self.public_key, self._raw_encrypt_blob, x, spec)
 
 
 def _finish_ints(raw: list[int], meta: Any, n: int) -> list[int]:

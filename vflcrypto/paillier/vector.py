@@ -1,29 +1,33 @@
-"""PaillierVector: an immutable vector of Paillier ciphertexts and its homomorphic operations.
+"""CipherVector: an immutable vector of additively homomorphic ciphertexts and its operations.
 
-Holds :class:`PaillierVector` (addition, plaintext multiplication, dot products,
-``sum``/``sum_by_group``, re-randomization, indexing, concatenation, bytes), the
-validation of received ciphertexts (:func:`_validate`) and of their metadata
-(:func:`_check_meta`, also used by the wire codecs in :mod:`vflcrypto.codecs`). Large
-inputs go to the process pool through the workers of :mod:`.kernels`.
+Holds :class:`CipherVector` (addition, plaintext multiplication, dot products,
+``sum``/``sum_by_group``, re-randomization, indexing, concatenation, bytes), its Paillier
+subclass :class:`PaillierVector`, the validation of received ciphertexts
+(:func:`_validate`) and of their metadata (:func:`_check_meta`, also used by the wire
+codecs in :mod:`vflcrypto.codecs`). Large inputs go to the process pool through the
+workers of :mod:`.kernels`.
 
-The keys (:mod:`.keys`) build vectors, so they sit *above* this module; a vector only
-needs a few attributes of its key, named by the :class:`PublicKeyLike` protocol
-(implemented by :class:`~vflcrypto.paillier.PaillierPublicKey`), which keeps the import
-graph acyclic.
+The operations are scheme-generic: a ciphertext is a unit modulo the key's public
+``cmod`` (Paillier: ``n**2``; Okamoto–Uchiyama, :mod:`vflcrypto.ou`: ``n``), adding
+plaintexts multiplies ciphertexts, multiplying by a plaintext ``k`` raises to ``k``, and a
+plaintext ``m`` enters the group as the key's ``_gpow(m)`` (Paillier ``1 + m n``; OU
+``G**m``). What a vector needs of its key is named by the :class:`PublicKeyLike`
+protocol, so the keys (:mod:`.keys`, :mod:`vflcrypto.ou`) sit *above* this module and
+the import graph stays acyclic.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
 from .. import parallel
-from ..encoding import DEFAULT_FRAC_BITS, PackingSpec, encode_ints, to_fixed_ints
+from ..encoding import DEFAULT_FRAC_BITS, PackingSpec, to_fixed_ints
 from ..errors import (
     CiphertextError,
     ConfigurationError,
@@ -34,27 +38,37 @@ from ..errors import (
 )
 from .blocks import (
     _CHUNKS_PER_WORKER,
-    _cost_scale,
     batch_invert,
-    ciphertext_width,
     ciphertexts_from_bytes,
     ciphertexts_to_bytes,
 )
 from .fixed_base import _ONE
 from .kernels import _dot, _matvec, _sum_by_group, _w_dot, _w_matvec, _w_mul, _w_sum_by_group
 
-__all__ = ["PaillierVector", "PublicKeyLike"]
+__all__ = ["CipherVector", "PaillierVector", "PublicKeyLike"]
 
 
 class PublicKeyLike(Protocol):
-    """What a vector uses of its key: :class:`~vflcrypto.paillier.PaillierPublicKey`."""
+    """What a vector uses of its key (:class:`~vflcrypto.paillier.PaillierPublicKey`,
+    :class:`~vflcrypto.ou.OUPublicKey`)."""
 
     n: mpz
-    nsquare: mpz
+    cmod: mpz  # the ciphertext group's modulus
     bits: int
     fingerprint: str
+    plaintext_bits: int  # non-negative plaintexts below 2**plaintext_bits are always valid
+
+    @property
+    def ciphertext_bytes(self) -> int: ...
 
     def _raw_encrypt(self, ms: Sequence[int]) -> list[mpz]: ...
+
+    def _gpow(self, ms: Sequence[int]) -> list[mpz]: ...
+
+
+def _group_cost(pk: PublicKeyLike) -> float:
+    """Relative cost of one multiplication in the key's ciphertext group (1.0: a 4096-bit modulus)."""
+    return (int(pk.cmod).bit_length() / 4096) ** 2
 
 
 def _plain_scalars(x: Any, frac_bits: int | None, length: int) -> tuple[list[int], int]:
@@ -73,8 +87,8 @@ def _plain_scalars(x: Any, frac_bits: int | None, length: int) -> tuple[list[int
     return flat, frac_bits
 
 
-class PaillierVector:
-    """An immutable vector of Paillier ciphertexts with fixed-point and packing metadata.
+class CipherVector:
+    """An immutable vector of ciphertexts under one key, with fixed-point and packing metadata.
 
     ``frac_bits``: fractional bits of the encoded values. ``packing``/``slots``: the
     :class:`PackingSpec` and slots used per ciphertext (``None``/1 when unpacked).
@@ -97,26 +111,26 @@ class PaillierVector:
     terms: int
 
     def __init__(self) -> None:  # a programming-misuse guard, hence a plain TypeError
-        raise ConfigurationError("build vectors with PaillierPublicKey.encrypt* or PaillierVector.from_*")
+        raise ConfigurationError("build vectors with a public key's encrypt* or a vector class's from_*")
 
     @classmethod
     def _make(cls, pk: PublicKeyLike, cts: list[mpz], *, frac_bits: int = 0,
               packing: PackingSpec | None = None, slots: int = 1, terms: int = 1,
-              size: int | None = None, blob: bytes | None = None) -> PaillierVector:
+              size: int | None = None, blob: bytes | None = None) -> Self:
         """``blob``: the serialized ``cts`` when already at hand (pool output, wire input)."""
         v = object.__new__(cls)
         v._pk, v._c, v.frac_bits, v.packing = pk, cts, frac_bits, packing
         v.slots, v.terms, v.size, v._blob, v._token = slots, terms, size, None, ""
         v._shipped = False
-        if blob is not None and len(blob) == len(cts) * ciphertext_width(pk.n):
+        if blob is not None and len(blob) == len(cts) * pk.ciphertext_bytes:
             v._blob, v._token = blob, secrets.token_hex(8)
         return v
 
-    def _like(self, cts: list[mpz], **changes: Any) -> PaillierVector:
+    def _like(self, cts: list[mpz], **changes: Any) -> Self:
         meta: dict[str, Any] = {"frac_bits": self.frac_bits, "packing": self.packing, "slots": self.slots,
                                 "terms": self.terms, "size": self.size}
         meta.update(changes)
-        return PaillierVector._make(self._pk, cts, **meta)
+        return type(self)._make(self._pk, cts, **meta)
 
     # ----------------------------------------------------------------- basics
     @property
@@ -135,7 +149,7 @@ class PaillierVector:
         """The raw ciphertexts as Python ints (for interop, e.g. with phe)."""
         return [int(c) for c in self._c]
 
-    def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> PaillierVector:
+    def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Self:
         """``v[i]`` (a length-1 vector), ``v[a:b]``, ``v[index_array]`` or a boolean mask."""
         if isinstance(index, int | np.integer):
             i = int(index)
@@ -157,7 +171,7 @@ class PaillierVector:
         return self._like(cts, size=None)
 
     @classmethod
-    def concat(cls, vectors: Sequence[PaillierVector]) -> PaillierVector:
+    def concat(cls, vectors: Sequence[Self]) -> Self:
         """Concatenate vectors under one key (fixed-point scales and packed terms aligned)."""
         if not vectors:
             raise ConfigurationError("concat needs at least one vector")
@@ -174,7 +188,7 @@ class PaillierVector:
         return first._like([c for v in vectors for c in v._scaled(fb)], frac_bits=fb, size=None)
 
     # ----------------------------------------------------------------- helpers
-    def _same_key(self, other: PaillierVector) -> None:
+    def _same_key(self, other: CipherVector) -> None:
         if other._pk is not self._pk and other._pk != self._pk:
             raise KeyMismatchError("vectors are encrypted under different keys")
 
@@ -185,7 +199,7 @@ class PaillierVector:
             return self._c
         if diff < 0:
             raise EncodingError("cannot lower a vector's fixed-point scale homomorphically")
-        e, nsq = 1 << diff, self._pk.nsquare
+        e, nsq = 1 << diff, self._pk.cmod
         return [gmpy2.powmod(c, e, nsq) for c in self._c]
 
     def _pad_terms(self, terms: int) -> list[mpz]:
@@ -195,8 +209,8 @@ class PaillierVector:
             return self._c
         assert self.packing is not None  # internal invariant: only concat pads, only packed vectors
         pk = self._pk
-        g = (1 + extra * self.packing.offset_block(self.slots) * pk.n) % pk.nsquare
-        nsq = pk.nsquare
+        g = pk._gpow([extra * self.packing.offset_block(self.slots)])[0]
+        nsq = pk.cmod
         return [c * g % nsq for c in self._c]
 
     def _check_terms(self, terms: int) -> None:
@@ -216,9 +230,9 @@ class PaillierVector:
         in the pool. After a first call has shipped this vector's chunks, later calls send
         only its token (workers keep the parsed chunks); a worker that misses answers
         ``None`` and gets the bytes in a second round."""
-        w = ciphertext_width(self._pk.n)
+        w = self._pk.ciphertext_bytes
         blob = self._blob_bytes()
-        nsq = int(self._pk.nsquare)
+        nsq = int(self._pk.cmod)
 
         def args(a: int, b: int, ship: bool) -> tuple[Any, ...]:
             return (nsq, w, self._token, a, b - a, blob[a * w : b * w] if ship else b"",
@@ -236,25 +250,25 @@ class PaillierVector:
 
     def _blob_bytes(self) -> bytes:
         if self._blob is None:
-            self._blob = ciphertexts_to_bytes(self._c, ciphertext_width(self._pk.n))
+            self._blob = ciphertexts_to_bytes(self._c, self._pk.ciphertext_bytes)
             self._token = secrets.token_hex(8)  # names this (immutable) content in worker caches
         return self._blob
 
     # ----------------------------------------------------------------- addition
-    def __add__(self, other: Any) -> PaillierVector:
-        if isinstance(other, PaillierVector):
+    def __add__(self, other: Any) -> Self:
+        if isinstance(other, CipherVector):
             return self._add_vec(other)
         return self._add_plain(other)
 
-    def __radd__(self, other: Any) -> PaillierVector:
+    def __radd__(self, other: Any) -> Self:
         return self.__add__(other)
 
-    def _add_vec(self, other: PaillierVector) -> PaillierVector:
+    def _add_vec(self, other: CipherVector) -> Self:
         self._same_key(other)
         a, b = self, other
         if len(a) != len(b) and 1 not in (len(a), len(b)):
             raise EncodingError(f"length mismatch: {len(a)} vs {len(b)}")
-        nsq = self._pk.nsquare
+        nsq = self._pk.cmod
         if a.packing is not None or b.packing is not None:
             if a.packing != b.packing or a.slots != b.slots:
                 raise EncodingError("cannot add vectors with different packing")
@@ -277,43 +291,42 @@ class PaillierVector:
             x = ca[0]
             out = [x * y % nsq for y in cb]
             size = b.size
-        base = a if len(a) >= len(b) else b
-        return base._like(out, size=size, **meta)
+        return self._like(out, size=size, **meta)  # packing and slots agree (checked); meta sets the rest
 
-    def _add_plain(self, x: Any) -> PaillierVector:
+    def _add_plain(self, x: Any) -> Self:
         self._no_packing("adding a plaintext")
         arr = np.asarray(x)
         ints = to_fixed_ints(arr, self.frac_bits)
-        ms = encode_ints(ints if ints.ndim else np.full(len(self), ints.item(), dtype=ints.dtype),
-                         self._pk.n)
-        if len(ms) != len(self):
-            raise EncodingError(f"length mismatch: {len(self)} vs {len(ms)}")
-        n, nsq = self._pk.n, self._pk.nsquare
-        return self._like([c * (1 + m * n) % nsq for c, m in zip(self._c, ms, strict=True)])
+        flat = (ints if ints.ndim else np.full(len(self), ints.item(), dtype=ints.dtype)).ravel()
+        if len(flat) != len(self):
+            raise EncodingError(f"length mismatch: {len(self)} vs {len(flat)}")
+        gs = self._pk._gpow([int(v) for v in flat.tolist()])
+        nsq = self._pk.cmod
+        return self._like([c * g % nsq for c, g in zip(self._c, gs, strict=True)])
 
-    def __neg__(self) -> PaillierVector:
+    def __neg__(self) -> Self:
         self._no_packing("negation")
-        return self._like(batch_invert(self._c, self._pk.nsquare))
+        return self._like(batch_invert(self._c, self._pk.cmod))
 
-    def __sub__(self, other: Any) -> PaillierVector:
-        if isinstance(other, PaillierVector):
+    def __sub__(self, other: Any) -> Self:
+        if isinstance(other, CipherVector):
             self._same_key(other)
             return self._add_vec(-other)
         return self._add_plain(-np.asarray(other))
 
-    def __rsub__(self, other: Any) -> PaillierVector:
+    def __rsub__(self, other: Any) -> Self:
         return (-self)._add_plain(other)
 
     # ----------------------------------------------------------------- multiplication
-    def __mul__(self, x: Any) -> PaillierVector:
-        if isinstance(x, PaillierVector):
+    def __mul__(self, x: Any) -> Self:
+        if isinstance(x, CipherVector):
             raise EncodingError("Paillier cannot multiply two ciphertexts")
         return self.mul(x)
 
-    def __rmul__(self, x: Any) -> PaillierVector:
+    def __rmul__(self, x: Any) -> Self:
         return self.__mul__(x)
 
-    def mul(self, x: Any, frac_bits: int | None = None) -> PaillierVector:
+    def mul(self, x: Any, frac_bits: int | None = None) -> Self:
         """Multiply by a plaintext scalar or same-length vector.
 
         Floats are encoded with ``frac_bits`` (default 32) fractional bits and the result
@@ -325,16 +338,16 @@ class PaillierVector:
         pk = self._pk
         count = len(ks)
         avg_bits = max(1, max((abs(k).bit_length() for k in ks), default=1))
-        cost = int(count * avg_bits * 1.5 * _cost_scale(pk.bits))
+        cost = int(count * avg_bits * 1.5 * _group_cost(pk))
         workers = parallel.worker_count()
         if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            w = ciphertext_width(pk.n)
+            w = pk.ciphertext_bytes
             blob = self._blob_bytes()
             ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
-            chunks = [(int(pk.nsquare), w, blob[a * w : b * w], tuple(ks[a:b])) for a, b in ranges]
+            chunks = [(int(pk.cmod), w, blob[a * w : b * w], tuple(ks[a:b])) for a, b in ranges]
             out = ciphertexts_from_bytes(b"".join(parallel.parallel_map(_w_mul, chunks, cost=cost)), w)
         else:
-            nsq, powmod = pk.nsquare, gmpy2.powmod
+            nsq, powmod = pk.cmod, gmpy2.powmod
             uniq = len(set(ks)) == 1
             if uniq and ks and ks[0] < 0:
                 k = -ks[0]
@@ -343,7 +356,7 @@ class PaillierVector:
                 out = [powmod(c, k, nsq) if k else _ONE for c, k in zip(self._c, ks, strict=True)]
         return self._like(out, frac_bits=self.frac_bits + fb)
 
-    def dot(self, X: np.ndarray, frac_bits: int | None = None) -> PaillierVector:
+    def dot(self, X: np.ndarray, frac_bits: int | None = None) -> Self:
         """``out[j] = sum_i self[i] * X[i, j]`` for a plaintext matrix ``X`` (len(self), m).
 
         A signed-digit bucket-method (Pippenger) multi-exponentiation per output column:
@@ -365,16 +378,16 @@ class PaillierVector:
         if ints.dtype != object and ints.size and int(np.abs(ints).max()) >= 2**62:
             ints = ints.astype(object)
         pk = self._pk
-        nsq = pk.nsquare
+        nsq = pk.cmod
         rows, cols = ints.shape
         bits = 1
         if ints.size:
             bits = max(1, int(np.abs(ints).max()).bit_length()) if ints.dtype != object else 64
-        cost = int(rows * cols * (bits / 8 + 1) * _cost_scale(pk.bits))
+        cost = int(rows * cols * (bits / 8 + 1) * _group_cost(pk))
         workers = parallel.worker_count()
         if (ints.dtype != object and rows > 1 and workers > 1
                 and cost >= parallel.PARALLEL_MIN_COST):
-            w = ciphertext_width(pk.n)
+            w = pk.ciphertext_bytes
             ranges = parallel.chunk_ranges(rows, workers)
             parts = [ciphertexts_from_bytes(p, w) for p in self._map_chunks(
                 _w_dot, ranges, lambda a, b: (np.ascontiguousarray(ints[a:b]).tobytes(), b - a, cols),
@@ -390,7 +403,7 @@ class PaillierVector:
         return self._like(out, frac_bits=self.frac_bits + frac_bits, terms=self.terms * rows,
                           size=None)
 
-    def matvec(self, M: np.ndarray, *, fold_bits: int | None = None) -> PaillierVector:
+    def matvec(self, M: np.ndarray, *, fold_bits: int | None = None) -> Self:
         """``out[i] = sum_j M[i, j] * self[j]`` for a plaintext integer matrix ``M`` (rows, len(self)).
 
         A short encrypted vector times a tall matrix (a vertical model's ``X·[[w]]``): each
@@ -419,32 +432,32 @@ class PaillierVector:
         rows, cols = arr.shape
         groups = -(-rows // per)
         bits = max(1, int(np.abs(arr).max()).bit_length()) if arr.size else 1
-        cost = int(rows * cols * (bits / 6 + 1) * _cost_scale(pk.bits))
+        cost = int(rows * cols * (bits / 6 + 1) * _group_cost(pk))
         workers = parallel.worker_count()
         fb = fold_bits or 0
         if groups > 1 and workers > 1 and cost >= parallel.PARALLEL_MIN_COST:
-            w = ciphertext_width(pk.n)
+            w = pk.ciphertext_bytes
             blob = self._blob_bytes()
             ranges = parallel.chunk_ranges(groups, workers)  # each chunk builds its own tables
-            chunks = [(int(pk.nsquare), w, blob, arr[a * per : b * per].tobytes(), min(b * per, rows) - a * per,
+            chunks = [(int(pk.cmod), w, blob, arr[a * per : b * per].tobytes(), min(b * per, rows) - a * per,
                        cols, fb, per) for a, b in ranges]
             out = ciphertexts_from_bytes(b"".join(parallel.parallel_map(_w_matvec, chunks, cost=cost)), w)
         else:
-            out = _matvec(self._c, arr, pk.nsquare, fb, per)
+            out = _matvec(self._c, arr, pk.cmod, fb, per)
         return self._like(out, terms=self.terms * cols, size=None)
 
     # ----------------------------------------------------------------- reductions
-    def sum(self) -> PaillierVector:
+    def sum(self) -> Self:
         """Sum of all elements as a length-1 vector (packed: terms multiply by the length)."""
         terms = self.terms * len(self)
         self._check_terms(terms)
-        nsq = self._pk.nsquare
+        nsq = self._pk.cmod
         acc = _ONE
         for c in self._c:
             acc = acc * c % nsq
         return self._like([acc], terms=terms, size=None)
 
-    def sum_by_group(self, groups: np.ndarray | Sequence[int], n_groups: int) -> PaillierVector:
+    def sum_by_group(self, groups: np.ndarray | Sequence[int], n_groups: int) -> Self:
         """``out[g] = sum of self[i] with groups[i] == g`` (the SecureBoost histogram).
 
         One modular multiplication per element. For packed vectors every output gets
@@ -463,12 +476,12 @@ class PaillierVector:
         terms = self.terms * len(self)
         self._check_terms(terms)
         pk = self._pk
-        nsq = pk.nsquare
+        nsq = pk.cmod
         count = len(self)
-        cost = int(count * _cost_scale(pk.bits))
+        cost = int(count * _group_cost(pk))
         workers = parallel.worker_count()
         if workers > 1 and count > 1 and cost >= parallel.PARALLEL_MIN_COST:
-            w = ciphertext_width(pk.n)
+            w = pk.ciphertext_bytes
             ranges = parallel.chunk_ranges(count, workers)
             parts = [ciphertexts_from_bytes(p, w) for p in self._map_chunks(
                 _w_sum_by_group, ranges, lambda a, b: (g[a:b].tobytes(), n_groups), cost)]
@@ -481,17 +494,16 @@ class PaillierVector:
         if self.packing is not None:
             counts = np.bincount(g, minlength=n_groups).tolist()
             block = self.packing.offset_block(self.slots)
-            n = pk.n
-            out = [c if k * self.terms == terms else
-                   c * (1 + (terms - k * self.terms) * block * n) % nsq
-                   for c, k in zip(out, counts, strict=True)]
+            pads = {k: pk._gpow([(terms - k * self.terms) * block])[0] for k in set(counts)
+                    if k * self.terms != terms}
+            out = [c * pads[k] % nsq if k in pads else c for c, k in zip(out, counts, strict=True)]
         return self._like(out, terms=terms, size=None)
 
     # ----------------------------------------------------------------- randomness
-    def rerandomize(self) -> PaillierVector:
+    def rerandomize(self) -> Self:
         """Same plaintexts, fresh randomness: multiply by ``hs**a`` (an encryption of 0)."""
         r = self._pk._raw_encrypt([0] * len(self))
-        nsq = self._pk.nsquare
+        nsq = self._pk.cmod
         return self._like([c * s % nsq for c, s in zip(self._c, r, strict=True)])
 
     # ----------------------------------------------------------------- bytes
@@ -502,29 +514,29 @@ class PaillierVector:
     @classmethod
     def from_bytes(cls, public_key: PublicKeyLike, data: bytes, *, frac_bits: int = 0,
                    packing: PackingSpec | None = None, slots: int = 1, terms: int = 1,
-                   size: int | None = None) -> PaillierVector:
+                   size: int | None = None) -> Self:
         """Parse :meth:`to_bytes`, validating every ciphertext (0 < c < n**2, unit mod n)."""
-        w = ciphertext_width(public_key.n)
+        w = public_key.ciphertext_bytes
         if not isinstance(data, bytes | bytearray | memoryview) or len(data) % w:
             raise CiphertextError(f"ciphertext block is not a multiple of {w} bytes (truncated?)")
         cts = ciphertexts_from_bytes(bytes(data), w)
         _validate(public_key, cts)
         _check_meta(public_key, len(cts), frac_bits, packing, slots, terms, size)
-        return PaillierVector._make(public_key, cts, frac_bits=frac_bits, packing=packing,
-                                    slots=slots, terms=terms, size=size, blob=bytes(data))
+        return cls._make(public_key, cts, frac_bits=frac_bits, packing=packing, slots=slots, terms=terms,
+                         size=size, blob=bytes(data))
 
     @classmethod
     def from_ciphertexts(cls, public_key: PublicKeyLike, ciphertexts: Sequence[int], *,
-                         frac_bits: int = 0) -> PaillierVector:
+                         frac_bits: int = 0) -> Self:
         """Wrap raw ciphertext integers (e.g. ``phe`` ``ciphertext(be_secure=False)``), validated."""
         cts = [mpz(int(c)) for c in ciphertexts]
         _validate(public_key, cts)
-        return PaillierVector._make(public_key, cts, frac_bits=frac_bits)
+        return cls._make(public_key, cts, frac_bits=frac_bits)
 
 
 def _validate(pk: PublicKeyLike, cts: Sequence[mpz]) -> None:
-    """0 < c < n**2 for each c, and gcd(prod c mod n, n) = 1 (all units, one gcd)."""
-    nsq, n = pk.nsquare, pk.n
+    """0 < c < cmod for each c, and gcd(prod c mod n, n) = 1 (all units, one gcd)."""
+    nsq, n = pk.cmod, pk.n
     acc = _ONE
     for c in cts:
         if not 0 < c < nsq:
@@ -536,16 +548,22 @@ def _validate(pk: PublicKeyLike, cts: Sequence[mpz]) -> None:
 
 def _check_meta(pk: PublicKeyLike, length: int, frac_bits: int, packing: PackingSpec | None,
                 slots: int, terms: int, size: int | None) -> None:
-    if frac_bits < 0 or frac_bits >= pk.bits or terms < 0 or slots < 1:
+    if frac_bits < 0 or frac_bits >= pk.plaintext_bits or terms < 0 or slots < 1:
         raise DecodeError("invalid vector metadata")
     if packing is None:
         if slots != 1 or size is not None:
             raise DecodeError("invalid vector metadata")
         return
-    if packing.frac_bits != frac_bits or slots > packing.slots_for(pk.n):
+    if packing.frac_bits != frac_bits or slots > packing.slots_in(pk.plaintext_bits):
         raise DecodeError("packing metadata inconsistent with the key")
     if terms > packing.terms_limit:
         raise EncodingOverflowError("packed vector has more terms than its headroom")
     if size is not None and not (length - 1) * slots < size <= length * slots:
         raise DecodeError("packed size inconsistent with the vector length")
 
+
+class PaillierVector(CipherVector):
+    """A vector of Paillier ciphertexts (``cmod = n**2``): built by
+    :class:`~vflcrypto.paillier.PaillierPublicKey` and its private key."""
+
+    __slots__ = ()
