@@ -30,17 +30,27 @@ identical; only the dispatch differs. Every node needs this package installed. S
 (pickle-based) transport and object store: the cluster is part of the party's trust
 domain, never shared with another party, and should be reachable only on its private
 network (Ray has no authentication of its own). Messages between parties never use it.
+
+Background work (:func:`background`). Work that only fills idle time (precomputed
+obfuscators, :mod:`vflcrypto.obfuscators`) runs on a second pool of the same size whose
+workers lower their own priority to nice 19 when they start: the operating system then
+gives them only CPU time that nothing else on the machine wants, so they never slow the
+foreground work they are meant to hide behind (the party's own pool, its other threads,
+or another party's processes on the same machine). A thread opts in with ``with
+parallel.background():``; every :func:`parallel_map` it makes inside the block goes to
+that pool. The Ray backend has no priorities: background work runs as ordinary tasks.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -50,6 +60,8 @@ __all__ = [
     "BACKENDS",
     "PARALLEL_MIN_COST",
     "backend",
+    "background",
+    "background_cpu_seconds",
     "chunk_ranges",
     "configure",
     "cpu_seconds",
@@ -72,9 +84,12 @@ BACKENDS = ("process", "ray")
 _lock = threading.Lock()
 _executor: ProcessPoolExecutor | None = None
 _executor_pid: int | None = None
+_background: ProcessPoolExecutor | None = None  # the low-priority pool (see background())
+_background_pid: int | None = None
+_thread = threading.local()  # .background: this thread's parallel work goes to the background pool
 _ray: _RayExecutor | None = None
 _config: dict[str, str | None] = {}  # set by configure(); overrides the environment
-_dispatched: dict[str, int] = {"process": 0, "ray": 0}
+_dispatched: dict[str, int] = {"process": 0, "ray": 0, "background": 0}
 
 
 def configure(backend: str | None = None, *, address: str | None = None) -> None:
@@ -160,26 +175,51 @@ def _ray_executor() -> _RayExecutor:
         return _ray
 
 
+@contextlib.contextmanager
+def background() -> Iterator[None]:
+    """Send this thread's :func:`parallel_map` work to the low-priority background pool.
+
+    Its workers run at nice 19, so they take only CPU time nothing else wants (see the
+    module docstring). For producers that fill idle time; never for work a party waits on.
+    """
+    before = getattr(_thread, "background", False)
+    _thread.background = True
+    try:
+        yield
+    finally:
+        _thread.background = before
+
+
+def _in_background() -> bool:
+    return bool(getattr(_thread, "background", False))
+
+
+def _new_pool(workers: int, initializer: Callable[[int], None]) -> ProcessPoolExecutor:
+    methods = multiprocessing.get_all_start_methods()
+    method = "forkserver" if "forkserver" in methods else "spawn"
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
+                               initializer=initializer, initargs=(os.getpid(),))
+
+
 def get_executor() -> Executor | None:
     """The shared pool (created on first use), or ``None`` when parallelism is disabled.
 
-    With the Ray backend: an executor whose tasks run on the party's Ray cluster.
+    With the Ray backend: an executor whose tasks run on the party's Ray cluster. Inside
+    :func:`background`: the low-priority pool (process backend).
     """
-    global _executor, _executor_pid
+    global _executor, _executor_pid, _background, _background_pid
     workers = worker_count()
     if workers <= 1:
         return None
     if backend() == "ray":
         return _ray_executor()
     with _lock:
+        if _in_background():
+            if _background is None or _background_pid != os.getpid():
+                _background, _background_pid = _new_pool(workers, _watch_owner_low_priority), os.getpid()
+            return _background
         if _executor is None or _executor_pid != os.getpid():
-            methods = multiprocessing.get_all_start_methods()
-            method = "forkserver" if "forkserver" in methods else "spawn"
-            _executor = ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context(method),
-                initializer=_watch_owner, initargs=(os.getpid(),),
-            )
-            _executor_pid = os.getpid()
+            _executor, _executor_pid = _new_pool(workers, _watch_owner), os.getpid()
         return _executor
 
 
@@ -213,14 +253,26 @@ def _watch_owner(pid: int) -> None:
     threading.Thread(target=watch, name="vflcrypto-owner-watch", daemon=True).start()
 
 
+LOW_PRIORITY = 19  # the background pool's niceness: the lowest priority Linux gives
+
+
+def _watch_owner_low_priority(pid: int) -> None:
+    """Background-pool initializer: :func:`_watch_owner`, at the lowest CPU priority."""
+    with contextlib.suppress(OSError, AttributeError):  # no os.nice (Windows): ordinary priority
+        os.nice(LOW_PRIORITY)
+    _watch_owner(pid)
+
+
 def shutdown() -> None:
-    """Stop the pool, and a Ray instance this module started (both restart on next use)."""
-    global _executor, _ray
+    """Stop both pools, and a Ray instance this module started (all restart on next use)."""
+    global _executor, _background, _ray
     with _lock:
         ex, _executor = _executor, None
+        bg, _background = _background, None
         rx, _ray = _ray, None
-    if ex is not None:
-        ex.shutdown(wait=True, cancel_futures=True)
+    for pool in (ex, bg):
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     if rx is not None:
         rx.shutdown()
 
@@ -228,15 +280,27 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
+def _worker_pids(*pools: ProcessPoolExecutor | None) -> list[int]:
+    with _lock:
+        return [pid for pool in pools for pid in (getattr(pool, "_processes", None) or {})]
+
+
 def pool_usage() -> tuple[float, int]:
-    """CPU seconds used so far and the largest peak RSS (KiB) of the pool's live workers.
+    """CPU seconds used so far and the largest peak RSS (KiB) of the live workers of both pools.
 
     The workers are forkserver children, not this process's, so their usage is read from
     ``/proc`` (Linux; elsewhere ``(0.0, 0)``). For benchmarks: per-core rates need the CPU
-    time of every process that did the work.
+    time of every process that did the work (background work included).
     """
-    with _lock:
-        pids = list(getattr(_executor, "_processes", None) or {})
+    return _usage(_worker_pids(_executor, _background))
+
+
+def background_cpu_seconds() -> float:
+    """CPU seconds used so far by the live workers of the background pool (:func:`background`)."""
+    return _usage(_worker_pids(_background))[0]
+
+
+def _usage(pids: list[int]) -> tuple[float, int]:
     cpu, rss = 0.0, 0
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     for pid in pids:
@@ -252,7 +316,7 @@ def pool_usage() -> tuple[float, int]:
 
 
 def cpu_seconds() -> float:
-    """CPU seconds of this process (all its threads) plus the pool's workers, so far."""
+    """CPU seconds of this process (all its threads) plus both pools' workers, so far."""
     return time.process_time() + pool_usage()[0]
 
 
@@ -291,7 +355,7 @@ def parallel_map(fn: Callable[..., T], chunks: Sequence[tuple[Any, ...]], *,
         return [fn(*c) for c in chunks]
     if isinstance(ex, _RayExecutor):
         return [f.result() for f in [ex.submit(fn, *c) for c in chunks]]
-    _dispatched["process"] += len(chunks)
+    _dispatched["background" if ex is _background else "process"] += len(chunks)
     try:
         return list(ex.map(_star, [(fn, c) for c in chunks]))
     except BrokenProcessPool:
