@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from conftest import tamper_sends
+from gmpy2 import mpz
 from vflcrypto.protocols import linreg as lr
 from vflcrypto.protocols.linreg import LinRegConfig, plaintext_gradient_descent, run_local
 
 from vflcrypto.dataio import PartyTable, read_party_csv
-from vflcrypto.errors import EncodingOverflowError, InputDataError, PeerTimeoutError
+from vflcrypto.errors import (
+    CiphertextError,
+    ConfigurationError,
+    EncodingError,
+    EncodingOverflowError,
+    InputDataError,
+    KeyMismatchError,
+    PeerTimeoutError,
+    ProtocolError,
+)
 from vflcrypto.leakage import PERFECT, Protection, audit, declaration_for
+from vflcrypto.obfuscators import ObfuscatorStock
+from vflcrypto.paillier import PaillierVector, generate_keypair
+from vflcrypto.runtime import AuditTap
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FATE = SHARED / "fate"
@@ -59,6 +78,76 @@ def test_minibatch_three_passives_momentum_l2_matches_reference(small_paillier_k
     for res, w in zip(run.passives, ref.passive_weights, strict=True):
         assert _rel(res.model.weights, w) < 1e-8
     np.testing.assert_allclose(run.losses, ref.losses, rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch_size", [None, 32])
+def test_coordinator_obfuscators_change_no_weight(small_paillier_keys, batch_size: int | None) -> None:
+    """With C's obfuscators (full batch; mini-batches over epochs and 3 passive parties) the
+    weights are those of the run without them, bit for bit (randomness never reaches a plaintext),
+    and within today's bounds of the plaintext reference; every passive party got m + 1 per batch."""
+    active, passives = lr.synthetic_split(n_rows=90, p_active=2, p_passive=(2, 1, 2), seed=5)
+    cfg = LinRegConfig(epochs=3, lr=0.05, momentum=0.5, l2=0.01, batch_size=batch_size, tol=None, key_bits=512,
+                       preprocess="standardize", fit_intercept=True, seed=1234, coordinator_obfuscators=True)
+    tap = AuditTap()
+    run = run_local(active, passives, config=cfg, allow_insecure=True, keys=small_paillier_keys, tap=tap)
+    off = run_local(active, passives, config=dataclasses.replace(cfg, coordinator_obfuscators=False),
+                    allow_insecure=True, keys=small_paillier_keys)
+    ref = _ref(active, passives, cfg, seed=1234)
+    for got, plain, ws in zip(run.models, off.models, [ref.active_weights, *ref.passive_weights], strict=True):
+        np.testing.assert_array_equal(got.weights, plain.weights)
+        assert _rel(got.weights, ws) < 1e-8
+    np.testing.assert_allclose(run.losses, ref.losses, rtol=1e-6)
+    sizes = [len(b) for e in range(3) for b in lr.epoch_batches(90, batch_size or 90, 1234, e)]
+    for p in lr.passive_names(3):
+        assert [len(m.values) for m in tap.received(p, lr.Obfuscators)] == [m + 1 for m in sizes]
+    assert not tap.received("active", lr.Obfuscators)
+    assert "linreg.obfuscators" not in {e.kind for e in off.transcript.sent()}
+    assert not [t for t in threading.enumerate() if t.name == "vflcrypto-obfuscators" and t.is_alive()]
+
+
+def _obfuscator_tamper(keys: Any, fn: Callable[[Any], Any]) -> dict[str, Callable[..., Any]]:
+    """C's task with every outgoing linreg.obfuscators message replaced by ``fn(message)``."""
+    def task(channels: Any) -> Any:
+        return lr.run_coordinator(tamper_sends(channels, lr.Obfuscators, fn), passives=["passive-0"], keys=keys,
+                                  allow_insecure=True)
+    return {"coordinator": task}
+
+
+def test_hostile_obfuscators_are_refused_clearly(small_paillier_keys) -> None:
+    """A wrong count, values out of range or not units mod n, another key's, or values that are
+    not plain encryptions of zero: the passive party stops with a clear error."""
+    active, passives = lr.synthetic_split(n_rows=20, p_active=2, p_passive=(2,), seed=4)
+    cfg = LinRegConfig(epochs=1, key_bits=512, tol=None, coordinator_obfuscators=True)
+    pk, sk = small_paillier_keys
+    other = generate_keypair(512, allow_insecure=True)[0]
+    p, _ = sk.secret_numbers()
+
+    def raw(values: list[int]) -> Callable[[Any], Any]:
+        return lambda m: lr.Obfuscators(PaillierVector._make(pk, [mpz(v) for v in values]))
+
+    cases: list[tuple[type[Exception], str, Callable[[Any], Any]]] = [
+        (ProtocolError, "sent 20 obfuscators for a batch of 20 rows", lambda m: lr.Obfuscators(m.values[:-1])),
+        (ProtocolError, "sent 22 obfuscators", lambda m: lr.Obfuscators(PaillierVector.concat([m.values,
+                                                                                                m.values[:1]]))),
+        (CiphertextError, "out of range", raw([0] * 21)),
+        (CiphertextError, "out of range", raw([int(pk.n) ** 2 + 5] * 21)),
+        (CiphertextError, "not a unit", raw([p] * 21)),
+        (KeyMismatchError, "not accepted", lambda m: lr.Obfuscators(other.encrypt(np.zeros(21, dtype=np.int64)))),
+        (EncodingError, "not packed or fixed-point", lambda m: lr.Obfuscators(pk.encrypt_fixed(np.zeros(21), 8))),
+    ]
+    for exc, match, fn in cases:
+        with pytest.raises(exc, match=match):
+            run_local(active, passives, config=cfg, allow_insecure=True, keys=small_paillier_keys, timeout=10,
+                      overrides=_obfuscator_tamper(small_paillier_keys, fn))
+
+
+def test_every_party_checks_the_obfuscator_flag_against_the_plan() -> None:
+    plan = lr.TrainingPlan(30, 30, 4, 0.1, 0.9, 0.0, 1e-6, 1, 1, b"", obfuscators=True)
+    lr.roles.check_plan_matches(plan, LinRegConfig(epochs=4), "passive-0")
+    with pytest.raises(ConfigurationError, match="coordinator_obfuscators True \\(here False\\)"):
+        lr.roles.check_plan_matches(plan, LinRegConfig(epochs=4, coordinator_obfuscators=False), "passive-0")
+    assert not LinRegConfig(scheme="ckks").supplies_obfuscators
+    assert not lr.flower_config({}).supplies_obfuscators  # B relays C's messages in the Flower App
 
 
 def test_convergence_stop_declared_by_coordinator(small_paillier_keys) -> None:
@@ -225,9 +314,9 @@ def test_active_without_label_is_refused(small_paillier_keys) -> None:
 EXPECTED = {
     "active": {"linreg.public_key", "linreg.encrypted_u", "linreg.cross_term",
                "linreg.gradient_return", "linreg.control"},
-    "passive-0": {"linreg.public_key", "linreg.plan", "linreg.encrypted_residual",
+    "passive-0": {"linreg.public_key", "linreg.plan", "linreg.obfuscators", "linreg.encrypted_residual",
                   "linreg.gradient_return", "linreg.control"},
-    "passive-1": {"linreg.public_key", "linreg.plan", "linreg.partial_sum",
+    "passive-1": {"linreg.public_key", "linreg.plan", "linreg.obfuscators", "linreg.partial_sum",
                   "linreg.encrypted_residual", "linreg.gradient_return", "linreg.control"},
     "coordinator": {"linreg.plan", "linreg.encrypted_loss", "linreg.masked_gradient"},
 }
@@ -256,6 +345,43 @@ def test_audit_kinds_per_role_and_coordinator_sees_only_masked_gradients(
             assert (Protection.CIPHERTEXT in decl.protection and decl.key_owner == "coordinator"
                     ) or kind in {"linreg.public_key", "linreg.plan", "linreg.control",
                                   "linreg.gradient_return"}, kind
+
+
+def _reuse_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The privacy mutation: C's stock hands out the same obfuscators again for a request of the same size."""
+    honest = ObfuscatorStock.take
+    cache: dict[int, Any] = {}
+    monkeypatch.setattr(ObfuscatorStock, "take", lambda self, count: cache.setdefault(count, honest(self, count)))
+
+
+def test_reused_obfuscators_finding_reads_what_the_active_party_received(
+        small_paillier_keys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the mutation, B's finding decodes exactly the differences of the passive party's
+    fixed-point u between iterations (held by the passive party: ground truth only), from the
+    [[u_k]] B received; the same run's messages re-encrypted with fresh randomness flag nothing."""
+    from vflcrypto.protocols.linreg.audit import obfuscator_reuse_finding, read_shared_obfuscators
+
+    from vflcrypto.encoding import to_fixed_ints
+
+    _reuse_take(monkeypatch)
+    active, passives = lr.synthetic_split(n_rows=40, p_active=2, p_passive=(2,), seed=6)
+    cfg = LinRegConfig(epochs=4, key_bits=512, tol=None, coordinator_obfuscators=True)
+    tap = AuditTap()
+    run_local(active, passives, config=cfg, allow_insecure=True, keys=small_paillier_keys, tap=tap)
+    n = int(small_paillier_keys[0].n)
+    got = tap.received("active", lr.EncryptedU, sender="passive-0")
+    finding = obfuscator_reuse_finding(tap, n, ["passive-0"])
+    assert finding.flagged and finding.value == 1.0 and finding.samples == 3 * 41
+    us = [to_fixed_ints(u, lr.FRAC_BITS) for u in tap.held("passive-0", "u")]
+    reads = read_shared_obfuscators(n, [m.u.ciphertexts() for m in got[:-1]], [m.u.ciphertexts() for m in got[1:]])
+    assert reads == [int(b - a) % n for u0, u1 in itertools.pairwise(us) for a, b in zip(u0, u1, strict=True)]
+    honest = AuditTap()
+    for r in tap.records():
+        msg = r.message
+        if isinstance(msg, lr.EncryptedU):
+            msg = lr.EncryptedU(msg.u.rerandomize(), msg.partial_loss.rerandomize())
+        honest.record(r.entry, msg)
+    assert not obfuscator_reuse_finding(honest, n, ["passive-0"]).flagged
 
 
 def test_audit_run_attacks_the_coordinators_view() -> None:

@@ -85,6 +85,14 @@ def unrandomized_paillier(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(fixed_base, "_random_digits", lambda count, nbytes, w: [[0] * len(r) for r in strong(count, nbytes, w)])
 
 
+def reuse_coordinator_obfuscators(mp: pytest.MonkeyPatch) -> None:
+    """The key holder's obfuscator stock hands out the same encryptions of zero again for every
+    request of the same size (across iterations and parties) instead of fresh ones."""
+    from vflcrypto.obfuscators import ObfuscatorStock
+
+    mp.setattr(ObfuscatorStock, "take", _reuse(ObfuscatorStock.take, lambda stock, count: count))
+
+
 def no_rerandomization(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(paillier.PaillierVector, "rerandomize", lambda self: self)
 
@@ -283,7 +291,10 @@ MUTATIONS = (
     Mutation("linreg: ciphertexts without randomness", "linreg",
              (("linreg.encrypted_u", P.CIPHERTEXT), ("linreg.partial_sum", P.CIPHERTEXT),
               ("linreg.cross_term", P.CIPHERTEXT), ("linreg.encrypted_residual", P.CIPHERTEXT),
-              ("linreg.predict_partial", P.CIPHERTEXT)), unrandomized_paillier),
+              ("linreg.predict_partial", P.CIPHERTEXT), ("linreg.obfuscators", P.CIPHERTEXT)),
+             unrandomized_paillier),
+    Mutation("linreg: coordinator's obfuscators reused across iterations", "linreg",
+             (("linreg.encrypted_u", P.CIPHERTEXT),), reuse_coordinator_obfuscators),
     Mutation("linreg: derived ciphertexts not re-randomized", "linreg",
              (("linreg.encrypted_residual", P.CIPHERTEXT), ("linreg.cross_term", P.CIPHERTEXT)),
              no_rerandomization),

@@ -53,10 +53,16 @@ re-applied at prediction, so predictions are in the label's original units.
 Message flow (one iteration; message kinds ``linreg.*``)
 ---------------------------------------------------------
 0. C generates the key pair; sends ``public_key`` to every data party. B sends ``plan``
-   (rows, batch size, epochs, η, λ, tol, schedule seed; to passive parties also a SHA-256
-   of the ordered aligned IDs so misaligned inputs fail with InputDataError).
-1. Each passive party k: ``encrypted_u`` = ``[[u_k]]`` and ``[[P_k]]`` with
-   ``P_k = Σ_i u_k,i² + m λ ‖Θ_k‖²`` (scaled by 1/(2m) under CKKS) → B.
+   (rows, batch size, epochs, η, λ, tol, schedule seed, whether C supplies obfuscators;
+   to passive parties also a SHA-256 of the ordered aligned IDs so misaligned inputs fail
+   with InputDataError).
+1. With ``coordinator_obfuscators`` (Paillier; the default): C sends each passive party
+   ``obfuscators``, m + 1 fresh encryptions of zero under its key for the batch's m rows
+   and the loss share (the first batch's after the plan, then each next batch's with the
+   party's ``gradient_return``, or after ``control`` at an epoch's end). Each passive
+   party k: ``encrypted_u`` = ``[[u_k]]`` and ``[[P_k]]`` with
+   ``P_k = Σ_i u_k,i² + m λ ‖Θ_k‖²`` (scaled by 1/(2m) under CKKS) → B; with C's
+   obfuscators ``[[v]] = (1 + v n) z`` for a fresh ``z`` of C's, one multiplication each.
 2. With k >= 2 passive parties the loss needs ``Σ_i u_j,i u_l,i``: B sends
    ``partial_sum`` ``[[Σ_{l<j} u_l]]`` to passive j >= 1, which returns ``cross_term``
    ``[[2 Σ_i u_j,i Σ_{l<j} u_l,i]]``.
@@ -76,6 +82,21 @@ Prediction (:func:`predict_local`): C sends a fresh ``public_key``; B sends
 masks with ``[[R]]`` (uniform mod n) and sends ``predict_masked`` to C; C returns the
 decryption (``predict_return``); B removes ``R`` and adds ``u_B``. Only B learns
 ``Σ_k u_k + u_B``; with a single passive party this *is* ``u_A`` (the output reveals it).
+
+Obfuscators from the coordinator (idle time)
+--------------------------------------------
+C holds the key and waits through steps 1–4; a passive party's encryption of ``[[u_k]]``
+(one DJN exponentiation per row under the public key) is most of its own work. C
+computes encryptions of zero by the CRT (cheaper than the public key's path) on a
+low-priority process pool while it waits (:class:`~vflcrypto.obfuscators.ObfuscatorStock`,
+one iteration's worth) and sends each passive party fresh ones per batch; the passive
+party multiplies each once into ``1 + v n``. This reveals nothing new: C chose them and
+can recover the randomness of any ciphertext under its key anyway, and it decrypts only
+what it decrypts in any case. B never sees them: obfuscators B knew (or saw reused)
+would strip ``[[u_k]]`` (``c_t / c_t' = 1 + (u_t − u_t') n``), which is why each is used
+once and C must not collude with B (as above). A *dishonest* C could send such values;
+the semi-honest model excludes it. Not in the Flower App, whose ServerApp (B) relays
+every message between C and a passive party.
 
 Modules: :mod:`.messages` (declarations, public constants), :mod:`.config` (the
 training parameters), :mod:`.math` (schedule, loss, gradient, bounds, the plaintext
@@ -141,6 +162,7 @@ from .messages import (
     GradientReturn,
     MaskedGradient,
     MaskedGradientCKKS,
+    Obfuscators,
     PartialSum,
     PredictMasked,
     PredictPartial,
@@ -169,7 +191,7 @@ __all__ = [
     "ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "COORD", "FRAC_BITS", "PASSIVE", "PREPROCESSING",
     "SCHEMES", "SPEC", "ActiveRole", "Control", "CoordinatorResult", "CoordinatorRole", "CrossTerm",
     "EncryptedLoss", "EncryptedResidual", "EncryptedU", "GradientReturn", "LinRegConfig", "LinRegRun",
-    "MaskedGradient", "MaskedGradientCKKS", "PartialSum", "PartyModel", "PartyResult", "PassiveRole",
+    "MaskedGradient", "MaskedGradientCKKS", "Obfuscators", "PartialSum", "PartyModel", "PartyResult", "PassiveRole",
     "PlainResult", "PredictMasked", "PredictPartial", "PredictPlan", "PredictReturn", "Preprocessing",
     "PublicKeyMsg", "TrainingPlan", "active_loss_share", "audit_run", "batch_loss", "converged", "demo_step",
     "epoch_batches", "fit_preprocessing", "gradient", "paillier_value_bits", "passive_loss_share",
@@ -183,10 +205,14 @@ __all__ = [
 
 
 def flower_config(run_config: Mapping[str, Any]) -> LinRegConfig:
-    """The training configuration of a Flower run (its run config; full batch, fixed schedule)."""
+    """The training configuration of a Flower run (its run config; full batch, fixed schedule).
+
+    Without coordinator obfuscators: the ServerApp's party (B) relays every message between C
+    and a passive party, and B must never see them (nor may they be relayed).
+    """
     return LinRegConfig(epochs=int(run_config.get("epochs", 5)), lr=float(run_config.get("lr", 0.1)), tol=None,
                         scheme=str(run_config.get("scheme", "paillier")),
-                        key_bits=int(run_config.get("key-bits", 2048)), seed=0)
+                        key_bits=int(run_config.get("key-bits", 2048)), seed=0, coordinator_obfuscators=False)
 
 
 def flower_data(run_config: Mapping[str, Any]) -> tuple[Any, list[Any]]:

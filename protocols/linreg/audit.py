@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -17,8 +18,9 @@ from vflcrypto.attacks import (
     unrandomized_paillier,
 )
 from vflcrypto.datasets.synthetic import synthetic_split
+from vflcrypto.errors import AuditError
 from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
-from vflcrypto.paillier import DEFAULT_KEY_BITS
+from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierVector
 from vflcrypto.runtime import AuditTap
 
 from .config import LinRegConfig
@@ -33,6 +35,7 @@ from .messages import (
     EncryptedU,
     MaskedGradient,
     MaskedGradientCKKS,
+    Obfuscators,
     PartialSum,
     PredictMasked,
     PredictPartial,
@@ -42,7 +45,7 @@ from .model import predict_plain, save_models
 from .predict import predict_local
 from .roles import passive_names, run_local
 
-__all__ = ["audit_run", "demo_step"]
+__all__ = ["audit_run", "demo_step", "obfuscator_reuse_finding", "read_shared_obfuscators"]
 
 
 def demo_step(ctx: Any) -> dict[str, Any]:
@@ -85,7 +88,7 @@ def _ciphertext_findings(tap: AuditTap, n: int, passives: Sequence[str]) -> list
     """
     parts: dict[str, list[tuple[str, int | None]]] = {}
     fields = {EncryptedU: ("u", "partial_loss"), PartialSum: ("values",), CrossTerm: ("value",),
-              PredictPartial: ("u",)}
+              PredictPartial: ("u",), Obfuscators: ("values",)}
     for r in tap.records():
         for attr in fields.get(type(r.message), ()):
             cts = getattr(r.message, attr).ciphertexts()
@@ -100,6 +103,52 @@ def _ciphertext_findings(tap: AuditTap, n: int, passives: Sequence[str]) -> list
                 (p, v) for v in strip_known_paillier(n, msg.d.ciphertexts(), known))
     return [unrandomized_finding("/".join(sorted({o for o, _ in items})), kind, [v for _, v in items])
             for kind, items in parts.items()]
+
+
+def _u_ciphertexts(msg: EncryptedU) -> list[int]:
+    if not isinstance(msg.u, PaillierVector) or not isinstance(msg.partial_loss, PaillierVector):
+        raise AuditError("the obfuscator check reads a Paillier run")
+    return msg.u.ciphertexts() + msg.partial_loss.ciphertexts()
+
+
+def read_shared_obfuscators(n: int, earlier: Sequence[Sequence[int]], later: Sequence[Sequence[int]]
+                            ) -> list[int | None]:
+    """B divides each ciphertext of ``later[t]`` by the one at the same position of ``earlier[t]``.
+
+    Two Paillier ciphertexts with one obfuscator ``z`` give ``c / c' = 1 + (v - v') n``: the
+    difference of their plaintexts, read without the key. Returns ``v - v' mod n``, or ``None``
+    where the quotient still carries randomness (fresh obfuscators: all but with probability
+    ~``2**-(|n|/2)``).
+    """
+    out: list[int | None] = []
+    for a, b in zip(earlier, later, strict=True):
+        k = min(len(a), len(b))
+        out += strip_known_paillier(n, list(b[:k]), [list(a[:k])])
+    return out
+
+
+def obfuscator_reuse_finding(tap: AuditTap, n: int, passives: Sequence[str]) -> EmpiricalFinding:
+    """B tests every [[u_k]] and [[P_k]] it received for obfuscators shared with another one.
+
+    It divides, position by position, each passive party's ciphertexts by the same party's of
+    the previous iteration, and by the previous passive party's of the same iteration (C
+    supplies every passive party's obfuscators: each must be fresh for every value, party
+    and iteration). A quotient ``1 + δ n`` gives B a difference of partial predictions.
+    """
+    streams = [[_u_ciphertexts(m) for m in tap.received(ACTIVE, EncryptedU, sender=p)] for p in passives]
+    decoded: list[int | None] = []
+    for s in streams:
+        decoded += read_shared_obfuscators(n, s[:-1], s[1:])
+    for a, b in itertools.pairwise(streams):
+        k = min(len(a), len(b))
+        decoded += read_shared_obfuscators(n, a[:k], b[:k])
+    hits = sum(v is not None for v in decoded)
+    return EmpiricalFinding(
+        ACTIVE, "linreg.encrypted_u: differences read through shared obfuscators", hits / max(1, len(decoded)),
+        0.0, f"{hits} of {len(decoded)} quotients of two received [[u_k]] / [[P_k]] ciphertexts (consecutive "
+        "iterations of one passive party, or two passive parties in one iteration) decode as 1 + δ n",
+        attacks=("linreg.encrypted_u",), protection=Protection.CIPHERTEXT, flagged=hits > 0,
+        samples=len(decoded), detects="any obfuscator shared by two ciphertexts compared")
 
 
 def _loss_aggregate_finding(tap: AuditTap) -> EmpiricalFinding:
@@ -120,7 +169,9 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
               n_rows: int = 200) -> AuditOutcome:
     """Paillier and CKKS training runs plus a secure prediction; every attack reads the run's tap.
 
-    * data parties: try to read, without C's key, each ciphertext they received;
+    * data parties: try to read, without C's key, each ciphertext they received; B also divides
+      the [[u_k]] it received by one another, position by position (a shared obfuscator lets it
+      read differences); the Paillier run has C supply the passive parties' obfuscators;
     * C: decrypts the masked gradients with its own key (Paillier and CKKS) and the masked
       prediction sum, and tests them (uniform, fresh per iteration, uncorrelated with the
       true gradients, which serve as ground truth only); from the plan it received it
@@ -133,7 +184,8 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     insecure = allow_insecure
     active, passives = synthetic_split(n_rows=n_rows, p_active=4, p_passive=(4, 3))
     names = ["active", *passive_names(len(passives))]
-    cfg = LinRegConfig(epochs=2, lr=0.1, key_bits=key_bits, tol=None, batch_size=batch_size, momentum=0.0)
+    cfg = LinRegConfig(epochs=2, lr=0.1, key_bits=key_bits, tol=None, batch_size=batch_size, momentum=0.0,
+                       coordinator_obfuscators=True)
     tap, ckks_tap, pred_tap = AuditTap(), AuditTap(), AuditTap()
     run = run_local(active, passives, config=cfg, allow_insecure=insecure, tap=tap)
     ckks_run = run_local(active, passives, config=replace(cfg, scheme="ckks"), allow_insecure=insecure,
@@ -143,6 +195,7 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     sk = tap.held_one(COORD, "secret_key")
     n = int(sk.public_key.n)
     findings = _ciphertext_findings(tap, n, names[1:])
+    findings.append(obfuscator_reuse_finding(tap, n, names[1:]))
     pred_sk = pred_tap.held_one(COORD, "secret_key")
     findings += _ciphertext_findings(pred_tap, int(pred_sk.public_key.n), ())
     views = [[[v % n for v in sk.decrypt(m.values)] for m in stream]

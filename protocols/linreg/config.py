@@ -34,6 +34,10 @@ class LinRegConfig:
     label_scaling: str = option("auto", "the active party trains on its label standardized (mean 0, std 1 on its "
                                 "training rows) and returns the model in the label's units; auto: with CKKS only "
                                 "(its masks hide gradients of a bounded size)", choices=LABEL_SCALING)
+    coordinator_obfuscators: bool = option(
+        True, "the coordinator, which holds the key and mostly waits, precomputes the passive parties' "
+        "obfuscators (encryptions of zero, by the CRT, on a low-priority pool) and sends them fresh each "
+        "batch (Paillier only)")
     seed: int | None = option(None, "public schedule seed (default: the active party draws one)", cli=False)
 
     def __post_init__(self) -> None:
@@ -49,6 +53,11 @@ class LinRegConfig:
             raise InputDataError("batch size must be >= 1")
         if self.tol is not None and self.tol <= 0:
             object.__setattr__(self, "tol", None)  # 0 (or less) disables the stopping test
+
+    @property
+    def supplies_obfuscators(self) -> bool:
+        """Whether C sends the passive parties their obfuscators (the option, under Paillier)."""
+        return self.coordinator_obfuscators and self.scheme == "paillier"
 
     @property
     def scales_label(self) -> bool:

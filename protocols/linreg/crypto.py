@@ -1,11 +1,13 @@
 """What a data party does with the coordinator's public key, per scheme (Paillier or CKKS).
 
-Encrypt, scale for the dot, mask the encrypted gradient, and unmask the coordinator's
-reply; :func:`reveal_masked` is the coordinator's decryption of a masked vector.
+Encrypt (under Paillier also with obfuscators the coordinator supplied), scale for the
+dot, mask the encrypted gradient, and unmask the coordinator's reply;
+:func:`reveal_masked` is the coordinator's decryption of a masked vector.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,7 @@ import numpy as np
 from vflcrypto import masking
 from vflcrypto.ckks import CKKSContext, CKKSVector
 from vflcrypto.errors import EncodingOverflowError, ProtocolError
+from vflcrypto.obfuscators import ObfuscatorStock
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.wire import IntVector
 
@@ -65,6 +68,17 @@ class PaillierCrypto(Crypto):
 
     def encrypt(self, x: np.ndarray) -> PaillierVector:
         return self.pk.encrypt_fixed(np.asarray(x, dtype=np.float64), FRAC_BITS)
+
+    def encrypt_with(self, xs: Sequence[np.ndarray], obfuscators: PaillierVector) -> list[PaillierVector]:
+        """Encrypt each of ``xs`` with the supplied obfuscators, one per value, each used once.
+
+        They must be exactly as many as the values (the caller checks, with a clear error).
+        """
+        stock = ObfuscatorStock(self.pk, max(1, len(obfuscators)))
+        stock.put(obfuscators)
+        out = [stock.encrypt_fixed(np.asarray(x, dtype=np.float64), FRAC_BITS) for x in xs]
+        stock.close()
+        return out
 
     def grad_scale(self, m: int) -> float:
         return 1.0

@@ -14,9 +14,8 @@ from vflcrypto.wire import IntVector
 
 __all__ = ["ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "CKKS_RESIDUAL_RMS", "CKKS_RETURN_FRAC_BITS", "COORD",
            "FRAC_BITS", "PASSIVE", "SCHEMES", "Control", "CrossTerm", "EncryptedLoss", "EncryptedResidual",
-           "EncryptedU",
-           "GradientReturn", "MaskedGradient", "MaskedGradientCKKS", "PartialSum", "PredictMasked", "PredictPartial",
-           "PredictPlan", "PredictReturn", "PublicKeyMsg", "TrainingPlan"]
+           "EncryptedU", "GradientReturn", "MaskedGradient", "MaskedGradientCKKS", "Obfuscators", "PartialSum",
+           "PredictMasked", "PredictPartial", "PredictPlan", "PredictReturn", "PublicKeyMsg", "TrainingPlan"]
 
 SCHEMES = ("paillier", "ckks")
 FRAC_BITS = 32  # fixed-point fractional bits of u, d and features (gradients carry 64)
@@ -47,8 +46,8 @@ class PublicKeyMsg:
 
 @declare("linreg.plan", sender=ACTIVE, receiver=(PASSIVE, COORD), protection=Protection.PUBLIC,
          reveals="the public training plan: rows, batch size, epochs, learning rate, momentum, λ, "
-                 "tolerance, schedule seed; to passive parties also a SHA-256 of the ordered "
-                 "aligned IDs they already hold (to detect misalignment)")
+                 "tolerance, schedule seed, whether C supplies obfuscators; to passive parties also a "
+                 "SHA-256 of the ordered aligned IDs they already hold (to detect misalignment)")
 @dataclass(frozen=True)
 class TrainingPlan:
     n_rows: int
@@ -61,6 +60,21 @@ class TrainingPlan:
     seed: int
     n_passive: int
     id_digest: bytes
+    obfuscators: bool = False  # C supplies each passive party's obfuscators (linreg.obfuscators)
+
+
+@declare("linreg.obfuscators", sender=COORD, receiver=PASSIVE,
+         protection=Protection.CIPHERTEXT, key_owner=COORD,
+         reveals="nothing: fresh encryptions of zero under C's key, one per value A_k encrypts next "
+                 "([[u_k]] of the batch's rows, then [[P_k]]), each used once and never shown to B. "
+                 "Nothing new to C either: C chose them, it can recover the randomness of any "
+                 "ciphertext under its key, and it decrypts only what it decrypts anyway "
+                 "(the loss and masked gradients). A dishonest C could make [[u_k]] readable by B "
+                 "(obfuscators B knows, or reused across iterations: c_t / c_t' = 1 + (u_t - u_t') n); "
+                 "the semi-honest, non-colluding model excludes that")
+@dataclass(frozen=True)
+class Obfuscators:
+    values: PaillierVector  # m + 1 encryptions of zero for a batch of m rows
 
 
 @declare("linreg.encrypted_u", sender=PASSIVE, receiver=ACTIVE,

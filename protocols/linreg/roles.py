@@ -2,15 +2,17 @@
 
 Steps, numbered as in the package docstring:
 
-* coordinator C: ``start`` (0: keys to every party) → ``on_plan`` → per batch
-  ``on_loss`` (5: decrypt the loss) → ``on_masked_gradient`` (5: decrypt and return,
-  once per party) → per epoch the ``control`` bit (6);
+* coordinator C: ``start`` (0: keys to every party) → ``on_plan`` (with the plan's
+  ``obfuscators``: the first batch's to every passive party, 1) → per batch ``on_loss``
+  (5: decrypt the loss) → ``on_masked_gradient`` (5: decrypt and return, once per party;
+  to a passive party also its next batch's obfuscators) → per epoch the ``control`` bit
+  (6, then the next epoch's first obfuscators);
 * active B: ``on_public_key`` (0: the plan) → per batch ``on_encrypted_u`` (1, once per
   passive party) → ``on_cross_term`` (2, with 2+ passive parties) → [[d]], [[S]] and its
   masked gradient (3, 4) → ``on_gradient_return`` (5) → ``on_control`` (6);
-* passive A_k: ``on_public_key`` → ``on_plan`` → per batch [[u_k]] (1) →
-  ``on_partial_sum`` (2, k >= 1) → ``on_residual`` (4) → ``on_gradient_return`` (5) →
-  ``on_control`` (6).
+* passive A_k: ``on_public_key`` → ``on_plan`` → per batch (``on_obfuscators``, 1, when C
+  supplies them) [[u_k]] (1) → ``on_partial_sum`` (2, k >= 1) → ``on_residual`` (4) →
+  ``on_gradient_return`` (5) → ``on_control`` (6).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from vflcrypto.ckks import CKKSContext, CKKSVector
 from vflcrypto.dataio import PartyTable, ids_digest
 from vflcrypto.encoding import significant_frac_bits
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
+from vflcrypto.obfuscators import ObfuscatorStock
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
@@ -58,6 +61,7 @@ from .messages import (
     GradientReturn,
     MaskedGradient,
     MaskedGradientCKKS,
+    Obfuscators,
     PartialSum,
     PublicKeyMsg,
     TrainingPlan,
@@ -90,9 +94,10 @@ def check_plan_matches(plan: TrainingPlan, config: LinRegConfig | None, party: s
         return
     batch = plan.n_rows if config.batch_size is None else min(config.batch_size, plan.n_rows)
     mine = {"epochs": config.epochs, "lr": float(config.lr), "momentum": float(config.momentum),
-            "l2": float(config.l2), "tol": config.tol, "batch_size": batch}
+            "l2": float(config.l2), "tol": config.tol, "batch_size": batch,
+            "coordinator_obfuscators": config.supplies_obfuscators}
     theirs = {"epochs": plan.epochs, "lr": plan.lr, "momentum": plan.momentum, "l2": plan.l2, "tol": plan.tol,
-              "batch_size": plan.batch_size}
+              "batch_size": plan.batch_size, "coordinator_obfuscators": plan.obfuscators}
     differ = [f"{k} {theirs[k]} (here {mine[k]})" for k in mine if mine[k] != theirs[k]]
     if differ:
         raise ConfigurationError(f"{party}: the active party's training plan differs from this party's flags: "
@@ -126,7 +131,13 @@ class _CoordState:
 
 
 class CoordinatorRole(Role[_CoordState]):
-    """C: holds the key pair; decrypts only the loss and masked values."""
+    """C: holds the key pair; decrypts only the loss and masked values.
+
+    With the plan's ``obfuscators`` it also keeps an :class:`~vflcrypto.obfuscators.ObfuscatorStock`
+    of one iteration's encryptions of zero, filled by the CRT on the low-priority pool while
+    it waits, and sends each passive party its next batch's (call :meth:`close` when done:
+    :func:`run_coordinator` does).
+    """
 
     role = COORD
     State = _CoordState
@@ -145,6 +156,13 @@ class CoordinatorRole(Role[_CoordState]):
         self.key_bits, self.allow_insecure = key_bits, allow_insecure
         self._keys, self._ckks = keys, ckks_context
         self.secret: Any = None
+        self._stock: ObfuscatorStock[PaillierVector] | None = None
+
+    def close(self) -> None:
+        """Stop the obfuscator producer and drop its stock (idempotent)."""
+        if self._stock is not None:
+            self._stock.close()
+            self._stock = None
 
     def accepted_keys(self) -> list[Any]:
         key = self.state.key
@@ -186,9 +204,28 @@ class CoordinatorRole(Role[_CoordState]):
         """Step 0: B's plan (checked, against this party's own flags if given); then the first batch's loss."""
         if plan.n_passive != len(self.passives):
             raise ProtocolError("the plan names a different number of passive parties")
+        if plan.obfuscators and self.scheme != "paillier":
+            raise ProtocolError("the plan asks for Paillier obfuscators in a CKKS run")
         check_plan_matches(plan, self.expected, self.name)
         self.state.plan = plan
-        return then([], self.active, EncryptedLoss, "on_loss")
+        return then(self._obfuscator_sends(0, self.passives), self.active, EncryptedLoss, "on_loss")
+
+    def _obfuscator_sends(self, b: int, passives: Sequence[str]) -> list[tuple[str, Any]]:
+        """Step 1 (C's part, with the plan's ``obfuscators``): to each of ``passives`` fresh
+        obfuscators for its batch ``b`` of this epoch, one per row of [[u_k]] and one for [[P_k]].
+
+        They come from the stock, filled while C waits (the shortfall computed now); the
+        stock is started on first use and holds one iteration's worth.
+        """
+        plan = self.state.plan
+        assert plan is not None  # on_plan ran first
+        if not plan.obfuscators or not passives:
+            return []
+        if self._stock is None:
+            limit = len(self.passives) * (min(plan.batch_size, plan.n_rows) + 1)
+            self._stock = ObfuscatorStock(self.secret, limit).start()
+        count = len(self._batches()[b]) + 1
+        return [send(p, Obfuscators(self._stock.take(count))) for p in passives]
 
     def _batches(self) -> list[np.ndarray]:
         plan = self.state.plan
@@ -216,14 +253,17 @@ class CoordinatorRole(Role[_CoordState]):
     def on_masked_gradient(self, msg: MaskedGradient | MaskedGradientCKKS) -> Next:
         """Step 5: decrypt a party's masked gradient (uniform to C) and return it."""
         st = self.state
-        ret = send(self.parties[st.k], reveal_masked(self.secret, msg.values))
+        party = self.parties[st.k]
+        sends = [send(party, reveal_masked(self.secret, msg.values))]
+        if st.b + 1 < len(self._batches()) and party in self.passives:  # its next batch starts now
+            sends += self._obfuscator_sends(st.b + 1, [party])
         st.k += 1
         if st.k < len(self.parties):
-            return then([ret], self.parties[st.k], self._masked_kind(), "on_masked_gradient")
+            return then(sends, self.parties[st.k], self._masked_kind(), "on_masked_gradient")
         st.b += 1
         if st.b < len(self._batches()):
-            return then([ret], self.active, EncryptedLoss, "on_loss")
-        return self._end_epoch([ret])
+            return then(sends, self.active, EncryptedLoss, "on_loss")
+        return self._end_epoch(sends)
 
     def _end_epoch(self, sends: list[tuple[str, Any]]) -> Next:
         """Step 6: the stopping test on the mean epoch loss; one bit to every party."""
@@ -238,8 +278,10 @@ class CoordinatorRole(Role[_CoordState]):
         sends += [send(p, Control(st.epoch, stop)) for p in self.parties]
         st.epoch += 1
         if stop or st.epoch >= plan.epochs:
+            self.close()
             return done(CoordinatorResult(st.losses, st.epoch_losses, st.epoch, stop), sends)
         st.b = 0
+        sends += self._obfuscator_sends(0, self.passives)
         return then(sends, self.active, EncryptedLoss, "on_loss")
 
 
@@ -394,7 +436,24 @@ class PassiveRole(_DataRole):
         return self._begin_batch()
 
     def _begin_batch(self) -> Next:
-        """Step 1: [[u_k]] and the loss share [[P_k]] to B."""
+        """Step 1: C's obfuscators first when the plan says C supplies them, then [[u_k]]."""
+        if self.plan.obfuscators:
+            return then([], self.coordinator, Obfuscators, "on_obfuscators")
+        return self._send_u(None)
+
+    def on_obfuscators(self, msg: Obfuscators) -> Next:
+        """Step 1: C's fresh obfuscators for this batch, one per row of [[u_k]] and one for [[P_k]]
+        (already checked on receipt: C's key, 0 < c < n², units)."""
+        m = len(self._batch())
+        if not isinstance(self.crypto, PaillierCrypto):
+            raise ProtocolError(f"{self.name}: Paillier obfuscators in a CKKS run")
+        if len(msg.values) != m + 1:
+            raise ProtocolError(f"{self.name}: the coordinator sent {len(msg.values)} obfuscators for a batch of "
+                                f"{m} rows (needs {m + 1}: one per row and one for the loss share)")
+        return self._send_u(msg.values)
+
+    def _send_u(self, obfuscators: PaillierVector | None) -> Next:
+        """Step 1: [[u_k]] and the loss share [[P_k]] to B (with C's obfuscators, each used once)."""
         assert self.crypto is not None
         st, idx = self.state, self._batch()
         m = len(idx)
@@ -403,7 +462,12 @@ class PassiveRole(_DataRole):
             check_bound("a partial prediction u", u, self.bound, self.name)
             check_bound("a weight", st.w, self.bound, self.name)
         share = self.crypto.loss_scale(m) * passive_loss_share(u, st.w, self.plan.l2, m)
-        msg = EncryptedU(self.crypto.encrypt(u), self.crypto.encrypt(np.array([share])))
+        self.hold("u", u)  # the secret behind [[u_k]] (audit ground truth)
+        if obfuscators is None:
+            msg = EncryptedU(self.crypto.encrypt(u), self.crypto.encrypt(np.array([share])))
+        else:
+            assert isinstance(self.crypto, PaillierCrypto)  # on_obfuscators checked it
+            msg = EncryptedU(*self.crypto.encrypt_with([u, np.array([share])], obfuscators))
         if self.index >= 1:
             return then([send(self.active, msg)], self.active, PartialSum, "on_partial_sum")
         return then([send(self.active, msg)], self.active, EncryptedResidual, "on_residual")
@@ -455,7 +519,7 @@ class ActiveRole(_DataRole):
         batch = n if cfg.batch_size is None else min(cfg.batch_size, n)
         seed = cfg.seed if cfg.seed is not None else secrets.randbits(62)
         plan = TrainingPlan(n, batch, cfg.epochs, float(cfg.lr), float(cfg.momentum), float(cfg.l2), cfg.tol,
-                            int(seed), len(self.passives), b"")
+                            int(seed), len(self.passives), b"", obfuscators=cfg.supplies_obfuscators)
         self.state.plan = plan
         digest = ids_digest(self.table.ids, "linreg")
         self._bound(len(self.passives))
@@ -546,8 +610,12 @@ def run_active(channels: Mapping[str, Channel], table: PartyTable, **kwargs: Any
 
 
 def run_coordinator(channels: Mapping[str, Channel], **kwargs: Any) -> CoordinatorResult:
-    """Coordinator C over its channels to every data party."""
-    result: CoordinatorResult = drive(CoordinatorRole(**kwargs), channels)
+    """Coordinator C over its channels to every data party (its obfuscator producer stops with it)."""
+    role = CoordinatorRole(**kwargs)
+    try:
+        result: CoordinatorResult = drive(role, channels)
+    finally:
+        role.close()
     return result
 
 
