@@ -101,6 +101,9 @@ def test_coordinator_obfuscators_change_no_weight(small_paillier_keys, batch_siz
     for p in lr.passive_names(3):
         assert [len(m.values) for m in tap.received(p, lr.Obfuscators)] == [m + 1 for m in sizes]
     assert not tap.received("active", lr.Obfuscators)
+    counts = run.coordinator.obfuscators
+    assert counts["from_stock"] + counts["online"] == 3 * sum(m + 1 for m in sizes)
+    assert off.coordinator.obfuscators == {}
     assert "linreg.obfuscators" not in {e.kind for e in off.transcript.sent()}
     assert not [t for t in threading.enumerate() if t.name == "vflcrypto-obfuscators" and t.is_alive()]
 

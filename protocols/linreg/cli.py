@@ -142,7 +142,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                             allow_insecure=opts.allow_insecure, passives=passives, expected=cfg)
         run_predict_coordinator(only([ACTIVE, *passives]), _prediction_bits(cfg, opts), opts.allow_insecure, passives)
         summary: dict[str, Any] = {"losses": c.losses, "epoch_losses": c.epoch_losses, "epochs": c.epochs_run,
-                                   "converged": c.converged}
+                                   "converged": c.converged, "obfuscators": c.obfuscators}
 
         def write(out: Path, meta: dict[str, Any]) -> None:
             save_model(out, {**meta, "protocol": "linreg-coordinator", "epochs": c.epochs_run,

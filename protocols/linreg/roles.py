@@ -86,6 +86,8 @@ class CoordinatorResult:
     epoch_losses: list[float]
     epochs_run: int
     converged: bool
+    # with coordinator obfuscators: how many C's producer made, handed out from its stock, computed online
+    obfuscators: dict[str, int] = field(default_factory=dict)
 
 
 def check_plan_matches(plan: TrainingPlan, config: LinRegConfig | None, party: str) -> None:
@@ -157,10 +159,14 @@ class CoordinatorRole(Role[_CoordState]):
         self._keys, self._ckks = keys, ckks_context
         self.secret: Any = None
         self._stock: ObfuscatorStock[PaillierVector] | None = None
+        self.obfuscator_counts: dict[str, int] = {}
 
     def close(self) -> None:
-        """Stop the obfuscator producer and drop its stock (idempotent)."""
+        """Stop the obfuscator producer and drop its stock (idempotent); keep its counters."""
         if self._stock is not None:
+            stats = self._stock.stats()
+            self.obfuscator_counts = {"produced": stats.produced, "from_stock": stats.from_stock,
+                                      "online": stats.online}
             self._stock.close()
             self._stock = None
 
@@ -225,7 +231,10 @@ class CoordinatorRole(Role[_CoordState]):
             limit = len(self.passives) * (min(plan.batch_size, plan.n_rows) + 1)
             self._stock = ObfuscatorStock(self.secret, limit).start()
         count = len(self._batches()[b]) + 1
-        return [send(p, Obfuscators(self._stock.take(count))) for p in passives]
+        sends = [send(p, Obfuscators(self._stock.take(count))) for p in passives]
+        if self.state.epoch == plan.epochs - 1 and b == len(self._batches()) - 1 and passives[-1] == self.passives[-1]:
+            self.close()  # the plan's last batch: nothing more to make
+        return sends
 
     def _batches(self) -> list[np.ndarray]:
         plan = self.state.plan
@@ -279,7 +288,7 @@ class CoordinatorRole(Role[_CoordState]):
         st.epoch += 1
         if stop or st.epoch >= plan.epochs:
             self.close()
-            return done(CoordinatorResult(st.losses, st.epoch_losses, st.epoch, stop), sends)
+            return done(CoordinatorResult(st.losses, st.epoch_losses, st.epoch, stop, self.obfuscator_counts), sends)
         st.b = 0
         sends += self._obfuscator_sends(0, self.passives)
         return then(sends, self.active, EncryptedLoss, "on_loss")
