@@ -11,7 +11,10 @@ pool's workers). An epoch does rows × (features of every party + 1 for the loss
 ciphertext-by-plaintext multiply-accumulates. FATE's reference is ~15,000/core at 2048
 bits. Before any speed is reported, the weights are checked against plaintext gradient
 descent on the joined table. An anchor (4096-bit gmpy2 mulmod rate, i.e. mod n²) is
-measured in the same run.
+measured in the same run. Scheme ``paillier`` runs with the default configuration (the
+coordinator supplies the passive party's obfuscators); ``paillier-online`` without them
+(the passive party computes its own); every party here shares one process and its pool, so
+for the parties in separate processes see ``bench/linreg_processes.py``.
 
     .venv/bin/python bench/linreg_epoch.py                 # full size (a minute or two)
     .venv/bin/python bench/linreg_epoch.py --rows 300 --key-bits 512 --allow-insecure
@@ -81,9 +84,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     ref = lr.plaintext_gradient_descent(active.X, active.label, [passive.X], config=cfg0)
     out["plaintext"] = {"epoch_s": (time.perf_counter() - t0) / args.epochs}
-    for scheme in args.schemes.split(","):
+    for row in args.schemes.split(","):
+        scheme = row.removesuffix("-online")
         cfg = lr.LinRegConfig(epochs=args.epochs, lr=0.1, tol=None, scheme=scheme,
-                              key_bits=args.key_bits)
+                              key_bits=args.key_bits, coordinator_obfuscators=not row.endswith("-online"))
         t0 = time.perf_counter()
         setup: dict[str, Any] = {}
         if scheme == "paillier":
@@ -103,11 +107,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                   float(np.max(np.abs(run.passives[0].model.weights - ref.passive_weights[0]))))
         tol = 1e-6 if scheme == "paillier" else 1e-2
         if not err <= tol:
-            raise SystemExit(f"{scheme}: weights differ from plaintext gradient descent by {err:.3g} "
+            raise SystemExit(f"{row}: weights differ from plaintext gradient descent by {err:.3g} "
                              f"(> {tol:g}); no speed reported")
         epochs = epoch_seconds(run.transcript)
         per_epoch = statistics.median(epochs)
-        out[scheme] = {
+        out[row] = {
             "epoch_s": round(per_epoch, 3),
             "epoch_s_range": [round(min(epochs), 3), round(max(epochs), 3)],
             "epochs_timed": len(epochs),
@@ -121,7 +125,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "max_weight_error_vs_plaintext": err,
         }
         if scheme == "paillier":
-            out[scheme]["key_bits"] = args.key_bits
+            out[row]["key_bits"] = args.key_bits
+            out[row]["coordinator_obfuscators"] = run.coordinator.obfuscators
     return out
 
 
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=3, help="epochs timed (median and range reported)")
     p.add_argument("--key-bits", type=int, default=2048)
     p.add_argument("--allow-insecure", action="store_true")
-    p.add_argument("--schemes", default="paillier,ckks")
+    p.add_argument("--schemes", default="paillier,ckks", help="comma-separated: paillier, paillier-online, ckks")
     args = p.parse_args(argv)
     result = bench(args)
     print(json.dumps(result, indent=2))
