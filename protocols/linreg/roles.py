@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,7 +32,7 @@ from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.obfuscators import ObfuscatorStock
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, drive, send, then
+from vflcrypto.steps import Next, Recv, Role, done, drive, send, then
 from vflcrypto.wire import IntVector
 
 from .config import LinRegConfig
@@ -227,7 +227,7 @@ class CoordinatorRole(Role[_CoordState]):
         assert plan is not None  # on_plan ran first
         if not plan.obfuscators or not passives:
             return []
-        if self._stock is None:
+        if self._stock is None:  # one iteration's worth: the most C hands out at once
             limit = len(self.passives) * (min(plan.batch_size, plan.n_rows) + 1)
             self._stock = ObfuscatorStock(self.secret, limit).start()
         count = len(self._batches()[b]) + 1
@@ -235,6 +235,13 @@ class CoordinatorRole(Role[_CoordState]):
         if self.state.epoch == plan.epochs - 1 and b == len(self._batches()) - 1 and passives[-1] == self.passives[-1]:
             self.close()  # the plan's last batch: nothing more to make
         return sends
+
+    def _then_obfuscators(self, sends: Sequence[tuple[str, Any]], b: int,
+                          passives: Sequence[str]) -> Iterator[tuple[str, Any]]:
+        """``sends``, then the obfuscators for batch ``b``: streamed, so the peers get ``sends``
+        (a gradient return, the control bit) before C computes any shortfall of its stock."""
+        yield from sends
+        yield from self._obfuscator_sends(b, passives)
 
     def _batches(self) -> list[np.ndarray]:
         plan = self.state.plan
@@ -260,19 +267,22 @@ class CoordinatorRole(Role[_CoordState]):
         return MaskedGradient if self.scheme == "paillier" else MaskedGradientCKKS
 
     def on_masked_gradient(self, msg: MaskedGradient | MaskedGradientCKKS) -> Next:
-        """Step 5: decrypt a party's masked gradient (uniform to C) and return it."""
+        """Step 5: decrypt a party's masked gradient (uniform to C) and return it; a passive party's
+        next batch of this epoch starts now, so its obfuscators follow (step 1)."""
         st = self.state
         party = self.parties[st.k]
         sends = [send(party, reveal_masked(self.secret, msg.values))]
-        if st.b + 1 < len(self._batches()) and party in self.passives:  # its next batch starts now
-            sends += self._obfuscator_sends(st.b + 1, [party])
+        nxt_b = st.b + 1
+        more = [party] if party in self.passives and nxt_b < len(self._batches()) else []
         st.k += 1
         if st.k < len(self.parties):
-            return then(sends, self.parties[st.k], self._masked_kind(), "on_masked_gradient")
-        st.b += 1
-        if st.b < len(self._batches()):
-            return then(sends, self.active, EncryptedLoss, "on_loss")
-        return self._end_epoch(sends)
+            wait = Recv(self.parties[st.k], self._masked_kind(), "on_masked_gradient")
+        else:
+            st.b += 1
+            if st.b == len(self._batches()):
+                return self._end_epoch(sends)
+            wait = Recv(self.active, EncryptedLoss, "on_loss")
+        return Next(self._then_obfuscators(sends, nxt_b, more), wait)
 
     def _end_epoch(self, sends: list[tuple[str, Any]]) -> Next:
         """Step 6: the stopping test on the mean epoch loss; one bit to every party."""
@@ -290,8 +300,7 @@ class CoordinatorRole(Role[_CoordState]):
             self.close()
             return done(CoordinatorResult(st.losses, st.epoch_losses, st.epoch, stop, self.obfuscator_counts), sends)
         st.b = 0
-        sends += self._obfuscator_sends(0, self.passives)
-        return then(sends, self.active, EncryptedLoss, "on_loss")
+        return Next(self._then_obfuscators(sends, 0, self.passives), Recv(self.active, EncryptedLoss, "on_loss"))
 
 
 # --------------------------------------------------------------------------- data parties
