@@ -96,7 +96,11 @@ what it decrypts in any case. B never sees them: obfuscators B knew (or saw reus
 would strip ``[[u_k]]`` (``c_t / c_t' = 1 + (u_t − u_t') n``), which is why each is used
 once and C must not collude with B (as above). A *dishonest* C could send such values;
 the semi-honest model excludes it. Not in the Flower App, whose ServerApp (B) relays
-every message between C and a passive party.
+every message between C and a passive party. Cost: C sends as many bytes per batch as
+``[[u_k]]`` itself (one ciphertext per row) and holds one iteration's obfuscators. On by
+default: with each party in its own process (``bench/linreg_processes.py``, 30,000 × 23,
+Paillier 2048, all three parties on one 2-core machine) epochs took 0.86–0.91 of the time
+without it; in one process, where every party shares one pool, the same within noise.
 
 Modules: :mod:`.messages` (declarations, public constants), :mod:`.config` (the
 training parameters), :mod:`.math` (schedule, loss, gradient, bounds, the plaintext

@@ -34,6 +34,7 @@ class LinRegConfig:
     label_scaling: str = option("auto", "the active party trains on its label standardized (mean 0, std 1 on its "
                                 "training rows) and returns the model in the label's units; auto: with CKKS only "
                                 "(its masks hide gradients of a bounded size)", choices=LABEL_SCALING)
+    # on by default: faster epochs with the parties in separate processes, the same in one (see the package docstring)
     coordinator_obfuscators: bool = option(
         True, "the coordinator, which holds the key and mostly waits, precomputes the passive parties' "
         "obfuscators (encryptions of zero, by the CRT, on a low-priority pool) and sends them fresh each "
