@@ -93,4 +93,5 @@ SPEC = ProtocolSpec(
     demo=demo_step,
     demo_order=20,
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+    oracle="the key holder decrypts the masked gradient the other party forms and returns it",
 )

@@ -216,4 +216,5 @@ SPEC = ProtocolSpec(
         relayed={"logreg.identity": "public identity keys of this run (the ServerApp is trusted not to "
                                     "substitute them: README, Flower App)",
                  "logreg.key_share": "ephemeral X25519 public keys signed by the identity keys"}),
+    oracle="its coordinator decrypts the masked gradients the data parties form and returns them",
 )

@@ -93,4 +93,5 @@ SPEC = ProtocolSpec(
     party_tasks=(PartyTask("pearson", "cross-party Pearson correlation (Paillier, masked products)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+    oracle="the key holder decrypts the masked products the other party forms and returns them",
 )

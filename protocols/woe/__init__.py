@@ -109,4 +109,5 @@ SPEC = ProtocolSpec(
     party_tasks=(PartyTask("woe", "secure WOE/IV binning and IV-based feature selection (Paillier)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+    oracle="the active party decrypts the bin sums each passive party forms and returns selections and WOE values",
 )
