@@ -38,6 +38,7 @@ from vflcrypto.spec import FlowerSpec, ProtocolSpec
 from .audit import audit_run, demo_step, example
 from .messages import (
     ACTIVE,
+    OU_REFUSAL,
     PASSIVE,
     DecryptedMaskedGradient,
     EncryptedResiduals,
@@ -93,5 +94,5 @@ SPEC = ProtocolSpec(
     demo=demo_step,
     demo_order=20,
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
-    oracle="the key holder decrypts the masked gradient the other party forms and returns it",
+    oracle=OU_REFUSAL,
 )

@@ -104,6 +104,7 @@ from .math import (
 )
 from .messages import (
     ACTIVE,
+    OU_REFUSAL,
     PASSIVE,
     ActiveCiphertexts,
     MaskedForActive,
@@ -157,5 +158,5 @@ SPEC = ProtocolSpec(
     party_tasks=(PartyTask("sshelr", "two-party logistic regression without a coordinator (SSHE-LR)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
-    oracle="each party decrypts the masked products the other forms, and shares derived from them go back",
+    oracle=OU_REFUSAL,
 )
