@@ -1,7 +1,9 @@
-"""SecureBoost benchmark: default_credit (30,000 × 23), Paillier 2048, per-phase breakdown.
+"""SecureBoost benchmark: default_credit (30,000 × 23), Paillier 2048 and OU, per-phase breakdown.
 
-Runs the plaintext mode (same protocol, no encryption) and the encrypted mode on the same
-data and prints wall time per phase and bytes per party:
+Runs the plaintext mode (same protocol, no encryption) and the encrypted mode under each
+scheme of ``--schemes`` (default ``paillier,ou``: Paillier at ``--key-bits``, Okamoto-Uchiyama
+at its conservative 3072-bit parameters; ``ou-heu`` for HEU's) on the same data, one after
+the other in one run, and prints wall time per phase and bytes per party:
 
 * ``encrypt``      active: packing + encrypting (g, h) per row, once per tree
 * ``histogram``    passive: per-row ciphertext sums per (node, feature, bin), cumulative
@@ -78,12 +80,43 @@ def tree_seconds(run: Any) -> list[float]:
     return [b - a for a, b in zip(starts, [*starts[1:], end], strict=True)]
 
 
+def _run_scheme(sb: Any, scheme: str, Xa: np.ndarray, y: np.ndarray, Xp: np.ndarray, params: Any,
+                args: argparse.Namespace, plain: Any) -> dict[str, Any]:
+    from vflcrypto import parallel
+    from vflcrypto.he import describe, generate_keypair
+    from vflcrypto.metrics import roc_auc
+
+    t0 = time.perf_counter()
+    keys = generate_keypair(scheme, args.key_bits, allow_insecure=args.allow_insecure)
+    keygen = time.perf_counter() - t0
+    cpu0 = parallel.cpu_seconds()
+    enc = sb.run_local(Xa, y, [Xp], params=params, keys=keys, allow_insecure=args.allow_insecure, timeout=600)
+    cpu = parallel.cpu_seconds() - cpu0
+    same = all(np.array_equal(getattr(plain.active.model, k), getattr(enc.active.model, k))
+               for k in ("kind", "party", "feature", "bin"))
+    if not same:
+        raise SystemExit(f"{scheme}: encrypted trees differ from the plaintext mode's: no speed reported")
+    per_tree = tree_seconds(enc)
+    ph = phases(enc)
+    return {
+        "key": describe(keys[0]), "keygen_seconds": round(keygen, 3),
+        "phases": {k: round(v, 3) for k, v in ph.items()},
+        "trees_30_seconds": round(ph["total"] * 30 / args.trees, 1),
+        "seconds_per_tree": {"median": round(statistics.median(per_tree), 3),
+                             "min": round(min(per_tree), 3), "max": round(max(per_tree), 3)},
+        "cpu_seconds": round(cpu, 2), "cores_used": round(cpu / enc.seconds, 2),
+        "auc_train": roc_auc(y, enc.active.train_predictions()), "identical_trees": same,
+        "bytes_sent": enc.bytes_sent,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trees", type=int, default=30)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--max-bin", type=int, default=32)
-    ap.add_argument("--key-bits", type=int, default=2048)
+    ap.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus bits (OU: at least 3072)")
+    ap.add_argument("--schemes", default="paillier,ou", help="comma-separated: paillier, ou, ou-heu")
     ap.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (smoke tests)")
     ap.add_argument("--rows", type=int, default=None, help="use only the first ROWS rows (smoke tests)")
     ap.add_argument("--json", action="store_true")
@@ -93,57 +126,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from vflcrypto import parallel
     from vflcrypto.metrics import roc_auc
-    from vflcrypto.paillier import generate_keypair
 
     Xa, y, Xp, src = load_data(args.rows)
     params = sb.BoostParams(n_trees=args.trees, max_depth=args.depth, max_bin=args.max_bin,
                             learning_rate=0.3)
     plain = sb.run_local(Xa, y, [Xp], params=params, plaintext=True, timeout=600)
-    t0 = time.perf_counter()
-    keys = generate_keypair(args.key_bits, allow_insecure=args.allow_insecure)
-    keygen = time.perf_counter() - t0
-    cpu0 = parallel.cpu_seconds()
-    enc = sb.run_local(Xa, y, [Xp], params=params, keys=keys, allow_insecure=args.allow_insecure, timeout=600)
-    cpu = parallel.cpu_seconds() - cpu0
-    same = all(np.array_equal(getattr(plain.active.model, k), getattr(enc.active.model, k))
-               for k in ("kind", "party", "feature", "bin"))
-    if not same:
-        raise SystemExit("encrypted trees differ from the plaintext mode's: no speed reported")
-    per_tree = tree_seconds(enc)
-    ph_e, ph_p = phases(enc), phases(plain)
-    scale = 30 / args.trees
+    schemes = [x.strip() for x in args.schemes.split(",") if x.strip()]
+    runs = {scheme: _run_scheme(sb, scheme, Xa, y, Xp, params, args, plain) for scheme in schemes}
+    ph_p = phases(plain)
     out = {
         "data": src, "rows": len(y), "features": [Xa.shape[1], Xp.shape[1]],
         "trees": args.trees, "depth": args.depth, "max_bin": args.max_bin,
-        "key_bits": args.key_bits, "workers": parallel.worker_count(), "cpus": os.cpu_count(),
-        "keygen_seconds": round(keygen, 3),
-        "encrypted": {k: round(v, 3) for k, v in ph_e.items()},
-        "plaintext": {k: round(v, 3) for k, v in ph_p.items()},
-        "encrypted_30_trees_seconds": round(ph_e["total"] * scale, 1),
-        "seconds_per_tree": {"median": round(statistics.median(per_tree), 3),
-                             "min": round(min(per_tree), 3), "max": round(max(per_tree), 3)},
-        "cpu_seconds": round(cpu, 2), "cores_used": round(cpu / enc.seconds, 2),
-        "auc_train": {"encrypted": roc_auc(y, enc.active.train_predictions()),
-                      "plaintext": roc_auc(y, plain.active.train_predictions())},
-        "identical_trees": same,
-        "bytes_sent": {"encrypted": enc.bytes_sent, "plaintext": plain.bytes_sent},
+        "workers": parallel.worker_count(), "cpus": os.cpu_count(),
+        "plaintext": {"phases": {k: round(v, 3) for k, v in ph_p.items()},
+                      "auc_train": roc_auc(y, plain.active.train_predictions()), "bytes_sent": plain.bytes_sent},
+        "encrypted": runs,
     }
     if args.json:
         print(json.dumps(out, indent=2))
-    else:
-        print(f"SecureBoost on {src}: {len(y):,} rows, {Xa.shape[1]} + {Xp.shape[1]} features, "
-              f"{args.trees} trees, depth {args.depth}, {args.max_bin} bins, "
-              f"Paillier {args.key_bits}, {out['workers']} workers")
-        print(f"{'phase':<14}{'encrypted s':>14}{'plaintext s':>14}")
-        for k in ph_e:
-            print(f"{k:<14}{ph_e[k]:>14.2f}{ph_p[k]:>14.2f}")
-        print(f"per tree: median {statistics.median(per_tree):.2f} s (range {min(per_tree):.2f} - "
-              f"{max(per_tree):.2f}) encrypted, {ph_p['total'] / args.trees:.3f} s plaintext; "
-              f"{cpu:.1f} CPU s on {out['workers']} workers ({out['cores_used']} cores used); 30 trees ≈ "
-              f"{out['encrypted_30_trees_seconds']:.0f} s encrypted"
-              + ("" if args.trees == 30 else " (extrapolated)"))
-        print(f"bytes sent (encrypted): {enc.bytes_sent}")
-        print(f"train AUC {out['auc_train']['encrypted']:.4f}; trees identical to plaintext: {same}")
+        return out
+    print(f"SecureBoost on {src}: {len(y):,} rows, {Xa.shape[1]} + {Xp.shape[1]} features, "
+          f"{args.trees} trees, depth {args.depth}, {args.max_bin} bins, {out['workers']} workers, one run")
+    print(f"{'phase (s)':<14}" + "".join(f"{r['key']:>14}" for r in runs.values()) + f"{'plaintext':>14}")
+    for k in ph_p:
+        print(f"{k:<14}" + "".join(f"{r['phases'][k]:>14.2f}" for r in runs.values()) + f"{ph_p[k]:>14.2f}")
+    for r in runs.values():
+        t = r["seconds_per_tree"]
+        print(f"{r['key']}: per tree median {t['median']:.2f} s (range {t['min']:.2f} - {t['max']:.2f}); "
+              f"{r['cpu_seconds']:.1f} CPU s ({r['cores_used']} cores used); 30 trees ≈ {r['trees_30_seconds']:.0f} s"
+              + ("" if args.trees == 30 else " (extrapolated)") + f"; keygen {r['keygen_seconds']:.2f} s; "
+              f"bytes {sum(r['bytes_sent'].values()):,}; train AUC {r['auc_train']:.4f}; trees identical to "
+              f"plaintext: {r['identical_trees']}")
+    print(f"plaintext: {ph_p['total'] / args.trees:.3f} s per tree; train AUC {out['plaintext']['auc_train']:.4f}")
     return out
 
 

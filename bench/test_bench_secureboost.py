@@ -19,10 +19,13 @@ def _load():
 
 def test_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     out = _load().main(["--trees", "1", "--depth", "2", "--rows", "150", "--max-bin", "8",
-                        "--key-bits", "512", "--allow-insecure", "--json"])
-    assert out["identical_trees"] is True
-    assert set(out["encrypted"]) >= {"encrypt", "histogram", "decrypt", "split_search", "binning", "total"}
-    assert '"encrypted_30_trees_seconds"' in capsys.readouterr().out
+                        "--key-bits", "768", "--allow-insecure", "--schemes", "paillier,ou", "--json"])
+    assert set(out["encrypted"]) == {"paillier", "ou"}
+    for run in out["encrypted"].values():
+        assert run["identical_trees"] is True
+        assert set(run["phases"]) >= {"encrypt", "histogram", "decrypt", "split_search", "binning", "total"}
+    assert out["encrypted"]["ou"]["key"] == "ou-768"
+    assert '"trees_30_seconds"' in capsys.readouterr().out
 
 
 def test_multiclass_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:

@@ -60,7 +60,10 @@ class TrainOptions:
     split_seed: int = option(0, "public seed of the train/test split", aliases=("--seed",))
     aligned: bool = option(False, "the files already list the same IDs in the same order (skip PSI)",
                            negative="--psi")
-    key_bits: int = option(2048, "Paillier modulus bits")
+    key_bits: int = option(2048, "modulus bits (Paillier; OU: at least 3072, or HEU's 2048 with ou-heu)")
+    scheme: str = option("paillier", "additively homomorphic scheme: paillier, ou (Okamoto-Uchiyama, conservative "
+                         "parameters) or ou-heu (HEU's parameters); protocols whose key holder returns "
+                         "decryptions to other parties refuse OU", choices=("paillier", "ou", "ou-heu"))
     allow_insecure: bool = option(False, "accept keys below 2048 bits (tests only)",
                                   aliases=("--allow-insecure-key",), negative="--secure-keys-only")
     timeout: float = option(120.0, "seconds a party waits for a peer message before failing")
@@ -72,9 +75,11 @@ class TrainOptions:
             raise InputDataError(f"--test-fraction must lie in [0, 1), got {self.test_fraction}")
 
 
-def add_train_options(parser: argparse.ArgumentParser, *, test_fraction: float | None = None) -> None:
-    """The :class:`TrainOptions` flags (``test_fraction`` overrides that default for a protocol)."""
-    add_config_arguments(parser, TrainOptions)
+def add_train_options(parser: argparse.ArgumentParser, *, test_fraction: float | None = None,
+                      skip: Sequence[str] = ()) -> None:
+    """The :class:`TrainOptions` flags (``test_fraction`` overrides that default for a protocol; ``skip``
+    leaves out flags the protocol defines itself, e.g. linreg's ``--scheme`` with CKKS)."""
+    add_config_arguments(parser, TrainOptions, skip=skip)
     if test_fraction is not None:
         parser.set_defaults(test_fraction=test_fraction)
 

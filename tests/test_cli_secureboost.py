@@ -89,3 +89,22 @@ def test_multiclass_encrypted_with_test_split(tmp_path: Path, capsys: pytest.Cap
     assert out["evaluated_on"] == "test", out
     assert out["accuracy"] > 0.5 and 0 < out["log_loss"] < 1.0, out  # majority class: 0.38
     assert sb.ActiveModel.load(models / "active.npz").n_outputs == 3
+
+
+def test_scheme_ou_trains_and_other_protocols_refuse_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, p = _write(tmp_path)
+    base = ["--active", str(a), "--passive", str(p), "--id-column", "id", "--label", "y", "--aligned"]
+    assert main(["train", "secureboost", *base, "--trees", "2", "--depth", "2", "--max-bin", "8", "--scheme", "ou",
+                 "--key-bits", "768", "--allow-insecure", "--json"]) == 0
+    ou_out = json.loads(capsys.readouterr().out)
+    assert ou_out["mode"] == "ou-768" and ou_out["auc"] > 0.8
+    assert main(["train", "secureboost", *base, "--trees", "2", "--depth", "2", "--max-bin", "8", "--plaintext",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["auc"] == ou_out["auc"]  # the same trees
+    # the key holder of these returns decryptions of ciphertexts others formed: OU is refused, and why
+    for model, extra in (("linreg", ["--label", "y"]), ("poisson", ["--label", "y"]), ("sshelr", ["--label", "y"])):
+        args = ["train", model, "--active", str(a), "--passive", str(p), "--id-column", "id", *extra, "--aligned",
+                "--scheme", "ou"]
+        assert main(args) != 0
+        err = capsys.readouterr().err
+        assert f"{model} cannot run under Okamoto-Uchiyama" in err and "reveals p" in err

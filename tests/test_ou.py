@@ -342,6 +342,26 @@ def test_heu_decrypts_our_ciphertexts(heu_pair):
         got = []
         for c in vec.ciphertexts():
             c = c * R % n
-            ct = phe.Ciphertext.load_from(msgpack.packb([c.to_bytes((c.bit_length() + 7) // 8, "little")]) + tail)
+            raw = c.to_bytes(c.bit_length() // 8 + 1, "little")  # HEU's BigInt: room for a sign bit
+            ct = phe.Ciphertext.load_from(msgpack.packb([raw]) + tail)
             got.append(dec.decrypt_raw(ct))
         assert got == want
+
+
+@pytest.mark.parametrize("name", ["exchange", "logreg", "pearson", "poisson", "sshelr", "woe"])
+def test_protocols_whose_key_holder_returns_decryptions_refuse_ou_keys(name, keys):
+    """Handed OU keys in code (not only through --scheme), each refuses before any message, saying why."""
+    import importlib
+
+    roles = importlib.import_module(f"vflcrypto.protocols.{name}.roles")
+    X, y = rng.normal(size=(4, 2)), np.array([0.0, 1, 0, 1])
+    make = {
+        "exchange": lambda: roles.ActiveRole(y, keys),
+        "logreg": lambda: roles.ActiveRole(y, parties=["party-0"], secure=True, keys=keys),
+        "pearson": lambda: roles.ActiveRole(X, passives=["passive-0"], keys=keys),
+        "poisson": lambda: roles.CoordinatorRole(epochs=1, keys=keys),
+        "sshelr": lambda: roles.ActiveRole(X, y, keys=keys),
+        "woe": lambda: roles.ActiveRole(y, X, passives=["passive-0"], keys=keys),
+    }[name]
+    with pytest.raises(ConfigurationError, match=f"{name} cannot run under Okamoto-Uchiyama"):
+        make()

@@ -463,8 +463,8 @@ def test_fixed_base_windows_and_growth(small_paillier_keys):
                 acc = acc * row[d] % pk.nsquare
             assert acc == gmpy2.powmod(pk.hs, a, pk.nsquare)
     assert fixed_base._pick_window(1024, 512, 8, 1000) == 8  # small jobs keep the small table
-    assert fixed_base._pick_window(1024, 512, 8, 10**6) == fixed_base.TABLE_MAX_WINDOW
-    assert fixed_base._pick_window(1024, 512, 8, 10**6) <= 12
+    assert fixed_base._pick_window(1024, 512, 8, 10**6) == 12  # Paillier-2048: the byte cap binds
+    assert fixed_base._pick_window(256, 384, 8, 10**6) == fixed_base.TABLE_MAX_WINDOW  # OU-3072's 256-bit r
     grown = fixed_base._FixedBase(pk.hs, (pk.nsquare,), pk._exp_bytes)
     w, _ = grown.prepare(10**6)
     assert w > fixed_base.TABLE_WINDOW and grown.nbytes_held <= fixed_base.TABLE_MAX_BYTES

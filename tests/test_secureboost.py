@@ -12,6 +12,7 @@ from vflcrypto.protocols import secureboost as sb
 
 from vflcrypto.dataio import read_party_csv
 from vflcrypto.errors import (
+    ConfigurationError,
     InputDataError,
     KeyMismatchError,
     PeerTimeoutError,
@@ -665,3 +666,82 @@ def test_gradients_are_only_ciphertexts_in_encrypted_mode(small_paillier_keys) -
     kinds = set(run.transcript.kinds())
     assert not {k for k in kinds if "plain_" in k}
     assert isinstance(PaillierVector, type)
+
+
+# --------------------------------------------------------------------------- Okamoto-Uchiyama
+
+
+@pytest.fixture(scope="module")
+def ou_keys():
+    from vflcrypto import ou
+
+    return ou.generate_keypair(1024, allow_insecure=True)
+
+
+def test_ou_grows_the_plaintext_modes_trees(ou_keys) -> None:
+    """Encrypted under OU (two passive parties, multiclass included) = plaintext mode, bit for bit."""
+    Xa, y, Xps = _data(n=120)
+    params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=8)
+    enc = sb.run_local(Xa, y, Xps, params=params, keys=ou_keys, allow_insecure=True, timeout=TIMEOUT)
+    plain = sb.run_local(Xa, y, Xps, params=params, plaintext=True, timeout=TIMEOUT)
+    _assert_same_trees(_trees(enc), _trees(plain))
+    assert np.array_equal(enc.active.train_margin, plain.active.train_margin)
+    assert enc.active.public_key == ou_keys[0]
+    yk = np.digitize(Xa[:, 0], [-0.5, 0.5]).astype(np.float64)
+    mparams = sb.BoostParams(n_trees=2, max_depth=2, max_bin=8, objective="multiclass")
+    menc = sb.run_local(Xa, yk, Xps, params=mparams, keys=ou_keys, allow_insecure=True, timeout=TIMEOUT)
+    mplain = sb.run_local(Xa, yk, Xps, params=mparams, plaintext=True, timeout=TIMEOUT)
+    assert np.array_equal(menc.active.train_margin, mplain.active.train_margin)
+
+
+def test_ou_by_scheme_name_and_heu_parameters() -> None:
+    Xa, y, Xps = _data(n=60, k=1)
+    params = sb.BoostParams(n_trees=1, max_depth=2, max_bin=8)
+    plain = sb.run_local(Xa, y, Xps, params=params, plaintext=True, timeout=TIMEOUT)
+    for scheme, bits in (("ou", 768), ("ou-heu", 2048)):
+        run = sb.run_local(Xa, y, Xps, params=params, scheme=scheme, key_bits=bits, allow_insecure=True,
+                           timeout=TIMEOUT)
+        assert np.array_equal(run.active.train_margin, plain.active.train_margin)
+        assert run.active.public_key is not None and run.active.public_key.bits == bits
+    with pytest.raises(ConfigurationError):
+        sb.run_local(Xa, y, Xps, params=params, scheme="rsa", key_bits=768, allow_insecure=True, timeout=TIMEOUT)
+
+
+def test_ou_histograms_outside_the_plaintext_range_are_refused(ou_keys) -> None:
+    """A passive party pushing a candidate past the plaintext bound (the OU oracle's first step) is refused."""
+    pk = ou_keys[0]
+
+    def bad(setup, req):
+        spec = sb.tree.packing_spec(60, sb.tree.choose_frac_bits(2, 60), 2)
+        bits = 2 * spec.slot_bits
+        per = pk.plaintext_bits // bits
+        past = pk.encrypt([2 ** (pk.plaintext_bits - 1)]) * 8
+        return sb.EncryptedHistograms(0, 0, np.zeros(1, np.int32), np.array([1], np.int32), bits, per, past)
+
+    Xa, y, Xps = _data(n=60, k=1)
+    with pytest.raises(ProtocolError, match="outside the plaintext range"):
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=ou_keys, allow_insecure=True,
+                     timeout=TIMEOUT, overrides={"passive-0": _hostile_passive(bad)})
+
+
+def test_a_passive_party_refuses_another_scheme(ou_keys) -> None:
+    Xa, y, Xps = _data(n=60, k=1)
+    with pytest.raises(ConfigurationError, match="--scheme"):
+        sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=ou_keys, allow_insecure=True,
+                     timeout=TIMEOUT, overrides={"passive-0": lambda chans: sb.run_passive(
+                         chans, Xps[0], scheme="paillier", timeout=TIMEOUT)})
+
+
+def test_ou_audit_flags_deterministic_encryption(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without randomness every first-tree OU ciphertext is one of two values: the passive party's attack on
+    the ciphertexts it received groups them and recovers the labels; the honest run's attack stays at chance."""
+    from vflcrypto.paillier import fixed_base
+
+    name = "label recovery from secureboost.gradients (OU): equal ciphertexts"
+    honest = {f.name: f for f in sb.audit_run(512, allow_insecure=True).findings}[name]
+    assert not honest.flagged and honest.value < 0.7
+    strong = fixed_base._random_digits
+    monkeypatch.setattr(fixed_base, "_random_digits", lambda count, nbytes, w: [[0] * len(r) for r in
+                                                                                 strong(count, nbytes, w)])
+    broken = {f.name: f for f in sb.audit_run(512, allow_insecure=True).findings}[name]
+    assert broken.flagged and broken.value > 0.95

@@ -37,6 +37,7 @@ __all__ = [
     "accuracy_finding",
     "adjacent_order_finding",
     "binomial_sf",
+    "equal_ciphertext_classes",
     "kolmogorov_sf",
     "ks_critical",
     "ks_one_sample",
@@ -306,6 +307,17 @@ def unrandomized_paillier(n: int, ciphertexts: Sequence[int]) -> list[int | None
     probability about 2^-(|n|/2). Returns m in [0, n) or ``None`` per ciphertext.
     """
     return [(int(c) - 1) // n if int(c) % n == 1 else None for c in ciphertexts]
+
+
+def equal_ciphertext_classes(ciphertexts: Sequence[int]) -> np.ndarray:
+    """Group ciphertexts by value: a class id per ciphertext (equal ciphertexts share one).
+
+    Without the key, equal ciphertexts reveal equal plaintexts only when encryption is
+    deterministic (no randomness); fresh randomness makes every class a singleton except
+    with negligible probability. Works for any scheme (Paillier, OU).
+    """
+    seen: dict[int, int] = {}
+    return np.asarray([seen.setdefault(int(c), len(seen)) for c in ciphertexts], dtype=np.int64)
 
 
 def strip_known_paillier(n: int, received: Sequence[int], known: Sequence[Sequence[int]]) -> list[int | None]:

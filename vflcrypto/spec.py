@@ -261,6 +261,18 @@ class ProtocolSpec:
     commands: tuple[Command, ...] = ()
     party_tasks: tuple[PartyTask, ...] = ()
     flower: FlowerSpec | None = None
+    schemes: tuple[str, ...] = ("paillier",)  # the additively homomorphic schemes it runs under
+    oracle: str = ""  # why OU is refused: whose ciphertexts its key holder decrypts for whom
+
+    def check_scheme(self, scheme: str) -> None:
+        """Refuse a scheme this protocol does not run under, with the reason (OU: the decryption oracle)."""
+        if scheme in self.schemes:
+            return
+        if scheme.startswith("ou") and self.oracle:
+            from .ou import refuse_decryption_oracle
+
+            refuse_decryption_oracle(scheme, self.name, self.oracle)
+        raise ConfigurationError(f"{self.name} does not run under {scheme!r}: use one of {', '.join(self.schemes)}")
 
     def kinds(self) -> list[str]:
         """The message kinds this protocol declares (all start with ``name + "."``)."""

@@ -88,6 +88,7 @@ def main(grid: Grid, context: Context) -> None:
     cfg = role_config(context)
     run_id, timeout = cfg["_run-id"], float(cfg.get("timeout", 120.0))
     spec, fl = protocol(cfg)
+    spec.check_scheme(str(cfg.get("scheme", "paillier")))  # OU where a key holder returns decryptions: refused
     roles = fl.parties(cfg)
     me, clients = fl.server_party, client_parties(fl, cfg)
     meter = MeteredGrid(grid) if cfg.get("meter", False) else None  # bench: traffic on Flower's transport

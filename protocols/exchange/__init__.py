@@ -38,6 +38,7 @@ from vflcrypto.spec import FlowerSpec, ProtocolSpec
 from .audit import audit_run, demo_step, example
 from .messages import (
     ACTIVE,
+    OU_REFUSAL,
     PASSIVE,
     DecryptedMaskedGradient,
     EncryptedResiduals,
@@ -93,4 +94,5 @@ SPEC = ProtocolSpec(
     demo=demo_step,
     demo_order=20,
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+    oracle=OU_REFUSAL,
 )

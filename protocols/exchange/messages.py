@@ -8,8 +8,18 @@ from vflcrypto.leakage import PERFECT, Protection, declare
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.wire import IntVector
 
-__all__ = ["ACTIVE", "PASSIVE", "DecryptedMaskedGradient", "EncryptedResiduals", "MaskedGradient",
-           "PublicKeyAnnouncement"]
+__all__ = [
+    "ACTIVE",
+    "OU_REFUSAL",
+    "PASSIVE",
+    "DecryptedMaskedGradient",
+    "EncryptedResiduals",
+    "MaskedGradient",
+    "PublicKeyAnnouncement",
+]
+
+#: why exchange refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+OU_REFUSAL = "the key holder decrypts the masked gradient the other party forms and returns it"
 
 ACTIVE, PASSIVE = "active", "passive"
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from vflcrypto.errors import InputDataError, KeyMismatchError
 from vflcrypto.masking import mask_ciphertexts, unmask_residues
+from vflcrypto.ou import refuse_decryption_oracle
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, send, then
@@ -26,6 +27,7 @@ from vflcrypto.wire import IntVector
 
 from .messages import (
     ACTIVE,
+    OU_REFUSAL,
     PASSIVE,
     DecryptedMaskedGradient,
     EncryptedResiduals,
@@ -56,6 +58,7 @@ class ActiveRole(Role[_ActiveState]):
 
     def __init__(self, d: np.ndarray, keys: tuple[PaillierPublicKey, PaillierPrivateKey], *,
                  name: str = ACTIVE, peer: str = PASSIVE) -> None:
+        refuse_decryption_oracle(keys[0], "exchange", OU_REFUSAL)
         super().__init__(name)
         self.d, (self.pk, self.sk), self.peer = np.asarray(d, dtype=np.float64), keys, peer
 

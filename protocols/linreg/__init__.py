@@ -138,7 +138,7 @@ from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
 from .audit import audit_run, demo_step
-from .config import PREPROCESSING, LinRegConfig
+from .config import OU_REFUSAL, PREPROCESSING, LinRegConfig
 from .math import (
     PlainResult,
     active_loss_share,
@@ -267,4 +267,6 @@ SPEC = ProtocolSpec(
                                            "(Paillier; under CKKS hidden to CKKS_HIDING_BITS bits), which "
                                            "does not know the mask",
                  "linreg.control": "one public bit per epoch"}),
+    schemes=("paillier", "ckks"),
+    oracle=OU_REFUSAL,
 )

@@ -65,7 +65,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-column", required=True)
     p.add_argument("--label", required=True, help="numeric label column of the active file")
     add_config_arguments(p, LinRegConfig)
-    add_train_options(p)
+    add_train_options(p, skip=("scheme",))
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     p.add_argument("--model-dir", help="save one model file per party here")
 
@@ -112,7 +112,7 @@ def train(args: argparse.Namespace) -> int:
 def add_party_arguments(p: argparse.ArgumentParser) -> None:
     add_party_data_arguments(p, data_required=False)
     add_config_arguments(p, LinRegConfig)
-    add_train_options(p)
+    add_train_options(p, skip=("scheme",))
 
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:

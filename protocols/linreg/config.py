@@ -5,12 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vflcrypto.errors import InputDataError
+from vflcrypto.ou import refuse_decryption_oracle
 from vflcrypto.paillier import DEFAULT_KEY_BITS
 from vflcrypto.spec import option
 
 from .messages import SCHEMES
 
-__all__ = ["LABEL_SCALING", "PREPROCESSING", "LinRegConfig"]
+__all__ = ["LABEL_SCALING", "OU_REFUSAL", "PREPROCESSING", "LinRegConfig"]
+
+#: why linreg refuses Okamoto-Uchiyama (named so the flag can offer it and say why not)
+OU_REFUSAL = "its coordinator decrypts the masked gradients and predictions the data parties form and returns them"
 
 PREPROCESSING = ("none", "standardize", "whiten")
 LABEL_SCALING = ("auto", "standardize", "none")
@@ -25,7 +29,8 @@ class LinRegConfig:
     l2: float = option(0.0, "L2 penalty λ")
     batch_size: int | None = option(None, "rows per mini-batch (default: full batch)")
     tol: float | None = option(1e-6, "C stops when the epoch loss changes by <= tol (relative); 0 disables")
-    scheme: str = option("paillier", "homomorphic scheme", choices=SCHEMES)
+    scheme: str = option("paillier", "homomorphic scheme (OU is refused: the coordinator returns decryptions)",
+                         choices=(*SCHEMES, "ou", "ou-heu"))
     key_bits: int = option(DEFAULT_KEY_BITS, "Paillier modulus bits", cli=False)  # a TrainOptions flag
     momentum: float = option(0.9, "heavy-ball momentum, applied locally by each party (0 = plain descent)")
     preprocess: str = option("standardize", "local per-party preprocessing", choices=PREPROCESSING)
@@ -42,6 +47,7 @@ class LinRegConfig:
     seed: int | None = option(None, "public schedule seed (default: the active party draws one)", cli=False)
 
     def __post_init__(self) -> None:
+        refuse_decryption_oracle(self.scheme, "linreg", OU_REFUSAL)
         if self.scheme not in SCHEMES:
             raise InputDataError(f"unknown scheme {self.scheme!r}; choose from {SCHEMES}")
         if self.epochs < 1 or not self.lr > 0 or self.l2 < 0 or not 0 <= self.momentum < 1:

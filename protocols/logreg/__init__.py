@@ -128,6 +128,7 @@ from .math import (
 )
 from .messages import (
     ACTIVE,
+    OU_REFUSAL,
     PASSIVE,
     Ack,
     EncryptedResidual,
@@ -216,4 +217,5 @@ SPEC = ProtocolSpec(
         relayed={"logreg.identity": "public identity keys of this run (the ServerApp is trusted not to "
                                     "substitute them: README, Flower App)",
                  "logreg.key_share": "ephemeral X25519 public keys signed by the identity keys"}),
+    oracle=OU_REFUSAL,
 )

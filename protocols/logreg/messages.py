@@ -10,8 +10,25 @@ from vflcrypto.leakage import PERFECT, Protection, declare
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.wire import IntVector
 
-__all__ = ["ACTIVE", "PASSIVE", "Ack", "EncryptedResidual", "GradientReply", "Identity", "KeyShare", "Logits",
-           "MaskedGradient", "MaskedLogits", "Request", "Residual", "Setup"]
+__all__ = [
+    "ACTIVE",
+    "OU_REFUSAL",
+    "PASSIVE",
+    "Ack",
+    "EncryptedResidual",
+    "GradientReply",
+    "Identity",
+    "KeyShare",
+    "Logits",
+    "MaskedGradient",
+    "MaskedLogits",
+    "Request",
+    "Residual",
+    "Setup",
+]
+
+#: why logreg refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+OU_REFUSAL = "its coordinator decrypts the masked gradients the data parties form and returns them"
 
 ACTIVE = "active"
 PASSIVE = "passive"

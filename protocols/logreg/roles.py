@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.metrics import accuracy
+from vflcrypto.ou import refuse_decryption_oracle
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
@@ -53,6 +54,7 @@ from .math import (
 )
 from .messages import (
     ACTIVE,
+    OU_REFUSAL,
     PASSIVE,
     Ack,
     EncryptedResidual,
@@ -119,6 +121,7 @@ class ActiveRole(Role[_ActiveState]):
                  frac_bits: int = GRAD_FRAC_BITS,
                  keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
                  name: str = ACTIVE) -> None:
+        refuse_decryption_oracle(keys[0] if keys is not None else None, "logreg", OU_REFUSAL)
         super().__init__(name)
         self.parties = list(parties)
         if not self.parties:

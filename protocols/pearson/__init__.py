@@ -49,7 +49,7 @@ from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 from . import cli
 from .audit import audit_run, demo_step, example
 from .math import FRAC_BITS, REVEALS, standardize
-from .messages import ACTIVE, PASSIVE, DecryptedMasked, EncryptedColumns, MaskedProducts, ProductMask, Setup
+from .messages import ACTIVE, OU_REFUSAL, PASSIVE, DecryptedMasked, EncryptedColumns, MaskedProducts, ProductMask, Setup
 from .roles import ActiveRole, PassiveRole, PearsonRun, run_active, run_local, run_passive
 
 __all__ = ["ACTIVE", "FRAC_BITS", "PASSIVE", "REVEALS", "SPEC", "ActiveRole", "DecryptedMasked", "EncryptedColumns",
@@ -93,4 +93,5 @@ SPEC = ProtocolSpec(
     party_tasks=(PartyTask("pearson", "cross-party Pearson correlation (Paillier, masked products)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+    oracle=OU_REFUSAL,
 )

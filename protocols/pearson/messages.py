@@ -8,7 +8,11 @@ from vflcrypto.leakage import PERFECT, Protection, declare
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.wire import IntVector
 
-__all__ = ["ACTIVE", "PASSIVE", "DecryptedMasked", "EncryptedColumns", "MaskedProducts", "ProductMask", "Setup"]
+__all__ = ["ACTIVE", "OU_REFUSAL", "PASSIVE", "DecryptedMasked", "EncryptedColumns", "MaskedProducts", "ProductMask",
+           "Setup"]
+
+#: why pearson refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+OU_REFUSAL = "the key holder decrypts the masked products the other party forms and returns them"
 
 ACTIVE, PASSIVE = "active", "passive"
 

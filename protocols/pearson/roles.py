@@ -20,6 +20,7 @@ import numpy as np
 
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.masking import mask_ciphertexts, unmask_residues
+from vflcrypto.ou import refuse_decryption_oracle
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
 from vflcrypto.steps import Next, Role, done, drive, send, then
@@ -27,7 +28,7 @@ from vflcrypto.wire import IntVector
 
 from .._train import run_star
 from .math import FRAC_BITS, REVEALS, active_receives, passive_receives, standardize
-from .messages import ACTIVE, PASSIVE, DecryptedMasked, EncryptedColumns, MaskedProducts, ProductMask, Setup
+from .messages import ACTIVE, OU_REFUSAL, PASSIVE, DecryptedMasked, EncryptedColumns, MaskedProducts, ProductMask, Setup
 
 __all__ = ["ActiveRole", "PassiveRole", "PearsonRun", "run_active", "run_local", "run_passive"]
 
@@ -58,6 +59,7 @@ class ActiveRole(Role[_ActiveState]):
 
     def __init__(self, X: np.ndarray, *, passives: Sequence[str], keys: tuple[PaillierPublicKey, PaillierPrivateKey],
                  reveal: str = "both", name: str = ACTIVE) -> None:
+        refuse_decryption_oracle(keys[0], "pearson", OU_REFUSAL)
         super().__init__(name)
         _check_reveal(reveal)
         self.Z = standardize(X, name)

@@ -54,6 +54,7 @@ from .math import ETA_BOUND, FRAC_BITS, PoissonParams, deviance, plaintext_fit, 
 from .messages import (
     ACTIVE,
     COORD,
+    OU_REFUSAL,
     PASSIVE,
     EncryptedExp,
     EncryptedLoss,
@@ -112,4 +113,5 @@ SPEC = ProtocolSpec(
                                             "coordinator's key: the ServerApp's party (active) holds neither",
                  "poisson.gradient_return": "the passive party's masked gradient decrypted: uniform mod n to the "
                                             "active party, which does not know the mask"}),
+    oracle=OU_REFUSAL,
 )

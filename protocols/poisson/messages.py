@@ -8,8 +8,22 @@ from vflcrypto.leakage import PERFECT, Protection, declare
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.wire import IntVector
 
-__all__ = ["ACTIVE", "COORD", "PASSIVE", "EncryptedExp", "EncryptedLoss", "EncryptedResidual", "GradientReturn",
-           "MaskedGradient", "Plan", "PublicKey"]
+__all__ = [
+    "ACTIVE",
+    "COORD",
+    "OU_REFUSAL",
+    "PASSIVE",
+    "EncryptedExp",
+    "EncryptedLoss",
+    "EncryptedResidual",
+    "GradientReturn",
+    "MaskedGradient",
+    "Plan",
+    "PublicKey",
+]
+
+#: why poisson refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+OU_REFUSAL = "its coordinator decrypts the masked gradients the data parties form and returns them"
 
 ACTIVE, PASSIVE, COORD = "active", "passive", "coordinator"
 

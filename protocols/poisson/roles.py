@@ -18,6 +18,7 @@ import numpy as np
 
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.masking import mask_ciphertexts, unmask_residues
+from vflcrypto.ou import refuse_decryption_oracle
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.steps import Next, Role, done, drive, send, then
@@ -27,6 +28,7 @@ from .math import FRAC_BITS, PoissonParams, check_eta, prepare_active, prepare_p
 from .messages import (
     ACTIVE,
     COORD,
+    OU_REFUSAL,
     PASSIVE,
     EncryptedExp,
     EncryptedLoss,
@@ -62,6 +64,7 @@ class CoordinatorRole(Role[_CoordState]):
     def __init__(self, *, epochs: int, keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
                  key_bits: int = 2048, allow_insecure: bool = False, active: str = ACTIVE,
                  passive: str = "passive-0", name: str = COORD) -> None:
+        refuse_decryption_oracle(keys[0] if keys is not None else None, "poisson", OU_REFUSAL)
         super().__init__(name)
         self.epochs, self._keys = epochs, keys
         self.key_bits, self.allow_insecure = key_bits, allow_insecure

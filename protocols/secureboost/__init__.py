@@ -191,7 +191,8 @@ def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
         return ActiveRole(Xa, y, passives=["passive-0"], columns=ca, params=_flower_params(run_config),
                           plaintext=bool(run_config.get("plaintext", False)),
                           key_bits=int(run_config.get("key-bits", 2048)),
-                          allow_insecure=bool(run_config.get("allow-insecure", False)))
+                          allow_insecure=bool(run_config.get("allow-insecure", False)),
+                          scheme=str(run_config.get("scheme", "paillier")))
     return PassiveRole(Xp, name=party, columns=cp)
 
 
@@ -214,9 +215,10 @@ SPEC = ProtocolSpec(
     config=BoostParams,
     demo=demo_step,
     demo_order=40,
-    commands=(Command("secureboost", "SecureBoost gradient-boosted trees (Paillier)", cli.add_train_arguments,
+    commands=(Command("secureboost", "SecureBoost gradient-boosted trees (Paillier or OU)", cli.add_train_arguments,
                       cli.train, description=cli.__doc__),),
-    party_tasks=(PartyTask("secureboost", "SecureBoost gradient-boosted trees (Paillier)",
+    party_tasks=(PartyTask("secureboost", "SecureBoost gradient-boosted trees (Paillier or OU)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+    schemes=("paillier", "ou", "ou-heu"),
 )

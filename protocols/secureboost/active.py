@@ -21,8 +21,9 @@ import numpy as np
 
 from vflcrypto.dataio import ids_digest
 from vflcrypto.encoding import PackingSpec
-from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey, PaillierPublicKey, generate_keypair
+from vflcrypto.errors import EncodingOverflowError, InputDataError, ProtocolError
+from vflcrypto.he import PrivateKey, PublicKey, describe, generate_keypair
+from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey
 from vflcrypto.steps import Next, Role, done, send, then
 
 from .messages import (
@@ -81,6 +82,7 @@ class ActiveResult:
     model: ActiveModel
     train_margin: np.ndarray
     timings: dict[str, float]
+    public_key: PublicKey | None = None  # the key the gradients were encrypted under (None in plaintext mode)
 
     def train_predictions(self) -> np.ndarray:
         return link(self.model.objective, self.train_margin)
@@ -142,7 +144,7 @@ class _ActiveState:
     lefts: dict[int, tuple[np.ndarray, int, int]] = field(default_factory=dict)
 
 
-def decode_histograms(hist: EncryptedHistograms | PlainHistograms, sk: PaillierPrivateKey | None,
+def decode_histograms(hist: EncryptedHistograms | PlainHistograms, sk: PrivateKey | None,
                       spec: PackingSpec, name: str = "passive party", outputs: int = 1) -> tuple[np.ndarray, ...]:
     """(G_L (c, K), H_L (c, K), n_L (c,)) of every candidate in a histogram message, in its
     order (layout checked; ``K = outputs``)."""
@@ -156,15 +158,19 @@ def decode_histograms(hist: EncryptedHistograms | PlainHistograms, sk: PaillierP
     if sk is None:
         raise ProtocolError(f"{name} sent encrypted histograms in plaintext mode")
     bits = 2 * outputs * spec.slot_bits
-    per = (sk.public_key.bits - 1) // bits
+    per = sk.public_key.plaintext_bits // bits
     if hist.value_bits != bits or hist.per_ciphertext != per:
         raise ProtocolError(f"{name} folded its histograms with the wrong layout")
     if len(hist.folded) != -(-total // per):
         raise ProtocolError(f"{name} sent {len(hist.folded)} folded ciphertexts for {total} candidates")
     if hist.folded.public_key != sk.public_key:
         raise ProtocolError(f"{name} sent histograms under another key")
-    n = int(sk.public_key.n)
-    raw = [v % n for v in sk.decrypt(hist.folded)] if total else []
+    # Paillier's signed decryptions are taken back modulo n; OU's are refused outside their bound
+    n = int(sk.public_key.n) if isinstance(sk, PaillierPrivateKey) else 0
+    try:
+        raw = [v % n if n else v for v in sk.decrypt(hist.folded)] if total else []
+    except EncodingOverflowError:
+        raise ProtocolError(f"{name} sent histograms outside the plaintext range (wrong key or tampered)") from None
     return unpack_candidates(unfold_candidates(raw, total, per, bits), spec, outputs)
 
 
@@ -208,8 +214,9 @@ class ActiveRole(Role[_ActiveState]):
 
     def __init__(self, X: np.ndarray, y: np.ndarray, *, passives: Sequence[str], ids: Sequence[str] | None = None,
                  columns: Sequence[str] | None = None, params: BoostParams | None = None, plaintext: bool = False,
-                 key_bits: int = DEFAULT_KEY_BITS, keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
-                 allow_insecure: bool = False, name: str = ACTIVE) -> None:
+                 key_bits: int = DEFAULT_KEY_BITS, keys: tuple[PublicKey, PrivateKey] | None = None,
+                 allow_insecure: bool = False, name: str = ACTIVE, scheme: str = "paillier") -> None:
+        """``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he`), unless ``keys`` are given."""
         super().__init__(name)
         self.params = BoostParams() if params is None else params
         self.params.validate()
@@ -230,20 +237,21 @@ class ActiveRole(Role[_ActiveState]):
         if not self.names:
             raise InputDataError("SecureBoost needs at least one passive party")
         self.ids, self.plaintext = ids, plaintext
-        self.pk: PaillierPublicKey | None = None
-        self.sk: PaillierPrivateKey | None = None
+        self.pk: PublicKey | None = None
+        self.sk: PrivateKey | None = None
         if not plaintext:
             t0 = time.perf_counter()
-            self.pk, self.sk = keys if keys is not None else generate_keypair(key_bits, allow_insecure=allow_insecure)
+            self.pk, self.sk = keys if keys is not None else generate_keypair(scheme, key_bits,
+                                                                              allow_insecure=allow_insecure)
             self.timer.add("keygen", t0)
             # softmax and logistic gradients have |g| <= 1, h <= 1/2: value_bound_bits = 2 throughout
             spec = packing_spec(n, choose_frac_bits(2, n), 2)
-            if not slots_fit(self.tree_outputs, spec, self.pk.bits):
+            if not slots_fit(self.tree_outputs, spec, self.pk.plaintext_bits):
                 raise InputDataError(
                     f"{self.K} classes need {2 * self.K} slots of {spec.slot_bits} bits per ciphertext, more "
-                    f"than a {self.pk.bits}-bit key holds: use --multi-strategy one_output_per_tree or a larger key")
+                    f"than a {describe(self.pk)} key holds: use --multi-strategy one_output_per_tree or a larger key")
 
-    def accepted_keys(self) -> list[PaillierPublicKey]:
+    def accepted_keys(self) -> list[PublicKey]:
         return [self.pk] if self.pk is not None else []
 
     @property
@@ -444,7 +452,7 @@ class ActiveRole(Role[_ActiveState]):
         if st.t < p.n_trees * self.per_round:
             return _prefix(sends, self._begin_tree())
         model = _assemble(st.trees, self.model_id, p, self.base, self.columns, tuple(self.names))
-        return done(ActiveResult(model, margin_out(st.margin), self.timer.phases), sends)
+        return done(ActiveResult(model, margin_out(st.margin), self.timer.phases, self.pk), sends)
 
 
 def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, unrandomized_paillier
+from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, equal_ciphertext_classes, unrandomized_paillier
 from vflcrypto.dataio import PartyTable
 from vflcrypto.errors import InputDataError
+from vflcrypto.he import scheme_of
 from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Figure, Protection, audit, audit_runs
 from vflcrypto.runtime import AuditTap
 
@@ -108,8 +109,28 @@ def label_inference_attack(partition: np.ndarray, y: np.ndarray, known_fraction:
     return guess, ~known
 
 
+def _ou_gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
+    """A passive party groups the first tree's OU ciphertexts by value and labels each group by the majority
+    of the 5 % of labels it is assumed to know.
+
+    In the first tree every row has g = p0 - y and the same h, so a deterministic encryption would split the
+    rows into exactly the two label classes; fresh randomness leaves only singletons (then: the majority class).
+    """
+    gh = tap.received(party, EncryptedGradients)[0].gh
+    guess, unknown = label_inference_attack(equal_ciphertext_classes(gh.ciphertexts()), y)
+    kind = "secureboost.gradients"
+    return accuracy_finding(
+        party, f"label recovery from {kind} (OU): equal ciphertexts", guess[unknown], y[unknown],
+        float(max(np.mean(y[unknown]), 1 - np.mean(y[unknown]))), attacks=(kind,), protection=Protection.CIPHERTEXT,
+        description="groups the rows whose OU ciphertexts are equal and labels each group by the majority of the "
+                    "5% labels it knows; baseline = majority-class rate")
+
+
 def _gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
     """A passive party guesses labels from the first tree's gradients (g = p - y < 0 iff y = 1)."""
+    received = tap.received(party, EncryptedGradients)
+    if received and scheme_of(received[0].gh.public_key) == "ou":
+        return _ou_gradient_label_finding(tap, party, y)
     plain = tap.received(party, PlainGradients)
     if plain:
         g = np.asarray(plain[0].g, dtype=np.float64)[:, 0]
@@ -190,7 +211,8 @@ def _histogram_findings(tap: AuditTap, party: str, kind: str) -> list[EmpiricalF
 
 
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
-    """Train encrypted and in plaintext mode on the synthetic split and attack what each role received.
+    """Train encrypted (Paillier, and Okamoto-Uchiyama) and in plaintext mode on the synthetic split and attack
+    what each role received.
 
     * passive: labels from the gradients it received (ciphertexts; plaintext by design in
       the debug mode) and from the instance space (the partition it saw in tree 1, plus 5 %
@@ -205,6 +227,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
                     active_columns=ca, passive_columns=[cp], tap=tap)
     predict_local(run.active.model, Xa, [(run.passive["passive-0"].model, Xp)], transcript=run.transcript)
     plain = run_local(Xa, y, [Xp], params=params, plaintext=True, tap=plain_tap)
+    ou_tap = AuditTap()
+    ou_run = run_local(Xa, y, [Xp], params=BoostParams(n_trees=1, max_depth=3, max_bin=16), scheme="ou",
+                       key_bits=max(key_bits, 768), allow_insecure=allow_insecure, tap=ou_tap)
     guess, unknown = label_inference_attack(tap.held("passive-0", "instance_partition")[0], y)
     findings = [
         accuracy_finding(
@@ -215,10 +240,12 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
                         "party saw in the first tree (instance space + its own left sets); baseline = "
                         "majority-class rate"),
         _gradient_label_finding(tap, "passive-0", y),
+        _gradient_label_finding(ou_tap, "passive-0", y),
         _gradient_label_finding(plain_tap, "passive-0", y),
         *_histogram_findings(tap, "passive-0", "secureboost.histograms"),
         *_histogram_findings(plain_tap, "passive-0", "secureboost.plain_histograms"),
     ]
-    runs = {"encrypted": run.transcript, "plaintext (debug/parity)": plain.transcript}
+    runs = {"encrypted (Paillier)": run.transcript, "encrypted (OU)": ou_run.transcript,
+            "plaintext (debug/parity)": plain.transcript}
     report, sections = audit_runs(runs)
     return AuditOutcome("secureboost", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()))

@@ -12,7 +12,11 @@ Rows are split into train and test with the public, seeded
 training rows). Test metrics use the joint prediction protocol: passive parties answer
 only left/right at their own nodes. ``--plaintext`` runs the same protocol without
 encryption (debug/parity only: passive parties then see every gradient, i.e. the labels).
-``--model-dir`` saves one ``<party>.npz`` per party (no pickle).
+``--scheme`` picks the additively homomorphic scheme of the active party's key:
+``paillier`` (``--key-bits``, default 2048), ``ou`` (Okamoto-Uchiyama at its conservative
+parameters: at least 3072 bits, 256-bit randomness; about 3x faster here) or ``ou-heu``
+(SecretFlow HEU's 2048-bit parameters, by explicit choice). ``--model-dir`` saves one
+``<party>.npz`` per party (no pickle).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError
+from vflcrypto.he import describe
 from vflcrypto.metrics import multiclass_accuracy, rmse, roc_auc
 from vflcrypto.runtime import Transcript
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
@@ -74,8 +79,10 @@ def _log_loss(y: np.ndarray, prob: np.ndarray) -> float:
     return float(-np.mean(np.log(np.clip(p, 1e-15, 1.0))))
 
 
-def _mode(args: argparse.Namespace, opts: TrainOptions) -> str:
-    return "plaintext" if args.plaintext else f"paillier-{opts.key_bits}"
+def _mode(args: argparse.Namespace, opts: TrainOptions, pk: Any = None) -> str:
+    if args.plaintext:
+        return "plaintext"
+    return describe(pk) if pk is not None else f"{opts.scheme}-{opts.key_bits}"
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,7 +110,7 @@ def train(args: argparse.Namespace) -> int:
     y = tr[0].label
     assert y is not None  # read_tables requires the label at the active party
     run = run_local(tr[0].X, y, [t.X for t in tr[1:]], params=params, plaintext=args.plaintext,
-                    key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, ids=list(tr[0].ids),
+                    key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, scheme=opts.scheme, ids=list(tr[0].ids),
                     active_columns=tr[0].columns, passive_columns=[t.columns for t in tr[1:]],
                     timeout=opts.timeout)
     passive_models = [run.passive[n].model for n in names[1:]]
@@ -128,7 +135,7 @@ def train(args: argparse.Namespace) -> int:
         **_metrics(params.objective, y_eval, pred), "trees": params.n_trees,
         "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
         "evaluated_on": "test" if len(test) else "train", "rows": {"train": len(train_rows), "test": len(test)},
-        "mode": _mode(args, opts)}
+        "mode": _mode(args, opts, run.active.public_key)}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -169,7 +176,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         assert y is not None  # read_own requires the label at the active party
         res = run_active(chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params,
                          plaintext=args.plaintext, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
-                         name=ctx.me)
+                         name=ctx.me, scheme=opts.scheme)
         if ev is not None:
             pred, y_eval = predict_active(chans, res.model, ev.X), ev.label
         else:
@@ -177,7 +184,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         assert y_eval is not None
         metrics: dict[str, Any] = {**_metrics(params.objective, y_eval, pred), "trees": params.n_trees,
                                    "evaluated_on": "test" if len(test) else "train",
-                                   "rows": {"train": len(train_rows), "test": len(test)}, "mode": _mode(args, opts)}
+                                   "rows": {"train": len(train_rows), "test": len(test)},
+                                   "mode": _mode(args, opts, res.public_key)}
 
         def write(out: Path, meta: dict[str, Any]) -> None:
             res.model.save(out)
@@ -186,7 +194,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         return PartyOutcome({**metrics, "model_id": res.model.model_id}, write)
     chans = ctx.only([active])
     pres = run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns,
-                       expected=(params.n_trees, params.max_depth, params.max_bin, bool(args.plaintext)))
+                       expected=(params.n_trees, params.max_depth, params.max_bin, bool(args.plaintext)),
+                       scheme=None if args.plaintext else opts.scheme)
     if ev is not None:
         predict_passive(chans, pres.model, ev.X)
 

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey, PaillierPublicKey
+from vflcrypto.he import PrivateKey, PublicKey
+from vflcrypto.paillier import DEFAULT_KEY_BITS
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript, run_parties
 from vflcrypto.steps import drive
 
@@ -63,13 +64,14 @@ class LocalRun:
 
 def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarray], *,
               params: BoostParams | None = None, plaintext: bool = False, key_bits: int = DEFAULT_KEY_BITS,
-              keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None, allow_insecure: bool = False,
+              keys: tuple[PublicKey, PrivateKey] | None = None, allow_insecure: bool = False, scheme: str = "paillier",
               ids: Sequence[str] | None = None, active_columns: Sequence[str] | None = None,
               passive_columns: Sequence[Sequence[str]] | None = None, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
               tap: AuditTap | None = None) -> LocalRun:
     """Train with every party in this process (threads over in-memory channels).
 
+    ``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he`; ignored with ``keys``).
     ``overrides`` maps a party name to a callable ``(channels) -> Any`` that replaces its
     role (tests: a stalling or hostile party); ``tap`` (audits) keeps what each party
     received and holds.
@@ -80,7 +82,7 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
     tasks: dict[str, Callable[..., Any]] = {
         ACTIVE: lambda: run_active(net.channels(ACTIVE), X_active, y, ids=ids, columns=active_columns,
                                    params=params, plaintext=plaintext, key_bits=key_bits, keys=keys,
-                                   allow_insecure=allow_insecure),
+                                   allow_insecure=allow_insecure, scheme=scheme),
     }
     for i, name in enumerate(names):
         cols = passive_columns[i] if passive_columns is not None else None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcrypto.leakage import Protection, declare
+from vflcrypto.ou import OUPublicKey, OUVector
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 
 __all__ = ["ACTIVE", "PASSIVE", "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "PlainGradients",
@@ -18,9 +19,9 @@ PASSIVE = "passive"
 
 @declare("secureboost.setup", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
          reveals="the model id, round/depth/bin parameters, the number of aligned rows, a digest "
-                 "of the ordered row IDs (equality check only), the active party's Paillier "
-                 "public key (none in plaintext mode) and, for a multiclass model, the number of "
-                 "classes (outputs per tree, or trees per round)")
+                 "of the ordered row IDs (equality check only), the active party's public key "
+                 "(Paillier or Okamoto-Uchiyama, so the scheme; none in plaintext mode) and, for a "
+                 "multiclass model, the number of classes (outputs per tree, or trees per round)")
 @dataclass(frozen=True)
 class Setup:
     model_id: str
@@ -30,20 +31,21 @@ class Setup:
     max_bin: int
     ids_digest: bytes
     plaintext: bool
-    public_key: PaillierPublicKey | None
+    public_key: PaillierPublicKey | OUPublicKey | None
     n_outputs: int = 1  # (g, h) pairs per row and leaf weights per leaf: K for a multi-output tree
     trees_per_round: int = 1  # K for one tree per class
 
 
 @declare("secureboost.gradients", sender=ACTIVE, receiver=PASSIVE,
          protection=Protection.CIPHERTEXT, key_owner=ACTIVE,
-         reveals="nothing about g and h beyond the row count (IND-CPA under DCR and the DJN "
-                 "short-exponent assumption); the public packing layout reveals a power-of-two "
-                 "bound on |g| and the fixed-point precision")
+         reveals="nothing about g and h beyond the row count (IND-CPA: Paillier under DCR and the "
+                 "DJN short-exponent assumption, OU under the p-subgroup and short-exponent "
+                 "assumptions); the public packing layout reveals a power-of-two bound on |g| and the "
+                 "fixed-point precision")
 @dataclass(frozen=True)
 class EncryptedGradients:
     tree: int
-    gh: PaillierVector  # one ciphertext per row: slots g_0..g_{K-1}, h_0..h_{K-1} (K = setup.n_outputs)
+    gh: PaillierVector | OUVector  # one ciphertext per row: slots g_0..g_{K-1}, h_0..h_{K-1} (K = setup.n_outputs)
 
 
 @declare("secureboost.plain_gradients", sender=ACTIVE, receiver=PASSIVE,
@@ -89,7 +91,7 @@ class EncryptedHistograms:
     counts: np.ndarray  # int32 number of candidates per node
     value_bits: int  # bits per folded candidate (2 packed slots)
     per_ciphertext: int  # candidates folded into one ciphertext
-    folded: PaillierVector  # re-randomized folded ciphertexts
+    folded: PaillierVector | OUVector  # re-randomized folded ciphertexts
 
 
 @declare("secureboost.plain_histograms", sender=PASSIVE, receiver=ACTIVE,

@@ -25,7 +25,9 @@ from gmpy2 import mpz
 from vflcrypto.dataio import ids_digest
 from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector, batch_invert, ciphertext_width, fold_ciphertexts
+from vflcrypto.he import PublicKey, scheme_of
+from vflcrypto.ou import OUVector
+from vflcrypto.paillier import PaillierVector, batch_invert, fold_ciphertexts
 from vflcrypto.steps import Next, Role, done, send, then
 
 from .active import Timer
@@ -91,11 +93,12 @@ class PassiveRole(Role[_PassiveState]):
 
     def __init__(self, X: np.ndarray, *, name: str = "passive-0", ids: Sequence[str] | None = None,
                  columns: Sequence[str] | None = None, active: str = ACTIVE,
-                 expected: tuple[int, int, int, bool] | None = None) -> None:
-        """``expected`` (a network party's own flags): (trees, depth, max_bin, plaintext) the setup must match."""
+                 expected: tuple[int, int, int, bool] | None = None, scheme: str | None = None) -> None:
+        """``expected`` (a network party's own flags): (trees, depth, max_bin, plaintext) the setup must match;
+        ``scheme`` (its ``--scheme``): the scheme of the setup's key must be that one."""
         super().__init__(name)
         self.X = as_matrix(X, name)
-        self.ids, self.active, self.expected = ids, active, expected
+        self.ids, self.active, self.expected, self.scheme = ids, active, expected, scheme
         self.columns = tuple(columns) if columns is not None else tuple(f"x{i}" for i in range(self.X.shape[1]))
         self.timer = Timer()
         self._binned: tuple[np.ndarray, list[np.ndarray], int] | None = None
@@ -106,7 +109,7 @@ class PassiveRole(Role[_PassiveState]):
             raise ProtocolError(f"{self.name}: no setup received yet")
         return self.state.setup
 
-    def accepted_keys(self) -> list[PaillierPublicKey]:
+    def accepted_keys(self) -> list[PublicKey]:
         st = self.state.setup
         return [st.public_key] if st is not None and st.public_key is not None else []
 
@@ -136,6 +139,10 @@ class PassiveRole(Role[_PassiveState]):
             raise ProtocolError("setup parameters out of range")
         if setup.plaintext != (setup.public_key is None):
             raise ProtocolError("setup mode and public key disagree")
+        if self.scheme is not None and setup.public_key is not None and \
+                scheme_of(setup.public_key) != self.scheme.removesuffix("-heu"):
+            raise ConfigurationError(f"{self.name}: the active party's key is {scheme_of(setup.public_key)}, this "
+                                     f"party's --scheme says {self.scheme}; run every party with the same scheme")
         if self.expected is not None:
             names = ("trees", "depth", "max-bin", "plaintext")
             theirs = (setup.n_trees, setup.max_depth, setup.max_bin, setup.plaintext)
@@ -230,13 +237,13 @@ class PassiveRole(Role[_PassiveState]):
         else:
             pk = setup.public_key
             assert pk is not None and st.spec is not None  # on_setup / on_gradients checked both
-            w = ciphertext_width(pk.n)
+            w = pk.ciphertext_bytes
             prev = [_from_bytes(b, w) for b in st.prev_enc]
             enc = _encrypted_level(pk, st.blob, bins, node_rows, compute, derive, prev, width)
             cand = [enc[i][j] for i, a in enumerate(st.anon) for j in a.tolist()]
             bits = 2 * setup.n_outputs * st.spec.slot_bits
             folded, per = fold_ciphertexts(pk, cand, bits)
-            vec = PaillierVector.from_ciphertexts(pk, folded)
+            vec = (OUVector if scheme_of(pk) == "ou" else PaillierVector).from_ciphertexts(pk, folded)
             msg = EncryptedHistograms(st.t, st.depth, node_ids, cnts, bits, per,
                                       vec.rerandomize() if folded else vec)
             st.prev_enc = [_to_bytes(c, w) for c in enc]
@@ -318,13 +325,13 @@ def _plain_level(bins: np.ndarray, node_rows: list[np.ndarray], compute: np.ndar
     return cum
 
 
-def _encrypted_level(pk: PaillierPublicKey, blob: bytes, bins: np.ndarray, node_rows: list[np.ndarray],
+def _encrypted_level(pk: PublicKey, blob: bytes, bins: np.ndarray, node_rows: list[np.ndarray],
                      compute: np.ndarray, derive: np.ndarray, prev: list[list[mpz]],
                      width: int) -> list[list[mpz]]:
     """Encrypted cumulative bin sums per node: row-by-row for ``compute``, else parent/sibling."""
     n, F = bins.shape
-    w = ciphertext_width(pk.n)
-    nsq = pk.nsquare
+    w = pk.ciphertext_bytes
+    nsq = pk.cmod
     comp = compute.tolist()
     rows = np.concatenate([node_rows[i] for i in comp]) if comp else np.zeros(0, np.int64)
     slot = np.concatenate([np.full(len(node_rows[i]), s, np.int64) for s, i in enumerate(comp)]) \

@@ -20,12 +20,8 @@ from gmpy2 import mpz
 from vflcrypto import parallel
 from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.paillier import (
-    PaillierPublicKey,
-    ciphertext_width,
-    ciphertexts_from_bytes,
-    ciphertexts_to_bytes,
-)
+from vflcrypto.he import PublicKey
+from vflcrypto.paillier import ciphertexts_from_bytes, ciphertexts_to_bytes
 from vflcrypto.spec import option
 
 __all__ = [
@@ -252,9 +248,9 @@ def packing_spec(n: int, frac_bits: int, vbb: int) -> PackingSpec:
     return PackingSpec.create(max_terms=max(2, n), frac_bits=frac_bits, value_bits=vb)
 
 
-def slots_fit(outputs: int, spec: PackingSpec, key_bits: int) -> bool:
+def slots_fit(outputs: int, spec: PackingSpec, plaintext_bits: int) -> bool:
     """Whether ``outputs`` (g, h) pairs (``2 * outputs`` slots) fit one plaintext of the key."""
-    return 2 * outputs * spec.slot_bits <= key_bits - 1
+    return 2 * outputs * spec.slot_bits <= plaintext_bits
 
 
 def split_gain(GL: np.ndarray, HL: np.ndarray, G: Any, H: Any, lam: float,
@@ -386,13 +382,13 @@ def _w_bin_sums(nsq: int, width: int, blob: bytes, keys: bytes, n_cols: int, n_g
     return ciphertexts_to_bytes([1 if a is None else a for a in acc], width)
 
 
-def encrypted_bin_sums(pk: PaillierPublicKey, row_blob: bytes, keys: np.ndarray,
+def encrypted_bin_sums(pk: PublicKey, row_blob: bytes, keys: np.ndarray,
                        n_groups: int) -> list[mpz]:
     """Sum row ciphertexts into groups ``keys[r, f]`` (all features, all nodes) in parallel."""
-    w = ciphertext_width(pk.n)
+    w = pk.ciphertext_bytes
     rows, cols = keys.shape
-    nsq = int(pk.nsquare)
-    cost = int(rows * cols * (pk.bits / 2048) ** 2)
+    nsq = int(pk.cmod)
+    cost = int(rows * cols * (int(pk.cmod).bit_length() / 4096) ** 2)
     workers = max(1, parallel.worker_count())
     ranges = parallel.chunk_ranges(rows, workers) if rows else []
     chunks = [(nsq, w, row_blob[a * w : b * w], np.ascontiguousarray(keys[a:b], dtype=np.int64).tobytes(),
@@ -400,7 +396,7 @@ def encrypted_bin_sums(pk: PaillierPublicKey, row_blob: bytes, keys: np.ndarray,
     parts = [ciphertexts_from_bytes(p, w) for p in parallel.parallel_map(_w_bin_sums, chunks, cost=cost)]
     if not parts:
         return [mpz(1)] * n_groups
-    m = pk.nsquare
+    m = pk.cmod
     out = parts[0]
     for part in parts[1:]:
         out = [x if y == 1 else (y if x == 1 else x * y % m) for x, y in zip(out, part, strict=True)]

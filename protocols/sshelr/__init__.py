@@ -104,6 +104,7 @@ from .math import (
 )
 from .messages import (
     ACTIVE,
+    OU_REFUSAL,
     PASSIVE,
     ActiveCiphertexts,
     MaskedForActive,
@@ -157,4 +158,5 @@ SPEC = ProtocolSpec(
     party_tasks=(PartyTask("sshelr", "two-party logistic regression without a coordinator (SSHE-LR)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+    oracle=OU_REFUSAL,
 )

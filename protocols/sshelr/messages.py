@@ -17,8 +17,22 @@ from vflcrypto.masking import STAT_SECURITY_BITS
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.wire import IntVector
 
-__all__ = ["ACTIVE", "PASSIVE", "ActiveCiphertexts", "MaskedForActive", "MaskedForPassive", "PassiveCiphertexts",
-           "Plan", "PublicKey", "RevealShare", "WeightShare"]
+__all__ = [
+    "ACTIVE",
+    "OU_REFUSAL",
+    "PASSIVE",
+    "ActiveCiphertexts",
+    "MaskedForActive",
+    "MaskedForPassive",
+    "PassiveCiphertexts",
+    "Plan",
+    "PublicKey",
+    "RevealShare",
+    "WeightShare",
+]
+
+#: why sshelr refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+OU_REFUSAL = "each party decrypts the masked products the other forms, and shares derived from them go back"
 
 ACTIVE, PASSIVE = "active", "passive"
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from vflcrypto import masking
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
+from vflcrypto.ou import refuse_decryption_oracle
 from vflcrypto.paillier import (
     PaillierPrivateKey,
     PaillierPublicKey,
@@ -51,6 +52,7 @@ from .messages import (
     ACTIVE,
     GRADIENT,
     LOGITS,
+    OU_REFUSAL,
     PASSIVE,
     ActiveCiphertexts,
     MaskedForActive,
@@ -126,6 +128,7 @@ class _Party(Role[_State]):
 
     def __init__(self, name: str, Z: np.ndarray, *, keys: KeyPair | None, key_bits: int,
                  allow_insecure: bool) -> None:
+        refuse_decryption_oracle(keys[0] if keys is not None else None, "sshelr", OU_REFUSAL)
         super().__init__(name)
         self.Z = Z
         self.X = encode_features(Z)  # quantized columns as integers (2^20 scale)

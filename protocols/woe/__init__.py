@@ -52,7 +52,7 @@ from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 from . import cli
 from .audit import audit_run, demo_step, example
 from .math import WoeParams, bin_matrix, merge_small_bins, plain_counts, select_features, woe_iv
-from .messages import ACTIVE, PASSIVE, EncryptedCounts, EncryptedLabels, Results, Setup
+from .messages import ACTIVE, OU_REFUSAL, PASSIVE, EncryptedCounts, EncryptedLabels, Results, Setup
 from .roles import (
     ActiveResult,
     ActiveRole,
@@ -109,4 +109,5 @@ SPEC = ProtocolSpec(
     party_tasks=(PartyTask("woe", "secure WOE/IV binning and IV-based feature selection (Paillier)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
+    oracle=OU_REFUSAL,
 )

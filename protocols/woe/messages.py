@@ -9,7 +9,10 @@ import numpy as np
 from vflcrypto.leakage import Protection, declare
 from vflcrypto.paillier import PaillierPublicKey, PaillierVector
 
-__all__ = ["ACTIVE", "PASSIVE", "EncryptedCounts", "EncryptedLabels", "Results", "Setup"]
+__all__ = ["ACTIVE", "OU_REFUSAL", "PASSIVE", "EncryptedCounts", "EncryptedLabels", "Results", "Setup"]
+
+#: why woe refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+OU_REFUSAL = "the active party decrypts the bin sums each passive party forms and returns selections and WOE values"
 
 ACTIVE, PASSIVE = "active", "passive"
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from vflcrypto import psi
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
+from vflcrypto.ou import refuse_decryption_oracle
 from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
 from vflcrypto.steps import Next, Role, done, drive, send, then
@@ -28,7 +29,7 @@ from vflcrypto.steps import Next, Role, done, drive, send, then
 from .._train import run_star
 from ..secureboost.tree import encrypted_bin_sums
 from .math import COUNT_BITS, WoeParams, bin_matrix, plain_counts, select_features, woe_iv
-from .messages import ACTIVE, PASSIVE, EncryptedCounts, EncryptedLabels, Results, Setup
+from .messages import ACTIVE, OU_REFUSAL, PASSIVE, EncryptedCounts, EncryptedLabels, Results, Setup
 
 __all__ = ["ActiveResult", "ActiveRole", "FeatureWoe", "PassiveResult", "PassiveRole", "WoeRun", "run_active",
            "run_local", "run_passive", "shuffle_order"]
@@ -88,6 +89,7 @@ class ActiveRole(Role[_ActiveState]):
     def __init__(self, y: np.ndarray, X: np.ndarray | None = None, *, passives: Sequence[str],
                  keys: tuple[PaillierPublicKey, PaillierPrivateKey], params: WoeParams | None = None,
                  columns: Sequence[str] | None = None, name: str = ACTIVE) -> None:
+        refuse_decryption_oracle(keys[0], "woe", OU_REFUSAL)
         super().__init__(name)
         y = np.asarray(y)
         if y.ndim != 1 or not np.isin(y, (0, 1)).all():

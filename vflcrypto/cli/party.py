@@ -37,19 +37,23 @@ from pathlib import Path
 from ..dataio import atomic_write_text, check_outputs
 from ..errors import ProtocolError
 from ..protocols._train import metrics_path
-from ..spec import PartyTask, TaskContext
+from ..spec import PartyTask, ProtocolSpec, TaskContext
 
 __all__ = ["metrics_path", "register", "run_party"]
 
 
 def _tasks() -> dict[str, PartyTask]:
     """Task name ("align", "train-logreg", ...) -> the protocol's network task, from the registry."""
+    return {name: task for name, (task, _) in _task_specs().items()}
+
+
+def _task_specs() -> dict[str, tuple[PartyTask, ProtocolSpec]]:
     from ..protocols import registry
 
     out = {}
     for spec in registry().values():
         for task in spec.party_tasks:
-            out[task.name if task.group is None else f"{task.group}-{task.name}"] = task
+            out[task.name if task.group is None else f"{task.group}-{task.name}"] = (task, spec)
     return out
 
 
@@ -74,9 +78,12 @@ def run_party(args: argparse.Namespace) -> int:
     from ..transport_grpc import PartyIdentity, connect_party
 
     task = args.task if args.task != "train" else f"train-{args.model}"
-    registered = _tasks().get(task)
-    if registered is None:
+    found = _task_specs().get(task)
+    if found is None:
         raise ProtocolError(f"no protocol registers the task {task!r}")
+    registered, protocol = found
+    if getattr(args, "scheme", None):
+        protocol.check_scheme(args.scheme)  # before connecting: a refused scheme never reaches a peer
     handler = registered.run
     config = load_party_config(args.config)
     spec = config.party(args.party)

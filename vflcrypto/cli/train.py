@@ -14,14 +14,18 @@ from typing import Any
 __all__ = ["register"]
 
 
-def _outputs_first(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Check ``--model-dir`` and ``--html`` before any work (training never finishes and then fails to save);
-    with ``--html``, draw every run the command made (alignment, training, prediction) as a report."""
+def _outputs_first(run: Callable[[argparse.Namespace], int],
+                   check_scheme: Callable[[str], None]) -> Callable[[argparse.Namespace], int]:
+    """Check ``--scheme``, ``--model-dir`` and ``--html`` before any work (training never finishes and then
+    fails to save); with ``--html``, draw every run the command made (alignment, training, prediction) as a
+    report."""
 
     def checked(args: argparse.Namespace) -> int:
         from ..dataio import atomic_write_text, check_output_dir, check_outputs
         from ..transcript import capture
 
+        if getattr(args, "scheme", None):
+            check_scheme(args.scheme)
         if getattr(args, "model_dir", None):
             check_output_dir(args.model_dir, "--model-dir")
         if not args.html:
@@ -66,4 +70,4 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             cmd.add_arguments(m)
             m.add_argument("--html", metavar="FILE", help="also write an HTML report of every run this command makes "
                                                           "(sequence diagrams, what each role received)")
-            m.set_defaults(handler=_outputs_first(cmd.run))
+            m.set_defaults(handler=_outputs_first(cmd.run, spec.check_scheme))

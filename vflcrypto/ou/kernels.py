@@ -4,9 +4,9 @@ Like :mod:`vflcrypto.paillier.kernels`, the process pool of :mod:`vflcrypto.para
 sends plain ints, bytes and tuples to module-level functions (``_w_*``), which keep their
 per-key tables in the per-process cache of :mod:`vflcrypto.paillier.blocks`.
 
-* :class:`_PowTable`: ``base**e`` modulo ``mod`` for *public* exponents (the plaintext part
-  ``G**m``) from rows of ``base**(d * 2**(8k))``, built lazily as far as the exponents
-  need (a packed gradient of ~100 bits touches 13 rows, one multiplication each).
+* :class:`_PlainTable`: ``base**e`` for *public* exponents (the plaintext part ``G**m``)
+  from rows of powers, 12-bit windows for the low 192 bits and 8-bit above, built lazily as
+  far as the exponents need (a packed gradient of ~120 bits: 10 multiplications).
 * :class:`_Encryptor`: ``G**m * H**r mod n`` with a fresh ``r`` of ``8 * nbytes`` bits
   drawn through ``fixed_base._random_digits`` (looked up at every call, so the privacy
   mutation seam that replaces it reaches OU too) and ``H**r`` from the growing fixed-base
@@ -34,65 +34,102 @@ from ..paillier.fixed_base import _ONE, _FixedBase
 __all__: list[str] = []
 
 _DIGIT_BATCH = 512  # exponents drawn at a time
-_W = 8  # window of the plaintext tables: one row per exponent byte
+_WIDE_BITS = 192  # plaintext exponent bits covered by 12-bit windows (above: 8-bit windows)
+_WIDE_MASK = (1 << _WIDE_BITS) - 1
 
 
-class _PowTable:
-    """``base**e mod mod`` for non-negative public ``e``: rows ``base**(d * 2**(8k))``, grown on demand."""
+class _PlainTable:
+    """``base**e`` modulo one or more moduli for public ``e >= 0`` (the plaintext part ``G**m``).
 
-    def __init__(self, base: mpz, mod: mpz) -> None:
-        self.mod = mpz(mod)
-        self.rows: list[list[mpz]] = []
-        self._next = mpz(base) % self.mod  # base**(2**(8 * len(rows)))
+    The low :data:`_WIDE_BITS` bits of ``e`` use 12-bit windows (a packed gradient of ~120
+    bits costs 10 multiplications), the rest 8-bit windows (a dense packing of ~1000 bits
+    stays within a few MiB); rows are built on demand, once. Row ``k`` maps a digit ``d`` to
+    the tuple of ``base**(d * 2**(w k))`` per modulus, so one table serves the key holder's
+    two CRT moduli.
+    """
+
+    def __init__(self, base: mpz, mods: Sequence[mpz]) -> None:
+        self.mods = tuple(mpz(m) for m in mods)
+        self.wide: list[list[tuple[mpz, ...]]] = []
+        self.narrow: list[list[tuple[mpz, ...]]] = []
+        self._next_wide = tuple(mpz(base) % m for m in self.mods)  # base**(2**(12 * len(wide)))
+        self._next_narrow: tuple[mpz, ...] | None = None  # base**(2**(_WIDE_BITS + 8 * len(narrow)))
         self._lock = threading.Lock()
 
-    def _grow(self, rows: int) -> None:
+    def _row(self, bases: tuple[mpz, ...], w: int) -> tuple[list[tuple[mpz, ...]], tuple[mpz, ...]]:
+        cols, nxt = [], []
+        for b, m in zip(bases, self.mods, strict=True):
+            col = [_ONE, b]
+            x = b
+            for _ in range((1 << w) - 2):
+                x = x * b % m
+                col.append(x)
+            cols.append(col)
+            nxt.append(x * b % m)
+        return list(zip(*cols, strict=True)), tuple(nxt)
+
+    def _grow(self, wide: int, narrow: int) -> None:
         with self._lock:
-            mod = self.mod
-            while len(self.rows) < rows:
-                b = self._next
-                row = [_ONE, b]
-                x = b
-                for _ in range((1 << _W) - 2):
-                    x = x * b % mod
-                    row.append(x)
-                self.rows.append(row)
-                self._next = x * b % mod
+            while len(self.wide) < wide or (narrow and len(self.wide) < _WIDE_BITS // 12):
+                row, self._next_wide = self._row(self._next_wide, 12)
+                self.wide.append(row)
+            if narrow and self._next_narrow is None:
+                self._next_narrow = self._next_wide  # base**(2**_WIDE_BITS)
+            while len(self.narrow) < narrow:
+                assert self._next_narrow is not None
+                row, self._next_narrow = self._row(self._next_narrow, 8)
+                self.narrow.append(row)
 
     @property
     def nbytes_held(self) -> int:
-        return len(self.rows) * (1 << _W) * ((int(self.mod).bit_length() + 7) // 8)
+        per = sum((int(m).bit_length() + 7) // 8 for m in self.mods)
+        return (len(self.wide) * 4096 + len(self.narrow) * 256) * per
 
-    def pow(self, e: int) -> mpz:
-        if e < 0:
-            raise ValueError("negative exponent")  # internal: callers pick the inverse table
-        need = -(-e.bit_length() // _W)
-        if need > len(self.rows):
-            self._grow(need)
-        acc, rows, mod = _ONE, self.rows, self.mod
-        k = 0
-        while e:
-            d = e & 0xFF
+    def terms(self, e: int) -> list[tuple[mpz, ...]]:
+        """The entries whose product is ``base**e`` (per modulus)."""
+        lo, hi = e & _WIDE_MASK, e >> _WIDE_BITS
+        need_w, need_n = -(-lo.bit_length() // 12), -(-hi.bit_length() // 8)
+        if need_w > len(self.wide) or need_n > len(self.narrow):
+            self._grow(need_w, need_n)
+        out, k = [], 0
+        while lo:
+            d = lo & 0xFFF
             if d:
-                acc = acc * rows[k][d] % mod
-            e >>= _W
+                out.append(self.wide[k][d])
+            lo >>= 12
             k += 1
-        return acc
+        k = 0
+        while hi:
+            d = hi & 0xFF
+            if d:
+                out.append(self.narrow[k][d])
+            hi >>= 8
+            k += 1
+        return out
 
 
 class _SignedPow:
-    """``G**m`` for signed ``m`` modulo one modulus: a table for ``G`` and one for ``G**-1``."""
+    """``G**m`` for signed ``m``: a :class:`_PlainTable` for ``G`` and one for ``G**-1``, per modulus."""
 
-    def __init__(self, G: mpz, mod: mpz) -> None:
-        self.pos = _PowTable(G, mod)
-        self.neg = _PowTable(gmpy2.invert(G, mod), mod)
+    def __init__(self, G: mpz, mods: Sequence[mpz]) -> None:
+        self.pos = _PlainTable(G, mods)
+        self.neg = _PlainTable(gmpy2.invert(G, mpz(mods[0])) if len(mods) == 1 else
+                               _crt_inverse(G, mods), mods)
 
     @property
     def nbytes_held(self) -> int:
         return self.pos.nbytes_held + self.neg.nbytes_held
 
-    def pow(self, m: int) -> mpz:
-        return self.pos.pow(m) if m >= 0 else self.neg.pow(-m)
+    def terms(self, m: int) -> list[tuple[mpz, ...]]:
+        return self.pos.terms(m) if m >= 0 else self.neg.terms(-m)
+
+
+def _crt_inverse(G: mpz, mods: Sequence[mpz]) -> mpz:
+    """``G**-1`` modulo the product of pairwise coprime ``mods`` (each table entry is reduced per modulus)."""
+    n = _ONE
+    for m in mods:
+        n *= mpz(m)
+    return gmpy2.invert(G, n)
 
 
 class _Encryptor:
@@ -100,7 +137,7 @@ class _Encryptor:
 
     def __init__(self, n: int, G: int, H: int, nbytes: int) -> None:
         self.n = mpz(n)
-        self.g = _SignedPow(mpz(G), self.n)
+        self.g = _SignedPow(mpz(G), (self.n,))
         self.fb = _FixedBase(mpz(H), (self.n,), nbytes)
         self.nbytes = nbytes
 
@@ -123,9 +160,20 @@ class _Encryptor:
                 out.append(acc)
         return out
 
+    def gpow(self, m: int) -> mpz:
+        acc, n = _ONE, self.n
+        for (x,) in self.g.terms(m):
+            acc = acc * x % n
+        return acc
+
     def encrypt(self, ms: Sequence[int]) -> list[mpz]:
-        n, gpow = self.n, self.g.pow
-        return [gpow(int(m)) * r % n for m, r in zip(ms, self.obfuscators(len(ms)), strict=True)]
+        n, terms = self.n, self.g.terms
+        out = []
+        for m, r in zip(ms, self.obfuscators(len(ms)), strict=True):
+            for (x,) in terms(int(m)):
+                r = r * x % n
+            out.append(r)
+        return out
 
 
 class _CrtEncryptor:
@@ -135,17 +183,17 @@ class _CrtEncryptor:
         p, q = mpz(p), mpz(q)
         self.p2, self.q = p * p, q
         self.q_inv = gmpy2.invert(q, self.p2)
-        self.gp, self.gq = _SignedPow(mpz(G), self.p2), _SignedPow(mpz(G), q)
+        self.g = _SignedPow(mpz(G), (self.p2, q))
         self.fb = _FixedBase(mpz(H), (self.p2, q), nbytes)
         self.nbytes = nbytes
 
     @property
     def nbytes_held(self) -> int:
-        return self.fb.nbytes_held + self.gp.nbytes_held + self.gq.nbytes_held
+        return self.fb.nbytes_held + self.g.nbytes_held
 
     def encrypt(self, ms: Sequence[int]) -> list[mpz]:
         p2, q, q_inv = self.p2, self.q, self.q_inv
-        gp, gq = self.gp.pow, self.gq.pow
+        terms = self.g.terms
         w, (tp, tq) = self.fb.prepare(len(ms))
         out = []
         for start in range(0, len(ms), _DIGIT_BATCH):
@@ -156,10 +204,10 @@ class _CrtEncryptor:
                     if d:
                         rp = rp * row_p[d] % p2
                         rq = rq * row_q[d] % q
-                m = int(m)
-                cp = gp(m) * rp % p2
-                cq = gq(m) * rq % q
-                out.append(cq + q * ((cp - cq) * q_inv % p2))
+                for x, y in terms(int(m)):
+                    rp = rp * x % p2
+                    rq = rq * y % q
+                out.append(rq + q * ((rp - rq) * q_inv % p2))
         return out
 
 

@@ -189,8 +189,8 @@ class OUPublicKey:
         """``G**m mod n`` for signed ``m``: the plaintext ``m`` in the ciphertext group."""
         ms = [int(m) for m in ms]
         self._check_range(ms)
-        g = self._encryptor().g
-        return [g.pow(m) for m in ms]
+        enc = self._encryptor()
+        return [enc.gpow(m) for m in ms]
 
     # ----------------------------------------------------------------- encryption
     def _encryptor(self) -> _Encryptor:

@@ -22,7 +22,7 @@ libraries (e.g. SecretFlow HEU's ZPaillier). ``a`` is drawn from :mod:`secrets`.
 ``ceil(E/w)`` modular multiplications for an ``E``-bit exponent. Tables are built lazily,
 once per key object (and once per key per pool worker), starting at
 :data:`TABLE_WINDOW` = 8 (128 multiplications per encryption for a 2048-bit key; 16 MiB;
-built in ~0.2 s); the window grows with use up to :data:`TABLE_MAX_WINDOW` = 12 and
+built in ~0.2 s); the window grows with use up to :data:`TABLE_MAX_WINDOW` (14) and
 :data:`TABLE_MAX_BYTES` of entries (``$VFLCRYPTO_TABLE_MB``, default 192): for a 2048-bit
 key w = 12 after ~20k encryptions (86 multiplications, 170 MiB, ~1.5 s to build). The
 key holder computes ``hs**a`` modulo ``p**2`` and ``q**2`` and recombines by the CRT once

@@ -38,7 +38,7 @@ _ONE = mpz(1)
 # the table one multiplication per entry. The window grows with use (see
 # :func:`_pick_window`), bounded by :data:`TABLE_MAX_BYTES` of ciphertext-sized entries.
 TABLE_WINDOW = 8  # initial window: one row of 256 powers per exponent byte
-TABLE_MAX_WINDOW = 12
+TABLE_MAX_WINDOW = 14  # reached only by short exponents (OU's 256-bit r): Paillier's tables hit the byte cap at 12
 try:
     TABLE_MAX_BYTES = int(float(os.environ.get("VFLCRYPTO_TABLE_MB", "192")) * 2**20)
 except ValueError:

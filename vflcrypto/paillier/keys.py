@@ -36,7 +36,7 @@ from .compress import CompressedVector
 from .fixed_base import _FixedBase
 from .kernels import _CrtDecryptor, _CrtEncryptor, _obfuscate_public, _w_decrypt, _w_encrypt_private, _w_encrypt_public
 from .plain import as_int_array, encrypt_fixed, encrypt_packed
-from .vector import PaillierVector
+from .vector import CipherVector, PaillierVector
 
 __all__ = ["DEFAULT_KEY_BITS", "MIN_KEY_BITS", "PaillierPrivateKey", "PaillierPublicKey", "generate_keypair"]
 
@@ -240,7 +240,7 @@ class PaillierPrivateKey:
         return pub, phe.PaillierPrivateKey(pub, int(self._p), int(self._q))
 
     # ----------------------------------------------------------------- decryption
-    def _check(self, vec: PaillierVector | CompressedVector) -> None:
+    def _check(self, vec: CipherVector | CompressedVector) -> None:
         if vec.public_key != self.public_key:
             raise KeyMismatchError("vector is encrypted under another key")
 
@@ -259,7 +259,7 @@ class PaillierPrivateKey:
             return out
         return self._dec.decrypt(cts)
 
-    def decrypt(self, vec: PaillierVector) -> list[int]:
+    def decrypt(self, vec: CipherVector) -> list[int]:
         """Plaintexts of ``vec``: signed ints centred in ``(-n/2, n/2]``.
 
         For a packed vector, the raw packed plaintexts in ``[0, n)`` (use
@@ -269,7 +269,7 @@ class PaillierPrivateKey:
         raw = self._raw_decrypt(vec._c)
         return _finish_ints(raw, vec, int(self.public_key.n))
 
-    def decrypt_fixed(self, vec: PaillierVector) -> np.ndarray:
+    def decrypt_fixed(self, vec: CipherVector) -> np.ndarray:
         """Decode ``vec`` to float64 using its ``frac_bits`` (and packing).
 
         Packed vectors give shape ``(len(vec), slots)``, or the flat values for a vector
