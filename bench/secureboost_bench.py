@@ -81,7 +81,7 @@ def tree_seconds(run: Any) -> list[float]:
 
 
 def _run_scheme(sb: Any, scheme: str, Xa: np.ndarray, y: np.ndarray, Xp: np.ndarray, params: Any,
-                args: argparse.Namespace, plain: Any) -> dict[str, Any]:
+                args: argparse.Namespace, plain: Any, precompute: bool = True) -> dict[str, Any]:
     from vflcrypto import parallel
     from vflcrypto.he import describe, generate_keypair
     from vflcrypto.metrics import roc_auc
@@ -90,7 +90,8 @@ def _run_scheme(sb: Any, scheme: str, Xa: np.ndarray, y: np.ndarray, Xp: np.ndar
     keys = generate_keypair(scheme, args.key_bits, allow_insecure=args.allow_insecure)
     keygen = time.perf_counter() - t0
     cpu0 = parallel.cpu_seconds()
-    enc = sb.run_local(Xa, y, [Xp], params=params, keys=keys, allow_insecure=args.allow_insecure, timeout=600)
+    enc = sb.run_local(Xa, y, [Xp], params=params, keys=keys, allow_insecure=args.allow_insecure, timeout=600,
+                       precompute=precompute)
     cpu = parallel.cpu_seconds() - cpu0
     same = all(np.array_equal(getattr(plain.active.model, k), getattr(enc.active.model, k))
                for k in ("kind", "party", "feature", "bin"))
@@ -98,8 +99,10 @@ def _run_scheme(sb: Any, scheme: str, Xa: np.ndarray, y: np.ndarray, Xp: np.ndar
         raise SystemExit(f"{scheme}: encrypted trees differ from the plaintext mode's: no speed reported")
     per_tree = tree_seconds(enc)
     ph = phases(enc)
+    stock = enc.active.obfuscators
     return {
-        "key": describe(keys[0]), "keygen_seconds": round(keygen, 3),
+        "key": describe(keys[0]) + (" pre" if precompute else ""), "keygen_seconds": round(keygen, 3),
+        "obfuscators": None if stock is None else {"from_stock": stock.from_stock, "online": stock.online},
         "phases": {k: round(v, 3) for k, v in ph.items()},
         "trees_30_seconds": round(ph["total"] * 30 / args.trees, 1),
         "seconds_per_tree": {"median": round(statistics.median(per_tree), 3),
@@ -117,6 +120,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--max-bin", type=int, default=32)
     ap.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus bits (OU: at least 3072)")
     ap.add_argument("--schemes", default="paillier,ou", help="comma-separated: paillier, ou, ou-heu")
+    ap.add_argument("--precompute", choices=("on", "off", "both"), default="off",
+                    help="the active party's obfuscators for the next tree in idle time (low-priority pool); "
+                         "both: each scheme with and without, side by side")
     ap.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (smoke tests)")
     ap.add_argument("--rows", type=int, default=None, help="use only the first ROWS rows (smoke tests)")
     ap.add_argument("--json", action="store_true")
@@ -132,7 +138,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                             learning_rate=0.3)
     plain = sb.run_local(Xa, y, [Xp], params=params, plaintext=True, timeout=600)
     schemes = [x.strip() for x in args.schemes.split(",") if x.strip()]
-    runs = {scheme: _run_scheme(sb, scheme, Xa, y, Xp, params, args, plain) for scheme in schemes}
+    modes = {"on": (True,), "off": (False,), "both": (False, True)}[args.precompute]
+    runs = {f"{scheme}{'-precompute' if pre else ''}": _run_scheme(sb, scheme, Xa, y, Xp, params, args, plain, pre)
+            for scheme in schemes for pre in modes}
     ph_p = phases(plain)
     out = {
         "data": src, "rows": len(y), "features": [Xa.shape[1], Xp.shape[1]],
@@ -156,7 +164,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{r['cpu_seconds']:.1f} CPU s ({r['cores_used']} cores used); 30 trees ≈ {r['trees_30_seconds']:.0f} s"
               + ("" if args.trees == 30 else " (extrapolated)") + f"; keygen {r['keygen_seconds']:.2f} s; "
               f"bytes {sum(r['bytes_sent'].values()):,}; train AUC {r['auc_train']:.4f}; trees identical to "
-              f"plaintext: {r['identical_trees']}")
+              f"plaintext: {r['identical_trees']}"
+              + ("" if r["obfuscators"] is None else f"; obfuscators from the stock {r['obfuscators']['from_stock']:,}"
+                 f", online {r['obfuscators']['online']:,}"))
     print(f"plaintext: {ph_p['total'] / args.trees:.3f} s per tree; train AUC {out['plaintext']['auc_train']:.4f}")
     return out
 

@@ -40,3 +40,15 @@ def test_multiclass_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(r["identical_trees"] for r in out["results"].values())
     assert out["results"]["one_output_per_tree"]["trees"] == 4 * out["results"]["multi_output_tree"]["trees"]
     assert '"seconds_per_round"' in capsys.readouterr().out
+
+
+def test_processes_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(__file__).with_name("secureboost_processes.py")
+    spec = importlib.util.spec_from_file_location("secureboost_processes", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--rows", "300", "--trees", "2", "--depth", "2", "--max-bin", "8", "--key-bits", "768",
+                     "--allow-insecure"]) == 0
+    out = capsys.readouterr().out
+    assert '"speedup_ou"' in out and '"identical_trees": true' in out and '"from_stock"' in out

@@ -745,3 +745,19 @@ def test_ou_audit_flags_deterministic_encryption(monkeypatch: pytest.MonkeyPatch
                                                                                  strong(count, nbytes, w)])
     broken = {f.name: f for f in sb.audit_run(512, allow_insecure=True).findings}[name]
     assert broken.flagged and broken.value > 0.95
+
+
+def test_precomputed_obfuscators_give_the_same_trees(ou_keys, small_paillier_keys) -> None:
+    """The active party's stock (filled on the low-priority pool between trees) serves every row's encryption
+    exactly once, stocked or online, under either scheme; the trees stay the plaintext mode's."""
+    Xa, y, Xps = _data(n=120, k=1)
+    params = sb.BoostParams(n_trees=3, max_depth=2, max_bin=8)
+    plain = sb.run_local(Xa, y, Xps, params=params, plaintext=True, timeout=TIMEOUT)
+    for keys in (small_paillier_keys, ou_keys):
+        run = sb.run_local(Xa, y, Xps, params=params, keys=keys, allow_insecure=True, timeout=TIMEOUT,
+                           precompute=True)
+        stats = run.active.obfuscators
+        assert stats is not None and stats.from_stock + stats.online == 3 * 120
+        assert np.array_equal(run.active.train_margin, plain.active.train_margin)
+        off = sb.run_local(Xa, y, Xps, params=params, keys=keys, allow_insecure=True, timeout=TIMEOUT)
+        assert off.active.obfuscators is None  # in one process: off by default

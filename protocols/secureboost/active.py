@@ -11,6 +11,7 @@ memory: trees, nodes and keys need not be wire-encodable.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from vflcrypto.dataio import ids_digest
 from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import EncodingOverflowError, InputDataError, ProtocolError
 from vflcrypto.he import PrivateKey, PublicKey, describe, generate_keypair
+from vflcrypto.obfuscators import ObfuscatorStock, StockStats
 from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey
 from vflcrypto.steps import Next, Role, done, send, then
 
@@ -83,6 +85,7 @@ class ActiveResult:
     train_margin: np.ndarray
     timings: dict[str, float]
     public_key: PublicKey | None = None  # the key the gradients were encrypted under (None in plaintext mode)
+    obfuscators: StockStats | None = None  # where the gradients' obfuscators came from (with precompute)
 
     def train_predictions(self) -> np.ndarray:
         return link(self.model.objective, self.train_margin)
@@ -215,8 +218,15 @@ class ActiveRole(Role[_ActiveState]):
     def __init__(self, X: np.ndarray, y: np.ndarray, *, passives: Sequence[str], ids: Sequence[str] | None = None,
                  columns: Sequence[str] | None = None, params: BoostParams | None = None, plaintext: bool = False,
                  key_bits: int = DEFAULT_KEY_BITS, keys: tuple[PublicKey, PrivateKey] | None = None,
-                 allow_insecure: bool = False, name: str = ACTIVE, scheme: str = "paillier") -> None:
-        """``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he`), unless ``keys`` are given."""
+                 allow_insecure: bool = False, name: str = ACTIVE, scheme: str = "paillier",
+                 precompute: bool = False) -> None:
+        """``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he`), unless ``keys`` are given.
+
+        ``precompute``: fill a stock of the next tree's obfuscators (encryptions of zero) while
+        waiting for the passive parties (:mod:`vflcrypto.obfuscators`: on the low-priority pool, or
+        in a thread without one; paused while this party computes). It pays where this party's CPU
+        idles, i.e. on its own machine (the network party task turns it on); with every party in
+        one process there is no idle CPU to fill and it only competes (measured: bench/)."""
         super().__init__(name)
         self.params = BoostParams() if params is None else params
         self.params.validate()
@@ -239,6 +249,7 @@ class ActiveRole(Role[_ActiveState]):
         self.ids, self.plaintext = ids, plaintext
         self.pk: PublicKey | None = None
         self.sk: PrivateKey | None = None
+        self.stock: ObfuscatorStock[Any] | None = None
         if not plaintext:
             t0 = time.perf_counter()
             self.pk, self.sk = keys if keys is not None else generate_keypair(scheme, key_bits,
@@ -250,9 +261,15 @@ class ActiveRole(Role[_ActiveState]):
                 raise InputDataError(
                     f"{self.K} classes need {2 * self.K} slots of {spec.slot_bits} bits per ciphertext, more "
                     f"than a {describe(self.pk)} key holds: use --multi-strategy one_output_per_tree or a larger key")
+            if precompute:
+                self.stock = ObfuscatorStock(self.sk, limit=n)
 
     def accepted_keys(self) -> list[PublicKey]:
         return [self.pk] if self.pk is not None else []
+
+    def _busy(self) -> contextlib.AbstractContextManager[None]:
+        """While this party computes, its obfuscator producer starts no new round (it fills idle time only)."""
+        return self.stock.paused() if self.stock is not None else contextlib.nullcontext()
 
     @property
     def n(self) -> int:
@@ -262,6 +279,8 @@ class ActiveRole(Role[_ActiveState]):
         """Step 0: the setup; binning; then the first tree."""
         if self.sk is not None:
             self.hold("secret_key", self.sk)
+        if self.stock is not None:
+            self.stock.start()  # each obfuscator is used once: the stock holds at most one tree's
         p = self.params
         self.model_id = secrets.token_hex(16)
         digest = ids_digest(self.ids if self.ids is not None else [str(i) for i in range(self.n)], "secureboost")
@@ -302,7 +321,9 @@ class ActiveRole(Role[_ActiveState]):
         else:
             assert self.sk is not None and st.spec is not None
             gh = np.ldexp(np.column_stack([st.gq, st.hq]).astype(np.float64), -st.frac)
-            grad_msg = EncryptedGradients(st.t, self.sk.encrypt_packed(gh, st.spec))
+            encryptor = self.sk if self.stock is None else self.stock
+            with self._busy():
+                grad_msg = EncryptedGradients(st.t, encryptor.encrypt_packed(gh, st.spec))
         self.timer.add("encrypt", t0)
         st.tree = _TreeBuilder(outputs=self.K)
         st.level = [_Node(st.tree.new(), np.arange(self.n), st.gq.sum(axis=0), st.hq.sum(axis=0))]
@@ -339,7 +360,8 @@ class ActiveRole(Role[_ActiveState]):
     def on_histograms(self, hist: EncryptedHistograms | PlainHistograms) -> Next:
         """Step 3: a passive party's (decrypted) candidates; after the last, steps 4-5."""
         st = self.state
-        st.passive_blocks.append(self._read_histograms(hist, self.names[st.k]))
+        with self._busy():
+            st.passive_blocks.append(self._read_histograms(hist, self.names[st.k]))
         st.k += 1
         if st.k < len(self.names):
             return then([], self.names[st.k], self._histogram_kind(), "on_histograms")
@@ -452,7 +474,11 @@ class ActiveRole(Role[_ActiveState]):
         if st.t < p.n_trees * self.per_round:
             return _prefix(sends, self._begin_tree())
         model = _assemble(st.trees, self.model_id, p, self.base, self.columns, tuple(self.names))
-        return done(ActiveResult(model, margin_out(st.margin), self.timer.phases, self.pk), sends)
+        stats = None
+        if self.stock is not None:
+            stats = self.stock.stats()
+            self.stock.close()
+        return done(ActiveResult(model, margin_out(st.margin), self.timer.phases, self.pk, stats), sends)
 
 
 def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:

@@ -156,6 +156,9 @@ def add_party_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, BoostParams)
     add_train_options(p)
     _add_mode(p)
+    p.add_argument("--precompute", action=argparse.BooleanOptionalAction, default=True,
+                   help="active party: compute the next tree's obfuscators while it waits for the passive parties "
+                        "(its own CPU's idle time; default on)")
 
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
@@ -176,7 +179,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         assert y is not None  # read_own requires the label at the active party
         res = run_active(chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params,
                          plaintext=args.plaintext, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
-                         name=ctx.me, scheme=opts.scheme)
+                         name=ctx.me, scheme=opts.scheme, precompute=args.precompute)
         if ev is not None:
             pred, y_eval = predict_active(chans, res.model, ev.X), ev.label
         else:
@@ -191,7 +194,9 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
             res.model.save(out)
             write_metrics(out, meta, metrics)
 
-        return PartyOutcome({**metrics, "model_id": res.model.model_id}, write)
+        stock = res.obfuscators
+        used = {} if stock is None else {"obfuscators": {"from_stock": stock.from_stock, "online": stock.online}}
+        return PartyOutcome({**metrics, "model_id": res.model.model_id, **used}, write)
     chans = ctx.only([active])
     pres = run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns,
                        expected=(params.n_trees, params.max_depth, params.max_bin, bool(args.plaintext)),
