@@ -32,12 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,42 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from linreg_epoch import mulmod_anchor, synthetic
+from party_processes import party_config, run_parties, write_table
 from vflcrypto.protocols import linreg as lr
 
-from vflcrypto.certs import write_dev_pki
-from vflcrypto.dataio import PartyTable, train_test_split
-from vflcrypto.partyconfig import render_config_toml
+from vflcrypto.dataio import train_test_split
 
-ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("active", "passive-0", "coordinator")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _write(path: Path, table: PartyTable) -> None:
-    cols = ["id", *(["y"] if table.label is not None else []), *table.columns]
-    with path.open("w", encoding="utf-8") as fh:
-        fh.write(",".join(cols) + "\n")
-        for i, rid in enumerate(table.ids):
-            row = [rid, *([repr(float(table.label[i]))] if table.label is not None else []),
-                   *(repr(float(v)) for v in table.X[i])]
-            fh.write(",".join(row) + "\n")
-
-
-def _config(work: Path, timeout: float) -> Path:
-    pki = work / "pki"
-    write_dev_pki(pki, list(NAMES))
-    parties = {n: (n.split("-")[0], f"127.0.0.1:{_free_port()}") for n in NAMES}
-    text = render_config_toml(parties, ca=str(pki / "ca.pem"),
-                              certs={n: (str(pki / f"{n}.pem"), str(pki / f"{n}.key")) for n in NAMES},
-                              network={"connect_timeout": 60.0, "timeout": timeout, "linger": 2.0})
-    path = work / "parties.toml"
-    path.write_text(text)
-    return path
 
 
 def _epochs(transcript: list[dict[str, Any]]) -> list[float]:
@@ -93,35 +60,15 @@ def _epochs(transcript: list[dict[str, Any]]) -> list[float]:
 
 
 def run_mode(mode: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    cfg = _config(work / mode, timeout=args.timeout)
+    cfg = party_config(work / mode, NAMES, timeout=args.timeout)
     common = ["--epochs", str(args.epochs), "--tol", "0", "--key-bits", str(args.key_bits), "--test-fraction",
               str(args.test_fraction), f"--{'' if mode == 'obfuscators' else 'no-'}coordinator-obfuscators",
               *(["--allow-insecure"] if args.allow_insecure else [])]
     files = {"active": ["--data", str(work / "active.csv"), "--id-column", "id", "--label", "y", "--aligned"],
              "passive-0": ["--data", str(work / "passive-0.csv"), "--id-column", "id", "--aligned"],
              "coordinator": []}
-    procs, logs = {}, {}
-    t0 = time.perf_counter()
-    for n in NAMES:
-        logs[n] = (work / mode / f"{n}.out", work / mode / f"{n}.err")
-        with logs[n][0].open("wb") as out, logs[n][1].open("wb") as err:
-            procs[n] = subprocess.Popen(
-                [sys.executable, "-m", "vflcrypto", "party", "--config", str(cfg), "--as", n, "--json", "train",
-                 "linreg", *files[n], *common, "--out", str(work / mode / f"{n}.npz")],
-                stdout=out, stderr=err, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    by_pid = {p.pid: n for n, p in procs.items()}
-    recs: dict[str, Any] = {}
-    cpu: dict[str, float] = {}
-    while by_pid:
-        pid, status, usage = os.wait4(-1, 0)
-        n = by_pid.pop(pid)
-        if os.waitstatus_to_exitcode(status) != 0:
-            for p in procs.values():
-                p.kill()
-            raise SystemExit(f"{mode}: {n} failed:\n{logs[n][1].read_text()[-3000:]}")
-        recs[n] = json.loads(logs[n][0].read_text().splitlines()[-1])
-        cpu[n] = round(usage.ru_utime + usage.ru_stime, 2)
-    wall = time.perf_counter() - t0
+    commands = {n: ["train", "linreg", *files[n], *common, "--out", str(work / mode / f"{n}.npz")] for n in NAMES}
+    recs, cpu, wall = run_parties(mode, cfg, commands, work / mode)
     epochs = _epochs(recs["active"]["transcript"])
     later = epochs[1:] or epochs
     return {"epoch_s": round(statistics.median(later), 2), "epochs_s": [round(e, 2) for e in epochs],
@@ -144,8 +91,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                            "anchor_mulmod_4096_per_s": round(mulmod_anchor())}
     with tempfile.TemporaryDirectory(prefix="linreg-processes-") as tmp:
         work = Path(tmp)
-        _write(work / "active.csv", active)
-        _write(work / "passive-0.csv", passive)
+        write_table(work / "active.csv", active)
+        write_table(work / "passive-0.csv", passive)
         results = {}
         for mode in args.modes.split(","):
             (work / mode).mkdir()

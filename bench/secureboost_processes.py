@@ -27,12 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,84 +38,28 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from party_processes import party_config, run_parties, write_table
 from secureboost_bench import load_data
 from vflcrypto.protocols import secureboost as sb
 
-from vflcrypto.certs import write_dev_pki
 from vflcrypto.dataio import PartyTable
-from vflcrypto.partyconfig import render_config_toml
 
-ROOT = Path(__file__).resolve().parents[1]
 NAMES = ("active", "passive-0")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _write(path: Path, table: PartyTable) -> None:
-    cols = ["id", *(["y"] if table.label is not None else []), *table.columns]
-    with path.open("w", encoding="utf-8") as fh:
-        fh.write(",".join(cols) + "\n")
-        for i, rid in enumerate(table.ids):
-            row = [rid, *([repr(float(table.label[i]))] if table.label is not None else []),
-                   *(repr(float(v)) for v in table.X[i])]
-            fh.write(",".join(row) + "\n")
-
-
-def _config(work: Path, timeout: float) -> Path:
-    pki = work / "pki"
-    write_dev_pki(pki, list(NAMES))
-    parties = {n: (n.split("-")[0], f"127.0.0.1:{_free_port()}") for n in NAMES}
-    text = render_config_toml(parties, ca=str(pki / "ca.pem"),
-                              certs={n: (str(pki / f"{n}.pem"), str(pki / f"{n}.key")) for n in NAMES},
-                              network={"connect_timeout": 60.0, "timeout": timeout, "linger": 2.0})
-    path = work / "parties.toml"
-    path.write_text(text)
-    return path
-
-
-def _pin(cpu: int | None) -> Any:
-    if cpu is None:
-        return None
-    return lambda: os.sched_setaffinity(0, {cpu})
 
 
 def run_one(name: str, scheme: str, precompute: bool, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     run = work / name
     run.mkdir()
-    cfg = _config(run, timeout=args.timeout)
+    cfg = party_config(run, NAMES, timeout=args.timeout)
     common = ["--trees", str(args.trees), "--depth", str(args.depth), "--max-bin", str(args.max_bin), "--lr", "0.3",
               "--aligned", "--scheme", scheme, "--key-bits", str(args.key_bits),
               *(["--allow-insecure"] if args.allow_insecure else [])]
     files = {"active": ["--data", str(work / "active.csv"), "--id-column", "id", "--label", "y",
                         "--precompute" if precompute else "--no-precompute"],
              "passive-0": ["--data", str(work / "passive-0.csv"), "--id-column", "id"]}
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"VFLCRYPTO_WORKERS": "1"} if args.pin else {})}
-    procs, logs = {}, {}
-    t0 = time.perf_counter()
-    for cpu, n in enumerate(NAMES):
-        logs[n] = (run / f"{n}.out", run / f"{n}.err")
-        with logs[n][0].open("wb") as out, logs[n][1].open("wb") as err:
-            procs[n] = subprocess.Popen(
-                [sys.executable, "-m", "vflcrypto", "party", "--config", str(cfg), "--as", n, "--json", "train",
-                 "secureboost", *files[n], *common, "--out", str(run / f"{n}.npz")],
-                stdout=out, stderr=err, cwd=ROOT, env=env, preexec_fn=_pin(cpu if args.pin else None))
-    by_pid = {p.pid: n for n, p in procs.items()}
-    recs: dict[str, Any] = {}
-    cpu_s: dict[str, float] = {}
-    while by_pid:
-        pid, status, usage = os.wait4(-1, 0)
-        n = by_pid.pop(pid)
-        if os.waitstatus_to_exitcode(status) != 0:
-            for p in procs.values():
-                p.kill()
-            raise SystemExit(f"{name}: {n} failed:\n{logs[n][1].read_text()[-3000:]}")
-        recs[n] = json.loads(logs[n][0].read_text().splitlines()[-1])
-        cpu_s[n] = round(usage.ru_utime + usage.ru_stime, 2)
-    wall = time.perf_counter() - t0
+    commands = {n: ["train", "secureboost", *files[n], *common, "--out", str(run / f"{n}.npz")] for n in NAMES}
+    recs, cpu_s, wall = run_parties(name, cfg, commands, run, env={"VFLCRYPTO_WORKERS": "1"} if args.pin else None,
+                                    cores={n: i for i, n in enumerate(NAMES)} if args.pin else None)
     sent = [e for e in recs["active"]["transcript"] if e["event"] == "send"]
     t_setup = min(e["time"] for e in sent if e["kind"] == "secureboost.setup")
     starts = sorted(e["time"] for e in sent if e["kind"] == "secureboost.gradients")
@@ -143,8 +84,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                            "pinned": "active on core 0, passive on core 1, one worker each" if args.pin else "no"}
     with tempfile.TemporaryDirectory(prefix="secureboost-processes-") as tmp:
         work = Path(tmp)
-        _write(work / "active.csv", PartyTable(tuple(ids), tuple(f"a{j}" for j in range(Xa.shape[1])), Xa, y))
-        _write(work / "passive-0.csv", PartyTable(tuple(ids), tuple(f"p{j}" for j in range(Xp.shape[1])), Xp, None))
+        cols_a, cols_p = tuple(f"a{j}" for j in range(Xa.shape[1])), tuple(f"p{j}" for j in range(Xp.shape[1]))
+        write_table(work / "active.csv", PartyTable(tuple(ids), cols_a, Xa, y))
+        write_table(work / "passive-0.csv", PartyTable(tuple(ids), cols_p, Xp, None))
         runs = {}
         for scheme in args.schemes.split(","):
             for mode in args.modes.split(","):

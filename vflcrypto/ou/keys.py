@@ -22,12 +22,12 @@ import numpy as np
 from gmpy2 import mpz
 
 from .. import parallel
-from ..encoding import PackingSpec, ints_to_float, unpack
+from ..encoding import ints_to_float, unpack
 from ..errors import DecodeError, EncodingOverflowError, InsecureParameterError, KeyMismatchError
-from ..paillier.blocks import _CHUNKS_PER_WORKER, ciphertexts_from_bytes, ciphertexts_to_bytes
+from ..paillier.blocks import _CHUNKS_PER_WORKER, ciphertexts_to_bytes
 from ..paillier.compress import CompressedVector
 from ..paillier.keys import _random_prime
-from ..paillier.plain import as_int_array, encrypt_fixed, encrypt_packed
+from ..paillier.plain import Encrypting, pooled_encrypt
 from ..paillier.vector import CipherVector, _group_cost
 from .kernels import _CrtEncryptor, _Decryptor, _Encryptor, _w_decrypt, _w_encrypt_private, _w_encrypt_public
 
@@ -111,7 +111,7 @@ def _fingerprint(n: int, G: int, H: int, plaintext_bits: int, random_bits: int) 
     return h.hexdigest()[:32]
 
 
-class OUPublicKey:
+class OUPublicKey(Encrypting["OUVector"]):
     """An OU public key ``(n = p**2 q, G, H)`` with the plaintext bound and randomness length.
 
     Plaintexts are signed integers with ``|m| < 2**plaintext_bits`` (below ``p/2``);
@@ -205,30 +205,16 @@ class OUPublicKey:
         return self._raw_encrypt_blob(ms)[0]
 
     def _raw_encrypt_blob(self, ms: Sequence[int]) -> tuple[list[mpz], bytes | None]:
-        count = len(ms)
-        cost = int(count * (self._nbytes + 14) * _group_cost(self))
-        workers = parallel.worker_count()
-        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
-            chunks = [(int(self.n), int(self.G), int(self.H), self._nbytes, tuple(int(m) for m in ms[a:b]))
-                      for a, b in ranges]
-            blob = b"".join(parallel.parallel_map(_w_encrypt_public, chunks, cost=cost))
-            return ciphertexts_from_bytes(blob, self.ciphertext_bytes), blob
-        return self._encryptor().encrypt(ms), None
+        cost = int(len(ms) * (self._nbytes + 14) * _group_cost(self))
+        return pooled_encrypt(ms, cost, _w_encrypt_public, (int(self.n), int(self.G), int(self.H), self._nbytes),
+                              self.ciphertext_bytes, lambda xs: self._encryptor().encrypt(xs))
 
-    def encrypt(self, values: Sequence[int] | np.ndarray) -> OUVector:
-        """Encrypt signed integers (``|v| < 2**plaintext_bits``)."""
-        cts, blob = self._raw_encrypt_blob(self._encode(as_int_array(values)))
-        return OUVector._make(self, cts, blob=blob)
+    # ----------------------------------------------------------------- encryption API (Encrypting)
+    def _vector_type(self) -> type[OUVector]:
+        return OUVector
 
-    def encrypt_fixed(self, x: np.ndarray | Sequence[float], frac_bits: int | None = None, *,
-                      packing: PackingSpec | None = None) -> OUVector:
-        """Encrypt reals as fixed-point (default 32 fractional bits), or packed per ``packing``."""
-        return encrypt_fixed(OUVector, self, self._raw_encrypt_blob, self._encode, x, frac_bits, packing)
-
-    def encrypt_packed(self, x: np.ndarray, spec: PackingSpec) -> OUVector:
-        """One ciphertext per row of ``x`` (records, slots), slots packed per ``spec``."""
-        return encrypt_packed(OUVector, self, self._raw_encrypt_blob, x, spec)
+    def _public(self) -> OUPublicKey:
+        return self
 
 
 class OUVector(CipherVector):
@@ -237,7 +223,7 @@ class OUVector(CipherVector):
     __slots__ = ()
 
 
-class OUPrivateKey:
+class OUPrivateKey(Encrypting["OUVector"]):
     """An OU private key ``(p, q, t)``: decryption and fast key-holder encryption.
 
     ``repr`` shows only the fingerprint; there is no wire codec. Decryption refuses any
@@ -362,32 +348,16 @@ class OUPrivateKey:
 
     def _raw_encrypt_blob(self, ms: Sequence[int]) -> tuple[list[mpz], bytes | None]:
         pk = self.public_key
-        count = len(ms)
-        cost = int(count * (pk._nbytes + 14) * 0.6 * _group_cost(pk))
-        workers = parallel.worker_count()
-        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
-            chunks = [(int(self._p), int(self._q), int(pk.G), int(pk.H), pk._nbytes,
-                       tuple(int(m) for m in ms[a:b])) for a, b in ranges]
-            blob = b"".join(parallel.parallel_map(_w_encrypt_private, chunks, cost=cost))
-            return ciphertexts_from_bytes(blob, pk.ciphertext_bytes), blob
-        return self._crt().encrypt(ms), None
+        cost = int(len(ms) * (pk._nbytes + 14) * 0.6 * _group_cost(pk))
+        return pooled_encrypt(ms, cost, _w_encrypt_private,
+                              (int(self._p), int(self._q), int(pk.G), int(pk.H), pk._nbytes), pk.ciphertext_bytes,
+                              lambda xs: self._crt().encrypt(xs))
 
-    def encrypt(self, values: Sequence[int] | np.ndarray) -> OUVector:
-        """Key-holder (CRT) version of :meth:`OUPublicKey.encrypt`."""
-        pk = self.public_key
-        cts, blob = self._raw_encrypt_blob(pk._encode(as_int_array(values)))
-        return OUVector._make(pk, cts, blob=blob)
+    def _vector_type(self) -> type[OUVector]:
+        return OUVector
 
-    def encrypt_fixed(self, x: np.ndarray | Sequence[float], frac_bits: int | None = None, *,
-                      packing: PackingSpec | None = None) -> OUVector:
-        """Key-holder (CRT) version of :meth:`OUPublicKey.encrypt_fixed`."""
-        pk = self.public_key
-        return encrypt_fixed(OUVector, pk, self._raw_encrypt_blob, pk._encode, x, frac_bits, packing)
-
-    def encrypt_packed(self, x: np.ndarray, spec: PackingSpec) -> OUVector:
-        """Key-holder (CRT) version of :meth:`OUPublicKey.encrypt_packed`."""
-        return encrypt_packed(OUVector, self.public_key, self._raw_encrypt_blob, x, spec)
+    def _public(self) -> OUPublicKey:
+        return self.public_key
 
 
 def _finish_fixed(signed: list[int], meta: Any) -> np.ndarray:

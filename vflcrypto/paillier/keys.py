@@ -22,20 +22,19 @@ import numpy as np
 from gmpy2 import mpz
 
 from .. import parallel
-from ..encoding import PackingSpec, decode_fixed, encode_ints, unpack
+from ..encoding import decode_fixed, encode_ints, unpack
 from ..errors import DecodeError, EncodingOverflowError, InsecureParameterError, KeyMismatchError
 from .blocks import (
     _CHUNKS_PER_WORKER,
     _cost_scale,
     _exp_bytes,
     ciphertext_width,
-    ciphertexts_from_bytes,
     ciphertexts_to_bytes,
 )
 from .compress import CompressedVector
 from .fixed_base import _FixedBase
 from .kernels import _CrtDecryptor, _CrtEncryptor, _obfuscate_public, _w_decrypt, _w_encrypt_private, _w_encrypt_public
-from .plain import as_int_array, encrypt_fixed, encrypt_packed
+from .plain import Encrypting, pooled_encrypt
 from .vector import CipherVector, PaillierVector
 
 __all__ = ["DEFAULT_KEY_BITS", "MIN_KEY_BITS", "PaillierPrivateKey", "PaillierPublicKey", "generate_keypair"]
@@ -58,7 +57,7 @@ def _check_modulus(n: int, allow_insecure: bool) -> None:
         )
 
 
-class PaillierPublicKey:
+class PaillierPublicKey(Encrypting[PaillierVector]):
     """A Paillier public key ``n`` (``g = n + 1``), with lazily built DJN tables.
 
     Equality and hashing are by ``n``. Each key *object* draws its own obfuscation base
@@ -152,44 +151,20 @@ class PaillierPublicKey:
 
     def _raw_encrypt_blob(self, ms: Sequence[int]) -> tuple[list[mpz], bytes | None]:
         """:meth:`_raw_encrypt`, plus the serialized ciphertexts when the pool made them."""
-        count = len(ms)
-        cost = int(count * self._exp_bytes * _cost_scale(self.bits))
-        workers = parallel.worker_count()
-        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            hs = int(self.hs)
-            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
-            chunks = [(int(self.n), hs, self._exp_bytes, tuple(int(m) for m in ms[a:b]))
-                      for a, b in ranges]
-            blob = b"".join(parallel.parallel_map(_w_encrypt_public, chunks, cost=cost))
-            return ciphertexts_from_bytes(blob, ciphertext_width(self.n)), blob
-        return _obfuscate_public(self._fixed_base(), self.n, self.nsquare, ms), None
+        cost = int(len(ms) * self._exp_bytes * _cost_scale(self.bits))
+        return pooled_encrypt(ms, cost, _w_encrypt_public, (int(self.n), int(self.hs), self._exp_bytes),
+                              ciphertext_width(self.n),
+                              lambda xs: _obfuscate_public(self._fixed_base(), self.n, self.nsquare, xs))
 
-    # ----------------------------------------------------------------- encryption API
-    def encrypt(self, values: Sequence[int] | np.ndarray) -> PaillierVector:
-        """Encrypt signed integers (``|v| <= n // 3``; stored mod ``n``)."""
-        cts, blob = self._raw_encrypt_blob(self._encode(as_int_array(values)))
-        return PaillierVector._make(self, cts, blob=blob)
+    # ----------------------------------------------------------------- encryption API (Encrypting)
+    def _vector_type(self) -> type[PaillierVector]:
+        return PaillierVector
 
-    def encrypt_fixed(self, x: np.ndarray | Sequence[float], frac_bits: int | None = None, *,
-                      packing: PackingSpec | None = None) -> PaillierVector:
-        """Encrypt reals as fixed-point with ``frac_bits`` fractional bits (default 32).
-
-        ``x`` is flattened (C order). With ``packing``, values are packed as densely as
-        the key allows (``packing.slots_for(n)`` per ciphertext) and ``frac_bits`` must
-        be ``None`` or equal ``packing.frac_bits``; decrypt with
-        :meth:`PaillierPrivateKey.decrypt_fixed`, which returns the flat values.
-        """
-        return encrypt_fixed(PaillierVector, self, self._raw_encrypt_blob, self._encode, x, frac_bits, packing)
-
-    def encrypt_packed(self, x: np.ndarray, spec: PackingSpec) -> PaillierVector:
-        """One ciphertext per row of ``x`` (records, slots) with the slots packed per ``spec``.
-
-        A 1-D ``x`` is packed densely, as :meth:`encrypt_fixed` with ``packing=spec``.
-        """
-        return encrypt_packed(PaillierVector, self, self._raw_encrypt_blob, x, spec)
+    def _public(self) -> PaillierPublicKey:
+        return self
 
 
-class PaillierPrivateKey:
+class PaillierPrivateKey(Encrypting[PaillierVector]):
     """A Paillier private key ``(p, q)``: CRT decryption and fast key-holder encryption.
 
     ``repr`` shows only the fingerprint; there is no wire codec (the key never leaves its
@@ -323,32 +298,15 @@ class PaillierPrivateKey:
 
     def _raw_encrypt_blob(self, ms: Sequence[int]) -> tuple[list[mpz], bytes | None]:
         pk = self.public_key
-        count = len(ms)
-        cost = int(count * pk._exp_bytes * 0.6 * _cost_scale(pk.bits))
-        workers = parallel.worker_count()
-        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
-            chunks = [(int(self._p), int(self._q), int(pk.hs), pk._exp_bytes,
-                       tuple(int(m) for m in ms[a:b])) for a, b in ranges]
-            blob = b"".join(parallel.parallel_map(_w_encrypt_private, chunks, cost=cost))
-            return ciphertexts_from_bytes(blob, ciphertext_width(pk.n)), blob
-        return self._crt().encrypt(ms), None
+        cost = int(len(ms) * pk._exp_bytes * 0.6 * _cost_scale(pk.bits))
+        return pooled_encrypt(ms, cost, _w_encrypt_private, (int(self._p), int(self._q), int(pk.hs), pk._exp_bytes),
+                              ciphertext_width(pk.n), lambda xs: self._crt().encrypt(xs))
 
-    def encrypt(self, values: Sequence[int] | np.ndarray) -> PaillierVector:
-        """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt`."""
-        pk = self.public_key
-        cts, blob = self._raw_encrypt_blob(pk._encode(as_int_array(values)))
-        return PaillierVector._make(pk, cts, blob=blob)
+    def _vector_type(self) -> type[PaillierVector]:
+        return PaillierVector
 
-    def encrypt_fixed(self, x: np.ndarray | Sequence[float], frac_bits: int | None = None, *,
-                      packing: PackingSpec | None = None) -> PaillierVector:
-        """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt_fixed`."""
-        return encrypt_fixed(PaillierVector, self.public_key, self._raw_encrypt_blob, self.public_key._encode, x,
-                             frac_bits, packing)
-
-    def encrypt_packed(self, x: np.ndarray, spec: PackingSpec) -> PaillierVector:
-        """Key-holder (CRT) version of :meth:`PaillierPublicKey.encrypt_packed`."""
-        return encrypt_packed(PaillierVector, self.public_key, self._raw_encrypt_blob, x, spec)
+    def _public(self) -> PaillierPublicKey:
+        return self.public_key
 
 
 def _finish_ints(raw: list[int], meta: Any, n: int) -> list[int]:
