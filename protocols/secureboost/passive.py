@@ -26,8 +26,7 @@ from vflcrypto.dataio import ids_digest
 from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.he import PublicKey, scheme_of
-from vflcrypto.ou import OUVector
-from vflcrypto.paillier import PaillierVector, batch_invert, fold_ciphertexts
+from vflcrypto.paillier import batch_invert, fold_ciphertexts
 from vflcrypto.steps import Next, Role, done, send, then
 
 from .active import Timer
@@ -243,7 +242,7 @@ class PassiveRole(Role[_PassiveState]):
             cand = [enc[i][j] for i, a in enumerate(st.anon) for j in a.tolist()]
             bits = 2 * setup.n_outputs * st.spec.slot_bits
             folded, per = fold_ciphertexts(pk, cand, bits)
-            vec = (OUVector if scheme_of(pk) == "ou" else PaillierVector).from_ciphertexts(pk, folded)
+            vec = pk._vector_type().from_ciphertexts(pk, folded)
             msg = EncryptedHistograms(st.t, st.depth, node_ids, cnts, bits, per,
                                       vec.rerandomize() if folded else vec)
             st.prev_enc = [_to_bytes(c, w) for c in enc]

@@ -113,8 +113,7 @@ class _SignedPow:
 
     def __init__(self, G: mpz, mods: Sequence[mpz]) -> None:
         self.pos = _PlainTable(G, mods)
-        self.neg = _PlainTable(gmpy2.invert(G, mpz(mods[0])) if len(mods) == 1 else
-                               _crt_inverse(G, mods), mods)
+        self.neg = _PlainTable(_inverse(G, mods), mods)
 
     @property
     def nbytes_held(self) -> int:
@@ -124,7 +123,7 @@ class _SignedPow:
         return self.pos.terms(m) if m >= 0 else self.neg.terms(-m)
 
 
-def _crt_inverse(G: mpz, mods: Sequence[mpz]) -> mpz:
+def _inverse(G: mpz, mods: Sequence[mpz]) -> mpz:
     """``G**-1`` modulo the product of pairwise coprime ``mods`` (each table entry is reduced per modulus)."""
     n = _ONE
     for m in mods:

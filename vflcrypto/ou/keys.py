@@ -21,13 +21,11 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from .. import parallel
 from ..encoding import ints_to_float, unpack
 from ..errors import DecodeError, EncodingOverflowError, InsecureParameterError, KeyMismatchError
-from ..paillier.blocks import _CHUNKS_PER_WORKER, ciphertexts_to_bytes
 from ..paillier.compress import CompressedVector
 from ..paillier.keys import _random_prime
-from ..paillier.plain import Encrypting, pooled_encrypt
+from ..paillier.plain import Encrypting, pooled_decrypt, pooled_encrypt
 from ..paillier.vector import CipherVector, _group_cost
 from .kernels import _CrtEncryptor, _Decryptor, _Encryptor, _w_decrypt, _w_encrypt_private, _w_encrypt_public
 
@@ -274,20 +272,11 @@ class OUPrivateKey(Encrypting["OUVector"]):
 
     def _raw_decrypt(self, cts: Sequence[mpz]) -> list[int]:
         """Residues ``m mod p`` in ``[0, p)``."""
-        count = len(cts)
         pk = self.public_key
-        cost = int(count * self._t.bit_length() * 1.2 * (2 * pk.bits / 3 / 4096) ** 2)
-        workers = parallel.worker_count()
-        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            w = pk.ciphertext_bytes
-            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
-            chunks = [(int(self._p), int(self._t), int(pk.G), w, ciphertexts_to_bytes(cts[a:b], w))
-                      for a, b in ranges]
-            out: list[int] = []
-            for part in parallel.parallel_map(_w_decrypt, chunks, cost=cost):
-                out.extend(part)
-            return out
-        return self._dec.decrypt(cts)
+        cost = int(len(cts) * self._t.bit_length() * 1.2 * (2 * pk.bits / 3 / 4096) ** 2)
+        w = pk.ciphertext_bytes
+        return pooled_decrypt(cts, cost, _w_decrypt, (int(self._p), int(self._t), int(pk.G), w), w,
+                              self._dec.decrypt)
 
     def _signed(self, raw: Sequence[int]) -> list[int]:
         """Centre residues mod ``p`` and refuse any outside ``+-2**plaintext_bits`` (terse: no oracle)."""

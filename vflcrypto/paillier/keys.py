@@ -21,20 +21,17 @@ import gmpy2
 import numpy as np
 from gmpy2 import mpz
 
-from .. import parallel
 from ..encoding import decode_fixed, encode_ints, unpack
 from ..errors import DecodeError, EncodingOverflowError, InsecureParameterError, KeyMismatchError
 from .blocks import (
-    _CHUNKS_PER_WORKER,
     _cost_scale,
     _exp_bytes,
     ciphertext_width,
-    ciphertexts_to_bytes,
 )
 from .compress import CompressedVector
 from .fixed_base import _FixedBase
 from .kernels import _CrtDecryptor, _CrtEncryptor, _obfuscate_public, _w_decrypt, _w_encrypt_private, _w_encrypt_public
-from .plain import Encrypting, pooled_encrypt
+from .plain import Encrypting, pooled_decrypt, pooled_encrypt
 from .vector import CipherVector, PaillierVector
 
 __all__ = ["DEFAULT_KEY_BITS", "MIN_KEY_BITS", "PaillierPrivateKey", "PaillierPublicKey", "generate_keypair"]
@@ -220,19 +217,10 @@ class PaillierPrivateKey(Encrypting[PaillierVector]):
             raise KeyMismatchError("vector is encrypted under another key")
 
     def _raw_decrypt(self, cts: Sequence[mpz]) -> list[int]:
-        count = len(cts)
         pk = self.public_key
-        cost = int(count * 1.2 * pk.bits * _cost_scale(pk.bits))  # ~2 half-size powmods
-        workers = parallel.worker_count()
-        if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
-            w = ciphertext_width(pk.n)
-            ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
-            chunks = [(int(self._p), int(self._q), ciphertexts_to_bytes(cts[a:b], w)) for a, b in ranges]
-            out: list[int] = []
-            for part in parallel.parallel_map(_w_decrypt, chunks, cost=cost):
-                out.extend(part)
-            return out
-        return self._dec.decrypt(cts)
+        cost = int(len(cts) * 1.2 * pk.bits * _cost_scale(pk.bits))  # ~2 half-size powmods
+        return pooled_decrypt(cts, cost, _w_decrypt, (int(self._p), int(self._q)), ciphertext_width(pk.n),
+                              self._dec.decrypt)
 
     def decrypt(self, vec: CipherVector) -> list[int]:
         """Plaintexts of ``vec``: signed ints centred in ``(-n/2, n/2]``.

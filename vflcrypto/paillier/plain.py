@@ -8,7 +8,7 @@ when the pool made one), its encoding of signed integers (Paillier: residues mod
 ``n``; Okamoto–Uchiyama: the signed integers themselves) and its vector class. Packed
 plaintexts are non-negative and below ``2**plaintext_bits``, valid under both.
 :class:`Encrypting` gives every key class the same ``encrypt*`` methods over that, and
-:func:`pooled_encrypt` the same choice between the process pool and this process.
+:func:`pooled_encrypt` / :func:`pooled_decrypt` the same choice between the process pool and this process.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from gmpy2 import mpz
 from .. import parallel
 from ..encoding import DEFAULT_FRAC_BITS, PackingSpec, pack, to_fixed_ints
 from ..errors import EncodingError, EncodingOverflowError
-from .blocks import _CHUNKS_PER_WORKER, ciphertexts_from_bytes
+from .blocks import _CHUNKS_PER_WORKER, ciphertexts_from_bytes, ciphertexts_to_bytes
 from .vector import CipherVector, PublicKeyLike
 
-__all__ = ["Encrypting", "RawEncrypt", "as_int_array", "encrypt_fixed", "encrypt_packed", "pooled_encrypt"]
+__all__ = ["Encrypting", "RawEncrypt", "as_int_array", "encrypt_fixed", "encrypt_packed", "pooled_decrypt",
+           "pooled_encrypt"]
 
 V = TypeVar("V", bound=CipherVector)
 RawEncrypt = Callable[[Sequence[int]], tuple[list[mpz], bytes | None]]
@@ -86,6 +87,19 @@ def pooled_encrypt(ms: Sequence[int], cost: int, worker: Callable[..., bytes], a
         blob = b"".join(parallel.parallel_map(worker, chunks, cost=cost))
         return ciphertexts_from_bytes(blob, width), blob
     return local(ms), None
+
+
+def pooled_decrypt(cts: Sequence[mpz], cost: int, worker: Callable[..., tuple[int, ...]], args: tuple[Any, ...],
+                   width: int, local: Callable[[Sequence[mpz]], list[int]]) -> list[int]:
+    """Decrypt ``cts`` in the process pool when it pays (``worker(*args, serialized chunk)`` per chunk),
+    else in this process with ``local``: raw plaintexts in order."""
+    count = len(cts)
+    workers = parallel.worker_count()
+    if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
+        ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
+        chunks = [(*args, ciphertexts_to_bytes(cts[a:b], width)) for a, b in ranges]
+        return [v for part in parallel.parallel_map(worker, chunks, cost=cost) for v in part]
+    return local(cts)
 
 
 class Encrypting(Generic[V]):
