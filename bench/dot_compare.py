@@ -8,7 +8,7 @@ the process pool (``VFLCRYPTO_WORKERS``), median of ``--repeat``:
 * ``unsigned, 32 bits``   the previous kernel (one unsigned bucket multi-exponentiation per
   sign and column) on features at a fixed 32 fractional bits;
 * ``signed, 32 bits``      signed digits over one batch inversion shared by the columns;
-* ``signed, from data``    the same at :func:`vflcrypto.encoding.significant_frac_bits`
+* ``signed, from data``    the same at :func:`vflcrypto.he.encoding.significant_frac_bits`
   (24 significant bits at every column's largest value), as linreg now does.
 
 Every result is decrypted and checked against numpy; the rate is multiply-accumulates
@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
 
     from vflcrypto import parallel
-    from vflcrypto.encoding import significant_frac_bits
-    from vflcrypto.paillier import generate_keypair, kernels
+    from vflcrypto.he.encoding import significant_frac_bits
+    from vflcrypto.he.paillier import generate_keypair, kernels
 
     pk, sk = generate_keypair(args.key_bits, allow_insecure=args.allow_insecure)
     rng = np.random.default_rng(0)  # benchmark data, not a secret

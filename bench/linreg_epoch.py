@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vflcrypto.protocols import linreg as lr
 
 from vflcrypto import parallel
-from vflcrypto.dataio import PartyTable
+from vflcrypto.data.tables import PartyTable
 
 
 def synthetic(rows: int, p_active: int, p_passive: int, seed: int = 0
@@ -91,11 +91,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         t0 = time.perf_counter()
         setup: dict[str, Any] = {}
         if scheme == "paillier":
-            from vflcrypto.paillier import generate_keypair
+            from vflcrypto.he.paillier import generate_keypair
 
             setup["keys"] = generate_keypair(args.key_bits, allow_insecure=args.allow_insecure)
         else:
-            from vflcrypto.ckks import CKKSContext
+            from vflcrypto.he.ckks import CKKSContext
 
             setup["ckks_context"] = CKKSContext.generate()
         keygen = time.perf_counter() - t0

@@ -47,7 +47,7 @@ from linreg_epoch import mulmod_anchor, synthetic
 from party_processes import party_config, run_parties, write_table
 from vflcrypto.protocols import linreg as lr
 
-from vflcrypto.dataio import train_test_split
+from vflcrypto.data.tables import train_test_split
 
 NAMES = ("active", "passive-0", "coordinator")
 

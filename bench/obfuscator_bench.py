@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from linreg_epoch import mulmod_anchor
 
 from vflcrypto import parallel
-from vflcrypto.encoding import PackingSpec
-from vflcrypto.obfuscators import ObfuscatorStock
-from vflcrypto.paillier import generate_keypair
+from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.obfuscators import ObfuscatorStock
+from vflcrypto.he.paillier import generate_keypair
 
 
 def _timed(fn: Callable[[], Any], check: Callable[[Any], float], repeats: int, values: int,

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vflcrypto.certs import write_dev_pki
-from vflcrypto.dataio import PartyTable
-from vflcrypto.partyconfig import render_config_toml
+from vflcrypto.data.tables import PartyTable
+from vflcrypto.runtime.certs import write_dev_pki
+from vflcrypto.runtime.partyconfig import render_config_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -48,7 +48,7 @@ def main() -> None:
     from vflcrypto.protocols import poisson
 
     from vflcrypto import parallel
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     Xa, y, Xp, name = data()
     keys = generate_keypair(args.key_bits)

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from vflcrypto.protocols import secureboost as sb
 
     from vflcrypto import parallel
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     Xa, y, Xp, src = _load_data(args.rows)
     keys = generate_keypair(args.key_bits, allow_insecure=args.allow_insecure)

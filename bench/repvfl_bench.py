@@ -59,7 +59,7 @@ def run(overlaps: list[int], seeds: list[int], methods: list[str]) -> dict[str, 
     import torch
     from vflcrypto.protocols._repvfl import digits_example
 
-    from vflcrypto.metrics import adjusted_rand_index
+    from vflcrypto.ml.metrics import adjusted_rand_index
 
     torch.set_num_threads(1)  # reproducible and comparable: every method on one core
     table: dict[str, dict[str, Any]] = {}

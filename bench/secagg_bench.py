@@ -5,7 +5,7 @@ SuperNode per client, the same Ray resources), sum the same public example vecto
 (``example_vector(k, length)`` for client k) and meter the same thing:
 
 * **bytes per client**: every message content crossing the Grid, measured as the
-  protobuf Flower sends (:class:`vflcrypto.flower_meter.MeteredGrid`), down + up,
+  protobuf Flower sends (:class:`vflcrypto.runtime.flower_meter.MeteredGrid`), down + up,
   averaged over all n client nodes;
 * **time per round**: Flower's SecAgg+ workflow call (replies pulled every ``--poll``
   seconds, 0.05 like vflcrypto's ServerApp; Flower's own ``send_and_receive`` sleeps

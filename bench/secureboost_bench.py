@@ -42,7 +42,7 @@ def load_data(rows: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, str
     """Active features + label, passive features; real default_credit if available."""
     guest, host = FATE / "default_credit_hetero_guest.csv", FATE / "default_credit_hetero_host.csv"
     if guest.exists() and host.exists():
-        from vflcrypto.dataio import read_party_csv
+        from vflcrypto.data.tables import read_party_csv
 
         a = read_party_csv(guest, "id", label="y")
         p = read_party_csv(host, "id")
@@ -83,8 +83,8 @@ def tree_seconds(run: Any) -> list[float]:
 def _run_scheme(sb: Any, scheme: str, Xa: np.ndarray, y: np.ndarray, Xp: np.ndarray, params: Any,
                 args: argparse.Namespace, plain: Any, precompute: bool = True) -> dict[str, Any]:
     from vflcrypto import parallel
-    from vflcrypto.he import describe, generate_keypair
-    from vflcrypto.metrics import roc_auc
+    from vflcrypto.he.schemes import describe, generate_keypair
+    from vflcrypto.ml.metrics import roc_auc
 
     t0 = time.perf_counter()
     keys = generate_keypair(scheme, args.key_bits, allow_insecure=args.allow_insecure)
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from vflcrypto.protocols import secureboost as sb
 
     from vflcrypto import parallel
-    from vflcrypto.metrics import roc_auc
+    from vflcrypto.ml.metrics import roc_auc
 
     Xa, y, Xp, src = load_data(args.rows)
     params = sb.BoostParams(n_trees=args.trees, max_depth=args.depth, max_bin=args.max_bin,

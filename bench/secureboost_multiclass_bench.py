@@ -47,7 +47,7 @@ def load_data(name: str, rows: int | None) -> tuple[np.ndarray, np.ndarray, np.n
     """Active features + class labels 0..3, passive features."""
     guest, host = FATE / "vehicle_scale_hetero_guest.csv", FATE / "vehicle_scale_hetero_host.csv"
     if name == "vehicle_scale" and guest.exists() and host.exists():
-        from vflcrypto.dataio import read_party_csv
+        from vflcrypto.data.tables import read_party_csv
 
         a = read_party_csv(guest, "id", label="y")
         p = read_party_csv(host, "id")
@@ -71,7 +71,7 @@ def _contender(name: str, Xa: np.ndarray, y: np.ndarray, Xp: np.ndarray, params:
     from vflcrypto.protocols import secureboost as sb
 
     from vflcrypto import parallel
-    from vflcrypto.metrics import roc_auc
+    from vflcrypto.ml.metrics import roc_auc
 
     plain = sb.run_local(Xa, y, [Xp], params=params, plaintext=True, timeout=600)
     cpu0 = parallel.cpu_seconds()
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from vflcrypto.protocols import secureboost as sb
 
     from vflcrypto import parallel
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     base = _bench_module()
     Xa, y, Xp, src = load_data(args.data, args.rows)

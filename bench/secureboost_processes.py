@@ -42,7 +42,7 @@ from party_processes import party_config, run_parties, write_table
 from secureboost_bench import load_data
 from vflcrypto.protocols import secureboost as sb
 
-from vflcrypto.dataio import PartyTable
+from vflcrypto.data.tables import PartyTable
 
 NAMES = ("active", "passive-0")
 

@@ -62,7 +62,7 @@ def bench(name: str, epochs: int, full_epochs: int, repeat: int, key_bits: int, 
     from sklearn.linear_model import LogisticRegression
     from vflcrypto.protocols import logreg, sshelr
 
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     Xg, y, Xh = load(name)
     rng = np.random.default_rng(0)

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from vflcrypto.ckks import CKKSContext, CKKSVector
+from vflcrypto.he.ckks import CKKSContext, CKKSVector
 
 N = int(os.environ.get("VFL_BENCH_N", "30000"))
 M = int(os.environ.get("VFL_BENCH_M", "8"))

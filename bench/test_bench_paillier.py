@@ -19,8 +19,8 @@ import phe
 import pytest
 
 from vflcrypto import parallel
-from vflcrypto.encoding import PackingSpec
-from vflcrypto.paillier import compress, generate_keypair
+from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.paillier import compress, generate_keypair
 
 N = int(os.environ.get("VFLCRYPTO_BENCH_N", "2000"))
 BITS = int(os.environ.get("VFLCRYPTO_BENCH_BITS", "2048"))

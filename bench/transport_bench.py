@@ -30,9 +30,10 @@ def _free_port() -> int:
 
 
 def _connect(d: Path, names: list[str], chunk_kb: int = 4096) -> dict[str, Any]:
-    from vflcrypto.certs import write_dev_pki
-    from vflcrypto.partyconfig import load_party_config, render_config_toml
-    from vflcrypto.transport_grpc import PartyIdentity, connect_party
+    from vflcrypto.runtime.certs import write_dev_pki
+    from vflcrypto.runtime.identity import PartyIdentity
+    from vflcrypto.runtime.network import connect_party
+    from vflcrypto.runtime.partyconfig import load_party_config, render_config_toml
 
     _, creds = write_dev_pki(d, names)
     parties = {n: (n.split("-")[0], f"127.0.0.1:{_free_port()}") for n in names}
@@ -58,7 +59,7 @@ def _connect(d: Path, names: list[str], chunk_kb: int = 4096) -> dict[str, Any]:
 def bench_alignment(n_ids: int) -> dict[str, Any]:
     from vflcrypto.protocols import align as al
 
-    from vflcrypto.runtime import run_parties
+    from vflcrypto.runtime.channel import run_parties
 
     a = [f"id{i}" for i in range(n_ids)]
     b = [f"id{i}" for i in range(n_ids // 2, n_ids + n_ids // 2)]

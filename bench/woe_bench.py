@@ -50,7 +50,7 @@ def main() -> None:
     from vflcrypto.protocols import woe
 
     from vflcrypto import parallel
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     y, X, name = data()
     keys = generate_keypair(args.key_bits)

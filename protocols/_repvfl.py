@@ -21,11 +21,19 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable, train_test_split
+from vflcrypto.data.tables import PartyTable, train_test_split
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Role, drive
 from vflcrypto.spec import FlowerSpec, option
-from vflcrypto.steps import Role, drive
 
 from .align.tables import sorted_rows
 
@@ -253,7 +261,7 @@ def flower_spec(make_config: Callable[[Mapping[str, Any]], RepConfig], server_cl
 
 def digits_example(overlap: int = 100, *, seed: int = 0) -> tuple[ServerData, list[PartyData]]:
     """The bundled digits: party A the left half, party B the right, ``overlap`` aligned training rows."""
-    from vflcrypto.datasets.digits import few_overlap_split
+    from vflcrypto.data.digits import few_overlap_split
 
     sp = few_overlap_split(overlap, seed=seed)
     n_o, n_t = len(sp.overlap_ids), len(sp.test_ids)

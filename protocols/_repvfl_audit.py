@@ -9,7 +9,7 @@
 * in few-shot client-return mode a party names its clusters with the class pseudo-labels
   it received, and the named overlap labels are scored.
 
-Every attack reads the payloads from the run's :class:`~vflcrypto.runtime.AuditTap`.
+Every attack reads the payloads from the run's :class:`~vflcrypto.runtime.channel.AuditTap`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import accuracy_finding, partition_finding, probe_finding
-from vflcrypto.cluster import kmeans
+from vflcrypto.audit.attacks import accuracy_finding, partition_finding, probe_finding
+from vflcrypto.audit.ledger import EmpiricalFinding, Figure
 from vflcrypto.errors import InputDataError
-from vflcrypto.leakage import EmpiricalFinding, Figure
-from vflcrypto.runtime import AuditTap
+from vflcrypto.ml.cluster import kmeans
+from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
 
 from ._repvfl import SERVER, require_torch
@@ -74,7 +74,7 @@ def batch_gradient_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray, 
         guess.append(kmeans(G, k, seed=12345).labels + offset)  # clusters of different batches are distinct
         truth.append(y[rows])
         offset += k
-    from vflcrypto.metrics import adjusted_rand_index
+    from vflcrypto.ml.metrics import adjusted_rand_index
 
     per_batch = [adjusted_rand_index(g, t) for g, t in zip(guess, truth, strict=True)]
     finding = partition_finding(party, f"{kind}: label partition of each batch", np.concatenate(guess),

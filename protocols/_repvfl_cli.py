@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable, read_party_csv, save_model, train_test_split
+from vflcrypto.data.files import save_model
+from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
 from vflcrypto.errors import InputDataError
+from vflcrypto.runtime.steps import Role, drive
 from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
-from vflcrypto.steps import Role, drive
 
 from ._repvfl import PARTY, SERVER, PartyData, ServerData, aligned_inputs, check_labels, require_torch, sorted_rows
 from ._train import add_party_data_arguments, write_metrics
@@ -54,7 +55,7 @@ def add_train_arguments(p: argparse.ArgumentParser, config_cls: type) -> None:
 
 
 def _digits_tables(overlap: int, seed: int) -> tuple[PartyTable, list[PartyTable], list[str]]:
-    from vflcrypto.datasets.digits import few_overlap_split
+    from vflcrypto.data.digits import few_overlap_split
 
     sp = few_overlap_split(overlap, seed=seed)
     ids = [*sp.overlap_ids, *sp.test_ids]

@@ -25,9 +25,10 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable, atomic_write_text, read_party_csv, train_test_split
+from vflcrypto.data.files import atomic_write_text
+from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
 from vflcrypto.errors import InputDataError
-from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime.channel import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args, option
 
 from .align.tables import align_rows, align_tables, sorted_rows

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
+from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
 
 
 @pytest.fixture(scope="session")
@@ -33,8 +33,8 @@ def spawn_connected_then_hanging(cfg_path: Path, name: str, task: str, seconds: 
     """
     script = textwrap.dedent(f"""
         import time
-        from vflcrypto.partyconfig import load_party_config
-        from vflcrypto.transport_grpc import PartyIdentity, connect_party
+        from vflcrypto.runtime.partyconfig import load_party_config
+        from vflcrypto.runtime.network import PartyIdentity, connect_party
         cfg = load_party_config({str(cfg_path)!r})
         p = cfg.party({name!r})
         party = connect_party(cfg, PartyIdentity.from_files({name!r}, p.cert_path, p.key_path,

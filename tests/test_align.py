@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vflcrypto.protocols import align as al
 
-from vflcrypto import psi
+from vflcrypto.audit.ledger import audit
 from vflcrypto.errors import InputDataError, PeerTimeoutError, ProtocolError
-from vflcrypto.leakage import audit
-from vflcrypto.runtime import Endpoint, LocalNetwork, run_parties
+from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime.channel import Endpoint, LocalNetwork, run_parties
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FATE = SHARED / "fate"

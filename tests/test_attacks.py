@@ -7,8 +7,8 @@ import secrets
 import numpy as np
 import pytest
 
-from vflcrypto import attacks
-from vflcrypto.leakage import Protection
+from vflcrypto.audit import attacks
+from vflcrypto.runtime.declarations import Protection
 
 stats = pytest.importorskip("scipy.stats")
 special = pytest.importorskip("scipy.special")
@@ -141,7 +141,7 @@ def test_accuracy_and_order_findings() -> None:
 
 
 def test_linear_probe_finds_a_linear_view_and_not_noise() -> None:
-    from vflcrypto.attacks import linear_probe_r2, probe_finding
+    from vflcrypto.audit.attacks import linear_probe_r2, probe_finding
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(200, 6))
@@ -155,7 +155,7 @@ def test_linear_probe_finds_a_linear_view_and_not_noise() -> None:
 
 
 def test_partition_finding_scores_ari_against_a_shuffled_null() -> None:
-    from vflcrypto.attacks import partition_finding
+    from vflcrypto.audit.attacks import partition_finding
 
     y = np.repeat(np.arange(5), 20)
     same = partition_finding("party", "p", (y + 2) % 5, y, attacks=("k",), protection=None, description="")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from vflcrypto.protocols import align
 
-from vflcrypto.leakage import AuditOutcome, audit_runs
+from vflcrypto.audit.ledger import AuditOutcome, audit_runs
 
 
 def test_each_run_has_its_own_section_and_the_joined_report_keeps_every_kind() -> None:
@@ -26,7 +26,7 @@ def test_each_run_has_its_own_section_and_the_joined_report_keeps_every_kind() -
 
 def test_a_single_run_audit_prints_one_listing() -> None:
     run = align.run_local(["a", "b"], ["b", "c"], mode="both")
-    from vflcrypto.leakage import audit
+    from vflcrypto.audit.ledger import audit
 
     text = AuditOutcome("align", audit(run.transcript)).to_text()
     assert "== run" not in text and "received:" in text

@@ -1,4 +1,4 @@
-"""Tests of vflcrypto.ckks: accuracy against numpy and TenSEAL, keys, depth, wire."""
+"""Tests of vflcrypto.he.ckks: accuracy against numpy and TenSEAL, keys, depth, wire."""
 
 from __future__ import annotations
 
@@ -7,22 +7,16 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from vflcrypto import wire
-from vflcrypto.ckks import (
-    CKKSContext,
-    CKKSVector,
-    mask_bound,
-    mask_hiding_bits,
-    uniform_real_mask,
-)
 from vflcrypto.errors import (
     DecodeError,
     EncodingError,
     InsecureParameterError,
     KeyMismatchError,
 )
-from vflcrypto.leakage import Protection, declare
-from vflcrypto.runtime import Endpoint, LocalNetwork
+from vflcrypto.he.ckks import CKKSContext, CKKSVector, mask_bound, mask_hiding_bits, uniform_real_mask
+from vflcrypto.runtime import wire
+from vflcrypto.runtime.channel import Endpoint, LocalNetwork
+from vflcrypto.runtime.declarations import Protection, declare
 
 TOL = 1e-3  # observed errors are ~1e-6 or smaller at scale 2^40
 

@@ -10,7 +10,8 @@ import pytest
 from vflcrypto.protocols import linreg as lr
 
 from vflcrypto.cli import main
-from vflcrypto.dataio import read_party_csv, write_csv_atomic
+from vflcrypto.data.files import write_csv_atomic
+from vflcrypto.data.tables import read_party_csv
 
 
 def _write(tmp: Path, *, shuffle_passive: bool = False, extra: bool = False) -> tuple[Path, Path]:

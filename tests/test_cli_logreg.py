@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vflcrypto.cli import main
-from vflcrypto.dataio import write_csv_atomic
+from vflcrypto.data.files import write_csv_atomic
 
 
 def _write(tmp: Path, n: int = 40, shuffle: bool = False) -> list[str]:

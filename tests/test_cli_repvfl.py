@@ -15,7 +15,7 @@ from vflcrypto.protocols._repvfl import aligned_inputs
 from vflcrypto.protocols._repvfl_cli import _digits_tables
 
 from vflcrypto.cli import main
-from vflcrypto.datasets.digits import few_overlap_split
+from vflcrypto.data.digits import few_overlap_split
 
 FAST = ["--ssl-epochs", "3", "--head-epochs", "10"]
 

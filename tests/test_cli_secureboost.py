@@ -10,7 +10,7 @@ import pytest
 from vflcrypto.protocols import secureboost as sb
 
 from vflcrypto.cli import main
-from vflcrypto.dataio import write_csv_atomic
+from vflcrypto.data.files import write_csv_atomic
 
 
 def _write(tmp_path: Path, n: int = 120, shuffle_passive: bool = False, extra: int = 0) -> tuple[Path, Path]:

@@ -10,7 +10,7 @@ import pytest
 from vflcrypto.protocols import woe
 
 from vflcrypto.cli import main
-from vflcrypto.dataio import write_csv_atomic
+from vflcrypto.data.files import write_csv_atomic
 
 
 def _write(tmp_path: Path, n: int = 300) -> tuple[Path, Path, tuple[str, ...]]:

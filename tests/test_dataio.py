@@ -8,15 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vflcrypto.dataio import (
-    atomic_write_bytes,
-    load_model,
-    read_csv_strings,
-    read_party_csv,
-    require_same_ids,
-    save_model,
-    train_test_split,
-)
+from vflcrypto.data.files import atomic_write_bytes, load_model, save_model
+from vflcrypto.data.tables import read_csv_strings, read_party_csv, require_same_ids, train_test_split
 from vflcrypto.errors import InputDataError
 
 
@@ -106,7 +99,7 @@ def test_model_files_round_trip_without_pickle(tmp_path: Path) -> None:
 
 
 def test_rows_keep_their_file_lines_through_take(tmp_path: Path) -> None:
-    from vflcrypto.dataio import read_party_csv
+    from vflcrypto.data.tables import read_party_csv
 
     p = tmp_path / "t.csv"
     p.write_text('id,x\na,1\n"b\nc",2\nd,3\n')  # a quoted newline: b's row spans lines 3-4, d is on line 5
@@ -114,13 +107,13 @@ def test_rows_keep_their_file_lines_through_take(tmp_path: Path) -> None:
     assert t.lines == (2, 4, 5)  # a record's line is the one it ends on, as the csv module counts
     sub = t.take([2, 0])
     assert sub.where(0) == f"{p}: line 5" and sub.where(1) == f"{p}: line 2"
-    from vflcrypto.dataio import PartyTable
+    from vflcrypto.data.tables import PartyTable
 
     assert PartyTable(("a",), (), np.zeros((1, 0))).where(0) == "row 0"
 
 
 def test_duplicate_ids_are_found_in_canonical_form_with_their_lines(tmp_path: Path) -> None:
-    from vflcrypto.dataio import read_party_csv
+    from vflcrypto.data.tables import read_party_csv
     from vflcrypto.errors import InputDataError
 
     p = tmp_path / "t.csv"

@@ -9,15 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vflcrypto.encoding import (
-    PackingSpec,
-    decode_fixed,
-    encode_fixed,
-    pack,
-    to_fixed_ints,
-    unpack,
-)
 from vflcrypto.errors import EncodingError, EncodingOverflowError
+from vflcrypto.he.encoding import PackingSpec, decode_fixed, encode_fixed, pack, to_fixed_ints, unpack
 
 N = (1 << 511) + 187  # an odd stand-in modulus; encoding does not need a real key
 

@@ -78,7 +78,7 @@ def test_secure_logistic_regression_equals_run_local(binary: tuple[np.ndarray, n
 def test_secure_linear_regression_equals_run_local() -> None:
     from vflcrypto.protocols import linreg
 
-    from vflcrypto.dataio import PartyTable
+    from vflcrypto.data.tables import PartyTable
 
     X, y = make_regression(n_samples=60, n_features=4, noise=0.5, random_state=2)
     est = SecureLinearRegression([[0], [1, 2, 3]], epochs=8, **SMALL).fit(X, y)

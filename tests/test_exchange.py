@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from vflcrypto.protocols import exchange as gx
 
+from vflcrypto.audit.ledger import audit
 from vflcrypto.cli import main
 from vflcrypto.errors import InputDataError, PeerTimeoutError
-from vflcrypto.leakage import audit
-from vflcrypto.masking import mask_ciphertexts, unmask_residues
-from vflcrypto.runtime import Endpoint, LocalNetwork, run_parties
-from vflcrypto.steps import drive
+from vflcrypto.runtime.channel import Endpoint, LocalNetwork, run_parties
+from vflcrypto.runtime.steps import drive
+from vflcrypto.sharing.masking import mask_ciphertexts, unmask_residues
 
 
 def test_gradient_matches_numpy() -> None:

@@ -28,7 +28,7 @@ import pytest
 from vflcrypto.protocols import logreg as lr
 
 from vflcrypto.cli import main
-from vflcrypto.metrics import accuracy
+from vflcrypto.ml.metrics import accuracy
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"

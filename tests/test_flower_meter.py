@@ -13,7 +13,7 @@ pytest.importorskip("flwr")
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from flwr.common.serde import recorddict_to_proto
 
-from vflcrypto.flower_meter import MeteredGrid
+from vflcrypto.runtime.flower_meter import MeteredGrid
 
 
 @dataclass

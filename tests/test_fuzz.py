@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vflcrypto import wire
 from vflcrypto.cli.audit import load_all_protocols
-from vflcrypto.dataio import read_csv_strings, read_party_csv
+from vflcrypto.data.tables import read_csv_strings, read_party_csv
 from vflcrypto.errors import VflError
-from vflcrypto.leakage import declarations
+from vflcrypto.runtime import wire
+from vflcrypto.runtime.declarations import declarations
 
 EXAMPLES = int(os.environ.get("VFLCRYPTO_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow],
@@ -143,7 +143,7 @@ def _real_frames() -> tuple[list[bytes], wire.DecodeContext]:
     from vflcrypto.protocols import align, logreg, secagg
     from vflcrypto.protocols import secureboost as sb
 
-    from vflcrypto.runtime import AuditTap
+    from vflcrypto.runtime.channel import AuditTap
 
     tap = AuditTap()
     align.run_local([f"i{k}" for k in range(12)], [f"i{k}" for k in range(6, 20)], mode="both", tap=tap)
@@ -156,7 +156,7 @@ def _real_frames() -> tuple[list[bytes], wire.DecodeContext]:
                  allow_insecure=True, tap=tap)
     import dataclasses
 
-    from vflcrypto.paillier import PaillierPublicKey
+    from vflcrypto.he.paillier import PaillierPublicKey
 
     seen: dict[str, bytes] = {}
     ring = wire.KeyRing()

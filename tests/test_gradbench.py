@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from vflcrypto import gradbench
-from vflcrypto.cli import main
-from vflcrypto.gradbench import OPERATIONS, BenchmarkError, run_gradient_bench
+from vflcrypto.cli import gradbench, main
+from vflcrypto.cli.gradbench import OPERATIONS, BenchmarkError, run_gradient_bench
 
 
 def test_backends_measure_every_operation_correctly() -> None:

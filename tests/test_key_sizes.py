@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vflcrypto.paillier import generate_keypair
+from vflcrypto.he.paillier import generate_keypair
 
 
 @pytest.fixture(scope="module", params=[3072, 4096])

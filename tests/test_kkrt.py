@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from vflcrypto.protocols.align import kkrt as session
 
-from vflcrypto import kkrt, ot
 from vflcrypto.errors import InputDataError, PeerTimeoutError, ProtocolError
-from vflcrypto.runtime import AuditTap, Endpoint, LocalNetwork, run_parties
+from vflcrypto.psi import kkrt, ot
+from vflcrypto.runtime.channel import AuditTap, Endpoint, LocalNetwork, run_parties
 
 # --------------------------------------------------------------------------- base OTs
 

@@ -1,7 +1,10 @@
 """Imports point down only: vflcrypto's primitives and runtime never import vflcrypto.protocols.
 
 The entry points (the CLI, ``vflcrypto.__main__`` and the scikit-learn estimators,
-``vflcrypto.estimators``) sit on top of the protocols and may import them.
+``vflcrypto.estimators``) sit on top of the protocols and may import them. Inside the low
+layer, each subpackage imports only the subpackages below it (:data:`ALLOWED`, the picture
+in ``vflcrypto/__init__.py``'s docstring), every subpackage states its role and public
+names, and no module grows past :data:`MAX_LINES`.
 """
 
 from __future__ import annotations
@@ -144,3 +147,76 @@ def test_every_package_directory_is_installed() -> None:
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
     found = {_module_name(init) for init in _package_files() if init.name == "__init__.py"}
     assert found == listed, {"not listed": sorted(found - listed), "listed but absent": sorted(listed - found)}
+
+
+# The low layer's groups (a subpackage, or a top-level module) and what each may import.
+# Siblings of one level (he, psi, ml) do not import each other.
+_FOUNDATION = {"vflcrypto", "errors", "parallel"}
+ALLOWED: dict[str, set[str]] = {
+    "vflcrypto": set(),
+    "errors": {"vflcrypto"},
+    "parallel": {"vflcrypto"},
+    "he": _FOUNDATION,
+    "psi": _FOUNDATION,
+    "ml": _FOUNDATION,
+    "sharing": _FOUNDATION | {"he"},
+    "data": _FOUNDATION | {"psi", "ml"},
+    "runtime": _FOUNDATION | {"he", "data"},
+    "audit": _FOUNDATION | {"he", "ml", "data", "runtime"},
+    "spec": _FOUNDATION | {"he", "runtime", "audit"},
+}
+SUBPACKAGES = ("he", "sharing", "psi", "runtime", "audit", "ml", "data", "cli")
+MAX_LINES = 600
+
+
+def _group(module: str) -> str:
+    """The low-layer group of a module: its subpackage, or its own name at the top level."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_subpackages_import_only_the_layers_below() -> None:
+    """he/psi/ml <- sharing, data <- runtime <- audit <- spec: checked on every import, lazy ones too."""
+    mods = {_module_name(p): p for p in _package_files()}
+    offenders = []
+    groups_seen = set()
+    for name, path in mods.items():
+        if _layer_of_path(path) != LOW:
+            continue
+        mine = _group(name)
+        groups_seen.add(mine)
+        assert mine in ALLOWED, f"{path.relative_to(ROOT)}: group {mine!r} has no entry in ALLOWED"
+        for dep in _resolved_imports(path):
+            if dep not in mods or _layer_of_module(dep) != LOW:
+                continue
+            theirs = _group(dep)
+            if theirs != mine and theirs not in ALLOWED[mine]:
+                offenders.append(f"{path.relative_to(ROOT)} ({mine}) imports {dep} ({theirs})")
+    assert not offenders, offenders
+    assert {"he", "psi", "ml", "sharing", "data", "runtime", "audit"} <= groups_seen
+
+
+def test_every_subpackage_states_its_role_and_public_names() -> None:
+    """Each subpackage's __init__ has a docstring naming what it may import, and an __all__ of real names."""
+    import importlib
+
+    for sub in SUBPACKAGES:
+        init = ROOT / "vflcrypto" / sub / "__init__.py"
+        module = ast.parse(init.read_text(encoding="utf-8"))
+        doc = ast.get_docstring(module)
+        assert doc and len(doc.splitlines()) >= 3, f"{sub}: no docstring stating its role"
+        pkg = importlib.import_module(f"vflcrypto.{sub}")
+        if sub == "cli":
+            continue  # the entry point: its public name is main
+        assert "Imports:" in doc, f"{sub}: the docstring does not say what it may import"
+        names = getattr(pkg, "__all__", None)
+        assert names, f"{sub}: no __all__"
+        for n in names:
+            assert hasattr(pkg, n) or (init.parent / f"{n}.py").exists() or (init.parent / n / "__init__.py").exists(), \
+                f"vflcrypto.{sub}.__all__ names {n!r}, which is neither defined nor a submodule"
+
+
+def test_no_module_is_over_the_size_limit() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in _package_files()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, long

@@ -17,7 +17,8 @@ from gmpy2 import mpz
 from vflcrypto.protocols import linreg as lr
 from vflcrypto.protocols.linreg import LinRegConfig, plaintext_gradient_descent, run_local
 
-from vflcrypto.dataio import PartyTable, read_party_csv
+from vflcrypto.audit.ledger import audit
+from vflcrypto.data.tables import PartyTable, read_party_csv
 from vflcrypto.errors import (
     CiphertextError,
     ConfigurationError,
@@ -28,10 +29,10 @@ from vflcrypto.errors import (
     PeerTimeoutError,
     ProtocolError,
 )
-from vflcrypto.leakage import PERFECT, Protection, audit, declaration_for
-from vflcrypto.obfuscators import ObfuscatorStock
-from vflcrypto.paillier import PaillierVector, generate_keypair
-from vflcrypto.runtime import AuditTap
+from vflcrypto.he.obfuscators import ObfuscatorStock
+from vflcrypto.he.paillier import PaillierVector, generate_keypair
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import PERFECT, Protection, declaration_for
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FATE = SHARED / "fate"
@@ -146,9 +147,9 @@ def test_hostile_obfuscators_are_refused_clearly(small_paillier_keys) -> None:
 
 def test_every_party_checks_the_obfuscator_flag_against_the_plan() -> None:
     plan = lr.TrainingPlan(30, 30, 4, 0.1, 0.9, 0.0, 1e-6, 1, 1, b"", obfuscators=True)
-    lr.roles.check_plan_matches(plan, LinRegConfig(epochs=4), "passive-0")
+    lr.math.check_plan_matches(plan, LinRegConfig(epochs=4), "passive-0")
     with pytest.raises(ConfigurationError, match="coordinator_obfuscators True \\(here False\\)"):
-        lr.roles.check_plan_matches(plan, LinRegConfig(epochs=4, coordinator_obfuscators=False), "passive-0")
+        lr.math.check_plan_matches(plan, LinRegConfig(epochs=4, coordinator_obfuscators=False), "passive-0")
     assert not LinRegConfig(scheme="ckks").supplies_obfuscators
     assert not lr.flower_config({}).supplies_obfuscators  # B relays C's messages in the Flower App
 
@@ -165,7 +166,7 @@ def test_convergence_stop_declared_by_coordinator(small_paillier_keys) -> None:
 
 
 def test_ckks_fast_mode_matches_reference_approximately() -> None:
-    from vflcrypto.ckks import CKKSContext, mask_hiding_bits
+    from vflcrypto.he.ckks import CKKSContext, mask_hiding_bits
 
     ctx = CKKSContext.generate()
     assert lr.CKKS_HIDING_BITS == mask_hiding_bits(ctx, lr.CKKS_GRADIENT_BOUND)
@@ -184,8 +185,8 @@ def test_ckks_fast_mode_matches_reference_approximately() -> None:
 def test_ckks_active_state_mid_batch_survives_a_wire_round_trip() -> None:
     """B's state between two passive parties' [[u_k]] holds CKKS vectors under CKKS (its
     annotation once said PaillierVector, so the state decoder refused it)."""
-    from vflcrypto.ckks import CKKSContext, CKKSVector
-    from vflcrypto.wire import DecodeContext, KeyRing, decode_value
+    from vflcrypto.he.ckks import CKKSContext, CKKSVector
+    from vflcrypto.runtime.wire import DecodeContext, KeyRing, decode_value
 
     ctx = CKKSContext.generate().public()
     active, _ = lr.synthetic_split(n_rows=20, p_active=2, p_passive=(2, 2), seed=3)
@@ -364,7 +365,7 @@ def test_reused_obfuscators_finding_reads_what_the_active_party_received(
     [[u_k]] B received; the same run's messages re-encrypted with fresh randomness flag nothing."""
     from vflcrypto.protocols.linreg.audit import obfuscator_reuse_finding, read_shared_obfuscators
 
-    from vflcrypto.encoding import to_fixed_ints
+    from vflcrypto.he.encoding import to_fixed_ints
 
     _reuse_take(monkeypatch)
     active, passives = lr.synthetic_split(n_rows=40, p_active=2, p_passive=(2,), seed=6)
@@ -460,7 +461,7 @@ def test_large_keys_train_like_the_plaintext_reference(bits: int) -> None:
 
 
 def test_exceeds_bits_works_past_the_float_range() -> None:
-    from vflcrypto.encoding import exceeds_bits
+    from vflcrypto.he.encoding import exceeds_bits
 
     assert exceeds_bits(np.array([1.0, -4.0]), 2) and not exceeds_bits(np.array([3.99]), 2)
     assert not exceeds_bits(np.array([1e300]), 1500) and exceeds_bits(np.array([1e300]), 996)

@@ -11,14 +11,14 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from vflcrypto.protocols import logreg as lr
 
+from vflcrypto.audit.ledger import audit
 from vflcrypto.errors import (
     EncodingOverflowError,
     InputDataError,
     PeerTimeoutError,
     ProtocolError,
 )
-from vflcrypto.leakage import audit
-from vflcrypto.runtime import Endpoint, LocalNetwork, run_parties
+from vflcrypto.runtime.channel import Endpoint, LocalNetwork, run_parties
 
 
 @pytest.fixture(scope="module")

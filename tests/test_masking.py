@@ -1,4 +1,4 @@
-"""Tests of vflcrypto.masking: ranges, uniformity, shares, pairwise cancellation, seeds."""
+"""Tests of vflcrypto.sharing.masking: ranges, uniformity, shares, pairwise cancellation, seeds."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-from vflcrypto import masking
 from vflcrypto.errors import EncodingOverflowError, InsecureParameterError, ProtocolError
-from vflcrypto.masking import (
+from vflcrypto.sharing import masking
+from vflcrypto.sharing.masking import (
     STAT_SECURITY_BITS,
     additive_shares,
     agree_seed,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
-from vflcrypto.metrics import accuracy, log_loss, r2_score, rmse, roc_auc
-from vflcrypto.progress import Progress
+from vflcrypto.ml.metrics import accuracy, log_loss, r2_score, rmse, roc_auc
+from vflcrypto.runtime.progress import Progress
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,4 +1,4 @@
-"""All-party-only intersection (vflcrypto.mpsi): A exactly, and S's view uniform outside A,
+"""All-party-only intersection (vflcrypto.psi.mpsi): A exactly, and S's view uniform outside A,
 also for rows that only some of the parties hold (no pairwise intersection leaks)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import secrets
 import numpy as np
 import pytest
 
-from vflcrypto import mpsi
-from vflcrypto.attacks import ks_one_sample, ks_two_sample
+from vflcrypto.audit.attacks import ks_one_sample, ks_two_sample
 from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.psi import mpsi
 
 
 def _seeds(n: int) -> dict[int, dict[int, bytes]]:

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vflcrypto import ou, parallel
-from vflcrypto.encoding import PackingSpec
+from vflcrypto import parallel
 from vflcrypto.errors import ConfigurationError, EncodingError, KeyMismatchError
-from vflcrypto.obfuscators import ObfuscatorStock
-from vflcrypto.paillier import PaillierVector, fixed_base, generate_keypair
+from vflcrypto.he import ou
+from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.obfuscators import ObfuscatorStock
+from vflcrypto.he.paillier import PaillierVector, fixed_base, generate_keypair
 
 
 @pytest.fixture(autouse=True)

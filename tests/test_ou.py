@@ -8,8 +8,7 @@ import gmpy2
 import numpy as np
 import pytest
 
-from vflcrypto import ou, parallel
-from vflcrypto.encoding import PackingSpec
+from vflcrypto import parallel
 from vflcrypto.errors import (
     CiphertextError,
     ConfigurationError,
@@ -18,10 +17,12 @@ from vflcrypto.errors import (
     InsecureParameterError,
     KeyMismatchError,
 )
-from vflcrypto.leakage import Protection, declare
-from vflcrypto.ou import OUParams, OUPrivateKey, OUPublicKey, OUVector
-from vflcrypto.paillier import PaillierVector, compress, fixed_base
-from vflcrypto.wire import DecodeContext, KeyRing, decode_value, encode_value
+from vflcrypto.he import ou
+from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.ou import OUParams, OUPrivateKey, OUPublicKey, OUVector
+from vflcrypto.he.paillier import PaillierVector, compress, fixed_base
+from vflcrypto.runtime.declarations import Protection, declare
+from vflcrypto.runtime.wire import DecodeContext, KeyRing, decode_value, encode_value
 
 rng = np.random.default_rng(11)  # synthetic, non-secret test data only
 
@@ -229,7 +230,7 @@ def test_keys_and_schemes_do_not_mix(keys):
         sk2.decrypt(a)
     with pytest.raises(KeyMismatchError):
         _ = a + b
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     ppk, _ = generate_keypair(512, allow_insecure=True)
     with pytest.raises(KeyMismatchError):
@@ -243,7 +244,7 @@ def test_refusal_names_the_oracle(keys):
 
 
 def test_masking_for_the_key_holder_is_paillier_only(keys):
-    from vflcrypto.masking import mask_ciphertexts
+    from vflcrypto.sharing.masking import mask_ciphertexts
 
     with pytest.raises(ConfigurationError):
         mask_ciphertexts(keys[0].encrypt([1, 2]))
@@ -278,7 +279,7 @@ def test_wire_round_trip_and_validation(keys):
 
 
 def test_a_paillier_vector_is_not_an_ou_vector(keys):
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     ppk, _ = generate_keypair(512, allow_insecure=True)
     ctx = DecodeContext(keyring=KeyRing([ppk, keys[0]]), allow_insecure=True)

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vflcrypto import parallel
-from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import (
     CiphertextError,
     EncodingError,
@@ -21,8 +20,8 @@ from vflcrypto.errors import (
     KeyMismatchError,
     ProtocolError,
 )
-from vflcrypto.leakage import Protection, declare
-from vflcrypto.paillier import (
+from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.paillier import (
     MIN_KEY_BITS,
     CompressedVector,
     PaillierPrivateKey,
@@ -31,8 +30,9 @@ from vflcrypto.paillier import (
     compress,
     generate_keypair,
 )
-from vflcrypto.runtime import Endpoint, LocalNetwork, run_parties
-from vflcrypto.wire import DecodeContext, KeyRing, decode_value, encode_value
+from vflcrypto.runtime.channel import Endpoint, LocalNetwork, run_parties
+from vflcrypto.runtime.declarations import Protection, declare
+from vflcrypto.runtime.wire import DecodeContext, KeyRing, decode_value, encode_value
 
 rng = np.random.default_rng(7)  # synthetic, non-secret test data only
 
@@ -446,9 +446,9 @@ def test_big_python_int_multipliers(small_paillier_keys):
 
 def test_fixed_base_windows_and_growth(small_paillier_keys):
     """Every table window gives correct ``hs**a``; the window grows only with use."""
-    from vflcrypto.encoding import encode_ints
-    from vflcrypto.paillier import fixed_base
-    from vflcrypto.paillier.kernels import _obfuscate_public
+    from vflcrypto.he.encoding import encode_ints
+    from vflcrypto.he.paillier import fixed_base
+    from vflcrypto.he.paillier.kernels import _obfuscate_public
 
     pk, sk = small_paillier_keys
     fb = fixed_base._FixedBase(pk.hs, (pk.nsquare,), pk._exp_bytes)
@@ -477,7 +477,7 @@ def test_pool_reuses_shipped_vectors(monkeypatch, small_paillier_keys):
     pk, sk = small_paillier_keys
     monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
     monkeypatch.setattr(parallel, "PARALLEL_MIN_COST", 0)
-    from vflcrypto.paillier import blocks
+    from vflcrypto.he.paillier import blocks
 
     x = rng.normal(size=12)
     v = PaillierVector.from_bytes(pk, pk.encrypt_fixed(x, 24).to_bytes(), frac_bits=24)
@@ -497,7 +497,7 @@ def test_dot_kernels_equal_exponentiation(monkeypatch: pytest.MonkeyPatch, signe
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from vflcrypto.paillier import kernels
+    from vflcrypto.he.paillier import kernels
 
     monkeypatch.setattr(kernels, "_signed_pays", lambda X: signed)
     prime = 2**127 - 1

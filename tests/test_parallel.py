@@ -81,8 +81,8 @@ import json, os, sys
 import numpy as np
 from vflcrypto import parallel
 from vflcrypto.protocols import secureboost as sb
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.psi import blind_stream
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.psi.primitives import blind_stream
 
 if __name__ == "__main__":
     assert parallel.backend() == "ray"

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from conftest import spawn_connected_then_hanging
 
-from vflcrypto.certs import identity_pin, load_identity_key, write_dev_pki
-from vflcrypto.partyconfig import render_config_toml
-from vflcrypto.runtime import Transcript
+from vflcrypto.runtime.certs import identity_pin, load_identity_key, write_dev_pki
+from vflcrypto.runtime.channel import Transcript
+from vflcrypto.runtime.partyconfig import render_config_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["active", "passive-0", "passive-1"]
@@ -316,7 +316,7 @@ def test_linear_regression_three_processes_with_alignment(tmp_path: Path, pki: P
     (each party's file lists its own IDs, shuffled, with rows the others lack)."""
     from vflcrypto.protocols import linreg as linreg
 
-    from vflcrypto.dataio import PartyTable
+    from vflcrypto.data.tables import PartyTable
 
     active, (passive,) = linreg.synthetic_split(n_rows=60, p_active=2, p_passive=(2,))
     rng = np.random.default_rng(1)
@@ -555,7 +555,7 @@ def test_secureboost_two_processes(tmp_path: Path, pki: Path, scheme: str) -> No
     pred = sb.predict_local(am, Xa, [(pm, Xp)])
     np.testing.assert_allclose(pred, local.active.train_predictions(), rtol=1e-9)
     metrics = json.loads((tmp_path / "active.npz.metrics.json").read_text())
-    from vflcrypto.metrics import roc_auc
+    from vflcrypto.ml.metrics import roc_auc
     assert metrics["auc"] == pytest.approx(roc_auc(y, local.active.train_predictions()))
     assert metrics["mode"] == f"{scheme}-{SMALL_KEYS[1]}"
     assert_same_transcript(local.transcript, recs, rel=0.01)
@@ -687,7 +687,7 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
     from vflcrypto.protocols import oneshot
     from vflcrypto.protocols._repvfl import aligned_inputs
 
-    from vflcrypto.dataio import read_party_csv
+    from vflcrypto.data.tables import read_party_csv
 
     names = ["server", "party-0", "party-1"]
     pki = tmp_path / "pki"
@@ -718,7 +718,7 @@ def test_prototype_vfl_four_processes_with_all_party_only_alignment(tmp_path: Pa
     from vflcrypto.protocols import protovfl
 
     from vflcrypto.cli import main
-    from vflcrypto.dataio import read_party_csv
+    from vflcrypto.data.tables import read_party_csv
 
     names = ["server", "party-0", "party-1", "party-2"]
     pki = tmp_path / "pki"

@@ -17,10 +17,10 @@ from conftest import tamper_sends
 from vflcrypto.protocols import pearson
 
 from vflcrypto.cli import main
-from vflcrypto.dataio import write_csv_atomic
+from vflcrypto.data.files import write_csv_atomic
 from vflcrypto.errors import InputDataError, PeerTimeoutError, ProtocolError
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.runtime import Endpoint, LocalNetwork, run_parties
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.runtime.channel import Endpoint, LocalNetwork, run_parties
 
 FATE = Path(__file__).resolve().parents[2] / "shared" / "data" / "fate"
 TOL = 1e-6  # 24 fractional bits per z-score

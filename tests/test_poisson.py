@@ -18,10 +18,10 @@ from sklearn.linear_model import PoissonRegressor
 from vflcrypto.protocols import poisson
 
 from vflcrypto.cli import main
-from vflcrypto.dataio import write_csv_atomic
+from vflcrypto.data.files import write_csv_atomic
 from vflcrypto.errors import InputDataError, KeyMismatchError, PeerTimeoutError, ProtocolError, TrainingDivergedError
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.runtime import Channel
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.runtime.channel import Channel
 
 FATE = Path(__file__).resolve().parents[2] / "shared" / "data" / "fate"
 
@@ -81,7 +81,7 @@ def test_bad_labels_misalignment_and_divergence(keys: Any) -> None:
 def _tamper(kind: type, fn: Any) -> Any:
     """An override of the passive party that alters one kind of its outgoing messages."""
     def task(channels: dict[str, Channel]) -> Any:
-        from vflcrypto.steps import drive
+        from vflcrypto.runtime.steps import drive
 
         Xp = poisson.example(60)[3]
         tamper_sends(channels, kind, fn)
@@ -100,7 +100,7 @@ def test_hostile_passive_messages(keys: Any) -> None:
             poisson.EncryptedExp, lambda m: dataclasses.replace(m, u=other.encrypt_fixed(np.zeros(60), 32)))})
     with pytest.raises(ProtocolError, match="returned"):
         def short(channels: dict[str, Channel]) -> Any:
-            from vflcrypto.steps import drive
+            from vflcrypto.runtime.steps import drive
 
             role = poisson.CoordinatorRole(epochs=50, keys=keys)
             honest = role._reveal
@@ -113,7 +113,7 @@ def test_a_plan_other_than_the_passive_partys_is_refused(keys: Any) -> None:
     Xa, y, _, Xp, _ = poisson.example(60)
 
     def strict(channels: dict[str, Channel]) -> Any:
-        from vflcrypto.steps import drive
+        from vflcrypto.runtime.steps import drive
 
         return drive(poisson.PassiveRole(Xp, expected=poisson.PoissonParams(epochs=7)), channels)
     with pytest.raises(ProtocolError, match="differs from this party's"):

@@ -1,7 +1,7 @@
 """Privacy mutation suite: switch off one protection at a time and see the audit flag it.
 
 Every protection a leakage declaration claims against its receiver
-(:attr:`vflcrypto.leakage.Declaration.claimed_protections`) must be covered by a mutation
+(:attr:`vflcrypto.runtime.declarations.Declaration.claimed_protections`) must be covered by a mutation
 below: a test-only seam (a monkeypatch of the function that provides the protection)
 that drops a mask, reuses it across iterations, fixes or skips a secret scalar, skips a
 shuffle, or sends a ciphertext without randomness. Under the mutation the protocol's
@@ -25,10 +25,13 @@ import numpy as np
 import pytest
 from vflcrypto.protocols import get
 
-from vflcrypto import ckks, masking, paillier, psi
+from vflcrypto.audit.ledger import AuditOutcome
 from vflcrypto.cli.audit import load_all_protocols
-from vflcrypto.leakage import AuditOutcome, Protection, declarations
-from vflcrypto.paillier import fixed_base
+from vflcrypto.he import ckks, paillier
+from vflcrypto.he.paillier import fixed_base
+from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime.declarations import Protection, declarations
+from vflcrypto.sharing import masking
 
 KEY_BITS = 512  # insecure size: audits at test speed
 
@@ -88,7 +91,7 @@ def unrandomized_paillier(mp: pytest.MonkeyPatch) -> None:
 def reuse_coordinator_obfuscators(mp: pytest.MonkeyPatch) -> None:
     """The key holder's obfuscator stock hands out the same encryptions of zero again for every
     request of the same size (across iterations and parties) instead of fresh ones."""
-    from vflcrypto.obfuscators import ObfuscatorStock
+    from vflcrypto.he.obfuscators import ObfuscatorStock
 
     mp.setattr(ObfuscatorStock, "take", _reuse(ObfuscatorStock.take, lambda stock, count: count))
 
@@ -129,7 +132,7 @@ def passive_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
 
 def kkrt_codes_unmasked(mp: pytest.MonkeyPatch) -> None:
     """KKRT receiver: the OT-extension matrix is its code words themselves (no PRG masks)."""
-    from vflcrypto import kkrt, ot
+    from vflcrypto.psi import kkrt, ot
 
     honest = kkrt.receiver_matrix
     mp.setattr(kkrt, "receiver_matrix", lambda k0, k1, codes, start:
@@ -138,7 +141,7 @@ def kkrt_codes_unmasked(mp: pytest.MonkeyPatch) -> None:
 
 def kkrt_guessable_oprf_key(mp: pytest.MonkeyPatch) -> None:
     """KKRT sender: its OPRF key s (the base-OT choice bits) is all ones instead of random."""
-    from vflcrypto import kkrt
+    from vflcrypto.psi import kkrt
 
     mp.setattr(kkrt, "random_choice_bits", _only_in("passive", lambda: np.ones(kkrt.WIDTH, np.uint8),
                                                     kkrt.random_choice_bits))
@@ -146,7 +149,7 @@ def kkrt_guessable_oprf_key(mp: pytest.MonkeyPatch) -> None:
 
 def kkrt_base_ot_scalar_reused(mp: pytest.MonkeyPatch) -> None:
     """KKRT sender (base-OT receiver): one scalar b for every base-OT point."""
-    from vflcrypto import ot
+    from vflcrypto.psi import ot
 
     fixed = ot._scalar()
     mp.setattr(ot, "_scalar", _only_in("passive", lambda: fixed, ot._scalar))
@@ -218,7 +221,7 @@ def secagg_masks_reused_across_rounds(mp: pytest.MonkeyPatch) -> None:
 def secagg_shares_unencrypted(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.secagg import math as sm
 
-    from vflcrypto.shamir import SHARE_BYTES
+    from vflcrypto.sharing.shamir import SHARE_BYTES
 
     mp.setattr(sm, "encrypt_shares", lambda c_sk, pk, a, b, run, rnd, s, t: s.to_bytes(SHARE_BYTES, "big")
                + t.to_bytes(SHARE_BYTES, "big"))
@@ -228,7 +231,7 @@ def secagg_shares_unencrypted(mp: pytest.MonkeyPatch) -> None:
 
 def psi_tables_unmasked(mp: pytest.MonkeyPatch) -> None:
     """Prototype VFL's alignment: empty cells left 0 and no zero-sharing (the masks of the tables)."""
-    from vflcrypto import mpsi
+    from vflcrypto.psi import mpsi
 
     mp.setattr(mpsi, "uniform_field", lambda n: np.zeros(n, np.uint64))
     mp.setattr(mpsi, "_zero_share", lambda me, seeds, params: np.zeros(params.tables * params.cells * mpsi.REPS,

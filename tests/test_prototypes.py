@@ -1,4 +1,4 @@
-"""vflcrypto.prototypes against the seed's worked numbers (seeds 000 and 002, SEEDS.md) and bad input."""
+"""vflcrypto.ml.prototypes against the seed's worked numbers (seeds 000 and 002, SEEDS.md) and bad input."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from vflcrypto import prototypes as pt
 from vflcrypto.errors import InputDataError
+from vflcrypto.ml import prototypes as pt
 
 
 def test_mixed_priors_of_both_seeds() -> None:

@@ -15,10 +15,11 @@ from vflcrypto.protocols import protovfl  # noqa: E402
 from vflcrypto.protocols.protovfl import align, roles  # noqa: E402
 from vflcrypto.protocols.protovfl import math as pm  # noqa: E402
 
+from vflcrypto.audit.ledger import audit  # noqa: E402
 from vflcrypto.errors import InputDataError, PeerTimeoutError, ProtocolError  # noqa: E402
-from vflcrypto.leakage import audit, declarations  # noqa: E402
-from vflcrypto.prototypes import smooth_two_way_loss, squared_distances  # noqa: E402
-from vflcrypto.runtime import AuditTap  # noqa: E402
+from vflcrypto.ml.prototypes import smooth_two_way_loss, squared_distances  # noqa: E402
+from vflcrypto.runtime.channel import AuditTap  # noqa: E402
+from vflcrypto.runtime.declarations import declarations  # noqa: E402
 
 FAST = {"rounds": 2, "local_epochs": 2, "head_epochs": 20}
 
@@ -122,7 +123,7 @@ def test_the_local_loss_is_the_smooth_two_way_loss_under_a_uniform_prior() -> No
 
 
 def test_the_local_step_moves_the_extractor_toward_the_prototypes(small: Any) -> None:
-    from vflcrypto import nn as vnn
+    from vflcrypto.ml import nn as vnn
 
     _, parties = small
     X = parties[1].X_unaligned

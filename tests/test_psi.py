@@ -1,4 +1,4 @@
-"""vflcrypto.psi primitives: ID hygiene, X25519 commutativity, hostile points, keyed hashing."""
+"""vflcrypto.psi.primitives: ID hygiene, X25519 commutativity, hostile points, keyed hashing."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vflcrypto import psi
 from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.psi import primitives as psi
 
 # --------------------------------------------------------------------------- ID hygiene
 
@@ -170,7 +170,7 @@ def test_ephemeral_exchange_rejects_small_order() -> None:
 
 def test_lone_surrogate_is_rejected_with_its_row() -> None:
     from vflcrypto.errors import InputDataError
-    from vflcrypto.psi import canonicalize_ids
+    from vflcrypto.psi.primitives import canonicalize_ids
 
     with pytest.raises(InputDataError, match="row 1: ID is not valid Unicode"):
         canonicalize_ids(["ok", "bad\udc80"])

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from vflcrypto.protocols import align
 
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, Figure, audit_runs
+from vflcrypto.audit.report import arrows, protection_class, render_html, write_plots
 from vflcrypto.cli.audit import load_all_protocols
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Figure, Protection, audit_runs
-from vflcrypto.report import arrows, protection_class, render_html, write_plots
+from vflcrypto.runtime.declarations import Protection
 
 ROOT = Path(__file__).resolve().parents[1]
 load_all_protocols()  # every declaration registered: the colours come from them
@@ -165,7 +166,7 @@ def test_every_protocols_audit_run_renders(name: str, tmp_path: Path) -> None:
 
 
 def test_repeated_rounds_are_drawn_once_whatever_the_order_within_them() -> None:
-    from vflcrypto.report import rounds
+    from vflcrypto.audit.report import rounds
 
     def a(s: str, r: str, k: str) -> dict[str, object]:
         return {"sender": s, "receiver": r, "kind": k, "count": 1, "bytes": 10}

@@ -23,12 +23,13 @@ from vflcrypto.protocols import fewshot, oneshot, split  # noqa: E402
 from vflcrypto.protocols._repvfl import PartyData, ServerData, digits_example  # noqa: E402
 from vflcrypto.protocols.fewshot.math import attention_estimate, dual_gate  # noqa: E402
 
-from vflcrypto import nn as vnn  # noqa: E402
-from vflcrypto.cluster import canonical_labels, kmeans  # noqa: E402
+from vflcrypto.audit.ledger import audit  # noqa: E402
 from vflcrypto.errors import InputDataError, PeerTimeoutError, ProtocolError  # noqa: E402
-from vflcrypto.leakage import audit, declarations  # noqa: E402
-from vflcrypto.metrics import adjusted_rand_index  # noqa: E402
-from vflcrypto.runtime import AuditTap  # noqa: E402
+from vflcrypto.ml import nn as vnn  # noqa: E402
+from vflcrypto.ml.cluster import canonical_labels, kmeans  # noqa: E402
+from vflcrypto.ml.metrics import adjusted_rand_index  # noqa: E402
+from vflcrypto.runtime.channel import AuditTap  # noqa: E402
+from vflcrypto.runtime.declarations import declarations  # noqa: E402
 
 FAST = {"ssl_epochs": 3, "head_epochs": 10}
 
@@ -178,7 +179,7 @@ class _Rewrite:
 
 
 def _hostile_party(small: Any, fn: Any) -> Any:
-    from vflcrypto.steps import drive
+    from vflcrypto.runtime.steps import drive
 
     _, parties = small
 

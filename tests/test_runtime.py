@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from vflcrypto.audit.ledger import audit
 from vflcrypto.errors import (
     AuditError,
     DecodeError,
@@ -17,15 +18,17 @@ from vflcrypto.errors import (
     ProtocolError,
     UndeclaredMessageError,
 )
-from vflcrypto.leakage import Protection, audit, declare
-from vflcrypto.runtime import AuditTap, Channel, Endpoint, LocalNetwork, QueueTransport, Transcript, run_parties
-from vflcrypto.wire import (
-    HEADER_BYTES,
-    WIRE_VERSION,
-    decode_frame,
-    encode_frame,
-    register_message,
+from vflcrypto.runtime.channel import (
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    QueueTransport,
+    Transcript,
+    run_parties,
 )
+from vflcrypto.runtime.declarations import Protection, declare
+from vflcrypto.runtime.wire import HEADER_BYTES, WIRE_VERSION, decode_frame, encode_frame, register_message
 
 
 @declare("test.ping", sender="alice", receiver="bob", protection=Protection.PUBLIC,
@@ -186,7 +189,7 @@ def test_unknown_version_and_magic() -> None:
 
 
 def test_unknown_kind_is_rejected() -> None:
-    import vflcrypto.wire as wire
+    import vflcrypto.runtime.wire as wire
 
     body = wire.encode_value(["test.nonexistent", 0, "", {"x": 1}])
     frame = wire.MAGIC + bytes([WIRE_VERSION]) + wire._tag(body, None) + body
@@ -195,7 +198,7 @@ def test_unknown_kind_is_rejected() -> None:
 
 
 def _forge(kind: str, fields: dict) -> bytes:
-    import vflcrypto.wire as wire
+    import vflcrypto.runtime.wire as wire
 
     body = wire.encode_value([kind, 0, "", fields])
     return wire.MAGIC + bytes([WIRE_VERSION]) + wire._tag(body, None) + body
@@ -225,7 +228,7 @@ def test_object_arrays_never_cross_the_wire() -> None:
 def test_array_with_inconsistent_shape_is_rejected() -> None:
     import msgpack
 
-    import vflcrypto.wire as wire
+    import vflcrypto.runtime.wire as wire
 
     fake = msgpack.ExtType(2, msgpack.packb(["<f8", [3], b"\x00" * 16], use_bin_type=True))
     body = msgpack.packb(["test.ping", 0, "", {"counter": 1, "values": fake, "note": None,
@@ -325,7 +328,7 @@ def test_audit_tap_keeps_decoded_messages_and_held_values_only_when_on() -> None
 def test_claimed_protections_exclude_public_plaintext_and_the_receivers_own_key() -> None:
     import vflcrypto.protocols.linreg  # noqa: F401  (registers its declarations)
 
-    from vflcrypto.leakage import declaration_for
+    from vflcrypto.runtime.declarations import declaration_for
 
     masked = declaration_for("linreg.masked_gradient")  # under C's key, sent to C
     assert masked.receiver_holds_key

@@ -12,7 +12,7 @@ from vflcrypto.protocols.secagg import math as sm
 from vflcrypto.protocols.secagg.roles import client_names
 
 from vflcrypto.errors import EncodingOverflowError, InputDataError, InsecureParameterError, ProtocolError
-from vflcrypto.shamir import PRIME, reconstruct, split
+from vflcrypto.sharing.shamir import PRIME, reconstruct, split
 
 
 def _ring_sum(xs: list[np.ndarray], cfg: secagg.SecAggConfig) -> np.ndarray:

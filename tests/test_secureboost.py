@@ -10,7 +10,8 @@ import pytest
 from conftest import tamper_sends
 from vflcrypto.protocols import secureboost as sb
 
-from vflcrypto.dataio import read_party_csv
+from vflcrypto.audit.ledger import audit
+from vflcrypto.data.tables import read_party_csv
 from vflcrypto.errors import (
     ConfigurationError,
     InputDataError,
@@ -18,9 +19,8 @@ from vflcrypto.errors import (
     PeerTimeoutError,
     ProtocolError,
 )
-from vflcrypto.leakage import audit
-from vflcrypto.metrics import rmse, roc_auc
-from vflcrypto.paillier import PaillierVector, generate_keypair
+from vflcrypto.he.paillier import PaillierVector, generate_keypair
+from vflcrypto.ml.metrics import rmse, roc_auc
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FATE = SHARED / "fate"
@@ -673,7 +673,7 @@ def test_gradients_are_only_ciphertexts_in_encrypted_mode(small_paillier_keys) -
 
 @pytest.fixture(scope="module")
 def ou_keys():
-    from vflcrypto import ou
+    from vflcrypto.he import ou
 
     return ou.generate_keypair(1024, allow_insecure=True)
 
@@ -735,7 +735,7 @@ def test_a_passive_party_refuses_another_scheme(ou_keys) -> None:
 def test_ou_audit_flags_deterministic_encryption(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without randomness every first-tree OU ciphertext is one of two values: the passive party's attack on
     the ciphertexts it received groups them and recovers the labels; the honest run's attack stays at chance."""
-    from vflcrypto.paillier import fixed_base
+    from vflcrypto.he.paillier import fixed_base
 
     name = "label recovery from secureboost.gradients (OU): equal ciphertexts"
     honest = {f.name: f for f in sb.audit_run(512, allow_insecure=True).findings}[name]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vflcrypto.audit.ledger import markdown_table, render_security_md
 from vflcrypto.cli.audit import FLOWER_BLOCK, load_all_protocols, security_md_blocks
-from vflcrypto.leakage import declarations, markdown_table, render_security_md
+from vflcrypto.runtime.declarations import declarations
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,3 +47,20 @@ def test_flower_relay_table_lists_every_relayed_kind() -> None:
             assert f"`{spec.name}`" in table
             for kind in spec.flower.relayed:
                 assert f"`{kind}`" in table
+
+
+def _github_anchor(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lowercase, punctuation dropped, spaces to hyphens."""
+    import re
+
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_contents_table_links_every_section() -> None:
+    text = (ROOT / "SECURITY.md").read_text(encoding="utf-8")
+    contents = text.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    headings = [ln[3:] for ln in text.splitlines() if ln.startswith("## ") and ln != "## Contents"]
+    assert len(headings) >= 15
+    missing = [h for h in headings if f"(#{_github_anchor(h)})" not in contents]
+    assert not missing, f"SECURITY.md's contents table does not link: {missing}"
+    assert _github_anchor("Entity alignment (PSI): `protocols/align/`") == "entity-alignment-psi-protocolsalign"

@@ -19,11 +19,11 @@ from sklearn.metrics import roc_auc_score
 from vflcrypto.protocols import sshelr
 
 from vflcrypto.cli import main
-from vflcrypto.dataio import write_csv_atomic
+from vflcrypto.data.files import write_csv_atomic
 from vflcrypto.errors import InputDataError, KeyMismatchError, PeerTimeoutError, ProtocolError
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.runtime import Channel
-from vflcrypto.steps import drive
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.runtime.channel import Channel
+from vflcrypto.runtime.steps import drive
 
 FATE = Path(__file__).resolve().parents[2] / "shared" / "data" / "fate"
 
@@ -154,7 +154,7 @@ def test_a_stalled_passive_party_times_out(keys: Any) -> None:
 
 def test_the_weights_never_travel_in_the_clear(keys: Any) -> None:
     """What each party received: shares and ciphertexts; the only plaintext is the owner's reveal."""
-    from vflcrypto.runtime import AuditTap
+    from vflcrypto.runtime.channel import AuditTap
 
     Xa, y, _, Xp, _ = sshelr.example(80)
     tap = AuditTap()

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from vflcrypto.protocols import get, registry
 
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.steps import Role, fields_of
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.runtime.steps import Role, fields_of
 
 
 def _align(keys: Any) -> Any:

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from conftest import spawn_connected_then_hanging
 
-from vflcrypto.certs import cert_fingerprint, write_dev_pki
 from vflcrypto.errors import (
     DecodeError,
     InputDataError,
@@ -21,15 +20,11 @@ from vflcrypto.errors import (
     PeerTimeoutError,
     ProtocolError,
 )
-from vflcrypto.partyconfig import load_party_config, render_config_toml
-from vflcrypto.runtime import Channel, Endpoint
-from vflcrypto.transport_grpc import (
-    HELLO_ROLE,
-    Hello,
-    PartyIdentity,
-    PartyNetwork,
-    connect_party,
-)
+from vflcrypto.runtime.certs import cert_fingerprint, write_dev_pki
+from vflcrypto.runtime.channel import Channel, Endpoint
+from vflcrypto.runtime.identity import PartyIdentity
+from vflcrypto.runtime.network import HELLO_ROLE, Hello, PartyNetwork, connect_party
+from vflcrypto.runtime.partyconfig import load_party_config, render_config_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["active", "passive-0", "passive-1"]
@@ -162,7 +157,7 @@ def test_a_rejected_certificate_is_blamed_on_the_side_that_rejected_it(tmp_path:
 
 
 def test_an_untrusted_peer_certificate_is_named_by_the_side_that_distrusts_it(tmp_path: Path, pki: Path) -> None:
-    from vflcrypto.transport_grpc import diagnose_tls
+    from vflcrypto.runtime.identity import diagnose_tls
 
     cfg = load_party_config(make_config(tmp_path, pki, NAMES[:2]))
     server = PartyNetwork(cfg, identity(pki, "active"))
@@ -264,7 +259,7 @@ def test_replayed_frame_is_rejected(tmp_path: Path, pki: Path) -> None:
     msg = Hello("active", bytes(32), "d", "t", b"", b"")
     a.send(msg)
     frame = a.transcript  # noqa: F841 - the frame itself is re-sent below
-    from vflcrypto.wire import encode_frame
+    from vflcrypto.runtime.wire import encode_frame
 
     replay = encode_frame(msg, seq=0, run_id=a.run_id)
     assert b.recv(Hello) == msg
@@ -278,7 +273,7 @@ def test_replayed_frame_is_rejected(tmp_path: Path, pki: Path) -> None:
 def test_tampered_frame_and_foreign_run_are_rejected(tmp_path: Path, pki: Path) -> None:
     parties = connect_all(make_config(tmp_path, pki, NAMES[:2]), pki, NAMES[:2])
     a, b = _hello_channels(parties)
-    from vflcrypto.wire import encode_frame
+    from vflcrypto.runtime.wire import encode_frame
 
     frame = bytearray(encode_frame(Hello("active", bytes(32), "d", "t", b"", b""), seq=0,
                                    run_id=a.run_id))
@@ -345,7 +340,7 @@ def test_dev_keys_are_private(pki: Path) -> None:
 
 def test_identity_pins_in_the_configuration(tmp_path: Path, pki: Path) -> None:
     """`identity = "ed25519:<hex>"` is parsed, covered by the digest, and checked."""
-    from vflcrypto.certs import identity_pin, load_identity_key
+    from vflcrypto.runtime.certs import identity_pin, load_identity_key
 
     key = load_identity_key(pki / "active.identity.key")
     pin = identity_pin(key.public_key())
@@ -375,8 +370,8 @@ def test_identity_pins_in_the_configuration(tmp_path: Path, pki: Path) -> None:
 
 def test_certs_command_pins_identity_keys(tmp_path: Path) -> None:
     """`vflcrypto certs` writes an identity key per party and pins it in the example config."""
-    from vflcrypto.certs import identity_pin, load_identity_key
     from vflcrypto.cli import main
+    from vflcrypto.runtime.certs import identity_pin, load_identity_key
 
     assert main(["certs", "--out", str(tmp_path), "--party", "active", "--party", "passive-0"]) == 0
     cfg = load_party_config(tmp_path / "parties.example.toml")

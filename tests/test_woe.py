@@ -18,8 +18,8 @@ from vflcrypto.protocols import woe
 from vflcrypto.protocols.woe.math import ADJUSTMENT, bin_column
 
 from vflcrypto.errors import InputDataError, KeyMismatchError, PeerTimeoutError, ProtocolError
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.runtime import Endpoint, LocalNetwork, run_parties
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.runtime.channel import Endpoint, LocalNetwork, run_parties
 
 FATE = Path(__file__).resolve().parents[2] / "shared" / "data" / "fate"
 

@@ -82,7 +82,7 @@ class _Binary(ClassifierMixin):
 
 
 def _record(est: Any, transcript: Any) -> None:
-    from .leakage import audit
+    from .audit.ledger import audit
 
     est.transcript_ = tuple(transcript.entries())
     est.audit_ = audit(transcript)
@@ -186,7 +186,7 @@ class SecureLinearRegression(RegressorMixin, BaseEstimator):
         self.allow_insecure = allow_insecure
 
     def _tables(self, X: np.ndarray, y: np.ndarray | None) -> list[Any]:
-        from .dataio import PartyTable
+        from .data.tables import PartyTable
 
         ids = tuple(f"r{i}" for i in range(len(X)))
         tables = []
@@ -311,7 +311,7 @@ class SplitLearningClassifier(ClassifierMixin, BaseEstimator):
         return self
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         check_is_fitted(self)
         X = np.asarray(validate_data(self, X, reset=False), np.float32)

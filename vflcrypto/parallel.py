@@ -32,7 +32,7 @@ domain, never shared with another party, and should be reachable only on its pri
 network (Ray has no authentication of its own). Messages between parties never use it.
 
 Background work (:func:`background`). Work that only fills idle time (precomputed
-obfuscators, :mod:`vflcrypto.obfuscators`) runs on a second pool of the same size whose
+obfuscators, :mod:`vflcrypto.he.obfuscators`) runs on a second pool of the same size whose
 workers lower their own priority to nice 19 when they start: the operating system then
 gives them only CPU time that nothing else on the machine wants, so they never slow the
 foreground work they are meant to hide behind (the party's own pool, its other threads,

@@ -7,7 +7,7 @@ train|party|audit|demo|align``), the Flower app and the generation of SECURITY.m
 protocols only through the registry (:func:`vflcrypto.protocols.registry`), so adding a
 protocol means adding its module.
 
-A spec names the protocol's roles (:class:`~vflcrypto.steps.Role` classes: named steps
+A spec names the protocol's roles (:class:`~vflcrypto.runtime.steps.Role` classes: named steps
 that every runtime drives), its configuration dataclass (the single source of its
 training flags and their defaults, see :func:`option`), ``run_local`` (every party in
 this process), its audit, its demo step, its commands and its network task, and how a
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigurationError, InputDataError
 
 if TYPE_CHECKING:
-    from .leakage import AuditOutcome
-    from .steps import Role
+    from .audit.ledger import AuditOutcome
+    from .runtime.steps import Role
 
 __all__ = [
     "Command",
@@ -160,7 +160,7 @@ class TaskContext:
     role: str
     roles: dict[str, str]
     channels: Mapping[str, Any]
-    config: Any  # vflcrypto.partyconfig.PartyConfig
+    config: Any  # vflcrypto.runtime.partyconfig.PartyConfig
     identity_key_path: Path | None = None
 
     def names(self, role: str) -> list[str]:
@@ -184,7 +184,7 @@ class TaskContext:
 
     def identity(self) -> Any:
         """This party's Ed25519 identity key, checked against its pin in the configuration."""
-        from .certs import load_identity_key
+        from .runtime.certs import load_identity_key
 
         spec = self.config.party(self.me)
         path = self.identity_key_path or spec.identity_key_path
@@ -228,7 +228,7 @@ class FlowerSpec:
     """How the Flower app runs the protocol: the ServerApp plays ``server_party``.
 
     ``parties(run_config)`` maps every party name to its role name; ``make_role(party,
-    run_config)`` builds that party's :class:`~vflcrypto.steps.Role` with its inputs (the
+    run_config)`` builds that party's :class:`~vflcrypto.runtime.steps.Role` with its inputs (the
     bundled example data of the run config); ``summary(results, run_config)`` turns the
     parties' results into the lines the ServerApp prints and the dict it stores.
     ``relayed`` lists the message kinds that travel between two ClientApps through the
@@ -269,13 +269,13 @@ class ProtocolSpec:
         if scheme in self.schemes:
             return
         if scheme.startswith("ou") and self.oracle:
-            from .ou import refuse_decryption_oracle
+            from .he.ou import refuse_decryption_oracle
 
             refuse_decryption_oracle(scheme, self.name, self.oracle)
         raise ConfigurationError(f"{self.name} does not run under {scheme!r}: use one of {', '.join(self.schemes)}")
 
     def kinds(self) -> list[str]:
         """The message kinds this protocol declares (all start with ``name + "."``)."""
-        from .leakage import declarations
+        from .runtime.declarations import declarations
 
         return [d.kind for d in declarations(self.name)]

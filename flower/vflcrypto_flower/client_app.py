@@ -11,8 +11,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from vflcrypto.errors import ProtocolError
-from vflcrypto.leakage import declaration_for
-from vflcrypto.wire import DecodeContext, decode_frame, message_kind
+from vflcrypto.runtime.declarations import declaration_for
+from vflcrypto.runtime.wire import DecodeContext, decode_frame, message_kind
 
 from .task import (
     FRAME,

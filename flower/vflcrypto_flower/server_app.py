@@ -19,9 +19,9 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from vflcrypto.errors import PeerTimeoutError, ProtocolError
-from vflcrypto.flower_meter import MeteredGrid
-from vflcrypto.transcript import Endpoint, Transcript
-from vflcrypto.wire import DecodeContext, decode_frame, message_kind, peek_frame
+from vflcrypto.runtime.flower_meter import MeteredGrid
+from vflcrypto.runtime.transcript import Endpoint, Transcript
+from vflcrypto.runtime.wire import DecodeContext, decode_frame, message_kind, peek_frame
 
 from .task import client_parties, frame, protocol, read_reply, request, role_config, write_output
 

@@ -3,10 +3,10 @@
 One Flower App runs every protocol of the registry (run config ``protocol``). The
 ServerApp plays the protocol's ``SPEC.flower.server_party``; SuperNode ``partition-id = k``
 plays the k-th of the other parties. Both sides run the protocol's own
-:class:`~vflcrypto.steps.Role` classes (the same named steps as ``run_local`` and the
+:class:`~vflcrypto.runtime.steps.Role` classes (the same named steps as ``run_local`` and the
 network parties), so there is no second copy of any role.
 
-Every Flower message carries one declared message framed by :mod:`vflcrypto.wire` (typed
+Every Flower message carries one declared message framed by :mod:`vflcrypto.runtime.wire` (typed
 fields, ciphertexts checked against the receiver's accepted keys on decode); a ClientApp's
 reply carries the frames its step produced, each one declared and framed on its own.
 Frames between two ClientApps travel through the ServerApp, which sees them: only the
@@ -26,9 +26,9 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from vflcrypto.protocols import get
 
 from vflcrypto.errors import ConfigurationError, ProtocolError
+from vflcrypto.runtime.steps import Next, Recv
+from vflcrypto.runtime.wire import encode_frame, message_kind, message_type
 from vflcrypto.spec import FlowerSpec, ProtocolSpec
-from vflcrypto.steps import Next, Recv
-from vflcrypto.wire import encode_frame, message_kind, message_type
 
 STATE = "vflcrypto-role"  # context.state record of a SuperNode's role
 FRAME, SENDER, STEP = "frame", "sender", "step"

@@ -144,8 +144,8 @@ def _flower_identities(party: str, run_config: Mapping[str, Any]) -> dict[str, A
     own identity key file, as ``vflcrypto party`` does. Nothing is distributed in-band.
     """
     from vflcrypto.errors import ConfigurationError
-    from vflcrypto.partyconfig import load_party_config
-    from vflcrypto.psi import IdentityKey
+    from vflcrypto.psi.primitives import IdentityKey
+    from vflcrypto.runtime.partyconfig import load_party_config
     from vflcrypto.spec import TaskContext
 
     path = str(run_config.get("party-config", "") or "")

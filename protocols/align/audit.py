@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import psi
-from vflcrypto.attacks import accuracy_finding, order_finding
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import accuracy_finding, order_finding
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
+from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 
 from .files import align_files, read_id_table
 from .kkrt_audit import kkrt_findings

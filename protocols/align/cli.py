@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vflcrypto.dataio import atomic_write_text
-from vflcrypto.progress import Progress
+from vflcrypto.data.files import atomic_write_text
+from vflcrypto.runtime.progress import Progress
 from vflcrypto.spec import PartyOutcome, TaskContext
 
 from .files import align_files, canon_table, read_id_table, write_aligned

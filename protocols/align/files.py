@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import psi
-from vflcrypto.dataio import check_outputs, iter_csv_strings, write_csv_atomic
+from vflcrypto.data.files import check_outputs, write_csv_atomic
+from vflcrypto.data.tables import iter_csv_strings
 from vflcrypto.errors import InputDataError
-from vflcrypto.runtime import DEFAULT_TIMEOUT
+from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime.channel import DEFAULT_TIMEOUT
 
 from .messages import ACTIVE, PASSIVE
 from .roles import ProgressFn, run_local

@@ -1,7 +1,7 @@
 """One pairwise KKRT PSI session (OT-extension OPRF) as named steps, for either side.
 
 The active party is the OPRF **receiver** (it learns the intersection), the passive party
-the **sender**; the primitives are in :mod:`vflcrypto.kkrt` and :mod:`vflcrypto.ot`.
+the **sender**; the primitives are in :mod:`vflcrypto.psi.kkrt` and :mod:`vflcrypto.psi.ot`.
 Steps (numbered as in the package docstring):
 
 1. ``start``: both send ``align.hello`` (the same hello as ECDH).
@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import kkrt, ot, psi
 from vflcrypto.errors import ProtocolError
-from vflcrypto.steps import Next, send, then
+from vflcrypto.psi import kkrt, ot
+from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime.steps import Next, send, then
 
 from .messages import ACTIVE, PROTOCOL_VERSION, CommonValues, Hello, OprfMatrix, OprfValues, OtChoice, OtSetup
 from .session import _prefix, check_hello, chunk_lengths

@@ -19,10 +19,11 @@ from statistics import NormalDist
 import nacl.bindings as sodium
 import numpy as np
 
-from vflcrypto import kkrt, ot
-from vflcrypto.attacks import ALPHA, accuracy_finding, adjacent_order_finding, binomial_sf
-from vflcrypto.leakage import EmpiricalFinding, Protection
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import ALPHA, accuracy_finding, adjacent_order_finding, binomial_sf
+from vflcrypto.audit.ledger import EmpiricalFinding
+from vflcrypto.psi import kkrt, ot
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 
 from .messages import ACTIVE, PASSIVE, OprfMatrix, OprfValues, OtChoice
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcrypto.errors import ProtocolError
-from vflcrypto.leakage import Protection, declare
+from vflcrypto.runtime.declarations import Protection, declare
 
 __all__ = ["ACTIVE", "MAX_CHUNK", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "AlignmentResult",
            "BlindedChunk", "Cardinality", "CommonValues", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder",

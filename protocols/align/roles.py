@@ -17,10 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import psi
 from vflcrypto.errors import ProtocolError
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, drive, send, then
+from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
 
 from .kkrt import KkrtSession, KkrtState
 from .messages import ACTIVE, PASSIVE, AlignmentResult, GlobalOrder

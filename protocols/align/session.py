@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import psi
 from vflcrypto.errors import ProtocolError
-from vflcrypto.steps import Next, send, then
-from vflcrypto.wire import encode_value
+from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime.steps import Next, send, then
+from vflcrypto.runtime.wire import encode_value
 
 from .messages import (
     ACTIVE,

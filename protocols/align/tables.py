@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable, require_same_ids
+from vflcrypto.data.tables import PartyTable, require_same_ids
 from vflcrypto.errors import InputDataError
-from vflcrypto.psi import IdentityKey
+from vflcrypto.psi.primitives import IdentityKey
 from vflcrypto.spec import TaskContext
 
 from .messages import ACTIVE, PASSIVE
@@ -25,7 +25,7 @@ def sorted_rows(ids: Sequence[Any], rows: Any) -> np.ndarray:
     IDs for the aligned rows, so sorting them gives every party the same order on its
     own, and the same order in every run (the train/test split and the batches follow).
     """
-    from vflcrypto.psi import canonical_id
+    from vflcrypto.psi.primitives import canonical_id
 
     rows = np.asarray(rows, np.int64)
     keys = [canonical_id(ids[i]) for i in rows]

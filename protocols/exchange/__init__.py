@@ -72,7 +72,7 @@ def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     d, X = example(int(run_config.get("rows", 500)), int(run_config.get("features", 8)))
     if party == ACTIVE:

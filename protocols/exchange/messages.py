@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vflcrypto.leakage import PERFECT, Protection, declare
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
-from vflcrypto.wire import IntVector
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.declarations import PERFECT, Protection, declare
+from vflcrypto.runtime.wire import IntVector
 
 __all__ = [
     "ACTIVE",
@@ -18,7 +18,7 @@ __all__ = [
     "PublicKeyAnnouncement",
 ]
 
-#: why exchange refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+#: why exchange refuses Okamoto-Uchiyama keys (vflcrypto.he.ou.refuse_decryption_oracle)
 OU_REFUSAL = "the key holder decrypts the masked gradient the other party forms and returns it"
 
 ACTIVE, PASSIVE = "active", "passive"

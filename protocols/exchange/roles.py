@@ -18,12 +18,20 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, KeyMismatchError
-from vflcrypto.masking import mask_ciphertexts, unmask_residues
-from vflcrypto.ou import refuse_decryption_oracle
-from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, send, then
-from vflcrypto.wire import IntVector
+from vflcrypto.he.ou import refuse_decryption_oracle
+from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Next, Role, done, send, then
+from vflcrypto.runtime.wire import IntVector
+from vflcrypto.sharing.masking import mask_ciphertexts, unmask_residues
 
 from .messages import (
     ACTIVE,
@@ -147,7 +155,7 @@ def run_local(d: np.ndarray, X: np.ndarray, *, keys: tuple[PaillierPublicKey, Pa
     task (tests: a stalling or hostile party); ``tap`` (audits) keeps what each party
     received and holds.
     """
-    from vflcrypto.steps import drive
+    from vflcrypto.runtime.steps import drive
 
     if keys is None:
         keys = generate_keypair(key_bits, allow_insecure=allow_insecure)

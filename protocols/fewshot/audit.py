@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, audit_runs
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, digits_example, party_names, require_torch

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel
+from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel
+from vflcrypto.runtime.steps import Next, done, send, then
 from vflcrypto.spec import option
-from vflcrypto.steps import Next, done, send, then
 
 from .._repvfl import PartyData, RepRun, ServerData, check_matrix, run_roles
 from ..oneshot.messages import Setup as OneShotSetup
@@ -114,7 +114,7 @@ class ServerRole(OneShotServer):
 
     def pseudo_labels(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Per party: (rows kept by the gate, their classes, p̂) among its unaligned rows."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st, cfg, C = self.fs, self.cfg, self.data.n_classes
         head = vnn.head(cfg.dim * len(self.parties), C, seed=cfg.seed)
@@ -208,7 +208,7 @@ class PartyRole(OneShotParty):
 
     def _after_local_training(self, result: PartyResult, classifier: Any) -> Next:
         """Step 4: U2 and H_u^k; server mode: also the test representations (6) and done."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         d = self.data
         if len(d.X_unaligned):
@@ -221,7 +221,7 @@ class PartyRole(OneShotParty):
 
     def on_pseudo_labels(self, msg: m.PseudoLabels) -> Next:
         """Step 5c (client mode): retrain f_k on the returned pseudo-labels; the refit and the test rows (6)."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         d, cfg, C = self.data, self.cfg, self.fs.n_classes
         rows, labels, conf = (np.asarray(a) for a in (msg.rows, msg.labels, msg.confidence))

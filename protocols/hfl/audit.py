@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import ring_mask_findings
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_runs
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import ring_mask_findings
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 from vflcrypto.spec import DemoContext
 
 from ..secagg.audit import share_reading_finding

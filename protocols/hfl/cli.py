@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import read_csv_strings, train_test_split
+from vflcrypto.data.tables import read_csv_strings, train_test_split
 from vflcrypto.errors import InputDataError
 from vflcrypto.spec import Command, add_config_arguments, config_from_args
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vflcrypto.datasets.digits import load_digits
+from vflcrypto.data.digits import load_digits
 from vflcrypto.errors import InputDataError
 
 from .roles import ClientData

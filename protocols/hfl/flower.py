@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vflcrypto.runtime.steps import Role
 from vflcrypto.spec import FlowerSpec
-from vflcrypto.steps import Role
 
 from ..secagg.flower import config_of, flower_identities, names_of, parties_of, vanish_of
 from .data import digits_clients

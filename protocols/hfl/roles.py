@@ -25,9 +25,17 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.masking import ring_dtype
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, drive, send, then
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
+from vflcrypto.sharing.masking import ring_dtype
 
 from ..secagg import math as sm
 from ..secagg.messages import Setup as AggSetup

@@ -88,7 +88,7 @@ Obfuscators from the coordinator (idle time)
 C holds the key and waits through steps 1–4; a passive party's encryption of ``[[u_k]]``
 (one DJN exponentiation per row under the public key) is most of its own work. C
 computes encryptions of zero by the CRT (cheaper than the public key's path) on a
-low-priority process pool while it waits (:class:`~vflcrypto.obfuscators.ObfuscatorStock`,
+low-priority process pool while it waits (:class:`~vflcrypto.he.obfuscators.ObfuscatorStock`,
 one iteration's worth) and sends each passive party fresh ones per batch; the passive
 party multiplies each once into ``1 + v n``. This reveals nothing new: C chose them and
 can recover the randomness of any ciphertext under its key anyway, and it decrypts only
@@ -125,7 +125,7 @@ Schemes
   only to ``CKKS_HIDING_BITS`` bits of statistical distance (declared honestly; an owner
   whose unmasked gradient exceeded the bound raises EncodingOverflowError). C rounds
   decryptions to 2^-24 before returning them (IND-CPA^D mitigation, see
-  :mod:`vflcrypto.ckks`).
+  :mod:`vflcrypto.he.ckks`).
 """
 
 from __future__ import annotations
@@ -133,12 +133,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vflcrypto.datasets.synthetic import synthetic_split
+from vflcrypto.data.synthetic import synthetic_split
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
 from .audit import audit_run, demo_step
 from .config import OU_REFUSAL, PREPROCESSING, LinRegConfig
+from .coordinator import CoordinatorResult, CoordinatorRole
+from .local import LinRegRun, passive_names, run_active, run_coordinator, run_local, run_passive
 from .math import (
     PlainResult,
     active_loss_share,
@@ -177,19 +179,7 @@ from .messages import (
 )
 from .model import PartyModel, Preprocessing, fit_preprocessing, predict_plain, save_models
 from .predict import predict_local, run_predict_active, run_predict_coordinator, run_predict_passive
-from .roles import (
-    ActiveRole,
-    CoordinatorResult,
-    CoordinatorRole,
-    LinRegRun,
-    PartyResult,
-    PassiveRole,
-    passive_names,
-    run_active,
-    run_coordinator,
-    run_local,
-    run_passive,
-)
+from .roles import ActiveRole, PartyResult, PassiveRole
 
 __all__ = [
     "ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "COORD", "FRAC_BITS", "PASSIVE", "PREPROCESSING",

@@ -10,20 +10,22 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import (
+from vflcrypto.audit.attacks import (
     real_mask_findings,
     ring_mask_findings,
     strip_known_paillier,
     unrandomized_finding,
     unrandomized_paillier,
 )
-from vflcrypto.datasets.synthetic import synthetic_split
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
+from vflcrypto.data.synthetic import synthetic_split
 from vflcrypto.errors import AuditError
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
-from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierVector
-from vflcrypto.runtime import AuditTap
+from vflcrypto.he.paillier import DEFAULT_KEY_BITS, PaillierVector
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 
 from .config import LinRegConfig
+from .local import passive_names, run_local
 from .math import epoch_batches, plaintext_gradient_descent
 from .messages import (
     ACTIVE,
@@ -43,14 +45,13 @@ from .messages import (
 )
 from .model import predict_plain, save_models
 from .predict import predict_local
-from .roles import passive_names, run_local
 
 __all__ = ["audit_run", "demo_step", "obfuscator_reuse_finding", "read_shared_obfuscators"]
 
 
 def demo_step(ctx: Any) -> dict[str, Any]:
     """Secure linear regression on a small deterministic synthetic split (< 15 s at 2048 bits)."""
-    from vflcrypto.metrics import r2_score, rmse
+    from vflcrypto.ml.metrics import r2_score, rmse
 
     active, passives = synthetic_split(n_rows=120, p_active=3, p_passive=(2,))
     epochs = 3 if ctx.quick else 8
@@ -179,7 +180,7 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     ``n_rows`` = 200 rows, 4 + 4 + 3 features, mini-batches of ``batch_size`` = 25 over 2
     epochs (16 iterations), so each mask test sees about 200 values.
     """
-    from vflcrypto.ckks import mask_bound
+    from vflcrypto.he.ckks import mask_bound
 
     insecure = allow_insecure
     active, passives = synthetic_split(n_rows=n_rows, p_active=4, p_passive=(4, 3))

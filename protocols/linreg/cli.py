@@ -6,7 +6,7 @@ passive party ``passive-0``, ``passive-1``, ... in the order given. A coordinato
 holding the keys runs in the same process. Unless ``--aligned`` says the files already
 list the same IDs in the same order, rows are first aligned by private set
 intersection. Rows are split into train and test with the public, seeded
-:func:`vflcrypto.dataio.train_test_split`; each party fits its local preprocessing on
+:func:`vflcrypto.data.tables.train_test_split`; each party fits its local preprocessing on
 its own training rows. Test metrics use the secure prediction path
 (:func:`vflcrypto.protocols.linreg.predict_local`): only the active party learns the
 predictions. ``--model-dir`` saves one ``<party>.npz`` per party (no pickle).
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import save_model
+from vflcrypto.data.files import save_model
 from vflcrypto.errors import InputDataError
-from vflcrypto.metrics import r2_score, rmse
+from vflcrypto.ml.metrics import r2_score, rmse
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
 
 from .._train import (
@@ -39,10 +39,10 @@ from .._train import (
     write_metrics,
 )
 from .config import LinRegConfig
+from .local import run_active, run_coordinator, run_local, run_passive
 from .messages import ACTIVE, COORD, PASSIVE
 from .model import save_models
 from .predict import predict_local, run_predict_active, run_predict_coordinator, run_predict_passive
-from .roles import run_active, run_coordinator, run_local, run_passive
 
 __all__ = ["add_party_arguments", "add_train_arguments", "config", "party_task", "train"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vflcrypto.errors import InputDataError
-from vflcrypto.ou import refuse_decryption_oracle
-from vflcrypto.paillier import DEFAULT_KEY_BITS
+from vflcrypto.he.ou import refuse_decryption_oracle
+from vflcrypto.he.paillier import DEFAULT_KEY_BITS
 from vflcrypto.spec import option
 
 from .messages import SCHEMES

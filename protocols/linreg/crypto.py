@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import masking
-from vflcrypto.ckks import CKKSContext, CKKSVector
 from vflcrypto.errors import EncodingOverflowError, ProtocolError
-from vflcrypto.obfuscators import ObfuscatorStock
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
-from vflcrypto.wire import IntVector
+from vflcrypto.he.ckks import CKKSContext, CKKSVector
+from vflcrypto.he.obfuscators import ObfuscatorStock
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.wire import IntVector
+from vflcrypto.sharing import masking
 
 from .messages import (
     CKKS_GRADIENT_BOUND,
@@ -113,7 +113,7 @@ class CKKSCrypto(Crypto):
         return 1.0 / (2 * m)
 
     def mask(self, v: Vec) -> tuple[MaskedGradientCKKS, Any]:
-        from vflcrypto.ckks import uniform_real_mask  # looked up per call: a test seam patches it
+        from vflcrypto.he.ckks import uniform_real_mask  # looked up per call: a test seam patches it
 
         if not isinstance(v, CKKSVector):
             raise ProtocolError(f"a {type(v).__name__} in a CKKS run (a peer sent the other scheme)")

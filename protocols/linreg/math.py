@@ -12,12 +12,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable
-from vflcrypto.encoding import exceeds_bits
-from vflcrypto.errors import EncodingOverflowError, InputDataError, TrainingDivergedError
+from vflcrypto.data.tables import PartyTable
+from vflcrypto.errors import (
+    ConfigurationError,
+    EncodingOverflowError,
+    InputDataError,
+    ProtocolError,
+    TrainingDivergedError,
+)
+from vflcrypto.he.encoding import exceeds_bits
 
 from .config import LinRegConfig
-from .messages import CKKS_GRADIENT_BOUND, CKKS_RESIDUAL_RMS, FRAC_BITS
+from .messages import CKKS_GRADIENT_BOUND, CKKS_RESIDUAL_RMS, FRAC_BITS, TrainingPlan
 from .model import fit_label_scaling, fit_preprocessing
 
 __all__ = [
@@ -228,3 +234,28 @@ def plaintext_gradient_descent(
             stop = True
             break
     return PlainResult(wb, wp, losses, epoch_losses, epochs_run, stop, history, offset, scale)
+
+
+def check_plan_matches(plan: TrainingPlan, config: LinRegConfig | None, party: str) -> None:
+    """A network party's own flags against the active party's plan: any difference is refused."""
+    if config is None:
+        return
+    batch = plan.n_rows if config.batch_size is None else min(config.batch_size, plan.n_rows)
+    mine = {"epochs": config.epochs, "lr": float(config.lr), "momentum": float(config.momentum),
+            "l2": float(config.l2), "tol": config.tol, "batch_size": batch,
+            "coordinator_obfuscators": config.supplies_obfuscators}
+    theirs = {"epochs": plan.epochs, "lr": plan.lr, "momentum": plan.momentum, "l2": plan.l2, "tol": plan.tol,
+              "batch_size": plan.batch_size, "coordinator_obfuscators": plan.obfuscators}
+    differ = [f"{k} {theirs[k]} (here {mine[k]})" for k in mine if mine[k] != theirs[k]]
+    if differ:
+        raise ConfigurationError(f"{party}: the active party's training plan differs from this party's flags: "
+                                 f"{', '.join(differ)}; run every party with the same training flags")
+
+
+def check_plan(plan: TrainingPlan, n_rows: int, party: str) -> None:
+    if plan.n_rows != n_rows:
+        raise InputDataError(f"{party} has {n_rows} rows, the active party {plan.n_rows}: "
+                             "the parties' rows are not aligned")
+    if (plan.epochs < 1 or plan.batch_size < 1 or not plan.lr > 0 or plan.l2 < 0
+            or not 0 <= plan.momentum < 1):
+        raise ProtocolError("implausible training plan")

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.ckks import CKKSContext, CKKSVector
-from vflcrypto.leakage import PERFECT, Protection, declare
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
-from vflcrypto.wire import IntVector
+from vflcrypto.he.ckks import CKKSContext, CKKSVector
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.declarations import PERFECT, Protection, declare
+from vflcrypto.runtime.wire import IntVector
 
 __all__ = ["ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "CKKS_RESIDUAL_RMS", "CKKS_RETURN_FRAC_BITS", "COORD",
            "FRAC_BITS", "PASSIVE", "SCHEMES", "Control", "CrossTerm", "EncryptedLoss", "EncryptedResidual",
@@ -19,13 +19,13 @@ __all__ = ["ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "CKKS_RESIDUAL_R
 
 SCHEMES = ("paillier", "ckks")
 FRAC_BITS = 32  # fixed-point fractional bits of u, d and features (gradients carry 64)
-CKKS_Q0_BITS, CKKS_SCALE_BITS = 60, 40  # vflcrypto.ckks defaults (first prime, scale)
+CKKS_Q0_BITS, CKKS_SCALE_BITS = 60, 40  # vflcrypto.he.ckks defaults (first prime, scale)
 CKKS_GRADIENT_BOUND = 2.0**6  # |mean gradient| the CKKS mask is sized for
 # |g_j| = |mean_i x_ij d_i| <= rms(x_j) * rms(d) over a batch (Cauchy-Schwarz): a run is refused
 # before training unless every column's batch rms is <= BOUND / CKKS_RESIDUAL_RMS and the label's
 # (the residual at Θ = 0) is <= CKKS_RESIDUAL_RMS; a gradient past the bound later still stops the run
 CKKS_RESIDUAL_RMS = 4.0
-# = vflcrypto.ckks.mask_hiding_bits(default context, CKKS_GRADIENT_BOUND) (checked by a test)
+# = vflcrypto.he.ckks.mask_hiding_bits(default context, CKKS_GRADIENT_BOUND) (checked by a test)
 _CKKS_ROOM = 2.0 ** (CKKS_Q0_BITS - CKKS_SCALE_BITS - 1) - CKKS_GRADIENT_BOUND
 CKKS_HIDING_BITS = max(0, math.floor(math.log2(_CKKS_ROOM / CKKS_GRADIENT_BOUND)))
 CKKS_RETURN_FRAC_BITS = 24  # C rounds CKKS decryptions to 2^-24 before returning them

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable, load_model, save_model
+from vflcrypto.data.files import load_model, save_model
+from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 
 from .config import PREPROCESSING

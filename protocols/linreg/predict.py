@@ -17,15 +17,24 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import masking
-from vflcrypto.dataio import PartyTable, ids_digest
+from vflcrypto.data.tables import PartyTable, ids_digest
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, drive, send, then
-from vflcrypto.wire import IntVector
+from vflcrypto.he.paillier import DEFAULT_KEY_BITS, PaillierPublicKey, PaillierVector, generate_keypair
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
+from vflcrypto.runtime.wire import IntVector
+from vflcrypto.sharing import masking
 
 from .crypto import reveal_masked
+from .local import passive_names
 from .math import validate_table
 from .messages import (
     ACTIVE,
@@ -39,7 +48,6 @@ from .messages import (
     PublicKeyMsg,
 )
 from .model import PartyModel
-from .roles import passive_names
 
 __all__ = ["PredictActiveRole", "PredictCoordinatorRole", "PredictPassiveRole", "predict_local",
            "run_predict_active", "run_predict_coordinator", "run_predict_passive"]

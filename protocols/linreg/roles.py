@@ -1,4 +1,4 @@
-"""The training roles of secure linear regression as named steps, and ``run_local``.
+"""The data parties of secure linear regression as named steps (the coordinator: :mod:`.coordinator`).
 
 Steps, numbered as in the package docstring:
 
@@ -18,31 +18,28 @@ Steps, numbered as in the package docstring:
 from __future__ import annotations
 
 import secrets
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.ckks import CKKSContext, CKKSVector
-from vflcrypto.dataio import PartyTable, ids_digest
-from vflcrypto.encoding import significant_frac_bits
-from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
-from vflcrypto.obfuscators import ObfuscatorStock
-from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Recv, Role, done, drive, send, then
-from vflcrypto.wire import IntVector
+from vflcrypto.data.tables import PartyTable, ids_digest
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.he.ckks import CKKSVector
+from vflcrypto.he.encoding import significant_frac_bits
+from vflcrypto.he.paillier import PaillierVector
+from vflcrypto.runtime.steps import Next, Role, done, send, then
+from vflcrypto.runtime.wire import IntVector
 
 from .config import LinRegConfig
-from .crypto import CKKSCrypto, Crypto, PaillierCrypto, crypto_from, reveal_masked
+from .crypto import CKKSCrypto, Crypto, PaillierCrypto, crypto_from
 from .math import (
     active_loss_share,
     check_bound,
     check_ckks_scale,
-    check_divergence,
-    converged,
+    check_plan,
+    check_plan_matches,
     epoch_batches,
     paillier_value_bits,
     passive_loss_share,
@@ -59,8 +56,6 @@ from .messages import (
     EncryptedResidual,
     EncryptedU,
     GradientReturn,
-    MaskedGradient,
-    MaskedGradientCKKS,
     Obfuscators,
     PartialSum,
     PublicKeyMsg,
@@ -68,8 +63,7 @@ from .messages import (
 )
 from .model import PartyModel, Preprocessing, fit_label_scaling, fit_preprocessing
 
-__all__ = ["ActiveRole", "CoordinatorResult", "CoordinatorRole", "LinRegRun", "PartyResult", "PassiveRole",
-           "passive_names", "run_active", "run_coordinator", "run_local", "run_passive"]
+__all__ = ["ActiveRole", "PartyResult", "PassiveRole"]
 
 
 @dataclass
@@ -78,229 +72,6 @@ class PartyResult:
 
     model: PartyModel
     history: list[np.ndarray] = field(default_factory=list)  # weights after each iteration
-
-
-@dataclass
-class CoordinatorResult:
-    losses: list[float]  # per iteration
-    epoch_losses: list[float]
-    epochs_run: int
-    converged: bool
-    # with coordinator obfuscators: how many C's producer made, handed out from its stock, computed online
-    obfuscators: dict[str, int] = field(default_factory=dict)
-
-
-def check_plan_matches(plan: TrainingPlan, config: LinRegConfig | None, party: str) -> None:
-    """A network party's own flags against the active party's plan: any difference is refused."""
-    if config is None:
-        return
-    batch = plan.n_rows if config.batch_size is None else min(config.batch_size, plan.n_rows)
-    mine = {"epochs": config.epochs, "lr": float(config.lr), "momentum": float(config.momentum),
-            "l2": float(config.l2), "tol": config.tol, "batch_size": batch,
-            "coordinator_obfuscators": config.supplies_obfuscators}
-    theirs = {"epochs": plan.epochs, "lr": plan.lr, "momentum": plan.momentum, "l2": plan.l2, "tol": plan.tol,
-              "batch_size": plan.batch_size, "coordinator_obfuscators": plan.obfuscators}
-    differ = [f"{k} {theirs[k]} (here {mine[k]})" for k in mine if mine[k] != theirs[k]]
-    if differ:
-        raise ConfigurationError(f"{party}: the active party's training plan differs from this party's flags: "
-                                 f"{', '.join(differ)}; run every party with the same training flags")
-
-
-def check_plan(plan: TrainingPlan, n_rows: int, party: str) -> None:
-    if plan.n_rows != n_rows:
-        raise InputDataError(f"{party} has {n_rows} rows, the active party {plan.n_rows}: "
-                             "the parties' rows are not aligned")
-    if (plan.epochs < 1 or plan.batch_size < 1 or not plan.lr > 0 or plan.l2 < 0
-            or not 0 <= plan.momentum < 1):
-        raise ProtocolError("implausible training plan")
-
-
-# --------------------------------------------------------------------------- coordinator
-
-
-@dataclass
-class _CoordState:
-    key: PublicKeyMsg | None = None
-    secret: IntVector = field(default_factory=IntVector)  # Paillier (p, q): kept on C's own node only
-    ckks_secret: bytes = b""  # CKKS: the secret context, likewise
-    plan: TrainingPlan | None = None
-    epoch: int = 0
-    b: int = 0  # batch of the epoch
-    k: int = 0  # party whose masked gradient comes next
-    batch_losses: list[float] = field(default_factory=list)
-    losses: list[float] = field(default_factory=list)
-    epoch_losses: list[float] = field(default_factory=list)
-
-
-class CoordinatorRole(Role[_CoordState]):
-    """C: holds the key pair; decrypts only the loss and masked values.
-
-    With the plan's ``obfuscators`` it also keeps an :class:`~vflcrypto.obfuscators.ObfuscatorStock`
-    of one iteration's encryptions of zero, filled by the CRT on the low-priority pool while
-    it waits, and sends each passive party its next batch's (call :meth:`close` when done:
-    :func:`run_coordinator` does).
-    """
-
-    role = COORD
-    State = _CoordState
-
-    def __init__(self, *, scheme: str = "paillier", key_bits: int = 2048, allow_insecure: bool = False,
-                 active: str = ACTIVE, passives: Sequence[str] = ("passive-0",),
-                 keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
-                 ckks_context: CKKSContext | None = None, name: str = COORD,
-                 expected: LinRegConfig | None = None) -> None:
-        super().__init__(name)
-        if scheme not in ("paillier", "ckks"):
-            raise InputDataError(f"unknown scheme {scheme!r}")
-        self.expected = expected
-        self.scheme, self.active, self.passives = scheme, active, list(passives)
-        self.parties = [active, *self.passives]
-        self.key_bits, self.allow_insecure = key_bits, allow_insecure
-        self._keys, self._ckks = keys, ckks_context
-        self.secret: Any = None
-        self._stock: ObfuscatorStock[PaillierVector] | None = None
-        self.obfuscator_counts: dict[str, int] = {}
-
-    def close(self) -> None:
-        """Stop the obfuscator producer and drop its stock (idempotent); keep its counters."""
-        if self._stock is not None:
-            stats = self._stock.stats()
-            self.obfuscator_counts = {"produced": stats.produced, "from_stock": stats.from_stock,
-                                      "online": stats.online}
-            self._stock.close()
-            self._stock = None
-
-    def accepted_keys(self) -> list[Any]:
-        key = self.state.key
-        if key is None:
-            return []
-        return [key.paillier if key.paillier is not None else key.ckks]  # ciphertexts under C's own key
-
-    def dump_state(self) -> bytes:
-        """The state with C's secret key material (only a runtime that keeps C's state on C's own
-        node, like the Flower ClientApp, calls this)."""
-        if isinstance(self.secret, PaillierPrivateKey):
-            self.state.secret = IntVector(self.secret.secret_numbers())
-        elif self.secret is not None and not self.state.ckks_secret:
-            self.state.ckks_secret = self.secret.secret_bytes()
-        return super().dump_state()
-
-    def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
-        super().load_state(data, allow_insecure=allow_insecure)
-        key = self.state.key
-        if key is not None and key.paillier is not None:
-            self.secret = PaillierPrivateKey(key.paillier, *self.state.secret)
-        elif key is not None and key.ckks is not None:
-            self.secret = CKKSContext.from_secret_bytes(self.state.ckks_secret, key.ckks.to_bytes())
-
-    def start(self) -> Next:
-        """Step 0: a fresh key pair; the public key (or public CKKS context) to every data party."""
-        if self.scheme == "paillier":
-            pk, sk = self._keys if self._keys is not None else generate_keypair(
-                self.key_bits, allow_insecure=self.allow_insecure)
-            self.state.key, self.secret = PublicKeyMsg("paillier", pk, None), sk
-        else:
-            ctx = self._ckks if self._ckks is not None else CKKSContext.generate(allow_insecure=self.allow_insecure)
-            self.state.key, self.secret = PublicKeyMsg("ckks", None, ctx.public()), ctx
-        self.hold("secret_key", self.secret)
-        assert self.state.key is not None
-        return then([send(p, self.state.key) for p in self.parties], self.active, TrainingPlan, "on_plan")
-
-    def on_plan(self, plan: TrainingPlan) -> Next:
-        """Step 0: B's plan (checked, against this party's own flags if given); then the first batch's loss."""
-        if plan.n_passive != len(self.passives):
-            raise ProtocolError("the plan names a different number of passive parties")
-        if plan.obfuscators and self.scheme != "paillier":
-            raise ProtocolError("the plan asks for Paillier obfuscators in a CKKS run")
-        check_plan_matches(plan, self.expected, self.name)
-        self.state.plan = plan
-        return then(self._obfuscator_sends(0, self.passives), self.active, EncryptedLoss, "on_loss")
-
-    def _obfuscator_sends(self, b: int, passives: Sequence[str]) -> list[tuple[str, Any]]:
-        """Step 1 (C's part, with the plan's ``obfuscators``): to each of ``passives`` fresh
-        obfuscators for its batch ``b`` of this epoch, one per row of [[u_k]] and one for [[P_k]].
-
-        They come from the stock, filled while C waits (the shortfall computed now); the
-        stock is started on first use and holds one iteration's worth.
-        """
-        plan = self.state.plan
-        assert plan is not None  # on_plan ran first
-        if not plan.obfuscators or not passives:
-            return []
-        if self._stock is None:  # one iteration's worth: the most C hands out at once
-            limit = len(self.passives) * (min(plan.batch_size, plan.n_rows) + 1)
-            self._stock = ObfuscatorStock(self.secret, limit).start()
-        count = len(self._batches()[b]) + 1
-        sends = [send(p, Obfuscators(self._stock.take(count))) for p in passives]
-        if self.state.epoch == plan.epochs - 1 and b == len(self._batches()) - 1 and passives[-1] == self.passives[-1]:
-            self.close()  # the plan's last batch: nothing more to make
-        return sends
-
-    def _then_obfuscators(self, sends: Sequence[tuple[str, Any]], b: int,
-                          passives: Sequence[str]) -> Iterator[tuple[str, Any]]:
-        """``sends``, then the obfuscators for batch ``b``: streamed, so the peers get ``sends``
-        (a gradient return, the control bit) before C computes any shortfall of its stock."""
-        yield from sends
-        yield from self._obfuscator_sends(b, passives)
-
-    def _batches(self) -> list[np.ndarray]:
-        plan = self.state.plan
-        assert plan is not None  # on_plan ran first
-        return epoch_batches(plan.n_rows, plan.batch_size, plan.seed, self.state.epoch)
-
-    def on_loss(self, msg: EncryptedLoss) -> Next:
-        """Step 5: decrypt the batch loss S (and L = S / 2m); then the masked gradients."""
-        st = self.state
-        if len(msg.value) != 1:
-            raise ProtocolError("loss must be a single value")
-        m = len(self._batches()[st.b])
-        if self.scheme == "paillier":
-            st.batch_losses.append(float(self.secret.decrypt_fixed(msg.value)[0]) / (2 * m))
-        else:
-            if not isinstance(msg.value, CKKSVector):
-                raise ProtocolError(f"a {type(msg.value).__name__} loss in a CKKS run (a peer sent the other scheme)")
-            st.batch_losses.append(float(msg.value.decrypt(self.secret)[0]))
-        st.k = 0
-        return then([], self.parties[0], self._masked_kind(), "on_masked_gradient")
-
-    def _masked_kind(self) -> type:
-        return MaskedGradient if self.scheme == "paillier" else MaskedGradientCKKS
-
-    def on_masked_gradient(self, msg: MaskedGradient | MaskedGradientCKKS) -> Next:
-        """Step 5: decrypt a party's masked gradient (uniform to C) and return it; a passive party's
-        next batch of this epoch starts now, so its obfuscators follow (step 1)."""
-        st = self.state
-        party = self.parties[st.k]
-        sends = [send(party, reveal_masked(self.secret, msg.values))]
-        nxt_b = st.b + 1
-        more = [party] if party in self.passives and nxt_b < len(self._batches()) else []
-        st.k += 1
-        if st.k < len(self.parties):
-            wait = Recv(self.parties[st.k], self._masked_kind(), "on_masked_gradient")
-        else:
-            st.b += 1
-            if st.b == len(self._batches()):
-                return self._end_epoch(sends)
-            wait = Recv(self.active, EncryptedLoss, "on_loss")
-        return Next(self._then_obfuscators(sends, nxt_b, more), wait)
-
-    def _end_epoch(self, sends: list[tuple[str, Any]]) -> Next:
-        """Step 6: the stopping test on the mean epoch loss; one bit to every party."""
-        st, plan = self.state, self.state.plan
-        assert plan is not None
-        st.losses.extend(st.batch_losses)
-        st.epoch_losses.append(float(np.mean(st.batch_losses)))
-        st.batch_losses = []
-        check_divergence(st.epoch_losses, st.epoch)
-        prev = st.epoch_losses[-2] if len(st.epoch_losses) > 1 else None
-        stop = converged(prev, st.epoch_losses[-1], plan.tol)
-        sends += [send(p, Control(st.epoch, stop)) for p in self.parties]
-        st.epoch += 1
-        if stop or st.epoch >= plan.epochs:
-            self.close()
-            return done(CoordinatorResult(st.losses, st.epoch_losses, st.epoch, stop, self.obfuscator_counts), sends)
-        st.b = 0
-        return Next(self._then_obfuscators(sends, 0, self.passives), Recv(self.active, EncryptedLoss, "on_loss"))
 
 
 # --------------------------------------------------------------------------- data parties
@@ -610,89 +381,3 @@ class ActiveRole(_DataRole):
 
 def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:
     return Next((*sends, *nxt.sends), nxt.wait, nxt.result)
-
-
-# --------------------------------------------------------------------------- over channels
-
-
-def run_passive(channels: Mapping[str, Channel], table: PartyTable, **kwargs: Any) -> PartyResult:
-    """Passive party A_index over its channels to B and C."""
-    result: PartyResult = drive(PassiveRole(table, **kwargs), channels)
-    return result
-
-
-def run_active(channels: Mapping[str, Channel], table: PartyTable, **kwargs: Any) -> PartyResult:
-    """Active party B over its channels to C and every passive party."""
-    result: PartyResult = drive(ActiveRole(table, **kwargs), channels)
-    return result
-
-
-def run_coordinator(channels: Mapping[str, Channel], **kwargs: Any) -> CoordinatorResult:
-    """Coordinator C over its channels to every data party (its obfuscator producer stops with it)."""
-    role = CoordinatorRole(**kwargs)
-    try:
-        result: CoordinatorResult = drive(role, channels)
-    finally:
-        role.close()
-    return result
-
-
-@dataclass
-class LinRegRun:
-    """Everything :func:`run_local` returns."""
-
-    active: PartyResult
-    passives: list[PartyResult]
-    coordinator: CoordinatorResult
-    transcript: Transcript
-    seconds: float
-
-    @property
-    def models(self) -> list[PartyModel]:
-        return [self.active.model] + [p.model for p in self.passives]
-
-    @property
-    def losses(self) -> list[float]:
-        return self.coordinator.losses
-
-
-def passive_names(k: int) -> list[str]:
-    return [f"passive-{i}" for i in range(k)]
-
-
-def run_local(active: PartyTable, passives: Sequence[PartyTable], *, config: LinRegConfig | None = None,
-              timeout: float = DEFAULT_TIMEOUT, allow_insecure: bool = False, record_history: bool = False,
-              keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
-              ckks_context: CKKSContext | None = None,
-              overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> LinRegRun:
-    """Run all roles in one process (threads over in-memory Channels).
-
-    ``overrides`` replaces a party's task (tests: a stalling or hostile party); ``tap``
-    (audits) keeps what each party received and holds.
-    """
-    cfg = config if config is not None else LinRegConfig()
-    if not passives:
-        raise InputDataError("need at least one passive party")
-    names = passive_names(len(passives))
-    endpoints = [Endpoint(ACTIVE, ACTIVE), Endpoint(COORD, COORD), *[Endpoint(p, PASSIVE) for p in names]]
-    links = [(ACTIVE, COORD), *[(ACTIVE, p) for p in names], *[(COORD, p) for p in names]]
-    net = LocalNetwork(endpoints, links=links, timeout=timeout, transcript=Transcript(tap),
-                       allow_insecure=allow_insecure, run_id=secrets.token_hex(8))
-    # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
-    tasks: dict[str, Callable[..., Any]] = {
-        COORD: lambda: run_coordinator(net.channels(COORD), scheme=cfg.scheme, key_bits=cfg.key_bits,
-                                       allow_insecure=allow_insecure, passives=names, keys=keys,
-                                       ckks_context=ckks_context),
-        ACTIVE: lambda: run_active(net.channels(ACTIVE), active, passives=names, config=cfg,
-                                   record_history=record_history),
-    }
-    for i, (pname, table) in enumerate(zip(names, passives, strict=True)):
-        tasks[pname] = (lambda i=i, pname=pname, table=table: run_passive(
-            net.channels(pname), table, index=i, name=pname, preprocess=cfg.preprocess,
-            record_history=record_history))
-    for pname, fn in (overrides or {}).items():
-        tasks[pname] = (lambda fn=fn, pname=pname: fn(net.channels(pname)))
-    t0 = time.perf_counter()
-    res = run_parties(tasks, network=net)
-    return LinRegRun(res[ACTIVE], [res[p] for p in names], res[COORD], net.transcript, time.perf_counter() - t0)

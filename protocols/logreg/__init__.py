@@ -37,7 +37,7 @@ Secure protocol
    exchanges ``logreg.key_share`` (an ephemeral X25519 public key signed with the
    sender's Ed25519 identity key), directly passive <-> passive. Identity public keys are
    *pinned in configuration* (given to each party out of band); a bad signature aborts.
-   The pair seed is HKDF(X25519 secret, names, run id) (:func:`vflcrypto.masking.agree_seed`).
+   The pair seed is HKDF(X25519 secret, names, run id) (:func:`vflcrypto.sharing.masking.agree_seed`).
 For each step t:
 2. passive k -> active: ``logreg.masked_logits``: z_k in fixed point mod 2^64 plus the
    signed pairwise masks PRG(seed_kj, t) (+ for the smaller name, - for the larger),
@@ -69,7 +69,7 @@ Python big integers are not constant-time; see SECURITY.md.
 Modules: :mod:`.messages` (declarations), :mod:`.math` (the plain functions every step
 calls), :mod:`.roles` (the named steps, ``run_local``), :mod:`.audit` (attacks and demo),
 :mod:`.cli` (the train command and the network task). The Titanic example data lives in
-:mod:`vflcrypto.datasets.titanic`.
+:mod:`vflcrypto.data.titanic`.
 
 Citations: Hardy et al., "Private federated learning on vertically partitioned data via
 entity resolution and additively homomorphic encryption" (2017) for the Paillier
@@ -89,7 +89,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from vflcrypto.datasets.titanic import (
+from vflcrypto.data.titanic import (
     TITANIC_FILES,
     TITANIC_PARTIES,
     TitanicSplit,
@@ -97,7 +97,7 @@ from vflcrypto.datasets.titanic import (
     titanic_parties,
     titanic_path,
 )
-from vflcrypto.preprocess import local_features
+from vflcrypto.ml.preprocess import local_features
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli

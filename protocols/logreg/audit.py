@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import accuracy_finding, ring_mask_findings, unrandomized_paillier
-from vflcrypto.datasets.titanic import titanic_parties
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit, audit_runs
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import accuracy_finding, ring_mask_findings, unrandomized_paillier
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
+from vflcrypto.data.titanic import titanic_parties
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 from vflcrypto.spec import DemoContext
 
 from .math import RING_MOD

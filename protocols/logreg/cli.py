@@ -6,9 +6,9 @@ numeric features: the passive parties ``passive-0``, ``passive-1``, ... in the o
 given; ``passive-0`` also gets the intercept. Unless ``--aligned`` says the files already
 list the same IDs in the same order, the rows are first aligned by private set
 intersection. Each party then preprocesses its own columns locally: the rows are split
-into train and test with the public, seeded :func:`vflcrypto.dataio.train_test_split`;
+into train and test with the public, seeded :func:`vflcrypto.data.tables.train_test_split`;
 missing values are imputed with the training-row median and features standardized with
-training-row mean and standard deviation (:func:`vflcrypto.preprocess.local_features`).
+training-row mean and standard deviation (:func:`vflcrypto.ml.preprocess.local_features`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable, save_model
+from vflcrypto.data.files import save_model
+from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
-from vflcrypto.preprocess import local_features
+from vflcrypto.ml.preprocess import local_features
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, option
 
 from .._train import (

@@ -16,12 +16,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from vflcrypto.dataio import ids_digest
+from vflcrypto.data.tables import ids_digest
 from vflcrypto.errors import EncodingOverflowError, ProtocolError
-from vflcrypto.masking import agree_seed, mask_ciphertexts, pairwise_masks, seed_context, unmask_residues
-from vflcrypto.metrics import log_loss
-from vflcrypto.paillier import PaillierPrivateKey, PaillierVector
-from vflcrypto.wire import IntVector
+from vflcrypto.he.paillier import PaillierPrivateKey, PaillierVector
+from vflcrypto.ml.metrics import log_loss
+from vflcrypto.runtime.wire import IntVector
+from vflcrypto.sharing.masking import agree_seed, mask_ciphertexts, pairwise_masks, seed_context, unmask_residues
 
 from .messages import KeyShare
 
@@ -195,6 +195,6 @@ def unmask_gradient(values: Sequence[int], masks: Sequence[int], n: int, frac_bi
 
 
 def rows_digest(ids: Sequence[str] | None, n: int) -> bytes:
-    """Digest of the ordered row IDs (:func:`vflcrypto.dataio.ids_digest`), or of the row
+    """Digest of the ordered row IDs (:func:`vflcrypto.data.tables.ids_digest`), or of the row
     count alone when IDs are not given (pre-aligned arrays)."""
     return ids_digest(ids if ids is not None else [f"#rows={n}"], "logreg")

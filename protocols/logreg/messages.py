@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.leakage import PERFECT, Protection, declare
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
-from vflcrypto.wire import IntVector
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.declarations import PERFECT, Protection, declare
+from vflcrypto.runtime.wire import IntVector
 
 __all__ = [
     "ACTIVE",
@@ -27,7 +27,7 @@ __all__ = [
     "Setup",
 ]
 
-#: why logreg refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+#: why logreg refuses Okamoto-Uchiyama keys (vflcrypto.he.ou.refuse_decryption_oracle)
 OU_REFUSAL = "its coordinator decrypts the masked gradients the data parties form and returns them"
 
 ACTIVE = "active"

@@ -27,12 +27,20 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
-from vflcrypto.metrics import accuracy
-from vflcrypto.ou import refuse_decryption_oracle
-from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, drive, send, then
-from vflcrypto.wire import IntVector
+from vflcrypto.he.ou import refuse_decryption_oracle
+from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
+from vflcrypto.ml.metrics import accuracy
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
+from vflcrypto.runtime.wire import IntVector
 
 from .math import (
     GRAD_FRAC_BITS,

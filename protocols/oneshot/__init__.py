@@ -45,7 +45,7 @@ Message flow (every message kind ``oneshot.*``; steps of :mod:`.roles`)
 Per party: 2 uploads and 1 download in training (plus the public setup), one upload at
 prediction. Modules: :mod:`.messages`, :mod:`.roles` (the roles and ``run_local``),
 :mod:`.audit`; the shared data, checks, local runs and commands are in ``protocols/_repvfl*.py``,
-the neural parts in :mod:`vflcrypto.nn` (the ``deep`` extra: torch).
+the neural parts in :mod:`vflcrypto.ml.nn` (the ``deep`` extra: torch).
 """
 
 from __future__ import annotations

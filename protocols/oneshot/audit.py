@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from vflcrypto.leakage import AuditOutcome, audit_runs
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.ledger import AuditOutcome, audit_runs
+from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import digits_example, party_names, require_torch

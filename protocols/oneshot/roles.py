@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from vflcrypto.cluster import canonical_labels, kmeans
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel
+from vflcrypto.ml.cluster import canonical_labels, kmeans
+from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel
+from vflcrypto.runtime.steps import Next, Role, done, send, then
 from vflcrypto.spec import option
-from vflcrypto.steps import Next, Role, done, send, then
 
 from .._repvfl import (
     PARTY,
@@ -131,7 +131,7 @@ class ServerRole(Role[_ServerState]):
         return self._download()
 
     def _download(self) -> Next:
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st, t0 = self.state, time.perf_counter()
         head = vnn.head(self.cfg.dim * len(self.parties), self.data.n_classes, seed=self.cfg.seed)
@@ -168,7 +168,7 @@ class ServerRole(Role[_ServerState]):
 
     def fit_head(self, X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> None:
         """Fine-tune the head (from its state) on joint representations ``X`` with labels ``y``."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st, t0 = self.state, time.perf_counter()
         head = vnn.head(self.cfg.dim * len(self.parties), self.data.n_classes, seed=self.cfg.seed)
@@ -188,7 +188,7 @@ class ServerRole(Role[_ServerState]):
         return done(self._predict())
 
     def _predict(self) -> ServerResult:
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st = self.state
         head = vnn.head(self.cfg.dim * len(self.parties), self.data.n_classes, seed=self.cfg.seed)
@@ -215,7 +215,7 @@ class PartyRole(Role[_PartyState]):
     """Party k: its own columns of the overlap, test and unaligned rows, and its extractor f_k.
 
     ``extractor`` (optional) is the party's own ``torch.nn.Module`` mapping its columns to
-    ``config.dim`` values; by default an MLP (:func:`vflcrypto.nn.mlp_extractor`).
+    ``config.dim`` values; by default an MLP (:func:`vflcrypto.ml.nn.mlp_extractor`).
     """
 
     role = PARTY
@@ -226,7 +226,7 @@ class PartyRole(Role[_PartyState]):
                  config: OneShotConfig | None = None, extractor: Any = None) -> None:
         super().__init__(name or f"party-{index}")
         require_torch()
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         self.data, self.index, self.server, self.cfg = data, index, server, config or OneShotConfig()
         own = np.concatenate([data.X_overlap, data.X_unaligned])
@@ -237,7 +237,7 @@ class PartyRole(Role[_PartyState]):
     def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
         super().load_state(data, allow_insecure=allow_insecure)
         if self.state.extractor:
-            from vflcrypto import nn as vnn
+            from vflcrypto.ml import nn as vnn
 
             vnn.load_arrays(self.f, self.state.extractor)
 
@@ -252,7 +252,7 @@ class PartyRole(Role[_PartyState]):
 
     def on_setup(self, setup: Setup) -> Next:
         """Step 0 (the plan must match this party's rows and extractor); step 1: U1."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         d = self.data
         if setup.n_overlap != len(d.X_overlap) or setup.n_test != len(d.X_test):
@@ -293,7 +293,7 @@ class PartyRole(Role[_PartyState]):
 
     def _train_locally(self, pseudo: np.ndarray, C: int) -> Next:
         """Step 3: FixMatch-tab on the pseudo-labelled overlap rows and the unaligned rows; steps 4 and 6."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         d, cfg = self.data, self.cfg
         classifier = vnn.head(cfg.dim, C, seed=self.seed + 1)
@@ -306,7 +306,7 @@ class PartyRole(Role[_PartyState]):
 
     def _after_local_training(self, result: PartyResult, classifier: Any) -> Next:
         """Steps 4 and 6: U2 and the test representations; the party is done."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         d = self.data
         sends = [send(self.server, self.M.RepresentationUpdate(vnn.forward(self.f, d.X_overlap))),

@@ -62,7 +62,7 @@ def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     Xa, _, Xp, _ = example(int(run_config.get("rows", 300)))
     reveal = str(run_config.get("reveal", "both"))

@@ -6,10 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import ring_mask_findings, unrandomized_finding, unrandomized_paillier
-from vflcrypto.leakage import AuditOutcome, audit_runs
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import ring_mask_findings, unrandomized_finding, unrandomized_paillier
+from vflcrypto.audit.ledger import AuditOutcome, audit_runs
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.runtime.channel import AuditTap
 
 from .messages import ACTIVE, EncryptedColumns, MaskedProducts
 from .roles import run_local

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import read_party_csv
+from vflcrypto.data.tables import read_party_csv
 from vflcrypto.errors import InputDataError
-from vflcrypto.paillier import generate_keypair
+from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.spec import PartyOutcome, TaskContext, config_from_args
 
 from .._train import (

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from vflcrypto.errors import InputDataError
-from vflcrypto.preprocess import standardize_columns
+from vflcrypto.ml.preprocess import standardize_columns
 
 __all__ = ["FRAC_BITS", "REVEALS", "active_receives", "passive_receives", "standardize"]
 
@@ -30,7 +30,7 @@ def passive_receives(reveal: str) -> bool:
 
 
 def standardize(X: np.ndarray, name: str) -> np.ndarray:
-    """A party's z-scores (:func:`vflcrypto.preprocess.standardize_columns`), at least one column and two rows."""
+    """A party's z-scores (:func:`vflcrypto.ml.preprocess.standardize_columns`), at least one column and two rows."""
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[1] == 0 or X.shape[0] < 2:
         raise InputDataError(f"{name}: needs a 2-D matrix with at least one column and two rows")

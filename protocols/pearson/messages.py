@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vflcrypto.leakage import PERFECT, Protection, declare
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
-from vflcrypto.wire import IntVector
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.declarations import PERFECT, Protection, declare
+from vflcrypto.runtime.wire import IntVector
 
 __all__ = ["ACTIVE", "OU_REFUSAL", "PASSIVE", "DecryptedMasked", "EncryptedColumns", "MaskedProducts", "ProductMask",
            "Setup"]
 
-#: why pearson refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+#: why pearson refuses Okamoto-Uchiyama keys (vflcrypto.he.ou.refuse_decryption_oracle)
 OU_REFUSAL = "the key holder decrypts the masked products the other party forms and returns them"
 
 ACTIVE, PASSIVE = "active", "passive"

@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from vflcrypto.errors import InputDataError
+from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
-from vflcrypto.steps import drive
 
 from .._train import (
     add_pair_train_arguments,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcrypto.errors import InputDataError, TrainingDivergedError
-from vflcrypto.preprocess import standardize_columns
+from vflcrypto.ml.preprocess import standardize_columns
 from vflcrypto.spec import option
 
 __all__ = ["ETA_BOUND", "FRAC_BITS", "PoissonParams", "check_eta", "deviance", "plaintext_fit", "prepare_active",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vflcrypto.leakage import PERFECT, Protection, declare
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
-from vflcrypto.wire import IntVector
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.declarations import PERFECT, Protection, declare
+from vflcrypto.runtime.wire import IntVector
 
 __all__ = [
     "ACTIVE",
@@ -22,7 +22,7 @@ __all__ = [
     "PublicKey",
 ]
 
-#: why poisson refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+#: why poisson refuses Okamoto-Uchiyama keys (vflcrypto.he.ou.refuse_decryption_oracle)
 OU_REFUSAL = "its coordinator decrypts the masked gradients the data parties form and returns them"
 
 ACTIVE, PASSIVE, COORD = "active", "passive", "coordinator"

@@ -17,12 +17,20 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
-from vflcrypto.masking import mask_ciphertexts, unmask_residues
-from vflcrypto.ou import refuse_decryption_oracle
-from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, drive, send, then
-from vflcrypto.wire import IntVector
+from vflcrypto.he.ou import refuse_decryption_oracle
+from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
+from vflcrypto.runtime.wire import IntVector
+from vflcrypto.sharing.masking import mask_ciphertexts, unmask_residues
 
 from .math import FRAC_BITS, PoissonParams, check_eta, prepare_active, prepare_passive
 from .messages import (

@@ -25,7 +25,7 @@ Citations
     2021: the transport-style prototype loss and the posterior); Bonawitz et al., CCS 2017
     (the aggregation); seed 002 (``../shared/SEEDS.md``: its formulas, worked numbers and
     inconsistencies; the choices made here are in :mod:`.math` and
-    :mod:`vflcrypto.prototypes`).
+    :mod:`vflcrypto.ml.prototypes`).
 
 Message flow (kinds ``protovfl.*`` and ``secagg.*``; steps of :mod:`.roles`)
     0. S → party ``setup``: row counts, K, the widths d and w, rounds, mode, α, β, τ, seed.

@@ -1,6 +1,6 @@
 """All-party-only alignment of prototype VFL: every party learns A = ∩_m I(m) and nothing about pairwise overlaps.
 
-The masked-table intersection of :mod:`vflcrypto.mpsi`, with the server S as its
+The masked-table intersection of :mod:`vflcrypto.psi.mpsi`, with the server S as its
 non-colluding aggregator, as named steps:
 
 * party m: ``start`` (0: an ephemeral X25519 key and its set size to S) → ``on_setup``
@@ -35,13 +35,13 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from vflcrypto import mpsi
-from vflcrypto.dataio import PartyTable, train_test_split
+from vflcrypto.data.tables import PartyTable, train_test_split
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.masking import agree_seed, seed_context
-from vflcrypto.psi import canonical_id
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, drive, send, then
+from vflcrypto.psi import mpsi
+from vflcrypto.psi.primitives import canonical_id
+from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
+from vflcrypto.sharing.masking import agree_seed, seed_context
 
 from .._repvfl import PartyData, ServerData, check_labels, party_names
 from .messages import (

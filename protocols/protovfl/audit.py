@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import mpsi
-from vflcrypto.attacks import ring_mask_findings
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_runs
-from vflcrypto.prototypes import squared_distances
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import ring_mask_findings
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.ml.prototypes import squared_distances
+from vflcrypto.psi import mpsi
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, party_names, require_torch

@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import read_party_csv, save_model, train_test_split
+from vflcrypto.data.files import save_model
+from vflcrypto.data.tables import read_party_csv, train_test_split
 from vflcrypto.errors import InputDataError
+from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
-from vflcrypto.steps import drive
 
 from .._repvfl import PARTY, SERVER, PartyData, ServerData, check_labels, require_torch
 from .._train import add_party_data_arguments, write_metrics

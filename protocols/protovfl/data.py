@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.dataio import PartyTable
-from vflcrypto.datasets.digits import load_digits
+from vflcrypto.data.digits import load_digits
+from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 
 from .._repvfl import PartyData, ServerData

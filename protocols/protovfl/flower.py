@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vflcrypto.runtime.steps import Role
 from vflcrypto.spec import FlowerSpec
-from vflcrypto.steps import Role
 
 from .._repvfl import party_names
 from ..secagg.flower import flower_identities

@@ -1,7 +1,7 @@
 """The computation of prototype VFL: the server's gated fusion model and a party's local prototype step.
 
 Plain functions over numpy arrays (torch inside, imported lazily); the roles compose
-them and the prototype algebra itself is :mod:`vflcrypto.prototypes`.
+them and the prototype algebra itself is :mod:`vflcrypto.ml.prototypes`.
 
 **One shared space.** Every prototype lives in the server's *fused space* R^w, the space
 of the adapter outputs g^(m) = A_m(h^(m)) and of their gated mixture z = Σ_m w^(m) g^(m).
@@ -19,7 +19,7 @@ q_jk ∝ π̃_k exp(−D_jk/τ) (held fixed in the gradient), and the loss
 the seed's two-way loss with each hard min replaced by a soft assignment (the first
 half weighted by the EM posterior, as PCT's transport loss; the second by a softmin
 over rows). The extractor E_m moves; epochs stop early when the loss stops moving
-(:func:`vflcrypto.prototypes.converged`). After training, π^(m) = mean_j q_jk and
+(:func:`vflcrypto.ml.prototypes.converged`). After training, π^(m) = mean_j q_jk and
 μ^(m) = Σ_j q_jk f_j / Σ_j q_jk (the M-step).
 
 **What a party contributes to the server** (a sum over parties in the secure mode): the
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError
-from vflcrypto.prototypes import check_distribution, converged, mix_prior, mix_prototypes, prototype_update
+from vflcrypto.ml.prototypes import check_distribution, converged, mix_prior, mix_prototypes, prototype_update
 from vflcrypto.spec import option
 
 __all__ = ["FusionState", "ProtoConfig", "class_statistics", "fit_fusion", "fuse_rows", "global_prototypes",
@@ -109,7 +109,7 @@ def _fusion_module(parties: int, dim: int, width: int, n_classes: int, seed: int
     import torch
     from torch import nn
 
-    from vflcrypto import nn as vnn
+    from vflcrypto.ml import nn as vnn
 
     class Fusion(nn.Module):
         def __init__(self) -> None:
@@ -130,13 +130,13 @@ def _fusion_module(parties: int, dim: int, width: int, n_classes: int, seed: int
 
 
 def _load(module: Any, state: FusionState) -> None:
-    from vflcrypto import nn as vnn
+    from vflcrypto.ml import nn as vnn
 
     vnn.load_arrays(module, state.flat())
 
 
 def _state(module: Any, parties: int) -> FusionState:
-    from vflcrypto import nn as vnn
+    from vflcrypto.ml import nn as vnn
 
     return FusionState.from_flat(vnn.module_arrays(module), parties)
 
@@ -232,7 +232,7 @@ def prototype_loss(D: Any, prior: np.ndarray, tau: float) -> Any:
 
     (1/N) Σ_j Σ_k q_jk D_jk with the E-step posterior q (π̃ included, no gradient through
     it) plus (1/K) Σ_k Σ_j softmin_j(D_·k/τ) D_jk. With a uniform prior it equals
-    :func:`vflcrypto.prototypes.smooth_two_way_loss` (D, τ).
+    :func:`vflcrypto.ml.prototypes.smooth_two_way_loss` (D, τ).
     """
     import torch
 

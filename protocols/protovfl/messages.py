@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.leakage import Protection, declare
+from vflcrypto.runtime.declarations import Protection, declare
 
 from .._repvfl import PARTY, SERVER
 

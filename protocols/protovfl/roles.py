@@ -29,10 +29,18 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.masking import ring_dtype
-from vflcrypto.prototypes import check_distribution
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, drive, send, then
+from vflcrypto.ml.prototypes import check_distribution
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
+from vflcrypto.sharing.masking import ring_dtype
 
 from .._repvfl import PartyData, ServerData, ServerResult, check_matrix, party_names, require_torch
 from ..secagg import math as sm
@@ -261,7 +269,7 @@ class PartyRole(Role[_PartyState]):
     @property
     def f(self) -> Any:
         """E_m as a torch module (built once, restored from the state's arrays)."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         if self._module is None:
             self._module = self._given if self._given is not None else vnn.mlp_extractor(
@@ -279,7 +287,7 @@ class PartyRole(Role[_PartyState]):
 
     def on_setup(self, setup: Setup) -> Next:
         """Step 0: the setup must match this party's rows and parameters; step 1 of round 0."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         c, d = self.cfg, self.data
         mine = (len(d.X_overlap), len(d.X_test), c.dim, c.width, c.rounds, c.secure, c.alpha, c.beta, c.tau, c.seed)
@@ -319,7 +327,7 @@ class PartyRole(Role[_PartyState]):
 
     def on_global_model(self, msg: GlobalModel) -> Next:
         """Step 4: the local prototype step on the unaligned rows; step 1 (h) and step 2 (the statistics)."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st, d = self.state, self.data
         mu_g, prior_g, adapter = self._check_model(msg)
@@ -372,7 +380,7 @@ class PartyRole(Role[_PartyState]):
 
     def _finish(self, sends: list[tuple[str, Any]]) -> Next:
         """Step 5: the held-out rows' embeddings; done."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st = self.state
         out = [*sends, send(self.server, TestEmbedding(vnn.forward(self.f, self.data.X_test)))]

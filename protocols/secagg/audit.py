@@ -7,11 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import ring_mask_findings
+from vflcrypto.audit.attacks import ring_mask_findings
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit
 from vflcrypto.errors import ProtocolError
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit
-from vflcrypto.runtime import AuditTap
-from vflcrypto.shamir import SHARE_BYTES, reconstruct
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
+from vflcrypto.sharing.shamir import SHARE_BYTES, reconstruct
 from vflcrypto.spec import DemoContext
 
 from .math import SecAggConfig, encode_ring

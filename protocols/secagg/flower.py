@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import ConfigurationError
+from vflcrypto.runtime.steps import Role
 from vflcrypto.spec import FlowerSpec
-from vflcrypto.steps import Role
 
 from .math import SecAggConfig
 from .messages import CLIENT, SERVER
@@ -55,7 +55,7 @@ def _identity(path: str, mtime: int, party: str) -> Any:
 @functools.lru_cache(maxsize=4)
 def _config(path: str, mtime: int) -> Any:
     """The parsed party configuration (once per file version)."""
-    from vflcrypto.partyconfig import load_party_config
+    from vflcrypto.runtime.partyconfig import load_party_config
 
     return load_party_config(path)
 

@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from vflcrypto.encoding import exceeds_bits
 from vflcrypto.errors import EncodingOverflowError, InputDataError, InsecureParameterError, ProtocolError
-from vflcrypto.masking import agree_seed, ring_dtype, ring_mask, seed_context
-from vflcrypto.shamir import SHARE_BYTES
+from vflcrypto.he.encoding import exceeds_bits
+from vflcrypto.sharing.masking import agree_seed, ring_dtype, ring_mask, seed_context
+from vflcrypto.sharing.shamir import SHARE_BYTES
 from vflcrypto.spec import option
 
 __all__ = ["RING_BITS", "SecAggConfig", "advert_payload", "decode_ring", "decrypt_shares", "encode_ring",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.leakage import PERFECT, Protection, declare
+from vflcrypto.runtime.declarations import PERFECT, Protection, declare
 
 __all__ = ["CLIENT", "SERVER", "Advertise", "Forward", "Keys", "MaskedInput", "Setup", "Shares", "Survivors",
            "Unmask"]

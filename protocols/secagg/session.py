@@ -31,9 +31,9 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from vflcrypto.errors import ProtocolError
-from vflcrypto.masking import ring_dtype
-from vflcrypto.shamir import SHARE_BYTES, reconstruct, split
-from vflcrypto.steps import Next, send, then
+from vflcrypto.runtime.steps import Next, send, then
+from vflcrypto.sharing.masking import ring_dtype
+from vflcrypto.sharing.shamir import SHARE_BYTES, reconstruct, split
 
 from . import math as sm
 from .messages import Advertise, Forward, Keys, MaskedInput, Setup, Shares, Survivors, Unmask

@@ -82,7 +82,7 @@ Optimisations (and why)
       the small-bin leak.
     * Many candidates are folded into one ciphertext before decryption (Horner,
       ``acc**(2**b) * c``) in the process pool, then the few folded ciphertexts are
-      re-randomized. (:func:`vflcrypto.paillier.compress` does the same fold, but
+      re-randomized. (:func:`vflcrypto.he.paillier.compress` does the same fold, but
       sequentially and without re-randomization, which would let the active party test
       subset products of its own row ciphertexts.)
     * The per-row histogram accumulation (the passive party's dominant cost) runs over
@@ -197,7 +197,7 @@ def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
 
 
 def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
-    from vflcrypto.metrics import roc_auc
+    from vflcrypto.ml.metrics import roc_auc
 
     _, y, *_ = example(n=int(run_config.get("rows", 200)))
     res: ActiveResult = results[ACTIVE]

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.dataio import ids_digest
-from vflcrypto.encoding import PackingSpec
+from vflcrypto.data.tables import ids_digest
 from vflcrypto.errors import EncodingOverflowError, InputDataError, ProtocolError
-from vflcrypto.he import PrivateKey, PublicKey, describe, generate_keypair
-from vflcrypto.obfuscators import ObfuscatorStock, StockStats
-from vflcrypto.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey
-from vflcrypto.steps import Next, Role, done, send, then
+from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.obfuscators import ObfuscatorStock, StockStats
+from vflcrypto.he.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey
+from vflcrypto.he.schemes import PrivateKey, PublicKey, describe, generate_keypair
+from vflcrypto.runtime.steps import Next, Role, done, send, then
 
 from .messages import (
     ACTIVE,
@@ -220,10 +220,10 @@ class ActiveRole(Role[_ActiveState]):
                  key_bits: int = DEFAULT_KEY_BITS, keys: tuple[PublicKey, PrivateKey] | None = None,
                  allow_insecure: bool = False, name: str = ACTIVE, scheme: str = "paillier",
                  precompute: bool = False) -> None:
-        """``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he`), unless ``keys`` are given.
+        """``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he.schemes`), unless ``keys`` are given.
 
         ``precompute``: fill a stock of the next tree's obfuscators (encryptions of zero) while
-        waiting for the passive parties (:mod:`vflcrypto.obfuscators`: on the low-priority pool, or
+        waiting for the passive parties (:mod:`vflcrypto.he.obfuscators`: on the low-priority pool, or
         in a thread without one; paused while this party computes). It pays where this party's CPU
         idles, i.e. on its own machine (the network party task turns it on); with every party in
         one process there is no idle CPU to fill and it only competes (measured: bench/)."""

@@ -7,12 +7,18 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, equal_ciphertext_classes, unrandomized_paillier
-from vflcrypto.dataio import PartyTable
+from vflcrypto.audit.attacks import (
+    accuracy_finding,
+    adjacent_order_finding,
+    equal_ciphertext_classes,
+    unrandomized_paillier,
+)
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, Figure, audit, audit_runs
+from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
-from vflcrypto.he import scheme_of
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Figure, Protection, audit, audit_runs
-from vflcrypto.runtime import AuditTap
+from vflcrypto.he.schemes import scheme_of
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 
 from .active import decode_histograms
 from .local import run_local
@@ -45,7 +51,7 @@ def _join_by_id(a: PartyTable, p: PartyTable) -> tuple[PartyTable, PartyTable]:
 
 def _demo_data(ctx: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray,
                                   tuple[str, ...], str]:
-    from vflcrypto.dataio import read_party_csv
+    from vflcrypto.data.tables import read_party_csv
 
     aligned = getattr(ctx, "state", {}).get("aligned") if ctx is not None else None
     try:
@@ -74,7 +80,7 @@ def _demo_data(ctx: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.nd
 
 def demo_step(ctx: Any) -> dict[str, Any]:
     """SecureBoost on the demo data: a few depth-3 trees, encrypted, then joint prediction."""
-    from vflcrypto.metrics import roc_auc
+    from vflcrypto.ml.metrics import roc_auc
 
     Xa, y, ca, Xp, cp, source = _demo_data(ctx)
     trees = 2 if ctx.quick else 3

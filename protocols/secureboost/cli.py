@@ -8,7 +8,7 @@ intersection (:mod:`vflcrypto.protocols.align`, ECDH; every party learns its row
 common IDs).
 
 Rows are split into train and test with the public, seeded
-:func:`vflcrypto.dataio.train_test_split` (``--test-fraction 0`` evaluates on the
+:func:`vflcrypto.data.tables.train_test_split` (``--test-fraction 0`` evaluates on the
 training rows). Test metrics use the joint prediction protocol: passive parties answer
 only left/right at their own nodes. ``--plaintext`` runs the same protocol without
 encryption (debug/parity only: passive parties then see every gradient, i.e. the labels).
@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError
-from vflcrypto.he import describe
-from vflcrypto.metrics import multiclass_accuracy, rmse, roc_auc
-from vflcrypto.runtime import Transcript
+from vflcrypto.he.schemes import describe
+from vflcrypto.ml.metrics import multiclass_accuracy, rmse, roc_auc
+from vflcrypto.runtime.channel import Transcript
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
 from .._train import (

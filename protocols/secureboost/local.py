@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.he import PrivateKey, PublicKey
-from vflcrypto.paillier import DEFAULT_KEY_BITS
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript, run_parties
-from vflcrypto.steps import drive
+from vflcrypto.he.paillier import DEFAULT_KEY_BITS
+from vflcrypto.he.schemes import PrivateKey, PublicKey
+from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript, run_parties
+from vflcrypto.runtime.steps import drive
 
 from .active import ActiveResult, ActiveRole
 from .messages import ACTIVE
@@ -72,7 +72,7 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
               tap: AuditTap | None = None) -> LocalRun:
     """Train with every party in this process (threads over in-memory channels).
 
-    ``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he`; ignored with ``keys``);
+    ``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he.schemes`; ignored with ``keys``);
     ``precompute``: the active party's obfuscators for the next tree in idle time (see :class:`ActiveRole`).
     ``overrides`` maps a party name to a callable ``(channels) -> Any`` that replaces its
     role (tests: a stalling or hostile party); ``tap`` (audits) keeps what each party

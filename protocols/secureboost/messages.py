@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.leakage import Protection, declare
-from vflcrypto.ou import OUPublicKey, OUVector
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.he.ou import OUPublicKey, OUVector
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.declarations import Protection, declare
 
 __all__ = ["ACTIVE", "PASSIVE", "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "PlainGradients",
            "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup", "SplitRequest", "SplitResponse"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vflcrypto.dataio import load_model, save_model
+from vflcrypto.data.files import load_model, save_model
 from vflcrypto.errors import InputDataError
 
 from .tree import softmax

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from gmpy2 import mpz
 
-from vflcrypto.dataio import ids_digest
-from vflcrypto.encoding import PackingSpec
+from vflcrypto.data.tables import ids_digest
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
-from vflcrypto.he import PublicKey, scheme_of
-from vflcrypto.paillier import batch_invert, fold_ciphertexts
-from vflcrypto.steps import Next, Role, done, send, then
+from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.paillier import batch_invert, fold_ciphertexts
+from vflcrypto.he.schemes import PublicKey, scheme_of
+from vflcrypto.runtime.steps import Next, Role, done, send, then
 
 from .active import Timer
 from .messages import (

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.runtime import DEFAULT_TIMEOUT, Channel, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 
 from .messages import ACTIVE, PASSIVE, PredictAnswer, PredictQuery
 from .model import ActiveModel, PassiveModel, link

@@ -18,10 +18,10 @@ import numpy as np
 from gmpy2 import mpz
 
 from vflcrypto import parallel
-from vflcrypto.encoding import PackingSpec
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.he import PublicKey
-from vflcrypto.paillier import ciphertexts_from_bytes, ciphertexts_to_bytes
+from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.paillier import ciphertexts_from_bytes, ciphertexts_to_bytes
+from vflcrypto.he.schemes import PublicKey
 from vflcrypto.spec import option
 
 __all__ = [
@@ -232,7 +232,7 @@ def choose_frac_bits(vbb: int, n: int) -> int:
 
 
 def quantize(x: np.ndarray, frac_bits: int) -> np.ndarray:
-    """``round(x * 2**frac_bits)`` as int64 (same rounding as vflcrypto.encoding)."""
+    """``round(x * 2**frac_bits)`` as int64 (same rounding as vflcrypto.he.encoding)."""
     return np.rint(np.ldexp(np.asarray(x, dtype=np.float64), frac_bits)).astype(np.int64)
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import probe_finding
-from vflcrypto.leakage import AuditOutcome, audit
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import probe_finding
+from vflcrypto.audit.ledger import AuditOutcome, audit
+from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, digits_example, party_names, require_torch

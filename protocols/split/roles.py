@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, ProtocolError
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel
+from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel
+from vflcrypto.runtime.steps import Next, Role, done, send, then
 from vflcrypto.spec import option
-from vflcrypto.steps import Next, Role, done, send, then
 
 from .._repvfl import (
     PARTY,
@@ -93,7 +93,7 @@ class ServerRole(Role[_ServerState]):
                  n_test: int = 0, name: str = SERVER) -> None:
         super().__init__(name)
         require_torch()
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         self.data, self.parties, self.cfg, self.n_test = data, list(parties), config or SplitConfig(), n_test
         if not self.parties:
@@ -142,7 +142,7 @@ class ServerRole(Role[_ServerState]):
     def _step(self, rows: np.ndarray) -> list[np.ndarray]:
         import torch
 
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         hs = [torch.as_tensor(h).requires_grad_(True) for h in self.state.H]
         self.head.train()
@@ -156,7 +156,7 @@ class ServerRole(Role[_ServerState]):
 
     def on_test(self, msg: TestRepresentation) -> Next:
         """Step 4: party k's test representations; after the last, the predictions."""
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st = self.state
         st.H.append(check_matrix(msg.H, self.n_test, self.cfg.dim, "test representations", self.parties[st.k]))
@@ -194,7 +194,7 @@ class PartyRole(Role[_PartyState]):
                  config: SplitConfig | None = None, extractor: Any = None) -> None:
         super().__init__(name or f"party-{index}")
         require_torch()
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         self.data, self.index, self.server, self.cfg = data, index, server, config or SplitConfig()
         seed = self.cfg.seed * 1000 + index
@@ -203,7 +203,7 @@ class PartyRole(Role[_PartyState]):
         self.opt = vnn.adam([self.f], self.cfg.lr)
 
     def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         super().load_state(data, allow_insecure=allow_insecure)
         if self.state.extractor:
@@ -224,7 +224,7 @@ class PartyRole(Role[_PartyState]):
         return epoch_batches(s.n_overlap, s.batch_size, s.seed, st.epoch)[st.batch]
 
     def _save(self) -> None:
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         self.state.extractor, self.state.optimizer = vnn.module_arrays(self.f), vnn.optimizer_arrays(self.opt)
 
@@ -242,7 +242,7 @@ class PartyRole(Role[_PartyState]):
         return self._send_batch()
 
     def _send_batch(self) -> Next:
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st = self.state
         H = vnn.forward(self.f, self.data.X_overlap[self._rows()])
@@ -253,7 +253,7 @@ class PartyRole(Role[_PartyState]):
         """Step 3: backpropagate the server's gradient through f_k; then the next batch or the test rows."""
         import torch
 
-        from vflcrypto import nn as vnn
+        from vflcrypto.ml import nn as vnn
 
         st, s = self.state, self.setup
         if (msg.epoch, msg.batch) != (st.epoch, st.batch):

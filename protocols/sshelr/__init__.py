@@ -45,7 +45,7 @@ Secure matrix multiplication (party B holds a share ``s``, party A a plaintext m
     ``⌊(|n| − 1)/(b + 42)⌋`` of them into each ciphertext (six at 2048 bits, b ≈ 290) and
     re-randomizes it: B decrypts six times fewer ciphertexts and the messages are six times
     smaller. A computes ``X·[[s]]`` with every ciphertext of ``[[s]]`` as a fixed base of
-    windowed tables (:meth:`~vflcrypto.paillier.PaillierVector.matvec`), the fold included.
+    windowed tables (:meth:`~vflcrypto.he.paillier.PaillierVector.matvec`), the fold included.
 
 Message flow (the named steps of :mod:`.roles` in brackets; both parties run 2–7 mirrored)
     0. each → other   ``sshelr.public_key``                                        [start, on_key]

@@ -6,11 +6,16 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import real_mask_findings, ring_mask_findings, unrandomized_finding, unrandomized_paillier
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, audit_runs
-from vflcrypto.metrics import roc_auc
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import (
+    real_mask_findings,
+    ring_mask_findings,
+    unrandomized_finding,
+    unrandomized_paillier,
+)
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.ml.metrics import roc_auc
+from vflcrypto.runtime.channel import AuditTap
 
 from .math import (
     RING,

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vflcrypto.errors import InputDataError
-from vflcrypto.masking import STAT_SECURITY_BITS
-from vflcrypto.preprocess import standardize_columns
+from vflcrypto.ml.preprocess import standardize_columns
+from vflcrypto.sharing.masking import STAT_SECURITY_BITS
 from vflcrypto.spec import option
 
 __all__ = ["FEATURE_BITS", "FEATURE_FRAC", "RING", "RING_BITS", "STEP_FRAC", "TRUNC_BITS", "WEIGHT_FRAC",

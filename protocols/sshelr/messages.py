@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vflcrypto.leakage import PERFECT, Protection, declare
-from vflcrypto.masking import STAT_SECURITY_BITS
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
-from vflcrypto.wire import IntVector
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.declarations import PERFECT, Protection, declare
+from vflcrypto.runtime.wire import IntVector
+from vflcrypto.sharing.masking import STAT_SECURITY_BITS
 
 __all__ = [
     "ACTIVE",
@@ -31,7 +31,7 @@ __all__ = [
     "WeightShare",
 ]
 
-#: why sshelr refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+#: why sshelr refuses Okamoto-Uchiyama keys (vflcrypto.he.ou.refuse_decryption_oracle)
 OU_REFUSAL = "each party decrypts the masked products the other forms, and shares derived from them go back"
 
 ACTIVE, PASSIVE = "active", "passive"
@@ -90,7 +90,7 @@ class PassiveCiphertexts:
                  "the cross terms, statistically independent of X_A (distance ≤ 2^-40)")
 @dataclass(frozen=True)
 class MaskedForPassive:
-    """``count`` masked products folded several to a ciphertext (:func:`~vflcrypto.paillier.fold_ciphertexts`)."""
+    """``count`` masked products folded several to a ciphertext (:func:`~vflcrypto.he.paillier.fold_ciphertexts`)."""
 
     stage: int
     count: int

@@ -18,19 +18,27 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from vflcrypto import masking
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
-from vflcrypto.ou import refuse_decryption_oracle
-from vflcrypto.paillier import (
+from vflcrypto.he.ou import refuse_decryption_oracle
+from vflcrypto.he.paillier import (
     PaillierPrivateKey,
     PaillierPublicKey,
     PaillierVector,
     fold_ciphertexts,
     generate_keypair,
 )
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
-from vflcrypto.steps import Next, Role, done, send, then
-from vflcrypto.wire import IntVector
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
+from vflcrypto.runtime.steps import Next, Role, done, send, then
+from vflcrypto.runtime.wire import IntVector
+from vflcrypto.sharing import masking
 
 from .math import (
     RING,
@@ -389,7 +397,7 @@ def run_local(X_active: np.ndarray | None, y: np.ndarray, X_passive: np.ndarray,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
               tap: AuditTap | None = None) -> SSHELRRun:
     """The active party and one passive party (``passive-0``) in-process; ``keys``: (active's, passive's)."""
-    from vflcrypto.steps import drive
+    from vflcrypto.runtime.steps import drive
 
     params = params or SSHELRParams()
     ka, kp = keys or (None, None)

@@ -77,7 +77,7 @@ def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    from vflcrypto.paillier import generate_keypair
+    from vflcrypto.he.paillier import generate_keypair
 
     y, Xa, ca, Xp, cp = example(int(run_config.get("rows", 400)))
     params = WoeParams(return_results=bool(run_config.get("return-results", False)))

@@ -6,10 +6,16 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.attacks import accuracy_finding, adjacent_order_finding, unrandomized_finding, unrandomized_paillier
-from vflcrypto.leakage import AuditOutcome, EmpiricalFinding, Protection, audit_runs
-from vflcrypto.paillier import generate_keypair
-from vflcrypto.runtime import AuditTap
+from vflcrypto.audit.attacks import (
+    accuracy_finding,
+    adjacent_order_finding,
+    unrandomized_finding,
+    unrandomized_paillier,
+)
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.he.paillier import generate_keypair
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 
 from .math import COUNT_BITS, WoeParams, plain_counts
 from .messages import ACTIVE, EncryptedCounts, EncryptedLabels

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from vflcrypto.errors import InputDataError
-from vflcrypto.paillier import generate_keypair
+from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
 from .._train import (

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.leakage import Protection, declare
-from vflcrypto.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
+from vflcrypto.runtime.declarations import Protection, declare
 
 __all__ = ["ACTIVE", "OU_REFUSAL", "PASSIVE", "EncryptedCounts", "EncryptedLabels", "Results", "Setup"]
 
-#: why woe refuses Okamoto-Uchiyama keys (vflcrypto.ou.refuse_decryption_oracle)
+#: why woe refuses Okamoto-Uchiyama keys (vflcrypto.he.ou.refuse_decryption_oracle)
 OU_REFUSAL = "the active party decrypts the bin sums each passive party forms and returns selections and WOE values"
 
 ACTIVE, PASSIVE = "active", "passive"

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto import psi
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
-from vflcrypto.ou import refuse_decryption_oracle
-from vflcrypto.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
-from vflcrypto.runtime import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
-from vflcrypto.steps import Next, Role, done, drive, send, then
+from vflcrypto.he.ou import refuse_decryption_oracle
+from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
+from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
+from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
 
 from .._train import run_star
 from ..secureboost.tree import encrypted_bin_sums

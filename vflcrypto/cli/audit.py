@@ -3,7 +3,7 @@
 Every protocol of the registry (:func:`vflcrypto.protocols.registry`) contributes its
 audit (``SPEC.audit(key_bits, allow_insecure=...) -> AuditOutcome``): it runs the protocol
 on example data, joins the transcript with the declarations and attacks what each role
-received. ``net`` audits the network hello of :mod:`vflcrypto.transport_grpc`.
+received. ``net`` audits the network hello of :mod:`vflcrypto.runtime.network`.
 ``--transcript FILE`` audits a recorded run instead (a ``vflcrypto party`` run record or
 a Flower run's transcript: declared leakage only, no attacks). ``--security-md``
 rewrites the generated leakage tables in SECURITY.md from the declarations.
@@ -25,8 +25,8 @@ NET = "net"  # the runtime's own hello (not a protocol)
 
 def load_all_protocols() -> list[str]:
     """Import every protocol (and the network runtime), so that all declarations are registered."""
-    from .. import transport_grpc  # noqa: F401  (declares net.*)
     from ..protocols import registry
+    from ..runtime import network  # noqa: F401  (declares net.*)
 
     return [*registry(), NET]
 
@@ -63,8 +63,8 @@ def _names() -> list[str]:
 
 
 def _audit_recorded(path: Path, args: argparse.Namespace) -> int:
-    from ..leakage import AuditOutcome, audit
-    from ..transcript import Transcript
+    from ..audit.ledger import AuditOutcome, audit
+    from ..runtime.transcript import Transcript
 
     load_all_protocols()
     try:
@@ -82,9 +82,9 @@ def _audit_recorded(path: Path, args: argparse.Namespace) -> int:
 
 def _outputs(outcome: object, args: argparse.Namespace) -> None:
     """``--html FILE`` and ``--plot DIR``: the report of the audit (written atomically) and its PNG figures."""
-    from ..dataio import atomic_write_text
-    from ..leakage import AuditOutcome
-    from ..report import render_html, write_plots
+    from ..audit.ledger import AuditOutcome
+    from ..audit.report import render_html, write_plots
+    from ..data.files import atomic_write_text
 
     assert isinstance(outcome, AuditOutcome)
     if args.html:
@@ -97,7 +97,7 @@ def _outputs(outcome: object, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.security_md:
-        from ..leakage import render_security_md
+        from ..audit.ledger import render_security_md
 
         load_all_protocols()
         path = Path(args.security_md)
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{path} is up to date")
         return 0
-    from ..dataio import check_output_dir, check_outputs
+    from ..data.files import check_output_dir, check_outputs
 
     if args.html:
         check_outputs({"HTML report": args.html})  # before the (long) audit runs
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         print("vflcrypto audit: name a protocol: " + ", ".join(_names()), file=sys.stderr)
         return 2
     if args.name == NET:
-        from ..transport_grpc import audit_run
+        from ..audit.net import audit_run
 
         outcome = audit_run(args.key_bits)
     else:

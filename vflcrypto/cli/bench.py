@@ -4,7 +4,7 @@ The table gives, per operation and backend: rows ``n``, worker processes, cores 
 used (CPU seconds / wall seconds), the median wall rate with its range over the repeats,
 the per-core rate, and the per-core ratios to phe and to SecretFlow HEU's implementation of
 the same scheme (ZPaillier for Paillier rows, OU for OU rows) measured in the same run. See
-:mod:`vflcrypto.gradbench` for what each operation does and how results are checked.
+:mod:`vflcrypto.cli.gradbench` for what each operation does and how results are checked.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from ..gradbench import OPERATIONS, BackendResult, run_gradient_bench
+from .gradbench import OPERATIONS, BackendResult, run_gradient_bench
 
 __all__ = ["register"]
 

@@ -18,9 +18,9 @@ __all__ = ["register"]
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..certs import write_dev_pki
-    from ..dataio import atomic_write_text
-    from ..partyconfig import guess_role, render_config_toml
+    from ..data.files import atomic_write_text
+    from ..runtime.certs import write_dev_pki
+    from ..runtime.partyconfig import guess_role, render_config_toml
 
     out = Path(args.out)
     ca, creds = write_dev_pki(out, args.party, ips=tuple(args.ip or ["127.0.0.1"]))

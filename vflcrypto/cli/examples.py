@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _claims(out: Path) -> list[Path]:
     """The Poisson example split between an insurer (labels) and a pharmacy, partly overlapping."""
-    from vflcrypto.dataio import write_csv_atomic
+    from vflcrypto.data.files import write_csv_atomic
     from vflcrypto.protocols.poisson import example
 
     Xa, y, ca, Xp, cp = example(440)
@@ -83,7 +83,7 @@ def _digits_proto(out: Path) -> list[Path]:
 
 def _write_tables(out: Path, server: Any, parties: Sequence[Any]) -> list[Path]:
     """The server's ``id``/``digit`` file and one ``id`` + columns file per party."""
-    from vflcrypto.dataio import write_csv_atomic
+    from vflcrypto.data.files import write_csv_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     assert server.label is not None
@@ -99,7 +99,7 @@ def _write_tables(out: Path, server: Any, parties: Sequence[Any]) -> list[Path]:
 def _digits_hfl(out: Path) -> list[Path]:
     import numpy as np
 
-    from vflcrypto.dataio import write_csv_atomic
+    from vflcrypto.data.files import write_csv_atomic
     from vflcrypto.protocols.hfl import digits_clients
 
     out.mkdir(parents=True, exist_ok=True)

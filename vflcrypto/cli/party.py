@@ -15,7 +15,7 @@ coordinator holds no data) unless ``--aligned``; their flags mirror the in-proce
 ``vflcrypto train ...`` commands. The label holder also writes ``<out>.metrics.json``.
 
 The party connects to its peers over mutually authenticated gRPC links
-(:mod:`vflcrypto.transport_grpc`), agrees on a run id with them, runs its role function
+(:mod:`vflcrypto.runtime.network`), agrees on a run id with them, runs its role function
 of the protocol over the resulting Channels, and writes its output atomically together
 with a sidecar ``<out>.run.json`` naming the run (run id, party, role, task, configuration
 digest) and what the party sent and received (its transcript). A failed run writes
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..dataio import atomic_write_text, check_outputs
+from ..data.files import atomic_write_text, check_outputs
 from ..errors import ProtocolError
 from ..protocols._train import metrics_path
 from ..spec import PartyTask, ProtocolSpec, TaskContext
@@ -73,9 +73,10 @@ def _needs_identity(args: argparse.Namespace, task: str, ctx: TaskContext) -> bo
 
 def run_party(args: argparse.Namespace) -> int:
     """Connect, agree on the run, run the role, write output + sidecar; abort cleanly on error."""
-    from ..partyconfig import load_party_config
-    from ..runtime import Transcript
-    from ..transport_grpc import PartyIdentity, connect_party
+    from ..runtime.channel import Transcript
+    from ..runtime.identity import PartyIdentity
+    from ..runtime.network import connect_party
+    from ..runtime.partyconfig import load_party_config
 
     task = args.task if args.task != "train" else f"train-{args.model}"
     found = _task_specs().get(task)

@@ -21,8 +21,8 @@ def _outputs_first(run: Callable[[argparse.Namespace], int],
     report."""
 
     def checked(args: argparse.Namespace) -> int:
-        from ..dataio import atomic_write_text, check_output_dir, check_outputs
-        from ..transcript import capture
+        from ..data.files import atomic_write_text, check_output_dir, check_outputs
+        from ..runtime.transcript import capture
 
         if getattr(args, "scheme", None):
             check_scheme(args.scheme)
@@ -42,9 +42,9 @@ def _outputs_first(run: Callable[[argparse.Namespace], int],
 
 def _report(model: str, runs: list[Any]) -> str:
     """The report of a training command's runs: declared leakage per message (no attacks: those need the audit)."""
+    from ..audit.ledger import AuditOutcome, audit_runs
+    from ..audit.report import render_html
     from ..cli.audit import load_all_protocols
-    from ..leakage import AuditOutcome, audit_runs
-    from ..report import render_html
 
     load_all_protocols()
     named = {}

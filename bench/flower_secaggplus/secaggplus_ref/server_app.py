@@ -1,6 +1,6 @@
 """ServerApp: Flower's DefaultWorkflow with SecAggPlusWorkflow as the fit workflow, metered.
 
-The Grid is wrapped in :class:`vflcrypto.flower_meter.MeteredGrid` (the same meter as
+The Grid is wrapped in :class:`vflcrypto.runtime.flower_meter.MeteredGrid` (the same meter as
 vflcrypto's ServerApp with ``meter = true``); each SecAgg+ round and each of its stages
 is timed around the workflow call, after a warm-up query has loaded every ClientApp.
 ``poll`` > 0 pulls replies at that interval instead of Flower's 3 s sleep in
@@ -29,7 +29,7 @@ from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
 from flwr.server.strategy import FedAvg
 from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
-from vflcrypto.flower_meter import MeteredGrid
+from vflcrypto.runtime.flower_meter import MeteredGrid
 
 app = ServerApp()
 

@@ -1,0 +1,12 @@
+"""Data: party tables from CSV, all-or-nothing output files, and the bundled example datasets.
+
+* :mod:`.tables`: reading a party's CSV (errors name file, line and column), splits;
+* :mod:`.files`: atomic output files, output checks, pickle-free model files;
+* :mod:`.titanic`, :mod:`.digits`, :mod:`.synthetic`: example data shipped with the
+  package (the CSV files in this folder) or generated, no download.
+
+Imports: :mod:`vflcrypto.psi` (canonical IDs), :mod:`vflcrypto.ml` (preprocessing),
+:mod:`vflcrypto.errors`. Public names: the modules above.
+"""
+
+__all__ = ["digits", "files", "synthetic", "tables", "titanic"]

@@ -1,1 +1,0 @@
-"""Example data bundled with vflcrypto (no download): Titanic, bank/shop, synthetic splits."""

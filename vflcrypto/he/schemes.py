@@ -1,0 +1,57 @@
+"""The additively homomorphic schemes by name: what a protocol's ``--scheme`` chooses.
+
+* ``paillier``: :mod:`vflcrypto.he.paillier` (``--key-bits``, default 2048);
+* ``ou``: Okamoto–Uchiyama (:mod:`vflcrypto.he.ou`) at its conservative parameters, a modulus of
+  at least 3072 bits (``--key-bits`` above that is honoured) with 256-bit randomness;
+* ``ou-heu``: OU at SecretFlow HEU's parameters (2048 bits, 110-bit randomness), by explicit
+  choice only.
+
+A protocol lists the schemes it accepts (:attr:`vflcrypto.spec.ProtocolSpec.schemes`); OU
+is refused wherever the key holder returns decryptions of ciphertexts another party formed
+(:func:`vflcrypto.he.ou.refuse_decryption_oracle`).
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+from ..errors import ConfigurationError
+from . import ou, paillier
+
+__all__ = ["SCHEMES", "PrivateKey", "PublicKey", "Vector", "describe", "generate_keypair", "scheme_of"]
+
+SCHEMES = ("paillier", "ou", "ou-heu")
+
+PublicKey: TypeAlias = paillier.PaillierPublicKey | ou.OUPublicKey
+PrivateKey: TypeAlias = paillier.PaillierPrivateKey | ou.OUPrivateKey
+Vector: TypeAlias = paillier.PaillierVector | ou.OUVector
+
+
+def generate_keypair(scheme: str = "paillier", key_bits: int = paillier.DEFAULT_KEY_BITS, *,
+                     allow_insecure: bool = False) -> tuple[PublicKey, PrivateKey]:
+    """A fresh key pair of ``scheme`` (see the module docstring for what ``key_bits`` means per scheme).
+
+    Keys below 2048 bits need ``allow_insecure`` (tests only); for ``ou`` such a key is made
+    at exactly ``key_bits``.
+    """
+    if scheme == "paillier":
+        return paillier.generate_keypair(key_bits, allow_insecure=allow_insecure)
+    if scheme == "ou":
+        small = allow_insecure and key_bits < ou.MIN_KEY_BITS
+        return ou.generate_keypair(key_bits if small else max(key_bits, ou.DEFAULT_KEY_BITS),
+                                   allow_insecure=allow_insecure)
+    if scheme == "ou-heu":
+        params = ou.OUParams.heu(key_bits) if key_bits >= ou.MIN_KEY_BITS or not allow_insecure else \
+            ou.OUParams(key_bits, 112, 224, "heu")
+        return ou.generate_keypair(params, allow_insecure=allow_insecure)
+    raise ConfigurationError(f"unknown scheme {scheme!r}: choose one of {', '.join(SCHEMES)}")
+
+
+def scheme_of(key: PublicKey | PrivateKey) -> str:
+    """``"paillier"`` or ``"ou"`` (``ou-heu`` keys are OU keys)."""
+    return "ou" if isinstance(key, ou.OUPublicKey | ou.OUPrivateKey) else "paillier"
+
+
+def describe(pk: PublicKey) -> str:
+    """A short name of the key's scheme and size, e.g. ``paillier-2048`` or ``ou-3072``."""
+    return f"{scheme_of(pk)}-{pk.bits}"

@@ -1,0 +1,14 @@
+"""Private set intersection building blocks.
+
+* :mod:`.primitives`: ID hygiene (canonical IDs), ECDH (X25519) blinding and digest
+  matching, keyed-hash PSI keys;
+* :mod:`.ot`: base oblivious transfer and the bit-matrix tools of OT extension;
+* :mod:`.kkrt`: the KKRT batched OPRF, cuckoo hashing and its code;
+* :mod:`.mpsi`: the all-party-only intersection with a non-colluding aggregator.
+
+The two- and many-party alignment protocols that compose them are in
+:mod:`vflcrypto.protocols.align`. Imports: :mod:`vflcrypto.errors`,
+:mod:`vflcrypto.parallel`. Public names: the modules above.
+"""
+
+__all__ = ["kkrt", "mpsi", "ot", "primitives"]

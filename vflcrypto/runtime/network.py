@@ -1,0 +1,453 @@
+"""Network transport: gRPC bidirectional streams with mutual TLS and pinned certificates.
+
+Parties run as separate processes (and machines). For every pair of parties that talk
+there is one *link*: one gRPC bidirectional stream over HTTP/2 + TLS 1.3, opened by the
+dialing side to the listening side (by default the lexicographically smaller name
+listens; see :mod:`vflcrypto.runtime.partyconfig`). A :class:`GrpcTransport` moves opaque frames
+over one link and plugs into :class:`vflcrypto.runtime.channel.Channel` like the in-process
+transport does. No ``.proto`` code generation: the stream carries raw bytes.
+
+Authentication (both directions, and both on top of a CA that signs only the project's
+parties):
+
+* TLS with ``require_client_auth``: each side presents its party certificate; the
+  client checks the server's certificate for ``DNS:<expected party name>`` (target-name
+  override) so addresses can change without re-issuing certificates.
+* Pinning, listening side: the SHA-256 fingerprint of the client's TLS certificate (from
+  the call's auth context) must be the one the configuration pins for some party that
+  dials this party; anything else is aborted with ``PERMISSION_DENIED``.
+* Pinning, dialing side: gRPC Python does not expose the server certificate to the
+  client, so the listening side proves possession of its pinned key in the
+  ``net.hello`` message: it signs (server name, client name as authenticated by TLS,
+  both nonces, configuration digest, task) with its certificate's key; the client checks
+  the certificate against the pin and the signature. A different CA-issued certificate,
+  or a relaying party, fails this check.
+
+Framing on the stream: each gRPC message is one *chunk*: a type byte then data. A frame
+larger than ``chunk_bytes`` is split into ``MORE`` chunks and a ``LAST`` chunk and
+reassembled on receipt, with the total bounded by ``max_frame_bytes``; the gRPC message
+size limit is the chunk size, so no single allocation exceeds it before the bound is
+checked. ``BYE``/``ACK`` close a link cleanly (a closing side waits until its peer has
+received every frame); ``ACCEPT`` tells a dialing side the listener took the stream.
+HTTP/2 keepalive pings detect a silent peer machine; a killed peer process is detected
+when its TCP connection resets. The stream deadline bounds a whole run.
+
+Channel MAC keys: gRPC Python offers no TLS exporter (RFC 5705), so links cannot derive a
+per-link key from the TLS session; the Channel's ``mac_key`` stays ``None`` and integrity
+and authenticity of frames rest on TLS (the wire tag still detects corruption, sequence
+numbers and the run id still reject replay and reordering).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import secrets
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import cast
+
+import grpc
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from ..errors import (
+    InputDataError,
+    PeerDisconnectedError,
+    PeerTimeoutError,
+    ProtocolError,
+)
+from .certs import cert_fingerprint
+from .channel import Channel, Endpoint, Transcript
+from .declarations import Protection, declare
+from .grpc_link import ACCEPT, GrpcTransport, grpc_options
+from .identity import PartyIdentity, diagnose_tls
+from .partyconfig import Link, PartyConfig
+from .wire import KeyRing, encode_value
+
+__all__ = [
+    "HELLO_ROLE",
+    "ConnectedParty",
+    "Hello",
+    "NonceSet",
+    "PartyNetwork",
+    "agree_run",
+    "connect_party",
+]
+
+METHOD = "/vflcrypto.net.Link/Frames"
+HELLO_ROLE = "party"  # the role both ends take in the handshake (any protocol role may run it)
+HELLO_RUN_ID = "net-hello"
+_SIGN_CONTEXT = b"vflcrypto-net-hello-v1"
+
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@declare(
+    "net.hello",
+    sender=HELLO_ROLE, receiver=HELLO_ROLE, protection=Protection.PUBLIC,
+    reveals="the sender's party name, a fresh 32-byte random nonce, the configuration digest, "
+            "the task name and (from the listening side) its certificate and a signature "
+            "binding them to this link",
+)
+@dataclass(frozen=True)
+class Hello:
+    """First message on a link in each direction; the run id derives from the nonces."""
+
+    party: str
+    nonce: bytes
+    config_digest: str
+    task: str
+    certificate: bytes  # DER; empty from the dialing side (TLS pinned it already)
+    signature: bytes  # ECDSA-P256-SHA256 by the listening side; empty from the dialing side
+
+
+@declare(
+    "net.nonces",
+    sender=HELLO_ROLE, receiver=HELLO_ROLE, protection=Protection.PUBLIC,
+    reveals="the hello nonces of the parties the sender knows of (only sent when not every "
+            "pair of parties is linked, so that all parties derive the same run id)",
+)
+@dataclass(frozen=True)
+class NonceSet:
+    """Gossip of hello nonces over a partial mesh."""
+
+    nonces: dict[str, bytes]
+
+
+# --------------------------------------------------------------------------- party network
+
+
+class PartyNetwork:
+    """All links of one party: its gRPC server (if it listens on any link) and dialed links."""
+
+    def __init__(self, config: PartyConfig, identity: PartyIdentity) -> None:
+        self.config = config
+        self.identity = identity
+        self.name = identity.name
+        self.settings = config.settings
+        spec = config.party(self.name)
+        if identity.fingerprint != spec.fingerprint:
+            raise InputDataError(
+                f"{self.name}: its certificate does not match the fingerprint pinned in the configuration")
+        self.transports: dict[str, GrpcTransport] = {}
+        self._accepted: dict[str, threading.Event] = {}
+        self._server: grpc.Server | None = None
+        self._grpc_channels: list[grpc.Channel] = []
+        self._lock = threading.Lock()
+        self.port: int | None = None
+
+    # ---- listening side
+
+    def _serve_links(self) -> list[Link]:
+        return [lk for lk in self.config.links_of(self.name) if lk.server == self.name]
+
+    def start_server(self, bind: str | None = None) -> int | None:
+        """Listen for the parties that dial us; returns the bound port (None if no links)."""
+        links = self._serve_links()
+        if not links:
+            return None
+        for lk in links:
+            self._accepted[lk.client] = threading.Event()
+        creds = grpc.ssl_server_credentials(
+            [(self.identity.key_pem, self.identity.cert_pem)],
+            root_certificates=self.identity.ca_pem, require_client_auth=True)
+        pool = ThreadPoolExecutor(max_workers=len(links) + 2, thread_name_prefix="grpc-link")
+        server = grpc.server(
+            pool, options=grpc_options(self.settings, server=True),
+            maximum_concurrent_rpcs=len(links) + 2)
+        handler = grpc.method_handlers_generic_handler(
+            "vflcrypto.net.Link",
+            {"Frames": grpc.stream_stream_rpc_method_handler(self._handle, None, None)})
+        server.add_generic_rpc_handlers((handler,))
+        spec = self.config.party(self.name)
+        address = bind if bind is not None else _bind_address(spec.host, spec.port)
+        try:
+            port = server.add_secure_port(address, creds)
+        except RuntimeError as exc:
+            raise PeerDisconnectedError(f"{self.name} cannot listen on {address}: {exc}") from None
+        if port == 0:
+            raise PeerDisconnectedError(f"{self.name} cannot listen on {address} (port in use?)")
+        server.start()
+        self._server = server
+        self.port = port
+        return port
+
+    def _handle(self, request_iterator: Iterator[bytes], context: grpc.ServicerContext) -> Iterator[bytes]:
+        # types-grpcio declares Mapping[str, bytes]; grpc gives every property as a list of bytes
+        auth = cast("Mapping[str, list[bytes]]", context.auth_context())
+        pem = (auth.get("x509_pem_cert") or [b""])[0]
+        peer = self.config.name_for_fingerprint(cert_fingerprint(pem)) if pem else None
+        expected = {lk.client for lk in self._serve_links()}
+        if peer is None or peer not in expected:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{self.name}: client certificate is not pinned for a party that dials "
+                          f"{self.name} in the configuration")
+            return
+        with self._lock:
+            if peer in self.transports:
+                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"{peer} is already connected")
+                return
+            transport = GrpcTransport(self.name, peer, context.peer(), self.settings)
+            self.transports[peer] = transport
+        transport._start_reader(request_iterator, context.cancel)
+        self._accepted[peer].set()
+        yield from transport._outgoing(first=ACCEPT)
+        # let the final chunks flush before the RPC completes
+        transport._done.wait(self.settings.linger)
+
+    # ---- dialing side
+
+    def dial(self, peer: str, deadline: float) -> GrpcTransport:
+        """Connect to ``peer`` (which listens), retrying with backoff until ``deadline``."""
+        spec = self.config.party(peer)
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.identity.ca_pem, private_key=self.identity.key_pem,
+            certificate_chain=self.identity.cert_pem)
+        opts = [*grpc_options(self.settings, server=False),
+                ("grpc.ssl_target_name_override", peer), ("grpc.default_authority", peer)]
+        channel = grpc.secure_channel(spec.address, creds, options=opts)
+        self._grpc_channels.append(channel)
+        stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+            METHOD, request_serializer=None, response_deserializer=None)
+        transport = GrpcTransport(self.name, peer, spec.address, self.settings)
+        delay = 0.05
+        last = "no attempt"
+        while True:
+            go, dead = threading.Event(), threading.Event()
+            call = stream(transport._outgoing(go=go, dead=dead), timeout=self.settings.deadline)
+            try:
+                first = next(call)
+                if first != ACCEPT:
+                    raise ProtocolError(f"{peer} ({spec.address}) did not accept the link")
+                go.set()
+                transport._start_reader(call, call.cancel)
+                with self._lock:
+                    self.transports[peer] = transport
+                return transport
+            except grpc.RpcError as exc:
+                dead.set()
+                call.cancel()
+                code, last = exc.code(), exc.details() or ""
+                if code in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED,
+                            grpc.StatusCode.ALREADY_EXISTS):
+                    raise PeerDisconnectedError(f"{peer} ({spec.address}) refused {self.name}: {last}") from None
+                low = last.lower()
+                if "handshake" in low or "certificate" in low or "ssl" in low or "alert" in low or \
+                        "socket closed" in low:
+                    blame = diagnose_tls(self.identity, peer, spec.address)
+                    if blame is not None:
+                        raise PeerDisconnectedError(f"TLS with {peer} ({spec.address}) failed: {blame}") from None
+            now = time.monotonic()
+            if now >= deadline:
+                raise PeerTimeoutError(
+                    f"{self.name} could not reach {peer} at {spec.address} within "
+                    f"{self.settings.connect_timeout:g} s: {last}")
+            time.sleep(min(delay, max(0.0, deadline - now)))
+            delay = min(delay * 1.6, 2.0)
+
+    def connect(self) -> dict[str, GrpcTransport]:
+        """Bring up every link of this party (listen, dial, wait) or raise naming the peer."""
+        deadline = time.monotonic() + self.settings.connect_timeout
+        if self._server is None:
+            self.start_server()
+        dials = [lk.server for lk in self.config.links_of(self.name) if lk.client == self.name]
+        errors: list[BaseException] = []
+
+        def dial_one(peer: str) -> None:
+            try:
+                self.dial(peer, deadline)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=dial_one, args=(p,), daemon=True) for p in dials]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        for peer, ev in self._accepted.items():
+            if not ev.wait(max(0.0, deadline - time.monotonic())):
+                spec = self.config.party(peer)
+                raise PeerTimeoutError(
+                    f"{peer} (expected from {spec.address}) did not connect to {self.name} within "
+                    f"{self.settings.connect_timeout:g} s")
+        return dict(self.transports)
+
+    def close(self) -> None:
+        """Close every link (waiting for peers to receive what was sent), then the server."""
+        threads = [threading.Thread(target=t.close, daemon=True) for t in self.transports.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(self.settings.linger + 2)
+        if self._server is not None:
+            self._server.stop(grace=1.0).wait(3.0)
+        for ch in self._grpc_channels:
+            ch.close()
+
+    def abort(self) -> None:
+        """Tear every link down at once (after an error): peers fail immediately."""
+        for t in self.transports.values():
+            t._closing.set()
+            t._cancel_stream()
+        if self._server is not None:
+            self._server.stop(grace=None)
+        for ch in self._grpc_channels:
+            ch.close()
+
+
+def _bind_address(host: str, port: int) -> str:
+    """Listen on the configured IP, or on every interface when the address is a name."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return f"[::]:{port}"
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+# --------------------------------------------------------------------------- handshake
+
+
+def _hello_digest(server: str, client: str, client_nonce: bytes, server_nonce: bytes,
+                  config_digest: str, task: str) -> bytes:
+    return _SIGN_CONTEXT + encode_value([server, client, client_nonce, server_nonce, config_digest, task])
+
+
+def agree_run(net: PartyNetwork, task: str, transcript: Transcript) -> str:
+    """Exchange ``net.hello`` on every link, check the peers, and derive the run id.
+
+    The run id is SHA-256 over the configuration digest, the task and every party's fresh
+    nonce (truncated to 128 bits, hex), so no single party chooses it and a frame of an
+    earlier run is rejected by every Channel. A fixed ``run_id`` in the configuration
+    replaces the derived one (the hello still runs).
+    """
+    cfg, me = net.config, net.name
+    digest = cfg.digest
+    nonce = secrets.token_bytes(32)
+    chans = {
+        peer: Channel(Endpoint(me, HELLO_ROLE), Endpoint(peer, HELLO_ROLE), t,
+                      transcript=transcript, timeout=cfg.settings.connect_timeout,
+                      max_frame_bytes=64 * 1024, run_id=HELLO_RUN_ID)
+        for peer, t in net.transports.items()
+    }
+    links = cfg.links_of(me)
+    client_links = [lk for lk in links if lk.client == me]
+    server_links = [lk for lk in links if lk.server == me]
+    for lk in client_links:
+        chans[lk.server].send(Hello(me, nonce, digest, task, b"", b""))
+    nonces = {me: nonce}
+
+    def check(h: Hello, peer: str) -> None:
+        if h.party != peer:
+            raise ProtocolError(f"{peer} introduced itself as {h.party!r}")
+        if not hmac.compare_digest(h.config_digest, digest):
+            raise ProtocolError(f"{peer} runs with a different party configuration")
+        if h.task != task:
+            raise ProtocolError(f"{peer} runs task {h.task!r}, {me} runs {task!r}")
+        if len(h.nonce) != 32:
+            raise ProtocolError(f"{peer} sent a malformed hello nonce")
+
+    for lk in server_links:
+        h = chans[lk.client].recv(Hello)
+        check(h, lk.client)
+        nonces[lk.client] = h.nonce
+        sig = net.identity.sign(_hello_digest(me, lk.client, h.nonce, nonce, digest, task))
+        chans[lk.client].send(Hello(me, nonce, digest, task, net.identity.cert_der, sig))
+    for lk in client_links:
+        h = chans[lk.server].recv(Hello)
+        check(h, lk.server)
+        _verify_server_hello(cfg, lk.server, me, h, nonce, digest, task)
+        nonces[lk.server] = h.nonce
+    # gossip nonces until every party knows all of them (only on a partial mesh)
+    n = len(cfg.parties)
+    if len(cfg.links) < n * (n - 1) // 2:
+        for _ in range(n - 1):
+            for ch in chans.values():
+                ch.send(NonceSet(dict(nonces)))
+            for peer, ch in chans.items():
+                for name, value in ch.recv(NonceSet).nonces.items():
+                    if name not in cfg.parties or len(value) != 32 or \
+                            (name in nonces and not hmac.compare_digest(nonces[name], value)):
+                        raise ProtocolError(f"{peer} relayed an inconsistent nonce for {name!r}")
+                    nonces[name] = value
+        if set(nonces) != set(cfg.parties):
+            raise ProtocolError("the party links do not connect every configured party")
+    if cfg.settings.run_id != "agreed":
+        return cfg.settings.run_id
+    run_hash = hashlib.sha256(b"vflcrypto-run-v1" + digest.encode() + task.encode())
+    for name in sorted(nonces):
+        run_hash.update(name.encode() + b"\0" + nonces[name])
+    return run_hash.hexdigest()[:32]
+
+
+def _verify_server_hello(cfg: PartyConfig, server: str, me: str, h: Hello, my_nonce: bytes,
+                         digest: str, task: str) -> None:
+    try:
+        cert = x509.load_der_x509_certificate(h.certificate)
+    except ValueError:
+        raise ProtocolError(f"{server} sent no valid certificate in its hello") from None
+    if not hmac.compare_digest(cert_fingerprint(cert), cfg.party(server).fingerprint):
+        raise ProtocolError(f"{server}'s certificate is not the one pinned in the configuration")
+    pub = cert.public_key()
+    if not isinstance(pub, ec.EllipticCurvePublicKey):
+        raise ProtocolError(f"{server}'s certificate key is not ECDSA")
+    try:
+        pub.verify(h.signature, _hello_digest(server, me, my_nonce, h.nonce, digest, task),
+                   ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        raise ProtocolError(f"{server} could not prove it holds its pinned certificate's key") from None
+
+
+@dataclass
+class ConnectedParty:
+    """What :func:`connect_party` returns: the run id and one Channel per peer."""
+
+    run_id: str
+    channels: dict[str, Channel]
+    network: PartyNetwork
+    transcript: Transcript
+
+    def close(self) -> None:
+        self.network.close()
+
+    def abort(self) -> None:
+        self.network.abort()
+
+
+def connect_party(config: PartyConfig, identity: PartyIdentity, task: str, *,
+                  transcript: Transcript | None = None,
+                  allow_insecure: bool = False) -> ConnectedParty:
+    """Connect party ``identity.name`` to its peers, agree on a run id, return Channels.
+
+    The Channels carry the peers' protocol roles from the configuration, share one
+    :class:`KeyRing` and one :class:`Transcript`, use the configured receive timeout and
+    frame limit, and are bound to the agreed run id.
+    """
+    transcript = transcript if transcript is not None else Transcript()
+    net = PartyNetwork(config, identity)
+    try:
+        net.connect()
+        run_id = agree_run(net, task, transcript)
+    except BaseException:
+        net.abort()
+        raise
+    me = config.party(identity.name)
+    keyring = KeyRing()
+    channels = {
+        peer: Channel(Endpoint(me.name, me.role), Endpoint(peer, config.party(peer).role), t,
+                      transcript=transcript, keyring=keyring, timeout=config.settings.timeout,
+                      max_frame_bytes=config.settings.max_frame_bytes, run_id=run_id,
+                      allow_insecure=allow_insecure)
+        for peer, t in sorted(net.transports.items())
+    }
+    return ConnectedParty(run_id, channels, net, transcript)
