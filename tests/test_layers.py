@@ -212,8 +212,8 @@ def test_every_subpackage_states_its_role_and_public_names() -> None:
         names = getattr(pkg, "__all__", None)
         assert names, f"{sub}: no __all__"
         for n in names:
-            assert hasattr(pkg, n) or (init.parent / f"{n}.py").exists() or (init.parent / n / "__init__.py").exists(), \
-                f"vflcrypto.{sub}.__all__ names {n!r}, which is neither defined nor a submodule"
+            submodule = (init.parent / f"{n}.py").exists() or (init.parent / n / "__init__.py").exists()
+            assert hasattr(pkg, n) or submodule, f"vflcrypto.{sub}.__all__ names {n!r}: neither defined nor a module"
 
 
 def test_no_module_is_over_the_size_limit() -> None:
