@@ -94,9 +94,9 @@ class GrpcTransport(Transport):
     def __repr__(self) -> str:
         return f"GrpcTransport({self.local} <-> {self.peer} @ {self.address})"
 
-    # ---- stream plumbing
+    # ---- stream plumbing (driven by vflcrypto.runtime.network.PartyNetwork, which opens the RPC)
 
-    def _outgoing(self, first: bytes | None = None, go: threading.Event | None = None,
+    def outgoing(self, first: bytes | None = None, go: threading.Event | None = None,
                   dead: threading.Event | None = None) -> Iterator[bytes]:
         """The gRPC message iterator of this side: chunks from the outbox."""
         if go is not None:
@@ -116,7 +116,8 @@ class GrpcTransport(Transport):
                 return
             yield item
 
-    def _start_reader(self, incoming: Iterator[bytes], cancel: Any) -> None:
+    def start_reader(self, incoming: Iterator[bytes], cancel: Any) -> None:
+        """Read the peer's chunks from ``incoming`` on a thread; ``cancel`` tears the RPC down."""
         self._cancel = cancel
         self._reader = threading.Thread(target=self._read, args=(incoming,),
                                         name=f"grpc-read-{self.local}-{self.peer}", daemon=True)
@@ -184,6 +185,15 @@ class GrpcTransport(Transport):
             self._fail(PeerDisconnectedError(f"link to {self.peer} ({self.address}) failed: {exc}"))
             return
         self._fail(PeerDisconnectedError(f"{self.peer} ({self.address}) ended the link"))
+
+    def wait_flushed(self, timeout: float) -> bool:
+        """Wait until the peer acknowledged our BYE or the stream ended (the last chunks flushed)."""
+        return self._done.wait(timeout)
+
+    def abort(self) -> None:
+        """Tear the link down at once (after an error elsewhere): the peer fails immediately."""
+        self._closing.set()
+        self._cancel_stream()
 
     def _cancel_stream(self) -> None:
         if self._cancel is not None:

@@ -198,11 +198,11 @@ class PartyNetwork:
                 return
             transport = GrpcTransport(self.name, peer, context.peer(), self.settings)
             self.transports[peer] = transport
-        transport._start_reader(request_iterator, context.cancel)
+        transport.start_reader(request_iterator, context.cancel)
         self._accepted[peer].set()
-        yield from transport._outgoing(first=ACCEPT)
+        yield from transport.outgoing(first=ACCEPT)
         # let the final chunks flush before the RPC completes
-        transport._done.wait(self.settings.linger)
+        transport.wait_flushed(self.settings.linger)
 
     # ---- dialing side
 
@@ -223,13 +223,13 @@ class PartyNetwork:
         last = "no attempt"
         while True:
             go, dead = threading.Event(), threading.Event()
-            call = stream(transport._outgoing(go=go, dead=dead), timeout=self.settings.deadline)
+            call = stream(transport.outgoing(go=go, dead=dead), timeout=self.settings.deadline)
             try:
                 first = next(call)
                 if first != ACCEPT:
                     raise ProtocolError(f"{peer} ({spec.address}) did not accept the link")
                 go.set()
-                transport._start_reader(call, call.cancel)
+                transport.start_reader(call, call.cancel)
                 with self._lock:
                     self.transports[peer] = transport
                 return transport
@@ -298,8 +298,7 @@ class PartyNetwork:
     def abort(self) -> None:
         """Tear every link down at once (after an error): peers fail immediately."""
         for t in self.transports.values():
-            t._closing.set()
-            t._cancel_stream()
+            t.abort()
         if self._server is not None:
             self._server.stop(grace=None)
         for ch in self._grpc_channels:
