@@ -8,7 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vflcrypto.data.files import atomic_write_bytes, load_model, save_model
+from vflcrypto.data.files import (
+    PRIVATE,
+    atomic_open,
+    atomic_write_bytes,
+    atomic_write_text,
+    load_model,
+    save_model,
+    write_csv_atomic,
+)
 from vflcrypto.data.tables import read_csv_strings, read_party_csv, require_same_ids, train_test_split
 from vflcrypto.errors import InputDataError
 
@@ -120,3 +128,31 @@ def test_duplicate_ids_are_found_in_canonical_form_with_their_lines(tmp_path: Pa
     p.write_text("id,x\ncafe\u0301,1\nb,2\ncaf\u00e9,3\n")  # NFD and NFC spellings of one ID
     with pytest.raises(InputDataError, match=r"line 4: duplicate ID .* \(first on line 2\)"):
         read_party_csv(p, "id").check_unique_ids()
+
+
+@pytest.mark.parametrize("umask, expected", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_atomic_outputs_get_the_mode_a_plain_open_gives_under_the_umask(
+        tmp_path: Path, umask: int, expected: int) -> None:
+    old = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "report.html", "<html></html>")
+        write_csv_atomic(tmp_path / "rows.csv", ["a"], [[1]])
+        with open(tmp_path / "plain.txt", "w", encoding="utf-8") as fh:  # what the atomic writer must match
+            fh.write("x")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"report.html": expected, "rows.csv": expected, "plain.txt": expected}
+
+
+def test_private_atomic_outputs_are_owner_only_even_under_an_open_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        with atomic_open(tmp_path / "secret.key", permissions=PRIVATE) as fh:
+            assert os.fstat(fh.fileno()).st_mode & 0o777 == 0o600  # owner-only before the first byte
+            fh.write(b"k")
+        atomic_write_bytes(tmp_path / "public.pem", b"p")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "secret.key").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "public.pem").stat().st_mode & 0o777 == 0o666

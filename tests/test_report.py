@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from vflcrypto.protocols import align
@@ -79,8 +80,13 @@ def test_audit_cli_writes_the_report(tmp_path: Path) -> None:
     from vflcrypto.cli import main
 
     html, plots = tmp_path / "r" / "exchange.html", tmp_path / "png"
-    assert main(["audit", "exchange", "--key-bits", "512", "--allow-insecure", "--html", str(html),
-                 "--plot", str(plots)]) == 0
+    old = os.umask(0o022)
+    try:
+        assert main(["audit", "exchange", "--key-bits", "512", "--allow-insecure", "--html", str(html),
+                     "--plot", str(plots)]) == 0
+    finally:
+        os.umask(old)
+    assert html.stat().st_mode & 0o777 == 0o644  # the usual mode, not a temporary file's 0600
     page = html.read_text(encoding="utf-8")
     assert "exchange.encrypted_residuals" in page and "Empirical checks" in page
     assert (plots / "exchange-sequence-1.png").is_file()
@@ -125,6 +131,162 @@ def test_the_report_renders_in_headless_chromium(outcome: AuditOutcome, tmp_path
     assert res.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", res.stderr[-2000:]
 
 
+# --------------------------------------------------------------------------- layout: no label clipped or overlapped
+
+#: writes the box of every <text> of every <svg> (relative to its SVG) and every arrowhead into the page
+_MEASURE = """
+<script>
+(function () {
+  var out = [];
+  document.querySelectorAll('svg').forEach(function (svg) {
+    var r = svg.getBoundingClientRect();
+    var d = {cls: svg.getAttribute('class'), width: r.width, height: r.height, texts: [], heads: []};
+    svg.querySelectorAll('text').forEach(function (t) {
+      var b = t.getBoundingClientRect();
+      d.texts.push({text: t.textContent, x: b.left - r.left, y: b.top - r.top, w: b.width, h: b.height,
+                    rotated: t.hasAttribute('transform')});
+    });
+    svg.querySelectorAll('g.arrow line').forEach(function (l) {
+      var x = +l.getAttribute('x2'), y = +l.getAttribute('y2');
+      d.heads.push({text: 'arrowhead', x: x - 10, y: y - 5, w: 20, h: 10});
+    });
+    out.push(d);
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'boxes';
+  pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();
+</script>
+"""
+
+
+def _stress_outcome() -> AuditOutcome:
+    """A run drawn at the limits: seven parties with long names, arrows between neighbours and across the page,
+    long protection labels, an undeclared kind wider than the page, a repeated round, more arrows than are drawn,
+    and checks of every verdict with long names."""
+    import random
+
+    from vflcrypto.runtime.transcript import Endpoint, Transcript
+
+    parties = [Endpoint(f"party-with-a-rather-long-name-{i}" if i % 2 else f"p{i}", "active" if i == 0 else "passive")
+               for i in range(7)]
+    kinds = ["logreg.masked_gradient", "secagg.forward", "exchange.encrypted_residuals", "logreg.ack",
+             "vendor.an_undeclared_message_kind_" + "with_a_very_long_name_" * 8]
+    t = Transcript()
+
+    def send(a: int, b: int, kind: str, n: int = 1) -> None:
+        for _ in range(n):
+            t.record("send", 0, parties[a], parties[b], kind, 123_456_789)
+            t.record("recv", 0, parties[a], parties[b], kind, 123_456_789)
+
+    send(0, 1, kinds[0], 3)  # neighbours at the left edge
+    send(1, 0, kinds[2])
+    send(6, 5, kinds[1])  # neighbours at the right edge
+    send(6, 0, kinds[4])  # across the page, wider than the page
+    for _ in range(5):  # a repeated round
+        send(0, 1, kinds[1])
+        send(2, 3, kinds[0])
+        send(3, 2, kinds[3])
+    rng = random.Random(1)  # layout test data, not a secret
+    for _ in range(160):  # more arrows than MAX_ARROWS
+        a, b = rng.sample(range(7), 2)
+        send(a, b, rng.choice(kinds))
+    report, sections = audit_runs({"stress": t})
+    long = "a check whose name is much longer than the column it is drawn in, " * 3
+    findings = (EmpiricalFinding("p0", "held " + long, 0.01, 0.05, "d", protection=Protection.MASKED),
+                EmpiricalFinding("p0", "failed " + long, 123456.0, 0.5, "d", protection=Protection.CIPHERTEXT,
+                                 flagged=True),
+                EmpiricalFinding("p2", "by design " + long, 1.0, 0.6227, "d", flagged=True,
+                                 figure=Figure.contingency("long labels", ["a-long-class-name"] * 3 + ["b"] * 2,
+                                                           ["a-long-cluster-name", 2, 2, 3, 3])),
+                EmpiricalFinding("p4", "nothing to test", float("nan"), None, "d", protection=Protection.SHUFFLED,
+                                 measured=False, figure=Figure.histogram("wide bins", [3, 1, 123456],
+                                                                         ["a-rather-wide-bin", "2", "3+"])))
+    return AuditOutcome("stress", report, findings, sections=sections, transcripts=(("stress", t),),
+                        curves={"a curve whose name is far too long to be the title of so small a plot": [3.0, 1.0]})
+
+
+def _boxes(page: str, tmp_path: Path) -> list[dict[str, Any]]:
+    """The measured boxes of every SVG of ``page`` (in headless Chromium)."""
+    return _measure(page, tmp_path)[0]
+
+
+def _measure(page: str, tmp_path: Path) -> tuple[list[dict[str, Any]], str]:
+    """The measured boxes of every SVG of ``page`` and the rendered DOM (the page must log nothing)."""
+    import json
+
+    path = tmp_path / "measured.html"
+    path.write_text(page.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    res = subprocess.run([*_chromium_args(tmp_path), "--window-size=1400,2400", "--dump-dom", path.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    console = [ln for ln in res.stderr.splitlines() if re.search(r":CONSOLE[:(]|Uncaught", ln)]
+    assert not console, console
+    found = re.search(r'<pre id="boxes">(.*?)</pre>', res.stdout, re.DOTALL)
+    assert found, "the measuring script did not run"
+    svgs: list[dict[str, Any]] = json.loads(html.unescape(found.group(1)))
+    return svgs, res.stdout
+
+
+def _overlap(a: dict[str, float], b: dict[str, float], slack: float = 0.5) -> bool:
+    return (min(a["x"] + a["w"], b["x"] + b["w"]) - max(a["x"], b["x"]) > slack
+            and min(a["y"] + a["h"], b["y"] + b["h"]) - max(a["y"], b["y"]) > slack)
+
+
+def _layout_faults(svgs: list[dict[str, Any]]) -> list[str]:
+    """Every label outside its SVG, every two labels of one SVG that overlap, every label on an arrowhead."""
+    faults = []
+    for svg in svgs:
+        texts = [t for t in svg["texts"] if t["w"] > 0]
+        for t in texts:
+            if t["x"] < -0.5 or t["y"] < -0.5 or t["x"] + t["w"] > svg["width"] + 0.5 \
+                    or t["y"] + t["h"] > svg["height"] + 0.5:
+                faults.append(f"{svg['cls']}: {t['text'][:60]!r} at {t} leaves the {svg['width']}x{svg['height']} SVG")
+        flat = [t for t in texts if not t["rotated"]]
+        for i, a in enumerate(flat):
+            for b in flat[i + 1:] + svg["heads"]:
+                if _overlap(a, b):
+                    faults.append(f"{svg['cls']}: {a['text'][:60]!r} overlaps {b['text'][:60]!r}")
+    return faults
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no Chromium (Debian package 'chromium'; .ci/run installs it)")
+def test_every_label_of_every_diagram_lies_inside_its_svg_and_clear_of_the_others(
+        outcome: AuditOutcome, tmp_path: Path) -> None:
+    for case in (outcome, _stress_outcome()):
+        svgs = _boxes(render_html(case), tmp_path)
+        sequences = [s for s in svgs if s["cls"] == "sequence"]
+        assert len(sequences) == len(case.transcripts) and all(s["texts"] and s["heads"] for s in sequences)
+        assert {"findings", "figure matrix", "figure histogram", "curve"} <= {s["cls"] for s in svgs}
+        assert not _layout_faults(svgs), "\n".join(_layout_faults(svgs)[:20])
+
+
+def test_the_layout_check_sees_a_clipped_and_an_overlapping_label() -> None:
+    """The check above can fail: a label past the edge, two labels on one spot, a label on an arrowhead."""
+    box = {"text": "a", "x": 10.0, "y": 10.0, "w": 50.0, "h": 12.0, "rotated": False}
+    svg = {"cls": "sequence", "width": 100.0, "height": 40.0, "heads": [], "texts": [box]}
+    assert not _layout_faults([svg])
+    assert _layout_faults([{**svg, "texts": [{**box, "x": -3.0}]}])
+    assert _layout_faults([{**svg, "texts": [box, {**box, "x": 40.0, "text": "b"}]}])
+    assert _layout_faults([{**svg, "heads": [{"text": "arrowhead", "x": 50.0, "y": 15.0, "w": 20.0, "h": 10.0}]}])
+
+
+def test_the_sequence_diagram_spreads_its_lifelines_over_the_page(outcome: AuditOutcome) -> None:
+    from vflcrypto.audit.diagram import SEQUENCE_WIDTH, sequence_svg
+
+    for label, t in outcome.transcripts:
+        svg = sequence_svg(label, t.entries())
+        xs = sorted({float(x) for x in re.findall(r'<line x1="([\d.]+)" y1="26"', svg)})
+        assert len(xs) == 2 and xs[-1] - xs[0] >= SEQUENCE_WIDTH / 2, xs  # two parties, half the page apart
+        assert f'width="{SEQUENCE_WIDTH}"' in svg
+
+
+def test_check_bars_show_their_verdicts_in_full(outcome: AuditOutcome) -> None:
+    page = render_html(outcome)
+    assert "· leaks (by design)</text>" in page and "· holds (blinded)</text>" in page
+
+
 # --------------------------------------------------------------------------- every protocol's audit run
 
 
@@ -132,15 +294,6 @@ def _every_audit() -> list[str]:
     from vflcrypto.protocols import registry
 
     return sorted(registry())
-
-
-def _render_in_chromium(page: Path, tmp_path: Path) -> str:
-    res = subprocess.run([*_chromium_args(tmp_path), "--dump-dom", page.as_uri()], capture_output=True, text=True,
-                         timeout=120)
-    assert res.returncode == 0, res.stderr[-2000:]
-    console = [ln for ln in res.stderr.splitlines() if re.search(r":CONSOLE[:(]|Uncaught", ln)]
-    assert not console, console
-    return res.stdout
 
 
 @pytest.mark.slow
@@ -160,9 +313,10 @@ def test_every_protocols_audit_run_renders(name: str, tmp_path: Path) -> None:
     for row in outcome.report.rows:
         assert row.kind in text and f"{html.escape(row.receiver)} ({html.escape(row.receiver_role)})" in text
     if _chromium() is not None:
-        rendered = _render_in_chromium(page, tmp_path)
+        svgs, rendered = _measure(text, tmp_path)
         assert 'data-rendered="yes"' in rendered
         assert all(row.kind in rendered for row in outcome.report.rows)
+        assert not _layout_faults(svgs), "\n".join(_layout_faults(svgs)[:20])
 
 
 def test_repeated_rounds_are_drawn_once_whatever_the_order_within_them() -> None:

@@ -338,6 +338,18 @@ def test_dev_keys_are_private(pki: Path) -> None:
     assert (pki / "ca.key").stat().st_mode & 0o777 == 0o600
 
 
+def test_dev_keys_stay_private_and_certificates_public_whatever_the_umask(tmp_path: Path) -> None:
+    for umask in (0, 0o022, 0o077):
+        old = os.umask(umask)
+        try:
+            write_dev_pki(tmp_path / oct(umask), ["a"])
+        finally:
+            os.umask(old)
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / oct(umask)).iterdir()}
+        assert modes == {"ca.key": 0o600, "a.key": 0o600, "a.identity.key": 0o600, "ca.pem": 0o644,
+                         "a.pem": 0o644}, oct(umask)
+
+
 def test_identity_pins_in_the_configuration(tmp_path: Path, pki: Path) -> None:
     """`identity = "ed25519:<hex>"` is parsed, covered by the digest, and checked."""
     from vflcrypto.runtime.certs import identity_pin, load_identity_key

@@ -381,7 +381,8 @@ def order_finding(observer: str, name: str, kind: str, received_position: np.nda
     pos, idx = np.asarray(received_position), np.asarray(sender_index)
     if pos.size < 4:
         return EmpiricalFinding(observer, name, 0.0, None, description + " (too few items to test)",
-                                attacks=(kind,), protection=Protection.SHUFFLED, samples=int(pos.size))
+                                attacks=(kind,), protection=Protection.SHUFFLED, samples=int(pos.size),
+                                measured=False)
     rho, p = spearman(pos, idx)
     rc = _z_two_sided(ALPHA) / math.sqrt(pos.size - 1)
     return EmpiricalFinding(observer, name, abs(rho), rc, description, attacks=(kind,),
@@ -403,7 +404,7 @@ def adjacent_order_finding(observer: str, name: str, kind: str, blocks: Sequence
     blocks = [np.asarray(b) for b in blocks if len(b) > 1]
     if not blocks:
         return EmpiricalFinding(observer, name, 0.0, None, description + " (nothing to test)",
-                                attacks=(kind,), protection=protection)
+                                attacks=(kind,), protection=protection, measured=False)
 
     def stat(bs: Sequence[np.ndarray]) -> int:
         return int(sum(int(np.count_nonzero(np.diff(b) > 0)) for b in bs))

@@ -23,15 +23,18 @@ if TYPE_CHECKING:
     from ..runtime.transcript import Transcript
 
 __all__ = [
+    "VERDICTS",
     "AuditOutcome",
     "AuditReport",
     "AuditRow",
     "EmpiricalFinding",
     "Figure",
+    "RoleVerdict",
     "audit",
     "audit_runs",
     "markdown_table",
     "render_security_md",
+    "role_verdicts",
 ]
 
 
@@ -172,6 +175,13 @@ class Figure:
         return cls("histogram", title, (tuple(float(c) for c in counts),), (), tuple(bins))
 
 
+FAILED, NOT_MEASURED, LEAKS, HOLDS, NO_LEAK, NO_CHECK = (
+    "protection failed", "not measured", "leaks by design", "holds", "no leak measured", "no check")
+#: the verdicts of a check, strongest first: a protection that failed or could not be tested, a leak the
+#: declarations admit, a protection that held, a by-design leak the attack did not find, a role nobody attacked
+VERDICTS = (FAILED, NOT_MEASURED, LEAKS, HOLDS, NO_LEAK, NO_CHECK)
+
+
 @dataclass(frozen=True)
 class EmpiricalFinding:
     """A measured leakage: what ``observer`` inferred from the messages it received.
@@ -200,11 +210,32 @@ class EmpiricalFinding:
     detects: str = ""
     #: what the attack saw, drawn by the HTML report (optional)
     figure: Figure | None = None
+    #: False when the check had nothing to test (e.g. too few items): its protection is unverified
+    measured: bool = True
 
     @property
     def by_design(self) -> bool:
         """A leak the declarations admit (no protection claimed against it)."""
         return self.protection is None
+
+    @property
+    def verdict(self) -> str:
+        """One of :data:`VERDICTS`: what the check found (a value that is not a number was not measured)."""
+        if not self.measured or self.value != self.value or abs(self.value) == float("inf"):
+            return NOT_MEASURED
+        if self.protection is None:
+            return LEAKS if self.flagged else NO_LEAK
+        return FAILED if self.flagged else HOLDS
+
+    def verdict_label(self, *, loud: bool = False) -> str:
+        """The verdict in words with the protection it concerns (``holds (ciphertext)``, ``leaks (by design)``);
+        ``loud`` writes the verdicts that reveal something in capitals (``PROTECTION FAILED (masked)``)."""
+        v = self.verdict
+        word = "leaks" if v == LEAKS else v
+        word = word.upper() if loud and v in (FAILED, NOT_MEASURED, LEAKS) else word
+        if v == LEAKS:
+            return f"{word} (by design)"
+        return word if self.protection is None else f"{word} ({self.protection.value})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"observer": self.observer, "name": self.name, "value": self.value,
@@ -212,7 +243,115 @@ class EmpiricalFinding:
                 "attacks": list(self.attacks),
                 "protection": None if self.protection is None else self.protection.value,
                 "flagged": self.flagged, "p_value": self.p_value, "samples": self.samples,
-                "detects": self.detects}
+                "detects": self.detects, "measured": self.measured, "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class RoleVerdict:
+    """What one role can learn, by the strongest finding of the checks on what its parties received."""
+
+    role: str
+    parties: tuple[str, ...]
+    #: one of :data:`VERDICTS`: the strongest verdict of the role's checks (``no check`` if none)
+    verdict: str
+    #: the finding that decided the verdict (``None`` for a role no check attacked)
+    strongest: EmpiricalFinding | None
+    #: the runs (section labels) in which the strongest finding's observer received what it attacked
+    runs: tuple[str, ...]
+    #: number of the role's checks per verdict
+    counts: Mapping[str, int]
+    #: the verdict in words, capitals where something leaks or is unverified: ``LEAKS (by design)``
+    headline: str
+    #: what the strongest finding measured, where, and how the role's other checks ended
+    detail: str
+
+    @property
+    def line(self) -> str:
+        """The verdict as one line of text (what the CLI prints and the report shows first)."""
+        return f"{self.role}: {self.headline}: {self.detail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.strongest
+        return {"role": self.role, "parties": list(self.parties), "verdict": self.verdict,
+                "strongest": None if s is None else {"observer": s.observer, "name": s.name, "value": s.value,
+                                                     "baseline": s.baseline, "verdict": s.verdict_label()},
+                "runs": list(self.runs), "counts": dict(self.counts), "headline": self.headline, "detail": self.detail,
+                "line": self.line}
+
+
+#: how the other checks of a role ended, in the summary line ("other checks: 3 held")
+_ENDED = {FAILED: "failed", NOT_MEASURED: "not measured", LEAKS: "leaked by design", HOLDS: "held",
+          NO_LEAK: "found no leak"}
+
+
+def _runs_of(finding: EmpiricalFinding, sections: Sequence[tuple[str, AuditReport]]) -> tuple[int, ...]:
+    """The runs (indices into ``sections``) in which the finding's observer (a party or a role) received a kind
+    the check attacked."""
+    return tuple(i for i, (_, rep) in enumerate(sections)
+                 if any(finding.observer in (r.receiver, r.receiver_role) and r.kind in finding.attacks
+                        for r in rep.rows))
+
+
+def _in_runs(runs: Sequence[int], sections: Sequence[tuple[str, AuditReport]]) -> str:
+    """``in the plain run``, ``in every run``, ``in runs 1 and 3 (a / c)``: where the finding was measured."""
+    if not runs or len(sections) < 2:
+        return ""
+    if len(runs) == len(sections):
+        return " in every run"
+    labels = [sections[i][0] for i in runs]
+    if len(runs) == 1 and not any(c in labels[0] for c in ",()/"):
+        return f" in the {labels[0]} run"
+    nums = [str(i + 1) for i in runs]
+    numbered = nums[0] if len(nums) == 1 else ", ".join(nums[:-1]) + " and " + nums[-1]
+    return f" in run{'s' if len(runs) > 1 else ''} {numbered} ({' / '.join(labels)})"
+
+
+def role_verdicts(report: AuditReport, findings: Sequence[EmpiricalFinding],
+                  sections: Sequence[tuple[str, AuditReport]] = ()) -> list[RoleVerdict]:
+    """One :class:`RoleVerdict` per role that received messages or was attacked, strongest verdict first.
+
+    A finding belongs to its observer's role (the observer is a party of the ledger, or a
+    role itself). Within a role the strongest finding decides (:data:`VERDICTS` order: a
+    protection that failed or could not be measured, then a leak by design, then a
+    protection that held); roles no check attacked say what they received in the clear.
+    """
+    role_of: dict[str, str] = {}
+    parties: dict[str, dict[str, None]] = {}
+    for r in report.rows:
+        role_of.setdefault(r.receiver, r.receiver_role)
+        parties.setdefault(r.receiver_role, {})[r.receiver] = None
+    by_role: dict[str, list[EmpiricalFinding]] = {role: [] for role in parties}
+    for f in findings:
+        role = role_of.get(f.observer, f.observer)
+        by_role.setdefault(role, []).append(f)
+        if f.observer in role_of:
+            parties.setdefault(role, {})[f.observer] = None
+    out: list[RoleVerdict] = []
+    for role, fs in by_role.items():
+        members = tuple(parties.get(role, {}))
+        counts = {v: n for v in VERDICTS if (n := sum(f.verdict == v for f in fs))}
+        if not fs:
+            rows = [r for r in report.rows if r.receiver_role == role]
+            kinds = sorted({r.kind for r in rows})
+            clear = sorted({r.kind for r in rows if "plaintext" in r.protection})
+            what = f", {len(clear)} of them in the clear ({', '.join(clear)})" if clear else ", none in the clear"
+            out.append(RoleVerdict(role, members, NO_CHECK, None, (), {}, "no check",
+                                   f"receives {len(kinds)} message kind{'s' if len(kinds) != 1 else ''}{what}"))
+            continue
+        strongest = min(fs, key=lambda f: VERDICTS.index(f.verdict))
+        runs = _runs_of(strongest, sections)
+        who = "" if strongest.observer == role else f"{strongest.observer}: "
+        base = "" if strongest.baseline is None else f" (baseline {strongest.baseline:.4g})"
+        rest = dict(counts)
+        rest[strongest.verdict] -= 1
+        also = ", ".join(f"{n} {_ENDED[v]}" for v, n in rest.items() if n)
+        head = strongest.verdict_label(loud=True) + (" (counts as a failure)" if strongest.verdict == NOT_MEASURED
+                                                     else "")
+        out.append(RoleVerdict(role, members, strongest.verdict, strongest, tuple(sections[i][0] for i in runs),
+                               counts, head,
+                               f"{who}{strongest.name} = {strongest.value:.4g}{base}{_in_runs(runs, sections)}"
+                               + (f"; other checks: {also}" if also else "")))
+    return sorted(out, key=lambda v: VERDICTS.index(v.verdict))
 
 
 @dataclass(frozen=True)
@@ -239,17 +378,24 @@ class AuditOutcome:
             raise AuditError(f"{len(hits)} findings named {name!r} (observer {observer}); have {names}")
         return hits[0]
 
+    def verdicts(self) -> list[RoleVerdict]:
+        """What each role can learn, strongest finding first (:func:`role_verdicts`)."""
+        return role_verdicts(self.report, self.findings, self.sections)
+
     def broken_protections(self) -> list[EmpiricalFinding]:
         """Findings that test a declared protection and flagged it as failing."""
         return [f for f in self.findings if f.protection is not None and f.flagged]
 
     def to_dict(self) -> dict[str, Any]:
         runs = [{"run": label, **report.to_dict()} for label, report in self.sections]
-        return {"protocol": self.protocol, **self.report.to_dict(), "runs": runs,
+        return {"protocol": self.protocol, "summary": [v.to_dict() for v in self.verdicts()],
+                **self.report.to_dict(), "runs": runs,
                 "empirical": [f.to_dict() for f in self.findings], "metrics": dict(self.metrics), **self.metrics}
 
     def to_text(self) -> str:
-        lines = [f"Leakage audit: {self.protocol}", ""]
+        lines = [f"Leakage audit: {self.protocol}", "",
+                 "What each role can learn (strongest finding first; the ledgers and checks follow):",
+                 *(f"  {v.line}" for v in self.verdicts()), ""]
         if self.sections:
             for i, (label, report) in enumerate(self.sections):
                 lines += [*([""] if i else []), f"== run {i + 1} of {len(self.sections)}: {self.protocol}, {label} ==",
@@ -260,11 +406,7 @@ class AuditOutcome:
             lines += ["", "Empirical checks (attacks on the messages each role received):"]
             for f in self.findings:
                 base = "" if f.baseline is None else f" (baseline {f.baseline:.4g})"
-                if f.protection is None:
-                    verdict = "LEAKS (by design)" if f.flagged else "no leak measured"
-                else:
-                    verdict = (f"PROTECTION FAILED ({f.protection.value})" if f.flagged
-                               else f"holds ({f.protection.value})")
+                verdict = f.verdict_label(loud=True)
                 pv = "" if f.p_value is None else f", p = {f.p_value:.2g}"
                 lines.append(f"  [{f.observer}] {f.name}: {f.value:.4g}{base}{pv} -> {verdict}")
                 lines.append(f"      {f.description}")

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import os
+import secrets
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ import numpy as np
 from ..errors import InputDataError
 
 __all__ = [
+    "PRIVATE",
+    "PUBLIC",
     "atomic_open",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -35,12 +38,43 @@ __all__ = [
 # --------------------------------------------------------------------------- atomic output
 
 
+def _create_temp(path: Path, permissions: int) -> tuple[int, Path]:
+    """Create a new, empty temporary file beside ``path`` with ``permissions`` less the umask.
+
+    :func:`tempfile.mkstemp` always creates 0600, so a file renamed from it would keep
+    0600 whatever the user's umask: ``os.open(..., O_CREAT | O_EXCL, permissions)`` lets
+    the kernel apply the umask (and default ACLs) as for any file the user creates, and
+    ``O_EXCL | O_NOFOLLOW`` keep the safety of ``mkstemp`` (never an existing file or link).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) \
+        | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.part"
+        try:
+            return os.open(tmp, flags, permissions), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
+#: mode of atomic outputs before the umask: what ``open(path, "w")`` gives (0644 under the usual umask 022)
+PUBLIC = 0o666
+#: mode of secrets (private keys): readable and writable by the owner only, from the first byte on
+PRIVATE = 0o600
+
+
 @contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "wb", **kwargs: Any) -> Iterator[IO[Any]]:
-    """A temporary file beside ``path`` that replaces it (fsync + rename) only if the block succeeds."""
+def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *, permissions: int = PUBLIC,
+                **kwargs: Any) -> Iterator[IO[Any]]:
+    """A temporary file beside ``path`` that replaces it (fsync + rename) only if the block succeeds.
+
+    The file gets ``permissions`` less the umask, as a plain ``open()`` would give it
+    (0644 under umask 022); secrets pass :data:`PRIVATE` (0600), which the temporary file
+    has from its creation, so no reader can open the secret in between.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    fd, tmp = _create_temp(path, permissions)
     try:
         with os.fdopen(fd, mode, **kwargs) as fh:
             yield fh
@@ -48,13 +82,13 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb", **kwargs: Any) -
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename)."""
-    with atomic_open(path, "wb") as fh:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, permissions: int = PUBLIC) -> None:
+    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename), mode ``permissions`` less the umask."""
+    with atomic_open(path, "wb", permissions=permissions) as fh:
         fh.write(data)
 
 
@@ -109,8 +143,9 @@ def check_output_dir(path: str | os.PathLike[str], what: str = "output directory
     return d
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, permissions: int = PUBLIC) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically, mode ``permissions`` less the umask."""
+    atomic_write_bytes(path, text.encode("utf-8"), permissions=permissions)
 
 
 def write_csv_atomic(path: str | os.PathLike[str], header: Sequence[str],

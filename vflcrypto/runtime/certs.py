@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ..data.files import atomic_write_bytes
+from ..data.files import PRIVATE, atomic_write_bytes
 from ..errors import InputDataError
 
 __all__ = [
@@ -183,9 +183,9 @@ def issue_party_cert(
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    """Write a private key readable by its owner only (mode 0600; the temporary file
-    :func:`atomic_write_bytes` renames is created 0600 already)."""
-    atomic_write_bytes(path, data)
+    """Write a private key readable by its owner only: mode 0600 from the temporary file's
+    creation on (never wider, even for a moment), then exactly 0600 whatever the umask."""
+    atomic_write_bytes(path, data, permissions=PRIVATE)
     os.chmod(path, 0o600)
 
 
