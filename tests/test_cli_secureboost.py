@@ -112,3 +112,18 @@ def test_scheme_ou_trains_and_other_protocols_refuse_it(tmp_path: Path, capsys: 
             main(args)
         err = capsys.readouterr().err
         assert exc.value.code == 2 and f"{model} cannot run under Okamoto-Uchiyama" in err and "reveals p" in err
+
+
+def test_the_plaintext_reference_stays_out_of_the_html_report(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The plaintext reference beside the secure AUC is a check, no exchange between the parties:
+    --html draws the secure training and prediction runs only (no third or fourth run)."""
+    a, p = _write(tmp_path)
+    out = tmp_path / "train.html"
+    assert main(["train", "secureboost", "--active", str(a), "--passive", str(p), "--id-column", "id", "--label",
+                 "y", "--trees", "2", "--depth", "2", "--max-bin", "8", "--key-bits", "512", "--allow-insecure",
+                 "--aligned", "--test-fraction", "0.25", "--json", "--html", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["plaintext_test_auc"] == summary["test_auc"]
+    page = out.read_text(encoding="utf-8")
+    assert "Run 2: 2." in page and "Run 3:" not in page
