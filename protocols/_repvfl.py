@@ -148,24 +148,25 @@ def check_matrix(arr: Any, rows: int, dim: int, what: str, sender: str) -> np.nd
 
 @dataclass(frozen=True)
 class RepConfig:
-    """Training parameters shared by the representation-VFL protocols (one source of their flags)."""
+    """Training parameters shared by every representation-VFL protocol (one source of their flags).
+
+    Only what every one of them uses: a protocol's own settings live in its subclass
+    (split's ``epochs``; one-/few-shot's semi-supervised ones), so its ``--help`` and its
+    JSON ``config`` hold only the settings that apply to it.
+    """
 
     dim: int = option(16, "representation width d of every extractor")
     hidden: int = option(64, "hidden units of the default MLP extractors")
-    ssl_epochs: int = option(60, "epochs of each party's local semi-supervised training (one-/few-shot)")
-    head_epochs: int = option(200, "epochs of the server's head training on the overlap rows")
     lr: float = option(3e-3, "learning rate of the extractors (Adam)")
     head_lr: float = option(1e-2, "learning rate of the server's head (Adam)")
     batch_size: int = option(64, "rows per mini-batch")
-    threshold: float = option(0.9, "FixMatch confidence threshold of a pseudo-label")
-    lambda_u: float = option(1.0, "weight of the unlabelled loss in local training")
     seed: int = option(0, "public training seed (initialisation, batch order, augmentation)")
 
     def __post_init__(self) -> None:
-        if not 1 <= self.dim <= MAX_DIM or self.hidden < 1 or self.ssl_epochs < 0 or self.head_epochs < 0:
-            raise InputDataError(f"need 1 <= dim <= {MAX_DIM}, hidden >= 1 and non-negative epochs")
-        if not self.lr > 0 or not self.head_lr > 0 or self.batch_size < 1 or not 0 < self.threshold <= 1:
-            raise InputDataError("need lr > 0, head_lr > 0, batch_size >= 1 and 0 < threshold <= 1")
+        if not 1 <= self.dim <= MAX_DIM or self.hidden < 1:
+            raise InputDataError(f"need 1 <= dim <= {MAX_DIM} and hidden >= 1")
+        if not self.lr > 0 or not self.head_lr > 0 or self.batch_size < 1:
+            raise InputDataError("need lr > 0, head_lr > 0 and batch_size >= 1")
 
 
 @dataclass

@@ -29,13 +29,14 @@ def main() -> None:
     ids = np.array([f"CUST-{x}" for x in numbers])
     age = rng.integers(18, 80, size=n)
     income = np.round(np.exp(rng.normal(10.6, 0.45, size=n)) / 100) * 100
-    credit = np.clip(rng.normal(680, 70, size=n) + 0.8 * (age - 45), 300, 850).round()
     visits = rng.poisson(6, size=n)
     purchases = visits + rng.poisson(3 * visits + 1)
     basket = np.round(np.exp(rng.normal(3.6, 0.5, size=n)) * (1 + 0.02 * visits), 2)
     z = lambda v: (v - v.mean()) / v.std()  # noqa: E731
-    logit = (-1.3 - 1.0 * z(credit) - 0.6 * z(np.log(income))
-             + 0.9 * z(np.log(basket)) - 0.7 * z(visits.astype(float)))
+    credit = np.clip(660 + 35 * z(np.log(income)) + 25 * z(age.astype(float)) + 30 * z(visits.astype(float))
+                     - 25 * z(np.log(basket)) + rng.normal(0, 25, size=n), 300, 850).round()
+    logit = (-1.4 - 1.3 * z(credit) - 0.6 * z(np.log(income))
+             + 1.0 * z(np.log(basket)) - 0.8 * z(visits.astype(float)))
     defaulted = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
 
     bank_idx = np.arange(0, N_COMMON + N_BANK_ONLY)

@@ -50,14 +50,24 @@ def test_digits_json_reports_accuracy_bytes_and_messages(capsys: pytest.CaptureF
 def test_csv_files_are_aligned_by_psi_and_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     server, parties = write_views(tmp_path)
     args = ["--server", str(server), *[a for p in parties for a in ("--party", str(p))], "--id-column", "id",
-            "--label", "digit", "--test-fraction", "0.5", *FAST, "--json"]
+            "--label", "digit", "--test-fraction", "0.5", "--json"]
     for name in ("oneshot", "fewshot"):
-        assert main(["train", name, *args, "--model-dir", str(tmp_path / name)]) == 0
+        assert main(["train", name, *args, *FAST, "--model-dir", str(tmp_path / name)]) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["rows"]["aligned"] == 420 and out["rows"]["test"] == 210 and out["rows"]["overlap"] == 210
         assert (tmp_path / name / "party-1.npz").exists()
     assert main(["train", "split", *args, "--epochs", "1"]) == 0
-    assert json.loads(capsys.readouterr().out)["messages"]["party"] == 2 * (4 + 1)  # 4 batches of 64 + test
+    out = json.loads(capsys.readouterr().out)
+    assert out["messages"]["party"] == 2 * (4 + 1)  # 4 batches of 64 + test
+    # only split's own settings: none of one-/few-shot's semi-supervised ones
+    assert set(out["config"]) == {"dim", "hidden", "lr", "head_lr", "batch_size", "seed", "epochs"}
+
+
+def test_split_refuses_the_semi_supervised_flags_it_would_ignore(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help offers only what the command uses: split has no --ssl-epochs, oneshot has."""
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "split", "--dataset", "digits", "--ssl-epochs", "3"])
+    assert exc.value.code == 2 and "--ssl-epochs" in capsys.readouterr().err
 
 
 def test_the_same_inputs_give_the_same_model_in_process(tmp_path: Path) -> None:

@@ -50,6 +50,35 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
 # --------------------------------------------------------------------------- references
 
 
+@pytest.mark.parametrize("scheme", ["paillier", "ckks"])
+def test_both_schemes_reach_numpy_least_squares_and_report_its_loss_in_label_units(
+        scheme: str, small_paillier_keys) -> None:
+    """Generated here with numpy alone (no code shared with the protocol): a label in the hundreds
+    (offset 700, std ~60), two parties. Under either scheme the secure model's predictions reach
+    numpy's least-squares fit and the last epoch loss is its half mean squared residual, in the
+    label's units squared (not in the standardized units the parties train on)."""
+    rng = np.random.default_rng(41)
+    n = 120
+    Xb, Xa = rng.normal(3.0, 2.0, size=(n, 2)), rng.normal(-1.0, 0.5, size=(n, 3))
+    y = 700.0 + Xb @ np.array([20.0, -15.0]) + Xa @ np.array([30.0, 10.0, -40.0]) + rng.normal(0, 8.0, size=n)
+    ids = tuple(f"r{i}" for i in range(n))
+    active = PartyTable(ids, ("b0", "b1"), Xb, y, "y")
+    passive = PartyTable(ids, ("a0", "a1", "a2"), Xa)
+    design = np.hstack([Xb, Xa, np.ones((n, 1))])
+    coef = np.linalg.lstsq(design, y, rcond=None)[0]
+    best = design @ coef
+    cfg = LinRegConfig(epochs=30, lr=0.5, momentum=0.0, tol=None, key_bits=512, scheme=scheme)  # converged
+    run = run_local(active, [passive], config=cfg, allow_insecure=True,
+                    keys=small_paillier_keys if scheme == "paillier" else None)
+    pred = lr.predict_plain(run.models, [active, passive])
+    np.testing.assert_allclose(pred, best, atol=0.05)  # points, on a label of ~700 (CKKS: 2^-24 rounding)
+    half_mse = 0.5 * float(np.mean((y - best) ** 2))
+    assert run.epoch_losses[-1] == pytest.approx(half_mse, rel=1e-3)
+    assert run.losses[-1] == pytest.approx(half_mse, rel=1e-3)
+    # C itself saw the standardized label's loss: the same number divided by the label's variance
+    assert run.coordinator.epoch_losses[-1] == pytest.approx(half_mse / float(np.var(y)), rel=1e-3)
+
+
 def test_lossless_every_iteration_matches_plaintext_full_batch(small_paillier_keys) -> None:
     """100 full-batch iterations: every iteration's weights within 1e-6 relative."""
     active, passives = lr.synthetic_split(n_rows=80, p_active=3, p_passive=(2,), seed=3)
@@ -445,6 +474,8 @@ def test_demo_step_runs_quickly(tmp_path: Path) -> None:
     ctx = DemoContext(workdir=tmp_path, key_bits=1024, quick=True, verbose=False, allow_insecure=True)
     out = lr.demo_step(ctx)
     assert out["max_weight_diff_vs_plaintext"] < 1e-6
+    losses = out["epoch_losses"]  # plain descent on the standardized label: no overshoot (was 5.37, 1.31, 0.27, 2.94)
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
     assert (tmp_path / "linreg_model" / "active.npz").exists()
 
 

@@ -140,4 +140,5 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["passive_weights"]) == set(cp) and "(intercept)" in out["active_weights"]
+    assert out["train_deviance"] > 0 and "deviance" not in out  # named after the rows it was evaluated on
     assert len(out["coordinator_losses"]) == 20 and out["coordinator_losses"][-1] < out["coordinator_losses"][0]

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .runtime.steps import Role
 
 __all__ = [
+    "SCHEME_HELP",
     "Command",
     "DemoContext",
     "FlowerSpec",
@@ -246,6 +247,15 @@ class FlowerSpec:
     clients_wait_first: bool = False
 
 
+#: what ``--scheme`` offers, per scheme name (a protocol's help lists only its own :attr:`ProtocolSpec.schemes`)
+SCHEME_HELP = {
+    "paillier": "Paillier",
+    "ou": "Okamoto-Uchiyama, conservative parameters (3072-bit n)",
+    "ou-heu": "Okamoto-Uchiyama at HEU's parameters (2048-bit n)",
+    "ckks": "CKKS (TenSEAL), the fast approximate mode",
+}
+
+
 @dataclass(frozen=True)
 class ProtocolSpec:
     """Everything the runtimes and entry points need to know about one protocol."""
@@ -273,6 +283,30 @@ class ProtocolSpec:
 
             refuse_decryption_oracle(scheme, self.name, self.oracle)
         raise ConfigurationError(f"{self.name} does not run under {scheme!r}: use one of {', '.join(self.schemes)}")
+
+    def scheme_argument(self, parser: argparse.ArgumentParser) -> None:
+        """Make ``parser``'s ``--scheme`` (if it has one) offer only :attr:`schemes`, in its choices and its help.
+
+        Asked for a refused scheme, the parser names the reason (OU: the decryption oracle) in its
+        one-line usage error, so ``--help`` never lists a scheme the command would refuse.
+        """
+        action = next((a for a in parser._actions if a.dest == "scheme" and a.option_strings), None)
+        if action is None:
+            return
+        spec = self
+
+        def scheme(value: str) -> str:
+            if value not in spec.schemes:
+                try:
+                    spec.check_scheme(value)
+                except ConfigurationError as exc:
+                    raise argparse.ArgumentTypeError(str(exc)) from None
+            return value
+
+        action.type, action.choices = scheme, self.schemes
+        names = "; ".join(f"{s}: {SCHEME_HELP.get(s, s)}" for s in self.schemes)
+        refused = f"; OU is refused: {self.oracle}" if self.oracle else ""
+        action.help = f"homomorphic scheme ({names}){refused} (default {action.default})"
 
     def kinds(self) -> list[str]:
         """The message kinds this protocol declares (all start with ``name + "."``)."""

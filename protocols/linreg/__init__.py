@@ -50,6 +50,18 @@ statistics, with ``"whiten"`` it PCA-whitens its own block; with ``fit_intercept
 appends a constant column. Both are stored in the party's model and
 re-applied at prediction, so predictions are in the label's original units.
 
+Label scaling (B's own, never communicated): with ``label_scaling="standardize"`` (the
+default, under Paillier and CKKS alike) B trains on ``(y − mean) / std`` of its training
+rows, so ``lr`` and ``tol`` act the same on any label and under either scheme, and CKKS's
+masks (which hide gradients of a bounded size) fit any label. Every weight is then in
+standardized units; B's model keeps ``(offset, scale)`` and maps the summed scores back
+by ``scale · s + offset``. C decrypts the loss of the standardized label (it never learns
+the scale); :class:`LinRegRun` reports losses in the label's units squared (``scale²``
+times C's: the data term is exactly the half mean squared error of the label-unit model),
+as does :func:`plaintext_gradient_descent`. ``"none"`` trains on the label as given (then
+``lr`` and ``tol`` act in the label's units; CKKS refuses a label whose batch rms exceeds
+its bound).
+
 Message flow (one iteration; message kinds ``linreg.*``)
 ---------------------------------------------------------
 0. C generates the key pair; sends ``public_key`` to every data party. B sends ``plan``

@@ -10,6 +10,15 @@ intersection. Rows are split into train and test with the public, seeded
 its own training rows. Test metrics use the secure prediction path
 (:func:`vflcrypto.protocols.linreg.predict_local`): only the active party learns the
 predictions. ``--model-dir`` saves one ``<party>.npz`` per party (no pickle).
+
+The label is standardized by the active party (``--label-scaling standardize``, the default
+under every scheme); the model, its predictions and the losses are reported in the label's
+units. ``--json`` prints ``test_rmse`` and ``test_r2`` (``train_*`` without held-out rows)
+beside ``plaintext_test_rmse`` / ``plaintext_test_r2``: the same rows fitted by ordinary
+least squares (numpy's ``lstsq`` on every party's columns joined, with an intercept), the
+optimum that gradient descent approaches; ``final_loss`` is the last epoch's mean training
+loss ``(1/2m) Σ (prediction − y)²`` (+ the L2 penalty) in the label's units squared,
+``converged`` whether the coordinator's stopping test ended training before ``--epochs``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.data.files import save_model
+from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.ml.metrics import r2_score, rmse
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
@@ -56,6 +66,25 @@ def config(args: argparse.Namespace) -> tuple[LinRegConfig, TrainOptions]:
 
 def _prediction_bits(cfg: LinRegConfig, opts: TrainOptions) -> int:
     return opts.key_bits if cfg.scheme == "paillier" else max(opts.key_bits, 2048)
+
+
+def least_squares_reference(train: list[PartyTable], evaluate: list[PartyTable],
+                            intercept: bool) -> tuple[float, float]:
+    """(RMSE, R²) on ``evaluate`` of ordinary least squares fitted on ``train`` (every party's columns joined).
+
+    The plaintext reference beside the secure figures: numpy's ``lstsq``, sharing no code with
+    the protocol (no preprocessing, no gradient descent); the optimum the secure run approaches.
+    """
+
+    def design(tables: list[PartyTable]) -> np.ndarray:
+        X = np.hstack([np.asarray(t.X, dtype=np.float64) for t in tables])
+        return np.hstack([X, np.ones((X.shape[0], 1))]) if intercept else X
+
+    y_train = np.asarray(train[0].label, dtype=np.float64)
+    w = np.linalg.lstsq(design(train), y_train, rcond=None)[0]
+    y = np.asarray(evaluate[0].label, dtype=np.float64)
+    pred = design(evaluate) @ w
+    return rmse(y, pred), r2_score(y, pred)
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,15 +121,21 @@ def train(args: argparse.Namespace) -> int:
     assert y is not None  # read_tables requires the label at the active party
     if args.model_dir:
         save_models(result.models, args.model_dir)
-    summary = {"rmse": rmse(y, pred), "r2": r2_score(y, pred), "epochs": result.coordinator.epochs_run,
+    on = "test" if len(test) else "train"
+    ref_rmse, ref_r2 = least_squares_reference(train_tables, eval_tables, cfg.fit_intercept)
+    summary = {f"{on}_rmse": rmse(y, pred), f"{on}_r2": r2_score(y, pred),
+               f"plaintext_{on}_rmse": ref_rmse, f"plaintext_{on}_r2": ref_r2,
+               "epochs": result.coordinator.epochs_run, "converged": result.coordinator.converged,
+               "final_loss": result.epoch_losses[-1], "epoch_losses": result.epoch_losses,
                "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
-               "evaluated_on": "test" if len(test) else "train", "rows": {"train": len(train_rows), "test": len(test)},
-               "converged": result.coordinator.converged, "final_loss": result.losses[-1]}
+               "evaluated_on": on, "rows": {"train": len(train_rows), "test": len(test)}}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"trained on {len(train_rows)} rows, {summary['epochs']} epochs ({cfg.scheme}); "
-          f"{summary['evaluated_on']} RMSE {summary['rmse']:.6g}, R² {summary['r2']:.4f}; {summary['seconds']:.1f} s")
+    print(f"trained on {len(train_rows)} rows, {summary['epochs']} epochs ({cfg.scheme}, "
+          f"{'converged' if summary['converged'] else 'not converged'}, final loss {summary['final_loss']:.6g}); "
+          f"{on} RMSE {summary[f'{on}_rmse']:.6g} (plaintext least squares {ref_rmse:.6g}), "
+          f"R² {summary[f'{on}_r2']:.4f} (plaintext {ref_r2:.4f}); {summary['seconds']:.1f} s")
     if args.model_dir:
         print(f"party models saved in {args.model_dir}")
     return 0
@@ -141,8 +176,10 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         c = run_coordinator(only([ACTIVE, *passives]), scheme=cfg.scheme, key_bits=cfg.key_bits,
                             allow_insecure=opts.allow_insecure, passives=passives, expected=cfg)
         run_predict_coordinator(only([ACTIVE, *passives]), _prediction_bits(cfg, opts), opts.allow_insecure, passives)
-        summary: dict[str, Any] = {"losses": c.losses, "epoch_losses": c.epoch_losses, "epochs": c.epochs_run,
-                                   "converged": c.converged, "obfuscators": c.obfuscators}
+        # C never learns the label's scale: its losses are in the units of the label B trains on
+        units = "the active party's standardized label" if cfg.scales_label else "the label's units squared"
+        summary: dict[str, Any] = {"losses": c.losses, "epoch_losses": c.epoch_losses, "loss_units": units,
+                                   "epochs": c.epochs_run, "converged": c.converged, "obfuscators": c.obfuscators}
 
         def write(out: Path, meta: dict[str, Any]) -> None:
             save_model(out, {**meta, "protocol": "linreg-coordinator", "epochs": c.epochs_run,
@@ -161,9 +198,11 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         res = run_active(only([COORD, *passives]), tr_table, passives=passives, config=cfg, name=me)
         pred = run_predict_active(only([COORD, *passives]), res.model, ev_table, passives)
         y = np.asarray(ev_table.label, dtype=np.float64)
-        summary = {"rmse": rmse(y, pred), "r2": r2_score(y, pred), "evaluated_on": "test" if len(test) else "train",
+        on = "test" if len(test) else "train"
+        summary = {f"{on}_rmse": rmse(y, pred), f"{on}_r2": r2_score(y, pred), "evaluated_on": on,
                    "rows": {"train": len(train_rows), "test": len(test)},
-                   "weights": [float(w) for w in res.model.weights]}
+                   "weights": [float(w) for w in res.model.weights],
+                   "label_offset": res.model.label_offset, "label_scale": res.model.label_scale}
     else:
         res = run_passive(only([ACTIVE, COORD]), tr_table, index=passives.index(me), name=me,
                           preprocess=cfg.preprocess, expected=cfg)
@@ -173,6 +212,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     def write_model(out: Path, meta: dict[str, Any]) -> None:
         res.model.save(out)
         if role == ACTIVE:
-            write_metrics(out, meta, {k: summary[k] for k in ("rmse", "r2", "evaluated_on", "rows")})
+            write_metrics(out, meta, {k: v for k, v in summary.items() if k not in ("weights", "label_offset",
+                                                                                    "label_scale")})
 
     return PartyOutcome(summary, write_model)

@@ -17,7 +17,7 @@ __all__ = ["LABEL_SCALING", "OU_REFUSAL", "PREPROCESSING", "LinRegConfig"]
 OU_REFUSAL = "its coordinator decrypts the masked gradients and predictions the data parties form and returns them"
 
 PREPROCESSING = ("none", "standardize", "whiten")
-LABEL_SCALING = ("auto", "standardize", "none")
+LABEL_SCALING = ("standardize", "none")
 
 
 @dataclass(frozen=True)
@@ -30,15 +30,17 @@ class LinRegConfig:
     batch_size: int | None = option(None, "rows per mini-batch (default: full batch)")
     tol: float | None = option(1e-6, "C stops when the epoch loss changes by <= tol (relative); 0 disables")
     scheme: str = option("paillier", "homomorphic scheme (OU is refused: the coordinator returns decryptions)",
-                         choices=(*SCHEMES, "ou", "ou-heu"))
+                         choices=SCHEMES)
     key_bits: int = option(DEFAULT_KEY_BITS, "Paillier modulus bits", cli=False)  # a TrainOptions flag
     momentum: float = option(0.9, "heavy-ball momentum, applied locally by each party (0 = plain descent)")
     preprocess: str = option("standardize", "local per-party preprocessing", choices=PREPROCESSING)
     fit_intercept: bool = option(True, "an intercept column at the active party", flag="--intercept",
                                  negative="--no-intercept")
-    label_scaling: str = option("auto", "the active party trains on its label standardized (mean 0, std 1 on its "
-                                "training rows) and returns the model in the label's units; auto: with CKKS only "
-                                "(its masks hide gradients of a bounded size)", choices=LABEL_SCALING)
+    label_scaling: str = option("standardize", "standardize: the active party trains on its label standardized "
+                                "(mean 0, std 1 on its training rows) under every scheme, and the model, its "
+                                "predictions and the reported losses are in the label's units; none: train on "
+                                "the label as given (lr and tol then act in the label's units; CKKS refuses "
+                                "labels too large for its masks)", choices=LABEL_SCALING)
     # on by default: faster epochs with the parties in separate processes, the same in one (see the package docstring)
     coordinator_obfuscators: bool = option(
         True, "the coordinator, which holds the key and mostly waits, precomputes the passive parties' "
@@ -68,5 +70,5 @@ class LinRegConfig:
 
     @property
     def scales_label(self) -> bool:
-        """Whether the active party standardizes the label (``auto``: for CKKS)."""
-        return self.label_scaling == "standardize" or (self.label_scaling == "auto" and self.scheme == "ckks")
+        """Whether the active party standardizes the label (the default, under every scheme)."""
+        return self.label_scaling == "standardize"

@@ -47,7 +47,9 @@ __all__ = ["CoordinatorResult", "CoordinatorRole"]
 
 @dataclass
 class CoordinatorResult:
-    losses: list[float]  # per iteration
+    # per iteration and per epoch, in the units C sees: those of the label the active party trains on
+    # (standardized by default; C never learns the label's scale, LinRegRun converts)
+    losses: list[float]
     epoch_losses: list[float]
     epochs_run: int
     converged: bool

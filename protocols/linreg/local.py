@@ -76,8 +76,19 @@ class LinRegRun:
         return [self.active.model] + [p.model for p in self.passives]
 
     @property
+    def label_units(self) -> float:
+        """The factor from the loss C sees (on the trained, standardized label) to the label's units squared."""
+        return self.active.model.label_scale ** 2
+
+    @property
     def losses(self) -> list[float]:
-        return self.coordinator.losses
+        """Per iteration, the training loss in the label's units squared (C decrypts it on the scaled label)."""
+        return [self.label_units * v for v in self.coordinator.losses]
+
+    @property
+    def epoch_losses(self) -> list[float]:
+        """Per epoch, the mean batch loss in the label's units squared (what C's stopping test compares)."""
+        return [self.label_units * v for v in self.coordinator.epoch_losses]
 
 
 def passive_names(k: int) -> list[str]:

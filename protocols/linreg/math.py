@@ -51,7 +51,7 @@ class PlainResult:
 
     active_weights: np.ndarray
     passive_weights: list[np.ndarray]
-    losses: list[float]
+    losses: list[float]  # in the label's units squared (trained on the scaled label: scale² times its loss)
     epoch_losses: list[float]
     epochs_run: int
     converged: bool
@@ -233,7 +233,9 @@ def plaintext_gradient_descent(
         if converged(prev, epoch_losses[-1], config.tol):
             stop = True
             break
-    return PlainResult(wb, wp, losses, epoch_losses, epochs_run, stop, history, offset, scale)
+    units = scale ** 2  # the losses in the label's units, as LinRegRun reports them
+    return PlainResult(wb, wp, [units * v for v in losses], [units * v for v in epoch_losses], epochs_run, stop,
+                       history, offset, scale)
 
 
 def check_plan_matches(plan: TrainingPlan, config: LinRegConfig | None, party: str) -> None:

@@ -55,13 +55,19 @@ class Kinds:
 
 @dataclass(frozen=True)
 class OneShotConfig(RepConfig):
-    """One-shot VFL's parameters: :class:`RepConfig` plus what D1 carries."""
+    """One-shot VFL's parameters: :class:`RepConfig` plus the semi-supervised training and what D1 carries."""
 
+    ssl_epochs: int = option(60, "epochs of each party's local semi-supervised training")
+    head_epochs: int = option(200, "epochs of the server's head training on the overlap rows")
+    threshold: float = option(0.9, "FixMatch confidence threshold of a pseudo-label")
+    lambda_u: float = option(1.0, "weight of the unlabelled loss in local training")
     variant: str = option("gradient", "what the one download carries: the gradients, or only their partition",
                           choices=VARIANTS)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.ssl_epochs < 0 or self.head_epochs < 0 or not 0 < self.threshold <= 1:
+            raise InputDataError("need non-negative epochs and 0 < threshold <= 1")
         if self.variant not in VARIANTS:
             raise InputDataError(f"variant must be one of {VARIANTS}, not {self.variant!r}")
 

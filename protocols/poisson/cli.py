@@ -48,15 +48,15 @@ def train(args: argparse.Namespace) -> int:
     run = run_local(Xa, y, tables[1].X, params=params, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
                     timeout=opts.timeout)
     bytes_sent = {"alignment": align_bytes, **run.transcript.bytes_sent_by()}
-    summary: dict[str, Any] = {"deviance": deviance(y, fitted_mean(run, Xa, y, tables[1].X)), "epochs": params.epochs,
-               "rows": len(y), "coordinator_losses": [round(v, 8) for v in run.losses],
+    summary: dict[str, Any] = {"train_deviance": deviance(y, fitted_mean(run, Xa, y, tables[1].X)),
+               "epochs": params.epochs, "rows": len(y), "coordinator_losses": [round(v, 8) for v in run.losses],
                **pair_weights(tables, run.active, run.passive),
                "seconds": round(time.perf_counter() - t0, 3),
                "bytes_sent": bytes_sent}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"{params.epochs} epochs on {len(y)} rows: training deviance {summary['deviance']:.4f}; "
+    print(f"{params.epochs} epochs on {len(y)} rows: training deviance {summary['train_deviance']:.4f}; "
           f"{summary['seconds']:.1f} s; {sum(bytes_sent.values()):,} bytes sent")
     return 0
 

@@ -58,7 +58,7 @@ from .messages import (
 )
 
 __all__ = ["AlignRun", "AlignedInputs", "PartyAlignment", "PsiPartyRole", "PsiServerRole", "ServerAlignment",
-           "aligned_inputs", "run_align_local", "session_id", "unwrap_key", "wrap_key"]
+           "aligned_inputs", "run_align_local", "session_id", "unaligned_rows", "unwrap_key", "wrap_key"]
 
 MISS_BITS = 40
 _WRAP_INFO = b"vflcrypto.protovfl.wrap.v1|"
@@ -357,6 +357,18 @@ class AlignedInputs:
     n_labelled: int
 
 
+def unaligned_rows(table: PartyTable, aligned: np.ndarray) -> np.ndarray:
+    """A party's rows outside A (a labelled-or-not row of A is not unaligned), in canonical ID order.
+
+    Like the aligned rows: the local prototype step visits them in mini-batches, so their
+    order shapes the model; in canonical ID order the same rows give the same model whatever
+    the order of the party's file (and the bundled digits give the demo's model).
+    """
+    others = np.setdiff1d(np.arange(len(table)), aligned)
+    canon = [canonical_id(table.ids[r]) for r in others]
+    return others[np.asarray(sorted(range(len(others)), key=canon.__getitem__), dtype=np.int64)]
+
+
 def aligned_inputs(labels: PartyTable, tables: Sequence[PartyTable], *, n_classes: int | None = None,
                    test_fraction: float = 0.2, split_seed: int = 0, test_ids: Sequence[str] | None = None,
                    timeout: float = DEFAULT_TIMEOUT) -> AlignedInputs:
@@ -389,7 +401,7 @@ def aligned_inputs(labels: PartyTable, tables: Sequence[PartyTable], *, n_classe
         rows = got.rows
         if len(rows) != len(ids):
             raise ProtocolError("the parties disagree on the aligned rows")
-        others = np.setdiff1d(np.arange(len(table)), got.aligned)  # a labelled-or-not row of A is not unaligned
+        others = unaligned_rows(table, got.aligned)
         parties.append(PartyData(table.X[rows[train]], table.X[rows[test]], table.X[others]))
     server = ServerData(check_labels(y_all[train], C, "labels of the aligned rows"), C, y_all[test])
     return AlignedInputs(server, parties, run.transcript.total_bytes, len(run.server.ids), len(ids))

@@ -36,7 +36,7 @@ from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_co
 
 from .._repvfl import PARTY, SERVER, PartyData, ServerData, check_labels, require_torch
 from .._train import add_party_data_arguments, write_metrics
-from .align import PsiPartyRole, PsiServerRole, aligned_inputs
+from .align import PsiPartyRole, PsiServerRole, aligned_inputs, unaligned_rows
 from .data import digits_tables
 from .math import ProtoConfig
 from .roles import PartyRole, ServerRole, run_local
@@ -159,7 +159,7 @@ def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         return PartyOutcome(metrics, write_server)
     got = drive(PsiPartyRole(table.ids, index=parties.index(ctx.me), name=ctx.me, server=server), ctx.only([server]))
     tr, te = train_test_split(len(got.rows), args.test_fraction, seed=args.split_seed)
-    others = np.setdiff1d(np.arange(len(table)), got.aligned)
+    others = unaligned_rows(table, got.aligned)
     pdata = PartyData(table.X[got.rows[tr]], table.X[got.rows[te]], table.X[others])
     prole = PartyRole(pdata, index=parties.index(ctx.me), name=ctx.me, server=server, config=cfg,
                       identity=ctx.identity() if cfg.secure else None, pins=pins, run_id=got.session)

@@ -55,7 +55,9 @@ def digits_split(aligned: int = 20, *, pools: Sequence[int] = POOLS, n_test: int
         raise InputDataError(f"need aligned >= 2, {len(BANDS)} pool sizes of at most {max(spare, 0)} rows")
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(y))
-    test, train, rest = order[:n_test], order[n_test : n_test + aligned], order[n_test + aligned :]
+    # test and training rows in index order, which is the CLI's canonical ID order ("d0042"): the
+    # demo's inputs are then exactly what `train protovfl --dataset digits` gets after its PSI
+    test, train, rest = np.sort(order[:n_test]), np.sort(order[n_test : n_test + aligned]), order[n_test + aligned :]
     p0 = rng.choice(rest, pools[0], replace=False)
     p1 = rng.choice(rest, pools[1], replace=False)
     both = np.intersect1d(p0, p1)

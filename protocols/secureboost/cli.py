@@ -29,10 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.schemes import describe
 from vflcrypto.ml.metrics import multiclass_accuracy, rmse, roc_auc
 from vflcrypto.runtime.channel import Transcript
+from vflcrypto.runtime.transcript import uncaptured
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
 from .._train import (
@@ -66,10 +68,13 @@ def _add_mode(p: argparse.ArgumentParser) -> None:
                    help="no encryption (debug/parity only: passive parties see the gradients)")
 
 
-def _metrics(objective: str, y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+def _metrics(objective: str, y: np.ndarray, pred: np.ndarray, on: str) -> dict[str, float]:
+    """The objective's metrics, each key prefixed by the rows it was evaluated on (``test_`` or ``train_``)."""
     if objective == "multiclass":
-        return {"accuracy": multiclass_accuracy(y, np.argmax(pred, axis=1)), "log_loss": _log_loss(y, pred)}
-    return {"auc": roc_auc(y, pred)} if objective == "binary" else {"rmse": rmse(y, pred)}
+        out = {"accuracy": multiclass_accuracy(y, np.argmax(pred, axis=1)), "log_loss": _log_loss(y, pred)}
+    else:
+        out = {"auc": roc_auc(y, pred)} if objective == "binary" else {"rmse": rmse(y, pred)}
+    return {f"{on}_{k}": v for k, v in out.items()}
 
 
 def _log_loss(y: np.ndarray, prob: np.ndarray) -> float:
@@ -126,26 +131,51 @@ def train(args: argparse.Namespace) -> int:
     else:
         pred, y_eval = run.active.train_predictions(), y
     assert y_eval is not None
+    on = "test" if len(test) else "train"
+    metrics = _metrics(params.objective, y_eval, pred, on)
+    reference = {} if args.plaintext else {f"plaintext_{k}": v for k, v in _metrics(
+        params.objective, y_eval, _plaintext_reference(params, tr, [t.take(test) for t in tables] if len(test)
+                                                       else None, opts), on).items()}
     for name, b in run.bytes_sent.items():
         bytes_sent[name] = bytes_sent.get(name, 0) + b
     if args.model_dir:
         for name, m in zip(names, models, strict=True):
             m.save(Path(args.model_dir) / f"{name}.npz")
     summary: dict[str, Any] = {
-        **_metrics(params.objective, y_eval, pred), "trees": params.n_trees,
+        **metrics, **reference, "trees": params.n_trees,
         "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
-        "evaluated_on": "test" if len(test) else "train", "rows": {"train": len(train_rows), "test": len(test)},
+        "evaluated_on": on, "rows": {"train": len(train_rows), "test": len(test)},
         "mode": _mode(args, opts, run.active.public_key)}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    metric = next(m for m in ("auc", "accuracy", "rmse") if m in summary)
+    metric = next(m for m in ("auc", "accuracy", "rmse") if f"{on}_{m}" in summary)
+    value = summary[f"{on}_{metric}"]
+    ref = f" (plaintext {summary[f'plaintext_{on}_{metric}']:.4f})" if reference else ""
     print(f"trained {params.n_trees} rounds (depth {params.max_depth}, {summary['mode']}) on {len(train_rows)} rows; "
-          f"{summary['evaluated_on']} {metric.upper() if metric != 'accuracy' else metric} {summary[metric]:.4f}; "
+          f"{on} {metric.upper() if metric != 'accuracy' else metric} {value:.4f}{ref}; "
           f"{summary['seconds']:.1f} s; {sum(bytes_sent.values()):,} bytes sent")
     if args.model_dir:
         print(f"party models saved in {args.model_dir}")
     return 0
+
+
+def _plaintext_reference(params: BoostParams, train: list[PartyTable], evaluate: list[PartyTable] | None,
+                         opts: TrainOptions) -> np.ndarray:
+    """Predictions of the plaintext reference: the same trees trained unencrypted (``--plaintext``, the
+    documented parity reference), on ``evaluate`` (or the training rows)."""
+    y = train[0].label
+    assert y is not None  # read_tables requires the label at the active party
+    with uncaptured():  # a check beside the run, not part of it: kept out of --html's report
+        run = run_local(train[0].X, y, [t.X for t in train[1:]], params=params, plaintext=True,
+                        ids=list(train[0].ids), active_columns=train[0].columns,
+                        passive_columns=[t.columns for t in train[1:]], timeout=opts.timeout)
+        if evaluate is None:
+            return np.asarray(run.active.train_predictions())
+        models = [run.passive[n].model for n in passive_names(len(train) - 1)]
+        return np.asarray(predict_local(run.active.model, evaluate[0].X,
+                                        [(m, t.X) for m, t in zip(models, evaluate[1:], strict=True)],
+                                        transcript=Transcript()))
 
 
 # --------------------------------------------------------------------------- network party
@@ -185,8 +215,9 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         else:
             pred, y_eval = res.train_predictions(), y
         assert y_eval is not None
-        metrics: dict[str, Any] = {**_metrics(params.objective, y_eval, pred), "trees": params.n_trees,
-                                   "evaluated_on": "test" if len(test) else "train",
+        on = "test" if len(test) else "train"
+        metrics: dict[str, Any] = {**_metrics(params.objective, y_eval, pred, on), "trees": params.n_trees,
+                                   "evaluated_on": on,
                                    "rows": {"train": len(train_rows), "test": len(test)},
                                    "mode": _mode(args, opts, res.public_key)}
 

@@ -2,7 +2,9 @@
 
 * ``bank.csv`` and ``shop.csv``: two parties with partially overlapping customer IDs
   (1,500 and 1,200 rows, 800 in common; synthetic, made by ``scripts/make_demo_data.py``);
-  the bank holds the label ``defaulted`` and a numeric ``credit_score``.
+  the bank holds the label ``defaulted`` and a numeric ``credit_score``, both of which depend on
+  the bank's and the shop's columns (least squares on both parties' columns explains about 80 %
+  of ``credit_score``'s variance on the common rows, on the bank's alone about 60 %).
 * ``titanic/coordinator.csv`` and ``titanic/party0..2.csv``: the Kaggle Titanic train file
   split as in the vertical logistic regression example (labels / {Pclass, Sex} /
   {Age, SibSp} / {Parch, Fare}); ``--unaligned`` shuffles and thins each party's rows so

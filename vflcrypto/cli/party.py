@@ -141,8 +141,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     t = tasks.add_parser("train", help="train a vertical model")
     models = t.add_subparsers(dest="model", required=True, metavar="MODEL")
-    for task in _tasks().values():
+    for task, protocol in _task_specs().values():
         parent = models if task.group == "train" else tasks
         tp = parent.add_parser(task.name, help=task.help)
         task.add_arguments(tp)
+        protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
         tp.set_defaults(handler=run_party)

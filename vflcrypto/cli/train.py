@@ -68,6 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             m = models.add_parser(cmd.name, help=cmd.help, description=cmd.description,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
             cmd.add_arguments(m)
+            spec.scheme_argument(m)  # --help offers only the schemes this protocol accepts
             m.add_argument("--html", metavar="FILE", help="also write an HTML report of every run this command makes "
                                                           "(sequence diagrams, what each role received)")
             m.set_defaults(handler=_outputs_first(cmd.run, spec.check_scheme))

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import AuditError
 from .wire import message_kind
 
-__all__ = ["AuditTap", "Endpoint", "Received", "Transcript", "TranscriptEntry", "capture"]
+__all__ = ["AuditTap", "Endpoint", "Received", "Transcript", "TranscriptEntry", "capture", "uncaptured"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,20 @@ def capture() -> Iterator[list[Transcript]]:
     finally:
         with _capture_lock:
             _captures.remove(got)
+
+
+@contextlib.contextmanager
+def uncaptured() -> Iterator[None]:
+    """Run a block whose transcripts no :func:`capture` collects: a command's plaintext reference run,
+    which is a check beside the run and no exchange between the parties, stays out of its report."""
+    with _capture_lock:
+        saved = _captures[:]
+        _captures.clear()
+    try:
+        yield
+    finally:
+        with _capture_lock:
+            _captures.extend(saved)
 
 
 class Transcript:
