@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     ex = parallel.get_executor()
     if ex is not None:
         list(ex.map(abs, range(parallel.worker_count() * 4)))
-    runs = [poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=args.epochs), keys=keys)
+    runs = [poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=args.epochs), keys=keys,
+                              allow_insecure=args.allow_insecure)
             for _ in range(args.repeat)]
     per_epoch = sorted(r.seconds / args.epochs for r in runs)
     run = runs[0]
