@@ -38,12 +38,14 @@ def data() -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
     return Xa, y, Xp, "synthetic 5,190 rows"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=5, help="secure epochs to time")
     p.add_argument("--key-bits", type=int, default=2048)
     p.add_argument("--repeat", type=int, default=3, help="secure runs; the median time per epoch is kept")
-    args = p.parse_args()
+    p.add_argument("--rows", type=int, default=None, help="only the first ROWS rows (smoke tests)")
+    p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (smoke tests)")
+    args = p.parse_args(argv)
     from sklearn.linear_model import PoissonRegressor
     from vflcrypto.protocols import poisson
 
@@ -51,11 +53,14 @@ def main() -> None:
     from vflcrypto.he.paillier import generate_keypair
 
     Xa, y, Xp, name = data()
-    keys = generate_keypair(args.key_bits)
+    if args.rows is not None:
+        Xa, y, Xp, name = Xa[:args.rows], y[:args.rows], Xp[:args.rows], f"{name}, first {args.rows} rows"
+    keys = generate_keypair(args.key_bits, allow_insecure=args.allow_insecure)
     ex = parallel.get_executor()
     if ex is not None:
         list(ex.map(abs, range(parallel.worker_count() * 4)))
-    runs = [poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=args.epochs), keys=keys)
+    runs = [poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=args.epochs), keys=keys,
+                              allow_insecure=args.allow_insecure)
             for _ in range(args.repeat)]
     per_epoch = sorted(r.seconds / args.epochs for r in runs)
     run = runs[0]

@@ -60,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aligned", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=protovfl.ProtoConfig().rounds)
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per configuration (median)")
+    ap.add_argument("--head-epochs", type=int, default=protovfl.ProtoConfig().head_epochs,
+                    help="server fusion epochs per round (fewer: smoke tests)")
+    ap.add_argument("--local-epochs", type=int, default=protovfl.ProtoConfig().local_epochs,
+                    help="most local prototype epochs per round (fewer: smoke tests)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -69,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         Xa = np.concatenate([p.X_overlap for p in parties], 1)
         Xt = np.concatenate([p.X_test for p in parties], 1)
         central = LogisticRegression(max_iter=5000).fit(Xa, server.y_overlap).score(Xt, server.y_test)
-        base, t_base = _run(server, parties, protovfl.ProtoConfig(rounds=0), args.repeats)
-        sec, t_sec = _run(server, parties, protovfl.ProtoConfig(rounds=args.rounds), args.repeats)
-        pla, t_pla = _run(server, parties, protovfl.ProtoConfig(rounds=args.rounds, secure=False), args.repeats)
+        sizes = {"head_epochs": args.head_epochs, "local_epochs": args.local_epochs}
+        base, t_base = _run(server, parties, protovfl.ProtoConfig(rounds=0, **sizes), args.repeats)
+        sec, t_sec = _run(server, parties, protovfl.ProtoConfig(rounds=args.rounds, **sizes), args.repeats)
+        pla, t_pla = _run(server, parties, protovfl.ProtoConfig(rounds=args.rounds, secure=False, **sizes),
+                          args.repeats)
         if not np.array_equal(sec.server.test_proba, pla.server.test_proba):
             raise SystemExit(f"seed {seed}: secure and plaintext predictions differ")
         labels, tables, test_ids = protovfl.digits_tables(args.aligned, seed=seed)

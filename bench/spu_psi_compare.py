@@ -50,11 +50,11 @@ def _party(rank: int, ports: list[int], protocol: str, inp: str, out: str, q: An
     q.put((rank, time.perf_counter() - t0, report.intersection_count))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--files", nargs=2, required=True, help="left and right CSV (an 'id' column)")
     p.add_argument("--protocols", nargs="+", default=["PROTOCOL_KKRT", "PROTOCOL_RR22", "PROTOCOL_ECDH"])
-    args = p.parse_args()
+    args = p.parse_args(argv)
     for protocol in args.protocols:
         ports = [_free_port(), _free_port()]
         q: Any = mp.Queue()

@@ -58,7 +58,8 @@ def standardize(X: np.ndarray, train: np.ndarray) -> np.ndarray:
     return (X - mu) / np.where(sd > 0, sd, 1.0)
 
 
-def bench(name: str, epochs: int, full_epochs: int, repeat: int, key_bits: int, lr: float) -> list[tuple]:
+def bench(name: str, epochs: int, full_epochs: int, repeat: int, key_bits: int, lr: float,
+          allow_insecure: bool = False) -> list[tuple]:
     from sklearn.linear_model import LogisticRegression
     from vflcrypto.protocols import logreg, sshelr
 
@@ -84,10 +85,12 @@ def bench(name: str, epochs: int, full_epochs: int, repeat: int, key_bits: int, 
         rows.append(("Taylor GD (plain)", e, *scores(y[test], Za_test @ wa + Zh[test] @ wp),
                      (time.perf_counter() - t0) / e, "s/epoch"))
 
-    keys = (generate_keypair(key_bits), generate_keypair(key_bits))
+    keys = (generate_keypair(key_bits, allow_insecure=allow_insecure),
+            generate_keypair(key_bits, allow_insecure=allow_insecure))
     times, run = [], None
     for _ in range(repeat):
-        run = sshelr.run_local(Zg[train], y[train], Zh[train], params=sshelr.SSHELRParams(epochs, lr), keys=keys)
+        run = sshelr.run_local(Zg[train], y[train], Zh[train], params=sshelr.SSHELRParams(epochs, lr), keys=keys,
+                               allow_insecure=allow_insecure)
         times.append(run.seconds / epochs)
     assert run is not None
     mb = run.transcript.total_bytes / epochs / 1e6
@@ -95,14 +98,14 @@ def bench(name: str, epochs: int, full_epochs: int, repeat: int, key_bits: int, 
                  *scores(y[test], Za_test @ run.active + Zh[test] @ run.passive), statistics.median(times),
                  f"s/epoch, {mb:.1f} MB/epoch"))
 
-    lkeys = generate_keypair(key_bits)
+    lkeys = generate_keypair(key_bits, allow_insecure=allow_insecure)
     blocks = [np.hstack([Zg[train], np.ones((len(train), 1))]), Zh[train]]
     tblocks = [np.hstack([Zg[test], np.ones((len(test), 1))]), Zh[test]]
     times, lrun = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
         lrun = logreg.run_local(blocks, y[train], tblocks, y[test], secure=True, steps=epochs, learning_rate=0.5,
-                                keys=lkeys)
+                                keys=lkeys, allow_insecure=allow_insecure)
         times.append((time.perf_counter() - t0) / epochs)
     assert lrun is not None
     p = lrun.active.test_probabilities
@@ -114,7 +117,7 @@ def bench(name: str, epochs: int, full_epochs: int, repeat: int, key_bits: int, 
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=10, help="secure epochs on breast")
     p.add_argument("--credit-epochs", type=int, default=2, help="secure epochs on default_credit")
@@ -123,7 +126,8 @@ def main() -> None:
     p.add_argument("--key-bits", type=int, default=2048)
     p.add_argument("--lr", type=float, default=0.3, help="sshelr learning rate (logreg: its own 0.5)")
     p.add_argument("--only", choices=("breast", "default_credit"), help="one data set")
-    args = p.parse_args()
+    p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (smoke tests)")
+    args = p.parse_args(argv)
     if not (FATE / "breast_hetero_guest.csv").exists():
         sys.exit(f"FATE's data are not in {FATE}")
     from vflcrypto import parallel
@@ -139,7 +143,7 @@ def main() -> None:
         print(f"| {'method':<52} | epochs | accuracy | AUC    | seconds |")
         print(f"|{'-' * 54}|--------|----------|--------|---------|")
         for label, e, acc, auc, sec, unit in bench(name, epochs, args.full_epochs, args.repeat, args.key_bits,
-                                                   args.lr):
+                                                   args.lr, args.allow_insecure):
             print(f"| {label:<52} | {e!s:>6} | {acc:.4f}   | {auc:.4f} | {sec:7.3f} {unit}", flush=True)
 
 

@@ -103,13 +103,13 @@ def bench_block(mb: int, chunk_kb: int = 4096) -> dict[str, Any]:
             "mb_per_s": round(len(block) / dt / 1e6, 1), "load_average": os.getloadavg()[0]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ids", type=int, default=20_000)
     ap.add_argument("--block-mb", type=int, default=100)
     ap.add_argument("--chunk-kb", type=int, default=4096, help="link chunk size (configuration chunk_kb)")
     ap.add_argument("--block-only", action="store_true", help="skip the alignment comparison")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out = {} if args.block_only else {"alignment": bench_alignment(args.ids)}
     out["block"] = bench_block(args.block_mb, args.chunk_kb)
     print(json.dumps(out, indent=2))

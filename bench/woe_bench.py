@@ -42,26 +42,32 @@ def data() -> tuple[np.ndarray, np.ndarray, str]:
     return (rng.uniform(size=30_000) < 1 / (1 + np.exp(-X[:, 0]))).astype(np.int64), X, "synthetic 30,000 x 23"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--key-bits", type=int, default=2048)
-    args = p.parse_args()
+    p.add_argument("--rows", type=int, default=None, help="only the first ROWS rows (smoke tests)")
+    p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (smoke tests)")
+    args = p.parse_args(argv)
     from vflcrypto.protocols import woe
 
     from vflcrypto import parallel
     from vflcrypto.he.paillier import generate_keypair
 
     y, X, name = data()
-    keys = generate_keypair(args.key_bits)
+    if args.rows is not None:
+        y, X, name = y[:args.rows], X[:args.rows], f"{name}, first {args.rows} rows"
+    keys = generate_keypair(args.key_bits, allow_insecure=args.allow_insecure)
     ex = parallel.get_executor()
     if ex is not None:
         list(ex.map(abs, range(parallel.worker_count() * 4)))  # pool start-up outside the timings
-    woe.run_local(y[:500], None, [X[:500]], keys=keys)  # warm the key's encryption tables
+    # warm the key's encryption tables
+    woe.run_local(y[:500], None, [X[:500]], keys=keys, allow_insecure=args.allow_insecure)
     walls, cpus = [], []
     for _ in range(args.repeat):
         c0, t0 = parallel.cpu_seconds(), time.perf_counter()
-        run = woe.run_local(y, None, [X], keys=keys, params=woe.WoeParams(max_bin=10))
+        run = woe.run_local(y, None, [X], keys=keys, params=woe.WoeParams(max_bin=10),
+                            allow_insecure=args.allow_insecure)
         walls.append(time.perf_counter() - t0)
         cpus.append(parallel.cpu_seconds() - c0)
     wall, cpu = statistics.median(walls), statistics.median(cpus)

@@ -77,7 +77,9 @@ _descendants() {  # all descendants of the given PIDs (children first found by P
 _pids_with_arg() {  # PIDs whose command line contains the (unique, private) string $1
   local d
   for d in /proc/[0-9]*; do
-    if tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qF -- "$1"; then echo "${d#/proc/}"; fi
+    # 2>/dev/null before the redirection: a process that ended since the glob has no cmdline, and
+    # the shell (not tr) reports a failed "<file", on the stderr in effect at that moment
+    if tr '\0' ' ' 2>/dev/null <"$d/cmdline" | grep -qF -- "$1"; then echo "${d#/proc/}"; fi
   done
 }
 

@@ -109,6 +109,36 @@ def test_pipelines_cross_validation_and_dataframes(binary: tuple[np.ndarray, np.
         SecureBoostClassifier([["income", "age"], ["age"]], plaintext=True).fit(df, y)
 
 
+def test_column_names_reach_the_estimator_through_a_pandas_pipeline(binary: tuple[np.ndarray, np.ndarray]) -> None:
+    """With set_output(transform="pandas") the scaler hands on a DataFrame: names resolve in every fold."""
+    pd = pytest.importorskip("pandas")
+    X, y = binary
+    df = pd.DataFrame(X, columns=["income", "age", "basket", "visits", "returns"])
+    est = SecureLogisticRegression([["income", "age"], ["basket", "visits", "returns"]], secure=False, steps=30)
+    pipe = make_pipeline(StandardScaler(), est).set_output(transform="pandas")
+    scores = cross_val_score(pipe, df, y, cv=3, error_score="raise")
+    assert scores.shape == (3,) and scores.mean() > 0.6
+    fitted = pipe.fit(df, y)[-1]
+    assert list(fitted.feature_names_in_) == list(df.columns) and [g.tolist() for g in fitted.groups_] == [[0, 1],
+                                                                                                            [2, 3, 4]]
+
+
+def test_column_names_lost_in_a_pipeline_are_refused_in_one_line(binary: tuple[np.ndarray, np.ndarray]) -> None:
+    import re
+
+    pd = pytest.importorskip("pandas")
+    X, y = binary
+    df = pd.DataFrame(X, columns=["income", "age", "basket", "visits", "returns"])
+    groups = [["income", "age"], ["basket", "visits", "returns"]]
+    pipe = make_pipeline(StandardScaler(), SecureLogisticRegression(groups, secure=False, steps=2))
+    message = ("party_columns names columns but X has none: a pipeline step returned an array; "
+               "use set_output(transform='pandas')")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        pipe.fit(df, y)
+    with pytest.raises(ValueError, match=re.escape("party_columns names ['salary'] but X's columns are ['income'")):
+        SecureBoostClassifier([["salary", "age"], ["basket"]], plaintext=True).fit(df, y)
+
+
 def test_split_learning_classifier_equals_run_local() -> None:
     pytest.importorskip("torch")
     from vflcrypto.protocols import split

@@ -350,3 +350,14 @@ def test_simulation_secure_aggregation_survives_a_dropout(tmp_path: Path, protoc
                               timeout=5)
         np.testing.assert_array_equal(np.asarray(got["server"]["result"]["w"]), local.result.w)
     assert f"[vflcrypto] {protocol}:" in out
+
+
+def test_process_lookup_in_cleanup_prints_nothing_for_processes_that_ended(tmp_path: Path) -> None:
+    """``_pids_with_arg`` (the scripts' cleanup) reads /proc/N/cmdline of processes that may end meanwhile
+    (its own pipelines' among them): the shell's "No such file or directory" must not reach the user."""
+    script = (f'source "{SCRIPTS / "flower_common.sh"}"\n'
+              'for i in 1 2 3 4 5 6 7 8; do found=($(_pids_with_arg "no-such-argument-$$")); done\n'
+              'echo "found ${#found[@]}"\n')
+    env = dict(os.environ, VENV=sys.prefix, FLWR_WORKDIR=str(tmp_path))
+    proc = subprocess.run(["bash", "-c", script], env=env, text=True, capture_output=True, timeout=120)
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "found 0", "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -117,8 +118,6 @@ def test_ray_backend_gives_identical_results(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
-
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["same"] and out["same_psi"], out
     assert out["ray_tasks"] > 0 and out["psi_tasks"] > 0 and out["process_tasks"] > 0, out
@@ -145,3 +144,65 @@ def test_parallel_backend_is_chosen_by_configuration(monkeypatch: pytest.MonkeyP
     finally:
         parallel.configure(None)
     assert parallel.backend() == "process"
+
+
+UNGUARDED = """
+import json
+import numpy as np
+import pandas as pd
+from vflcrypto import parallel
+from vflcrypto.estimators import SecureLogisticRegression
+
+rng = np.random.default_rng(0)
+df = pd.DataFrame(rng.normal(size=(3000, 4)), columns=["income", "age", "basket", "visits"])
+y = (df["income"] + df["basket"] > 0).astype(int)
+clf = SecureLogisticRegression([["income", "age"], ["basket", "visits"]], steps=2, key_bits=1024,
+                               allow_insecure=True).fit(df, y)
+print(json.dumps({"accuracy": clf.score(df, y), "process_chunks": parallel.dispatch_counts()["process"]}))
+"""
+
+GUARDED = """
+import json
+from vflcrypto import parallel
+
+
+def work():
+    chunks = [(3, 10_000 + i) for i in range(4)]
+    got = parallel.parallel_map(pow, chunks, cost=10 * parallel.PARALLEL_MIN_COST)
+    return got == [pow(a, b) for a, b in chunks]
+
+
+if __name__ == "__main__":
+    same = work()
+    print(json.dumps({"same": same, "process_chunks": parallel.dispatch_counts()["process"]}))
+"""
+
+
+def run_script(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = {**os.environ, "VFLCRYPTO_WORKERS": "2", "VFLCRYPTO_BACKEND": "process"}
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+
+
+def test_a_script_without_main_guard_trains_in_process_with_one_line(tmp_path: Path) -> None:
+    """Workers would re-import the script and re-run its fit: the pool is not started, the work runs
+    in-process, and stderr holds one line naming the statement (no multiprocessing traceback)."""
+    proc = run_script(tmp_path, UNGUARDED)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["accuracy"] > 0.9 and out["process_chunks"] == 0
+    assert proc.stderr.splitlines() == ['vflcrypto: script.py line 11 runs outside `if __name__ == "__main__":`, '
+                                        'which worker processes would re-run on import; computing in this process']
+
+
+def test_a_guarded_script_uses_the_pool_silently(tmp_path: Path) -> None:
+    proc = run_script(tmp_path, GUARDED)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert json.loads(proc.stdout) == {"same": True, "process_chunks": 4}
+
+
+def test_unguarded_main_line_is_none_outside_a_script() -> None:
+    """Under pytest the main module is pytest's own ``__main__`` (or a guarded entry script): safe."""
+    assert parallel.unguarded_main_line() is None

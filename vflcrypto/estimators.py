@@ -7,6 +7,9 @@ channels, encrypted unless ``plaintext=True``) and keeps each party's own model;
 / ``predict_proba`` run the joint prediction. ``transcript_`` (the entries of every message
 that crossed a party boundary during ``fit``) and ``audit_`` (what each role received and
 what it reveals) expose the exchange. ``X`` may be a numpy array or a pandas DataFrame.
+Column *names* in ``party_columns`` need a DataFrame at ``fit``: in a Pipeline, call
+``set_output(transform="pandas")`` on it so the steps before the estimator keep them
+(otherwise ``fit`` says so in one line, :data:`NO_COLUMN_NAMES`).
 
 * :class:`SecureBoostClassifier`, :class:`SecureBoostRegressor`: SecureBoost; the first
   group of columns (and the labels) belong to the active party, the others to passive
@@ -41,8 +44,17 @@ __all__ = ["SecureBoostClassifier", "SecureBoostRegressor", "SecureLinearRegress
            "SplitLearningClassifier"]
 
 
+# Names need a DataFrame: inside a Pipeline, a transformer hands on a plain array unless asked otherwise.
+NO_COLUMN_NAMES = ("party_columns names columns but X has none: a pipeline step returned an array; "
+                   "use set_output(transform='pandas')")
+
+
 def _groups(est: Any, n_features: int, min_parties: int = 2) -> list[np.ndarray]:
-    """Column indices per party: ``party_columns`` (indices or names), or two contiguous halves."""
+    """Column indices per party: ``party_columns`` (indices or names), or two contiguous halves.
+
+    Names are looked up in ``feature_names_in_`` (set by ``validate_data`` from a DataFrame's
+    columns); without them the names cannot be resolved, and the error says how to keep them.
+    """
     spec = est.party_columns
     if spec is None:
         if n_features < min_parties:
@@ -50,7 +62,12 @@ def _groups(est: Any, n_features: int, min_parties: int = 2) -> list[np.ndarray]
                              f"({min_parties} parties); 1 feature(s) cannot be split")
         cut = np.array_split(np.arange(n_features), min_parties)
         return [c.astype(np.int64) for c in cut]
-    names = list(getattr(est, "feature_names_in_", []))
+    names = [str(c) for c in getattr(est, "feature_names_in_", [])]
+    named = [c for g in spec for c in g if isinstance(c, str)]
+    if named and not names:
+        raise ValueError(NO_COLUMN_NAMES)
+    if missing := [c for c in named if c not in names]:
+        raise ValueError(f"party_columns names {missing} but X's columns are {names}")
     groups = []
     for g in spec:
         idx = [names.index(c) if isinstance(c, str) else int(c) for c in g]

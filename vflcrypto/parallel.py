@@ -11,10 +11,13 @@ those crosses into a worker (no keys objects, no closures). Below a cost thresho
 :func:`parallel_map` runs the chunks in-process, so small test vectors never pay for
 process start-up.
 
-As with any ``forkserver``/``spawn`` pool, a *script* that triggers parallel work must
-guard its entry point with ``if __name__ == "__main__":`` (the workers import the main
-module). If the pool breaks anyway, :func:`parallel_map` warns, disables the pool and
-finishes the work in-process. A worker exits by itself within a second when the process
+A ``forkserver``/``spawn`` worker imports the main module (a script, as ``__mp_main__``)
+before it runs anything, so a script whose parallel work is not guarded by ``if __name__ ==
+"__main__":`` would start that work again in every worker. The pool checks first
+(:func:`unguarded_main_line`: the statement of the main script running now, if it lies
+outside such a guard) and then works in-process instead, saying so in one logged line. If
+the pool breaks anyway, :func:`parallel_map` warns, disables the pool and finishes the work
+in-process. A worker exits by itself within a second when the process
 that owns the pool dies, even by ``kill -9`` (:func:`_watch_owner`). Private-key
 operations (decryption, key-holder encryption) send ``p`` and ``q`` to the local worker
 processes over a pipe; set
@@ -43,10 +46,14 @@ that pool. The Ray backend has no priorities: background work runs as ordinary t
 
 from __future__ import annotations
 
+import ast
 import atexit
 import contextlib
+import functools
+import logging
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import warnings
@@ -70,6 +77,7 @@ __all__ = [
     "parallel_map",
     "pool_usage",
     "shutdown",
+    "unguarded_main_line",
     "worker_count",
 ]
 
@@ -201,11 +209,87 @@ def _new_pool(workers: int, initializer: Callable[[int], None]) -> ProcessPoolEx
                                initializer=initializer, initargs=(os.getpid(),))
 
 
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(e, ast.Name) and e.id == "__name__" for e in sides)
+            and any(isinstance(e, ast.Constant) and e.value == "__main__" for e in sides))
+
+
+@functools.lru_cache(maxsize=8)
+def _top_level(path: str, mtime_ns: int) -> tuple[tuple[int, int, bool], ...]:
+    """(first line, last line, inside a guard) of each top-level statement of a script (those of a
+    top-level ``if __name__ == "__main__":`` body count as guarded)."""
+    try:
+        tree = ast.parse(Path(path).read_bytes(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    out: list[tuple[int, int, bool]] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.If) and _is_main_guard(stmt.test):
+            out.extend((s.lineno, s.end_lineno or s.lineno, True) for s in stmt.body)
+        else:
+            out.append((stmt.lineno, stmt.end_lineno or stmt.lineno, False))
+    return tuple(out)
+
+
+def unguarded_main_line() -> tuple[str, int] | None:
+    """(script, line) when a worker's import of the main script would re-run the statement running now.
+
+    The main thread's stack is searched for the main module's top-level frame (parties run in
+    threads, so the caller is often not the main thread); its current line must lie inside the
+    body of a top-level ``if __name__ == "__main__":``. ``None`` (safe) when there is no such
+    frame or no script: an interactive session, ``python -c``, ``python -m package`` (workers
+    skip a ``__main__`` module) or a finished top level.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not isinstance(path, str):
+        return None
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if isinstance(name, str) and (name == "__main__" or name.endswith(".__main__")):
+        return None
+    frame = sys._current_frames().get(threading.main_thread().ident or -1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        statements = _top_level(path, os.stat(path).st_mtime_ns)
+    except OSError:
+        return None
+    for first, last, guarded in statements:
+        if first <= line <= last:
+            return None if guarded else (path, first)
+    return path, line
+
+
+_log = logging.getLogger(__name__)
+_unguarded_noted = False  # the one line about an unguarded script is logged once per process
+
+
+def _pool_allowed() -> bool:
+    """False (after one logged line) when the main script is running unguarded top-level code."""
+    global _unguarded_noted
+    where = unguarded_main_line()
+    if where is None:
+        return True
+    if not _unguarded_noted:
+        _unguarded_noted = True
+        _log.warning("vflcrypto: %s line %d runs outside `if __name__ == \"__main__\":`, which worker processes "
+                     "would re-run on import; computing in this process", Path(where[0]).name, where[1])
+    return False
+
+
 def get_executor() -> Executor | None:
     """The shared pool (created on first use), or ``None`` when parallelism is disabled.
 
     With the Ray backend: an executor whose tasks run on the party's Ray cluster. Inside
-    :func:`background`: the low-priority pool (process backend).
+    :func:`background`: the low-priority pool (process backend). ``None`` as well while an
+    unguarded main script runs (:func:`unguarded_main_line`): its workers would re-run it.
     """
     global _executor, _executor_pid, _background, _background_pid
     workers = worker_count()
@@ -214,6 +298,10 @@ def get_executor() -> Executor | None:
     if backend() == "ray":
         return _ray_executor()
     with _lock:
+        current = _background if _in_background() else _executor
+        current_pid = _background_pid if _in_background() else _executor_pid
+        if (current is None or current_pid != os.getpid()) and not _pool_allowed():
+            return None
         if _in_background():
             if _background is None or _background_pid != os.getpid():
                 _background, _background_pid = _new_pool(workers, _watch_owner_low_priority), os.getpid()

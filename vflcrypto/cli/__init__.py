@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import VflError
+from .helptext import HelpParser
 
 __all__ = ["main"]
 
@@ -29,7 +30,7 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = HelpParser(
         prog="vflcrypto",
         description="Privacy-preserving cryptographic protocols for vertical federated learning.",
     )
@@ -53,8 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     for spec in registry().values():  # protocols' top-level commands (e.g. vflcrypto align)
         for cmd in spec.commands:
             if cmd.group is None:
-                p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+                p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
                 cmd.add_arguments(p)
                 p.set_defaults(handler=cmd.run)
     return parser

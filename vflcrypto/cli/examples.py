@@ -116,7 +116,7 @@ def _digits_hfl(out: Path) -> list[Path]:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("examples", help="write the bundled example data as per-party CSV files",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("dir", help="output directory")
     p.add_argument("--unaligned", action="store_true",
                    help="Titanic parties with shuffled, partly different rows (needs PSI)")

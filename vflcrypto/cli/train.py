@@ -65,8 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         for cmd in spec.commands:
             if cmd.group != "train":
                 continue
-            m = models.add_parser(cmd.name, help=cmd.help, description=cmd.description,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+            m = models.add_parser(cmd.name, help=cmd.help, description=cmd.description)
             cmd.add_arguments(m)
             spec.scheme_argument(m)  # --help offers only the schemes this protocol accepts
             m.add_argument("--html", metavar="FILE", help="also write an HTML report of every run this command makes "

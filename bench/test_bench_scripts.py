@@ -1,0 +1,136 @@
+"""Every benchmark script produces its rows at a tiny size (smoke tests, not benchmarks: CI runs them).
+
+Each test runs one script's ``main`` with the smallest settings its flags allow (small keys
+with ``--allow-insecure``, a few rows, one repeat) and checks the rows it prints or
+returns. :func:`test_every_benchmark_script_has_a_smoke_test` keeps it so: a script of
+bench/ with a ``main`` must be named by a test module of bench/ (loaded there by file
+name), so a benchmark that can no longer produce its row fails a test instead of going
+unnoticed. Scripts that need something absent here (SecretFlow's SPU) skip with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+HELPERS = {"conftest", "party_processes"}  # modules of bench/ without a main of their own
+
+
+def _load(name: str) -> ModuleType:
+    """bench/NAME.py as a module (its ``main`` not run)."""
+    sys.path.insert(0, str(HERE))
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON objects a script printed, one per line or one indented document."""
+    text = text.strip()
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_every_benchmark_script_has_a_smoke_test() -> None:
+    scripts = {p.stem for p in HERE.glob("*.py") if not p.name.startswith("test_") and p.stem not in HELPERS
+               and any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in ast.parse(p.read_text()).body)}
+    named: set[str] = set()
+    for test in HERE.glob("test_*.py"):
+        named |= {n.value for n in ast.walk(ast.parse(test.read_text()))
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    assert len(scripts) >= 18
+    assert sorted(scripts - named) == []
+
+
+def test_dot_compare_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _load("dot_compare").main(["--rows", "40", "--cols", "2", "--key-bits", "512", "--allow-insecure",
+                                      "--repeat", "1", "--json"])
+    assert len(out["results"]) == 3 and all(r["macs_per_s"] > 0 for r in out["results"].values())
+    assert _json_lines(capsys.readouterr().out)[0]["rows"] == 40
+
+
+def test_poisson_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    _load("poisson_bench").main(["--rows", "120", "--epochs", "1", "--repeat", "1", "--key-bits", "512",
+                                 "--allow-insecure"])
+    out = _json_lines(capsys.readouterr().out)[0]
+    assert out["rows"] == 120 and out["seconds_per_epoch_median"] >= 0 and out["ratio"] > 0
+
+
+def test_woe_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    _load("woe_bench").main(["--rows", "150", "--repeat", "1", "--key-bits", "512", "--allow-insecure"])
+    out = _json_lines(capsys.readouterr().out)[0]
+    assert out["rows"] == 150 and out["wall_s_median"] > 0 and out["max_iv"] >= 0
+
+
+@pytest.mark.shared_data
+def test_sshelr_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    mod = _load("sshelr_bench")
+    if not (mod.FATE / "breast_hetero_guest.csv").exists():
+        pytest.skip(f"FATE's breast data are not in {mod.FATE}")
+    mod.main(["--only", "breast", "--epochs", "1", "--full-epochs", "1", "--key-bits", "512", "--allow-insecure"])
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ") and "method" not in ln]
+    assert any(r.startswith("| sshelr") for r in rows) and any(r.startswith("| logreg secure") for r in rows)
+
+
+def test_transport_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    _load("transport_bench").main(["--ids", "200", "--block-mb", "1", "--chunk-kb", "256"])
+    out = _json_lines(capsys.readouterr().out)[0]
+    assert set(out) == {"alignment", "block"}
+
+
+def test_psi_scale_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _load("psi_scale").main(["--sizes", "300", "--protocols", "ecdh", "--workdir", str(tmp_path)])
+    rows = _json_lines(capsys.readouterr().out)
+    assert len(rows) == 1
+
+
+def test_protovfl_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _load("protovfl_bench").main(["--seeds", "1", "--rounds", "1", "--repeats", "1", "--head-epochs", "5",
+                                            "--local-epochs", "1", "--json"]) == 0
+    out = _json_lines(capsys.readouterr().out)[0]
+    assert set(out["accuracy"]) == {"central_logreg", "aligned_only", "protovfl"} and len(out["per_seed"]) == 1
+
+
+def test_repvfl_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    out = _load("repvfl_bench").main(["--overlaps", "20", "--seeds", "1", "--methods", "split", "oneshot",
+                                      "--json"])
+    assert {r["method"] for r in out["table"].values()} == {"split", "oneshot"}
+
+
+def test_secagg_bench_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if not (Path(sys.prefix) / "bin" / "flwr").exists():
+        pytest.skip("Flower not installed (the flower extra)")
+    rows_file = tmp_path / "rows.json"
+    assert _load("secagg_bench").main(["--clients", "3", "--length", "10", "--drops", "0", "--repeats", "1",
+                                       "--timeout", "240", "--json", str(rows_file)]) == 0
+    rows = json.loads(rows_file.read_text())
+    assert len(rows) == 1
+
+
+def test_ray_backend_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ray")
+    out = _load("ray_backend_bench").main(["--trees", "1", "--depth", "2", "--key-bits", "512", "--allow-insecure",
+                                           "--rows", "200", "--cpus", "2", "--json"])
+    assert out["identical_trees"] is True
+
+
+def test_spu_psi_compare_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("spu", reason="SecretFlow SPU is not installed (the comparison's other side)")
+    left, right = tmp_path / "left.csv", tmp_path / "right.csv"
+    left.write_text("id\n" + "".join(f"id{i}\n" for i in range(100)))
+    right.write_text("id\n" + "".join(f"id{i}\n" for i in range(50, 150)))
+    _load("spu_psi_compare").main(["--files", str(left), str(right), "--protocols", "PROTOCOL_ECDH"])
+    assert _json_lines(capsys.readouterr().out)[0]["intersection"] == 50
