@@ -5,10 +5,12 @@ from __future__ import annotations
 import io
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from vflcrypto.protocols import linreg as lr
 from vflcrypto.protocols import secureboost as sb
 
 from vflcrypto.cli import main
@@ -84,6 +86,17 @@ def test_secureboost_reports_one_tree_per_configured_tree() -> None:
     assert [(c.unit, c.done, c.total) for c in trees] == [("tree", 3, 3)]
 
 
+@pytest.mark.parametrize("tol", [None, 0.5])
+def test_linreg_reports_the_epochs_it_ran_of_the_configured_epochs(tol: float | None, small_paillier_keys) -> None:
+    active, passives = lr.synthetic_split(n_rows=40, p_active=2, p_passive=(2,), seed=3)
+    cfg = lr.LinRegConfig(epochs=4, lr=0.1, tol=tol, key_bits=512)
+    with progress.reporting(progress.Reporter()) as rep:
+        run = lr.run_local(active, passives, config=cfg, allow_insecure=True, keys=small_paillier_keys)
+    epochs = [(c.unit, c.done, c.total) for c in rep.finished if c.what == "linreg"]
+    assert epochs == [("epoch", run.coordinator.epochs_run, 4)]
+    assert run.coordinator.epochs_run == (4 if tol is None else 2)  # tol 0.5: stops after the second epoch
+
+
 def test_bars_show_count_elapsed_and_time_left() -> None:
     out = FakeTerminal()
     with progress.reporting(progress.Bars(out)):
@@ -92,6 +105,18 @@ def test_bars_show_count_elapsed_and_time_left() -> None:
     text = out.getvalue()
     assert "linreg" in text and "4/4" in text and "epoch" in text
     assert "00:00<00:00" in text  # tqdm's elapsed<remaining
+
+
+def test_a_terminal_sees_the_clock_run_during_a_long_step_and_a_log_file_does_not() -> None:
+    terminal, log = FakeTerminal(), io.StringIO()
+    with progress.reporting(progress.Bars(terminal, tick=0.05)) as bars:
+        progress.report("fewshot", 1, 6)
+        time.sleep(0.4)  # no report meanwhile: only the ticker redraws
+        assert terminal.getvalue().count("1/6") >= 3
+    with progress.reporting(progress.Bars(log, tick=0.05)) as bars:
+        progress.report("fewshot", 1, 6)
+        time.sleep(0.2)
+        assert log.getvalue().count("1/6") == 1 and bars._ticker is None
 
 
 # --------------------------------------------------------------------------- the command line

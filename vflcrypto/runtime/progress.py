@@ -116,13 +116,15 @@ class Bars(Reporter):
 
     A finished counter's bar stays on screen with its final count and elapsed time (a
     record of where the time went); a run that stopped early (converged) shows where.
-    Open bars are redrawn every ``tick`` seconds, so the elapsed time runs on during a
-    long epoch or phase.
+    On a terminal, open bars are redrawn every ``tick`` seconds, so the elapsed time runs
+    on during a long epoch or phase; into a file (``--progress 2> log``) they are drawn
+    only when a count changes, so the log does not grow by a line a second.
     """
 
-    def __init__(self, stream: TextIO, *, tick: float = 1.0) -> None:
+    def __init__(self, stream: TextIO, *, tick: float | None = 1.0) -> None:
         super().__init__()
-        self.stream, self.tick = stream, tick
+        self.stream = stream
+        self.tick = tick if _isatty(stream) else None
         self._bars: dict[int, tqdm[NoReturn]] = {}  # bars without an iterable
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
@@ -134,12 +136,14 @@ class Bars(Reporter):
             bar = tqdm(total=count.total, desc=count.what, unit=f" {count.unit}", file=self.stream, leave=True,
                        ncols=cols, nrows=rows, dynamic_ncols=cols is None, mininterval=0.2, disable=False)
             self._bars[id(count)] = bar
-            if self._ticker is None:
+            if self._ticker is None and self.tick is not None:
                 self._ticker = threading.Thread(target=self._tick, name="vflcrypto-progress", daemon=True)
                 self._ticker.start()
         if count.total is not None and bar.total != count.total:
             bar.total = count.total
         bar.update(count.done - bar.n)
+        if new:
+            bar.refresh()  # the first count at once (tqdm holds back updates within mininterval of the last draw)
 
     def _finished(self, count: Count) -> None:
         bar = self._bars.pop(id(count), None)
@@ -147,6 +151,7 @@ class Bars(Reporter):
             bar.close()
 
     def _tick(self) -> None:
+        assert self.tick is not None
         while not self._stop.wait(self.tick):
             with self._lock:
                 for bar in self._bars.values():
@@ -157,6 +162,13 @@ class Bars(Reporter):
         self._stop.set()
         if self._ticker is not None:
             self._ticker.join()
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or minimal stream
+        return False
 
 
 def _screen(stream: TextIO) -> tuple[int | None, int]:
