@@ -284,7 +284,9 @@ def run_parties(
 
     If a party raises, its channels are closed (peers get :class:`PeerDisconnectedError`
     at once rather than waiting for their timeout) and the first root-cause exception is
-    re-raised after all threads stop. ``timeout`` bounds the whole run.
+    re-raised after all threads stop. ``timeout`` bounds the whole run. Each thread runs in a
+    copy of the caller's context, so the parties report to the caller's progress reporter
+    (:mod:`vflcrypto.runtime.progress`); the counters the run opened end with it.
     """
     results: dict[str, T] = {}
     errors: list[tuple[float, str, BaseException]] = []
