@@ -55,3 +55,36 @@ def test_cli_states_workers_per_core_rates_and_spread(capsys) -> None:
     text = capsys.readouterr().out
     assert "per core" in text and "x phe/core" in text and "smaller n" in text and "set-up" in text
     assert "x HEU/core" in text and "vflcrypto-ou " in text and "vflcrypto-ckks" not in text
+
+
+def test_default_is_the_quick_run_and_full_the_large_one(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from vflcrypto.cli import bench
+
+    assert bench.QUICK["n"] < bench.FULL["n"] and bench.QUICK["repeats"] < bench.FULL["repeats"]
+    assert bench.QUICK["phe_n"] <= bench.FULL["phe_n"]
+    # the same wiring at tiny sizes: the mode picks n, phe's n and the repeats; a flag overrides the mode
+    monkeypatch.setattr(bench, "QUICK", {"n": 30, "phe_n": 6, "repeats": 1})
+    monkeypatch.setattr(bench, "FULL", {"n": 40, "phe_n": 8, "repeats": 2})
+    common = ["bench", "gradients", "--key-bits", "1024", "--allow-insecure", "--backends", "phe,vflcrypto-paillier",
+              "--json"]
+    runs = {}
+    for mode, extra in {"default": [], "full": ["--full"], "override": ["--full", "--repeats", "1"]}.items():
+        assert main([*common, *extra]) == 0
+        out, err = capsys.readouterr()
+        runs[mode] = json.loads(out)  # stdout holds the JSON only
+        # a line per backend as soon as it finished, on stderr under --json
+        assert [ln.split()[0] for ln in err.splitlines() if "finished in" in ln] == ["vflcrypto-paillier", "phe"]
+    assert runs["default"]["mode"] == "default" and runs["full"]["mode"] == "full"
+    for mode, (n, phe_n, repeats) in {"default": (30, 6, 1), "full": (40, 8, 2), "override": (40, 8, 1)}.items():
+        got = runs[mode]["backends"]
+        assert (got["vflcrypto-paillier"]["n"], got["phe"]["n"], runs[mode]["repeats"]) == (n, phe_n, repeats), mode
+        assert len(got["phe"]["ops"]["encrypt"]["wall_seconds"]) == repeats
+
+
+def test_text_mode_prints_each_backend_before_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "gradients", "--n", "30", "--key-bits", "1024", "--allow-insecure", "--phe-n", "6",
+                 "--repeats", "1", "--backends", "phe,vflcrypto-paillier"]) == 0
+    out = capsys.readouterr().out
+    finished = [out.index(f"  {name} finished in") for name in ("vflcrypto-paillier", "phe")]
+    assert finished == sorted(finished) and max(finished) < out.index("set-up (key generation")

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 from sklearn import metrics as skm
 
 from vflcrypto.ml.metrics import accuracy, log_loss, r2_score, rmse, roc_auc
-from vflcrypto.runtime.progress import Progress
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -28,13 +25,3 @@ def test_metrics_match_sklearn(seed: int) -> None:
 def test_auc_of_one_class_is_nan() -> None:
     assert np.isnan(roc_auc(np.ones(5), np.arange(5.0)))
 
-
-def test_progress_is_silent_unless_a_terminal() -> None:
-    buf = io.StringIO()
-    with Progress("work", 10, stream=buf) as p:
-        p.advance(10)
-    assert buf.getvalue() == ""
-    buf = io.StringIO()
-    with Progress("work", 10, stream=buf, enabled=True) as p:
-        p.advance(10)
-    assert "10/10" in buf.getvalue()

@@ -243,6 +243,23 @@ def test_logistic_regression_in_separate_processes(tmp_path: Path, pki: Path) ->
     assert_same_transcript(local.transcript, recs)
 
 
+def test_party_processes_draw_progress_on_stderr_when_asked_and_never_in_the_json(tmp_path: Path,
+                                                                                  pki: Path) -> None:
+    _logreg_files(tmp_path)
+    cfg = make_config(tmp_path, pki, NAMES)
+    procs = {}
+    for n in NAMES:
+        extra = ["--label", "y"] if n == "active" else []
+        flag = ["--progress"] if n != "passive-1" else []  # passive-1: --json, no flag: silent
+        procs[n] = party(cfg, n, "train", "logreg", "--plain", "--data", str(tmp_path / f"{n}.csv"),
+                         "--test-fraction", "0", "--id-column", "id", "--steps", "5", "--aligned", *extra,
+                         "--out", str(tmp_path / f"{n}.npz"), *flag)
+    res = finish(procs)
+    for n, (rc, record, err) in res.items():
+        assert rc == 0 and record is not None and record["status"] == "complete", f"{n}: {err}"  # stdout: JSON
+        assert ("logreg" in err and "5/5" in err) == (n != "passive-1"), f"{n}: {err}"
+
+
 def test_killed_party_stops_the_others(tmp_path: Path, pki: Path) -> None:
     _logreg_files(tmp_path)
     cfg = make_config(tmp_path, pki, NAMES, timeout=8.0)

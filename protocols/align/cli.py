@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vflcrypto.data.files import atomic_write_text
-from vflcrypto.runtime.progress import Progress
+from vflcrypto.runtime import progress
 from vflcrypto.spec import PartyOutcome, TaskContext
 
 from .files import align_files, canon_table, read_id_table, write_aligned
@@ -63,11 +63,11 @@ def align(args: argparse.Namespace) -> int:
     # ECDH: each party blinds its own IDs and re-blinds the peer's (keyed hash: hashes them);
     # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them.
     total = n_left + 6 * n_right if args.protocol == "kkrt" else 2 * (n_left + n_right)
-    with Progress(f"aligning ({args.protocol})", total=total) as bar:
-        summary = align_files(left, right, id_column=args.id_column, right_id_column=args.right_id_column,
-                              protocol=args.protocol, reveal=args.reveal, out_dir=args.out_dir,
-                              duplicates="keep_first" if args.keep_first else "error", strip=args.strip_ids,
-                              progress=bar.advance, timeout=args.timeout)
+    summary = align_files(left, right, id_column=args.id_column, right_id_column=args.right_id_column,
+                          protocol=args.protocol, reveal=args.reveal, out_dir=args.out_dir,
+                          duplicates="keep_first" if args.keep_first else "error", strip=args.strip_ids,
+                          progress=progress.counter(f"aligning ({args.protocol})", total, unit="id"),
+                          timeout=args.timeout)
     summary.pop("_run", None)
     if args.json:
         print(json.dumps(summary))
@@ -104,9 +104,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     table = read_id_table(args.data, args.id_column)
     canon = canon_table(table, "keep_first" if args.duplicates == "first" else "error", False,
                         keep_first_flag="--duplicates first")
-    with Progress(f"aligning ({args.protocol})") as bar:  # on stderr, and only on a terminal
-        res = align_rows(ctx, canon, protocol=args.protocol, mode=args.mode, chunk_size=args.chunk_size,
-                         progress=bar.advance)
+    # IDs processed go to the command's progress reporter (the roles' default)
+    res = align_rows(ctx, canon, protocol=args.protocol, mode=args.mode, chunk_size=args.chunk_size)
     # the rows themselves are in the output file: the run record stays small at any scale
     summary = {"protocol": args.protocol, "own_size": res.own_size, "peer_sizes": res.peer_sizes,
                "intersection": res.size, "rows_written": None if res.rows is None else len(res.rows)}

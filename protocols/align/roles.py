@@ -19,6 +19,7 @@ import numpy as np
 
 from vflcrypto.errors import ProtocolError
 from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
     AuditTap,
@@ -75,13 +76,15 @@ class _SessionRole(Role[Any]):
     def _session(self, peer: str, state: SessionState, *, mode: str, identity: psi.IdentityKey | None,
                  peer_identity: bytes | None, finished: Callable[..., Next],
                  kkrt_state: KkrtState | None = None) -> Session | KkrtSession:
+        # without a callback of the caller's, the IDs processed go to the command's progress reporter
+        tick = self.progress or progress.counter(f"aligning ({self.protocol})", unit="id")
         if self.protocol == "kkrt":
             return KkrtSession(self.role, peer, self.canon, mode=mode, chunk_size=self.chunk_size,
-                               progress=self.progress, finished=finished, hold=self.hold,
+                               progress=tick, finished=finished, hold=self.hold,
                                stash=self.kkrt_stash, state=kkrt_state)
         return Session(self.role, peer, self.canon, protocol=self.protocol, mode=mode, identity=identity,
                        peer_identity=peer_identity, chunk_size=self.chunk_size, run_id=self.run_id,
-                       progress=self.progress, finished=finished, hold=self.hold, state=state)
+                       progress=tick, finished=finished, hold=self.hold, state=state)
 
     def _step(self, name: str, msg: Any) -> Next:
         """Forward a received message to the session's step of that name (ECDH/hash or KKRT)."""

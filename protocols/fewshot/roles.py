@@ -75,6 +75,7 @@ class ServerRole(OneShotServer):
 
     State = _ServerState
     M = Kinds
+    PROTOCOL = "fewshot"
 
     def __init__(self, data: ServerData, *, parties: Sequence[str], config: OneShotConfig | None = None,
                  n_test: int = 0, name: str = "server") -> None:
@@ -176,6 +177,7 @@ class PartyRole(OneShotParty):
 
     State = _PartyState
     M = Kinds
+    PROTOCOL = "fewshot"
 
     def __init__(self, data: PartyData, *, index: int, name: str | None = None, server: str = "server",
                  config: OneShotConfig | None = None, extractor: Any = None) -> None:

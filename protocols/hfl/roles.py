@@ -25,6 +25,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
     AuditTap,
@@ -171,6 +172,7 @@ class ServerRole(ServerSessionSteps, Role[_ServerState]):
         self.survivors.append(list(res.survivors))
         st.active = list(res.survivors)
         st.round += 1
+        progress.report("hfl", st.round, self.cfg.rounds, unit="round")
         if st.round < self.cfg.rounds:
             return self._broadcast()
         st.k, st.correct, st.rows = 0, 0, 0
@@ -285,6 +287,7 @@ class ClientRole(Role[_ClientState]):
     def _next_round(self, sends: list[tuple[str, Any]]) -> Next:
         st = self.state
         st.round += 1
+        progress.report("hfl", st.round, self.cfg.rounds, unit="round")
         if st.round < self.cfg.rounds:
             return then(sends, self.server, GlobalModel, "on_model", patience=self._patience())
         return then(sends, self.server, Done, "on_done", patience=self._patience())

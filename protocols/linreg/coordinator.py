@@ -19,6 +19,7 @@ from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.he.ckks import CKKSContext, CKKSVector
 from vflcrypto.he.obfuscators import ObfuscatorStock
 from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Recv, Role, done, send, then
 from vflcrypto.runtime.wire import IntVector
 
@@ -238,6 +239,7 @@ class CoordinatorRole(Role[_CoordState]):
         stop = converged(prev, st.epoch_losses[-1], plan.tol)
         sends += [send(p, Control(st.epoch, stop)) for p in self.parties]
         st.epoch += 1
+        progress.report("linreg", st.epoch, plan.epochs, unit="epoch")
         if stop or st.epoch >= plan.epochs:
             self.close()
             return done(CoordinatorResult(st.losses, st.epoch_losses, st.epoch, stop, self.obfuscator_counts), sends)

@@ -29,6 +29,7 @@ from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.he.ckks import CKKSVector
 from vflcrypto.he.encoding import significant_frac_bits
 from vflcrypto.he.paillier import PaillierVector
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 from vflcrypto.runtime.wire import IntVector
 
@@ -186,6 +187,7 @@ class _DataRole(Role[_PartyState]):
         """Step 6: stop, or the next epoch."""
         st = self.state
         st.epoch, st.b = st.epoch + 1, 0
+        progress.report("linreg", st.epoch, self.plan.epochs, unit="epoch")
         if msg.stop or st.epoch >= self.plan.epochs:
             return done(PartyResult(self._model(), st.history))
         return self._begin_batch()

@@ -30,6 +30,7 @@ from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.he.ou import refuse_decryption_oracle
 from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
 from vflcrypto.ml.metrics import accuracy
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
     AuditTap,
@@ -223,6 +224,7 @@ class ActiveRole(Role[_ActiveState]):
         if st.k < len(self.parties):
             return then([], self.parties[st.k], Ack, "collect_ack")
         st.t += 1
+        progress.report("logreg", st.t, self.steps, unit="step")
         if st.t < self.steps:
             return self._request("step", st.t)
         return self._request(PREDICT_TRAIN, self.steps)
@@ -442,6 +444,7 @@ class PassiveRole(Role[_PassiveState]):
     def _update(self, grad: np.ndarray) -> Next:
         st = self.state
         st.weights = sgd_update(st.weights, grad, st.learning_rate)
+        progress.report("logreg", st.step + 1, None if self.expected is None else int(self.expected[1]), unit="step")
         return self._next_request([send(self.active, Ack(st.step))])
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.ml.cluster import canonical_labels, kmeans
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 from vflcrypto.spec import option
@@ -51,6 +52,9 @@ class Kinds:
     Partition: type[Any] = Partition
     RepresentationUpdate: type[Any] = RepresentationUpdate
     TestRepresentation: type[Any] = TestRepresentation
+
+#: the protocol's numbered steps (package docstring): progress is reported as steps done of these
+STEPS = 6
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class ServerRole(Role[_ServerState]):
     role = SERVER
     State: ClassVar[type[_ServerState]] = _ServerState
     M: ClassVar[type[Kinds]] = Kinds
+    PROTOCOL: ClassVar[str] = "oneshot"  # its name in progress reports (few-shot's roles say "fewshot")
 
     def __init__(self, data: ServerData, *, parties: Sequence[str], config: OneShotConfig | None = None,
                  n_test: int = 0, name: str = SERVER) -> None:
@@ -139,6 +144,7 @@ class ServerRole(Role[_ServerState]):
     def _download(self) -> Next:
         from vflcrypto.ml import nn as vnn
 
+        progress.report(self.PROTOCOL, 1, STEPS, unit="step")
         st, t0 = self.state, time.perf_counter()
         head = vnn.head(self.cfg.dim * len(self.parties), self.data.n_classes, seed=self.cfg.seed)
         st.head = vnn.module_arrays(head)
@@ -152,6 +158,7 @@ class ServerRole(Role[_ServerState]):
                 ids = canonical_labels(clusters).astype(np.int64)
                 sends.append(send(p, self.M.Partition(ids, self.data.n_classes)))
         self.timings["d1"] = time.perf_counter() - t0
+        progress.report(self.PROTOCOL, 2, STEPS, unit="step")
         st.k = 0
         return then(sends, self.parties[0], self.M.RepresentationUpdate, "on_update")
 
@@ -169,6 +176,7 @@ class ServerRole(Role[_ServerState]):
         return self._await_tests()
 
     def _await_tests(self) -> Next:
+        progress.report(self.PROTOCOL, 5, STEPS, unit="step")  # the head is fitted
         self.state.k = 0
         return then([], self.parties[0], self.M.TestRepresentation, "on_test")
 
@@ -191,7 +199,9 @@ class ServerRole(Role[_ServerState]):
         st.k += 1
         if st.k < len(self.parties):
             return then([], self.parties[st.k], self.M.TestRepresentation, "on_test")
-        return done(self._predict())
+        result = self._predict()
+        progress.report(self.PROTOCOL, STEPS, STEPS, unit="step")
+        return done(result)
 
     def _predict(self) -> ServerResult:
         from vflcrypto.ml import nn as vnn
@@ -227,6 +237,7 @@ class PartyRole(Role[_PartyState]):
     role = PARTY
     State: ClassVar[type[_PartyState]] = _PartyState
     M: ClassVar[type[Kinds]] = Kinds
+    PROTOCOL: ClassVar[str] = "oneshot"  # its name in progress reports (few-shot's roles say "fewshot")
 
     def __init__(self, data: PartyData, *, index: int, name: str | None = None, server: str = SERVER,
                  config: OneShotConfig | None = None, extractor: Any = None) -> None:
@@ -307,6 +318,7 @@ class PartyRole(Role[_PartyState]):
         stats = vnn.fixmatch_tab(self.f, classifier, d.X_overlap, pseudo, d.X_unaligned, epochs=cfg.ssl_epochs,
                                  lr=cfg.lr, batch_size=cfg.batch_size, augment=aug, seed=self.seed)
         self.state.extractor = vnn.module_arrays(self.f)
+        progress.report(self.PROTOCOL, 3, STEPS, unit="step")  # this party's local training
         self.hold("pseudo_labels", pseudo)
         return self._after_local_training(PartyResult(self.state.extractor, pseudo, stats), classifier)
 

@@ -21,6 +21,7 @@ import numpy as np
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.he.ou import refuse_decryption_oracle
 from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
 from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
 from vflcrypto.runtime.wire import IntVector
@@ -108,6 +109,7 @@ class ActiveRole(Role[_ActiveState]):
     def _next(self, sends: list[tuple[str, Any]]) -> Next:
         st = self.state
         st.j += 1
+        progress.report("pearson", st.j, len(self.passives), unit="party")
         if st.j < len(self.passives):
             return then(sends, self.passives[st.j], MaskedProducts, "on_masked")
         return done(dict(st.corr), sends)

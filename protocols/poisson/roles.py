@@ -19,6 +19,7 @@ import numpy as np
 from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.he.ou import refuse_decryption_oracle
 from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
     AuditTap,
@@ -127,6 +128,7 @@ class CoordinatorRole(Role[_CoordState]):
         view = self._reveal(msg)
         st = self.state
         st.epoch += 1
+        progress.report("poisson", st.epoch, self.epochs, unit="epoch")
         sends = [send(self.passive, GradientReturn(view))]
         if st.epoch < self.epochs:
             return then(sends, self.active, EncryptedLoss, "on_loss")
@@ -228,6 +230,7 @@ class ActiveRole(_DataRole):
     def on_return(self, msg: GradientReturn) -> Next:
         """Step 5: unmask, momentum step; the next epoch or the weights."""
         self._apply(msg, self.params.learning_rate, self.params.momentum)
+        progress.report("poisson", self.state.epoch, self.params.epochs, unit="epoch")
         if self.state.epoch < self.params.epochs:
             return then([], self.passive, EncryptedExp, "on_exp")
         return done(self.state.w.copy())
@@ -294,6 +297,7 @@ class PassiveRole(_DataRole):
         plan = self.state.plan
         assert plan is not None
         self._apply(msg, plan.learning_rate, plan.momentum)
+        progress.report("poisson", self.state.epoch, plan.epochs, unit="epoch")
         if self.state.epoch < plan.epochs:
             return self._send_exp()
         return done(self.state.w.copy())

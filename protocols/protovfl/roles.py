@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.ml.prototypes import check_distribution
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
     AuditTap,
@@ -196,6 +197,7 @@ class ServerRole(ServerSessionSteps, Role[_ServerState]):
                              "unaligned_mass": float(counts.sum()) if counts is not None else 0.0})
         self.timings["fit"] = self.timings.get("fit", 0.0) + time.perf_counter() - t0
         st.H, st.k = [], 0
+        progress.report("protovfl", st.round, cfg.rounds, unit="round")  # round 0: the aligned rows' first fit
         if st.round < cfg.rounds:
             sends = [send(p, GlobalModel(st.round, st.mu.astype(np.float32), st.prior.astype(np.float32),
                                          *fusion.adapters[m]))

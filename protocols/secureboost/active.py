@@ -26,6 +26,7 @@ from vflcrypto.he.encoding import PackingSpec
 from vflcrypto.he.obfuscators import ObfuscatorStock, StockStats
 from vflcrypto.he.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey
 from vflcrypto.he.schemes import PrivateKey, PublicKey, describe, generate_keypair
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 
 from .messages import (
@@ -471,6 +472,7 @@ class ActiveRole(Role[_ActiveState]):
             st.margin[np.ix_(nd.rows, np.arange(self.K)[cols])] += p.learning_rate * w
         st.trees.append(st.tree)
         st.t += 1
+        progress.report("secureboost", st.t, p.n_trees * self.per_round, unit="tree")
         if st.t < p.n_trees * self.per_round:
             return _prefix(sends, self._begin_tree())
         model = _assemble(st.trees, self.model_id, p, self.base, self.columns, tuple(self.names))

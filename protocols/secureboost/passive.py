@@ -27,6 +27,7 @@ from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.he.encoding import PackingSpec
 from vflcrypto.he.paillier import batch_invert, fold_ciphertexts
 from vflcrypto.he.schemes import PublicKey, scheme_of
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 
 from .active import Timer
@@ -287,6 +288,7 @@ class PassiveRole(Role[_PassiveState]):
         st = self.state
         self.hold("instance_partition", st.partition)  # its finest view of the tree (for the audit)
         st.t += 1
+        progress.report("secureboost", st.t, self.n_trees, unit="tree")
         if st.t < self.n_trees:
             return self._await_gradients()
         _, splits, _ = self._bins()

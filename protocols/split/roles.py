@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 from vflcrypto.spec import option
@@ -135,6 +136,7 @@ class ServerRole(Role[_ServerState]):
         st.batch += 1
         if st.batch == len(epoch_batches(self.n, self.cfg.batch_size, self.cfg.seed, st.epoch)):
             st.epoch, st.batch = st.epoch + 1, 0
+            progress.report("split", st.epoch, self.cfg.epochs, unit="epoch")
         if st.epoch == self.cfg.epochs:
             return then(sends, self.parties[0], TestRepresentation, "on_test")
         return then(sends, self.parties[0], BatchRepresentation, "on_representation")
@@ -269,6 +271,7 @@ class PartyRole(Role[_PartyState]):
         st.batch += 1
         if st.batch == len(epoch_batches(s.n_overlap, s.batch_size, s.seed, st.epoch)):
             st.epoch, st.batch = st.epoch + 1, 0
+            progress.report("split", st.epoch, s.epochs, unit="epoch")
         self._save()
         if st.epoch < s.epochs:
             return self._send_batch()

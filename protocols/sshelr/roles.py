@@ -27,6 +27,7 @@ from vflcrypto.he.paillier import (
     fold_ciphertexts,
     generate_keypair,
 )
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
     AuditTap,
@@ -294,6 +295,7 @@ class _Party(Role[_State]):
         st.own = IntVector((w - u) % RING for w, u in zip(st.own, upd_own, strict=True))
         st.other = IntVector((w - u) % RING for w, u in zip(st.other, upd_other, strict=True))
         st.epoch += 1
+        progress.report("sshelr", st.epoch, st.epochs, unit="epoch")
         if st.epoch < st.epochs:
             return self.begin_epoch()
         return then([send(self.peer, RevealShare(st.other))], self.peer, RevealShare, "on_reveal")

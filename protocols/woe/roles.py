@@ -23,6 +23,7 @@ from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.he.ou import refuse_decryption_oracle
 from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.psi import primitives as psi
+from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel, Transcript
 from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
 
@@ -127,6 +128,7 @@ class ActiveRole(Role[_ActiveState]):
         peer = self.passives[st.j]
         st.counts[peer] = self._decode(peer, msg)
         st.j += 1
+        progress.report("woe", st.j, len(self.passives), unit="party")
         if st.j < len(self.passives):
             return then([], self.passives[st.j], EncryptedCounts, "on_counts")
         return self._finish()

@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ray-address", default=None,
                         help="with --parallel ray: the party's cluster ('auto', host:port); default: a local "
                              "instance (also $VFLCRYPTO_RAY_ADDRESS)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help=PROGRESS_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         try:
@@ -57,7 +58,34 @@ def build_parser() -> argparse.ArgumentParser:
                 p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
                 cmd.add_arguments(p)
                 p.set_defaults(handler=cmd.run)
+    _progress_flag_everywhere(sub)
     return parser
+
+
+PROGRESS_HELP = ("progress bars on stderr (elapsed time, time left): --progress always, --no-progress never; "
+                 "default: when stderr is a terminal and --json is not given. Never on stdout or in JSON")
+
+
+def _progress_flag_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``--progress``/``--no-progress`` on every command too (``vflcrypto train linreg ... --progress``).
+
+    ``default=SUPPRESS``: a command's parser sets it only when given, so the global flag
+    (``vflcrypto --progress train ...``) is not overwritten by the command's default.
+    """
+    for p in {id(p): p for p in sub.choices.values()}.values():
+        if not any("--progress" in a.option_strings for a in p._actions):
+            p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                           help=PROGRESS_HELP)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _progress_flag_everywhere(action)
+
+
+def _shows_progress(args: argparse.Namespace) -> bool:
+    """Whether to draw progress: as ``--progress``/``--no-progress`` say, else on a terminal without ``--json``."""
+    if args.progress is not None:
+        return bool(args.progress)
+    return sys.stderr.isatty() and not getattr(args, "json", False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,8 +97,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.ray_address is not None and (args.parallel or parallel.backend()) != "ray":
             parser.error("--ray-address needs --parallel ray")
         parallel.configure(args.parallel or parallel.backend(), address=args.ray_address)
+    from ..runtime import progress
+
     try:
-        return int(args.handler(args) or 0)
+        if not _shows_progress(args):
+            return int(args.handler(args) or 0)
+        with progress.reporting(progress.Bars(sys.stderr)):
+            return int(args.handler(args) or 0)
     except VflError as exc:
         print(f"vflcrypto: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,13 @@ used (CPU seconds / wall seconds), the median wall rate with its range over the 
 the per-core rate, and the per-core ratios to phe and to SecretFlow HEU's implementation of
 the same scheme (ZPaillier for Paillier rows, OU for OU rows) measured in the same run. See
 :mod:`vflcrypto.cli.gradbench` for what each operation does and how results are checked.
+
+Two sizes (:data:`QUICK`, the default, and :data:`FULL`, ``--full``): the default runs every
+backend on fewer rows with fewer repeats (about 100 CPU seconds: about two minutes on a
+quiet 2-core machine); ``--full`` takes tens of minutes there. Packed and CKKS rows, and
+``add`` everywhere, carry more per-call overhead at the default size (fewer ciphertexts),
+so their rates are lower than with ``--full``. A line per backend is printed as soon as
+it has finished (to stderr under ``--json``, whose stdout is the JSON only).
 """
 
 from __future__ import annotations
@@ -101,20 +108,47 @@ def _plot(results: list[BackendResult], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+#: ``bench gradients`` sizes: the default runs every backend in about 100 CPU seconds (about two
+#: minutes on a quiet 2-core machine); ``--full`` is the larger run (per-call overheads weigh less).
+#: Explicit ``--n``, ``--phe-n`` and ``--repeats`` override either.
+QUICK = {"n": 1_000, "phe_n": 100, "repeats": 3}
+FULL = {"n": 20_000, "phe_n": 200, "repeats": 5}
+
+
+def _sizes(args: argparse.Namespace) -> dict[str, int]:
+    """The run's ``n``, ``phe_n`` and ``repeats``: the mode's, unless a flag gives one."""
+    mode = FULL if args.full else QUICK
+    return {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in mode.items()}
+
+
+def _finished_line(r: BackendResult, seconds: float) -> str:
+    """One backend's headline as soon as it has finished: time taken and per-core rates."""
+    rates = ", ".join(f"{op} {_si(t.per_core_rate)}" for op, t in r.ops.items())
+    return f"  {r.name} finished in {seconds:.1f} s (n={r.n:,}; per core/s: {rates})"
+
+
 def run(args: argparse.Namespace) -> int:
+    sizes = _sizes(args)
+    line_out = sys.stderr if args.json else sys.stdout  # under --json stdout holds the JSON only
+
     def progress(name: str) -> None:
         if not args.json:
             print(f"  running {name} ...", file=sys.stderr, flush=True)
 
+    def finished(r: BackendResult, seconds: float) -> None:
+        print(_finished_line(r, seconds), file=line_out, flush=True)
+
     backends = tuple(b.strip() for b in args.backends.split(",")) if args.backends else None
-    results = run_gradient_bench(args.n, args.key_bits, phe_n=args.phe_n, heu_n=args.heu_n,
-                                 repeats=args.repeats, allow_insecure=args.allow_insecure, backends=backends,
-                                 progress=progress)
+    results = run_gradient_bench(sizes["n"], args.key_bits, phe_n=sizes["phe_n"], heu_n=args.heu_n,
+                                 repeats=sizes["repeats"], allow_insecure=args.allow_insecure, backends=backends,
+                                 progress=progress, finished=finished)
     if args.json:
-        print(json.dumps({"key_bits": args.key_bits, "repeats": args.repeats, "cpu_count": os.cpu_count(),
+        print(json.dumps({"key_bits": args.key_bits, "repeats": sizes["repeats"], "mode": "full" if args.full
+                          else "default", "cpu_count": os.cpu_count(),
                           "backends": {r.name: r.to_dict() for r in results}}, indent=2))
     else:
-        print(_table(results, args.repeats))
+        print()
+        print(_table(results, sizes["repeats"]))
     if args.plot:
         _plot(results, args.plot)
     return 0
@@ -124,14 +158,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bench", help="benchmarks")
     kinds = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
     g = kinds.add_parser("gradients", help="encrypted-gradient throughput vs phe, TenSEAL, HEU (one run)")
-    g.add_argument("--n", type=int, default=20_000, help="rows per operation (every backend but phe)")
+    g.add_argument("--full", action="store_true",
+                   help=f"the full run: --n {FULL['n']:,} --phe-n {FULL['phe_n']} --repeats {FULL['repeats']} "
+                        "(tens of minutes on 2 cores); default: a quick run of every backend, about two minutes")
+    g.add_argument("--n", type=int, default=None,
+                   help=f"rows per operation, every backend but phe (default {QUICK['n']:,}; --full {FULL['n']:,})")
     g.add_argument("--key-bits", type=int, default=2048)
     g.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (smoke tests)")
-    g.add_argument("--phe-n", type=int, default=200, help="rows for phe (too slow at --n; a prefix of the data)")
+    g.add_argument("--phe-n", type=int, default=None, help="rows for phe (too slow at --n; a prefix of the data; "
+                   f"default {QUICK['phe_n']}; --full {FULL['phe_n']})")
     g.add_argument("--heu-n", type=int, default=None, help="rows for HEU (default: --n)")
-    g.add_argument("--repeats", type=int, default=5, help="timed calls per operation (median and range shown)")
+    g.add_argument("--repeats", type=int, default=None, help="timed calls per operation (median and range shown; "
+                   f"default {QUICK['repeats']}; --full {FULL['repeats']})")
     g.add_argument("--backends", help="comma-separated rows to run (default: all available), e.g. "
                    "vflcrypto-ou-packed,vflcrypto-ou,vflcrypto-ou-heu,heu-ou,phe")
-    g.add_argument("--json", action="store_true")
+    g.add_argument("--json", action="store_true",
+                   help="the results as JSON on stdout (the line per finished backend goes to stderr)")
     g.add_argument("--plot", metavar="FILE.png", help="draw the per-core comparison (log scale)")
     g.set_defaults(handler=run)

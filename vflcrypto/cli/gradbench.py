@@ -431,12 +431,15 @@ def run_gradient_bench(
     allow_insecure: bool = False,
     backends: tuple[str, ...] | None = None,
     progress: Callable[[str], None] | None = None,
+    finished: Callable[[BackendResult, float], None] | None = None,
 ) -> list[BackendResult]:
     """Run every available backend on the same data; return their measurements.
 
     Every backend gets ``n`` rows except phe (``phe_n``, a prefix of the same data, since
     phe needs minutes at 20,000) and HEU when ``heu_n`` is given. Keys below 2048 bits
-    need ``allow_insecure`` (smoke tests).
+    need ``allow_insecure`` (smoke tests). ``progress(name)`` is called before each backend
+    runs, ``finished(result, seconds)`` as soon as it has finished (seconds: its set-up and
+    every timed call).
     """
     if repeats < 1:
         raise ConfigurationError("repeats must be >= 1")
@@ -468,5 +471,8 @@ def run_gradient_bench(
             continue
         if progress is not None:
             progress(name)
+        t0 = time.perf_counter()
         results.append(fn())
+        if finished is not None:
+            finished(results[-1], time.perf_counter() - t0)
     return results

@@ -11,7 +11,8 @@
 * :mod:`.certs`, :mod:`.partyconfig`, :mod:`.identity`, :mod:`.grpc_link`,
   :mod:`.network`: one process per party over gRPC with mutual TLS (certificates, the
   parties' configuration, identities, one link, the party network and run agreement);
-* :mod:`.flower_meter`: bytes on a Flower Grid; :mod:`.progress`: progress on stderr.
+* :mod:`.flower_meter`: bytes on a Flower Grid; :mod:`.progress`: how far a run is (protocols
+  report counts; the command line draws them on stderr).
 
 Imports: :mod:`vflcrypto.he` (codecs), :mod:`vflcrypto.data` (atomic writes),
 :mod:`vflcrypto.errors`, :mod:`vflcrypto.parallel`. Public names: the modules above.

@@ -18,6 +18,7 @@ transport implements the same three methods.
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 import time
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..errors import PeerDisconnectedError, PeerTimeoutError, ProtocolError, UndeclaredMessageError
+from . import progress
 from .declarations import declaration_for
 from .transcript import AuditTap, Endpoint, Received, Transcript, TranscriptEntry
 from .wire import DEFAULT_MAX_FRAME_BYTES, DecodeContext, KeyRing, decode_frame, encode_frame, message_kind
@@ -282,7 +284,9 @@ def run_parties(
 
     If a party raises, its channels are closed (peers get :class:`PeerDisconnectedError`
     at once rather than waiting for their timeout) and the first root-cause exception is
-    re-raised after all threads stop. ``timeout`` bounds the whole run.
+    re-raised after all threads stop. ``timeout`` bounds the whole run. Each thread runs in a
+    copy of the caller's context, so the parties report to the caller's progress reporter
+    (:mod:`vflcrypto.runtime.progress`); the counters the run opened end with it.
     """
     results: dict[str, T] = {}
     errors: list[tuple[float, str, BaseException]] = []
@@ -299,15 +303,18 @@ def run_parties(
             if network is not None and name in network.parties:
                 network.close_party(name)
 
+    # each thread in its own copy of the caller's context: the parties report to the caller's progress reporter
     threads = [
-        threading.Thread(target=runner, args=(name, fn), name=f"party-{name}", daemon=True)
+        threading.Thread(target=contextvars.copy_context().run, args=(runner, name, fn), name=f"party-{name}",
+                         daemon=True)
         for name, fn in tasks.items()
     ]
-    for t in threads:
-        t.start()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    for t in threads:
-        t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    with progress.section():  # the counters this run opens end with it
+        for t in threads:
+            t.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in threads:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
     if any(t.is_alive() for t in threads):
         if network is not None:
             for name in network.parties:
