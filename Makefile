@@ -3,6 +3,10 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
+# pytest-xdist workers for `make test`: two test files run at once (each file's tests stay in
+# one worker, in order, with its module fixtures); much of the suite waits on subprocesses,
+# Flower and sockets rather than on the cores
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint bench bench-compare clean
 
@@ -23,7 +27,7 @@ demo: $(STAMP)  ## run the main job on bundled example data, no servers
 test: $(STAMP)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check vflcrypto protocols tests bench flower
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)  ## pytest-benchmark suites for the primitives (not part of CI)
 	$(BIN)/python -m pytest bench -q --benchmark-only

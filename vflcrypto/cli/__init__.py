@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import VflError
 from .helptext import HelpParser
@@ -66,7 +67,7 @@ PROGRESS_HELP = ("progress bars on stderr (elapsed time, time left): --progress 
                  "default: when stderr is a terminal and --json is not given. Never on stdout or in JSON")
 
 
-def _progress_flag_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _progress_flag_everywhere(sub: argparse._SubParsersAction[Any]) -> None:
     """``--progress``/``--no-progress`` on every command too (``vflcrypto train linreg ... --progress``).
 
     ``default=SUPPRESS``: a command's parser sets it only when given, so the global flag
