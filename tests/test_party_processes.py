@@ -395,7 +395,7 @@ def test_ckks_linear_regression_on_the_bundled_example_in_three_processes(
     assert main(["examples", str(tmp_path)]) == 0
     names = ["active", "passive-0", "coordinator"]
     cfg = make_config(tmp_path, pki, names, timeout=60.0)
-    common = ["--scheme", "ckks", "--epochs", "100", "--test-fraction", "0.2"]
+    common = ["--scheme", "ckks", "--epochs", "30", "--test-fraction", "0.2"]
     files = {"active": ["--data", str(tmp_path / "bank.csv"), "--id-column", "id", "--label", "credit_score"],
              "passive-0": ["--data", str(tmp_path / "shop.csv"), "--id-column", "id"], "coordinator": []}
     procs = {n: party(cfg, n, "train", "linreg", *files[n], *common, "--out", str(tmp_path / f"{n}.npz"))

@@ -6,9 +6,9 @@ type them: the README's ``vflcrypto examples ex/ && cd ex/`` sets the directory 
 blocks after it; a command that already ran in the tour (a page repeating the README's
 example) is not run again; ``# terminal N`` commands of one block run side by side as separate
 processes (network parties on loopback) and must all exit 0. Commands get small keys
-where a flag allows (``--key-bits 1024 --allow-insecure``; Flower: ``key-bits=1024
-allow-insecure=true``) and optional ``[...]`` usage groups are dropped. ``flower_deploy.sh`` runs
-two steps. Each block is one test (in README order, sharing the directory); a block
+where a flag allows (``--key-bits 512 --allow-insecure``, the size of the suite's audits;
+Flower: ``key-bits=1024 allow-insecure=true``) and optional ``[...]`` usage groups are
+dropped. ``flower_deploy.sh`` runs two steps. Each block is one test (in README order, sharing the directory); a block
 preceded by ``<!-- readme-test: skip: REASON -->`` is skipped with its reason. A command
 fails the test on a non-zero exit or a Python traceback in its output.
 """
@@ -32,7 +32,7 @@ README = ROOT / "README.md"
 PAGES = ("README.md", "docs/command-line.md", "docs/network.md", "docs/flower.md", "docs/bad-input.md",
          "docs/python.md", "docs/architecture.md", "docs/development.md")
 BLOCK = re.compile(r"(?:<!-- readme-test: skip: (?P<skip>[^>]*?) -->\s*\n)?```sh\n(?P<body>.*?)```", re.S)
-SMALL_KEYS = ("--key-bits", "1024", "--allow-insecure")
+SMALL_KEYS = ("--key-bits", "512", "--allow-insecure")
 KEYED = re.compile(r"\bvflcrypto (?:train (?:linreg|secureboost|logreg|pearson|poisson|sshelr|woe)"
                    r"|audit|bench gradients|party .* train)\b")
 TIMEOUT = 600
@@ -130,8 +130,8 @@ def test_the_readme_parser_finds_the_blocks_and_their_markers() -> None:
     assert small(blocks[0].commands[0]) == "a --b    c"
     assert [b.skip for b in blocks] == [None, "slow", None]
     assert small("vflcrypto bench gradients [--n 20000] [--json]") == \
-        "vflcrypto bench gradients --n 64 --phe-n 16 --repeats 1 --key-bits 1024 --allow-insecure"
-    assert small("vflcrypto audit logreg        # plain") == "vflcrypto audit logreg --key-bits 1024 --allow-insecure"
+        "vflcrypto bench gradients --n 64 --phe-n 16 --repeats 1 --key-bits 512 --allow-insecure"
+    assert small("vflcrypto audit logreg        # plain") == "vflcrypto audit logreg --key-bits 512 --allow-insecure"
 
 
 BLOCKS = [b for page in PAGES for b in readme_blocks((ROOT / page).read_text(encoding="utf-8"), page)]
