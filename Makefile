@@ -5,7 +5,8 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 # pytest-xdist workers for `make test`: two test files run at once (each file's tests stay in
 # one worker, in order, with its module fixtures); much of the suite waits on subprocesses,
-# Flower and sockets rather than on the cores
+# Flower and sockets rather than on the cores. --no-loadscope-reorder keeps the collection
+# order of tests/conftest.py (the longest files first) instead of xdist's most-tests-first.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test lint bench bench-compare clean
@@ -27,7 +28,7 @@ demo: $(STAMP)  ## run the main job on bundled example data, no servers
 test: $(STAMP)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check vflcrypto protocols tests bench flower
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)  ## pytest-benchmark suites for the primitives (not part of CI)
 	$(BIN)/python -m pytest bench -q --benchmark-only
