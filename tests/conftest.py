@@ -70,11 +70,10 @@ def honest_audit(name: str) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the modules with the most ``slow`` tests first, each module's tests in their own order.
 
-    ``make test`` hands whole modules to two pytest-xdist workers (``--dist loadfile
-    --no-loadscope-reorder``) in
-    collection order; starting the longest modules (the Flower Apps, the README tour, every
-    protocol's report) first keeps both workers busy to the end instead of leaving one long
-    module running alone.
+    ``make test`` hands whole modules to two pytest-xdist workers in collection order
+    (``--dist loadfile --no-loadscope-reorder``); starting the longest modules (the Flower
+    Apps, the README tour, every protocol's report) first keeps both workers busy to the end
+    instead of leaving one long module running alone.
     """
     del config
 
