@@ -34,7 +34,8 @@ def spawn_connected_then_hanging(cfg_path: Path, name: str, task: str, seconds: 
     script = textwrap.dedent(f"""
         import time
         from vflcrypto.runtime.partyconfig import load_party_config
-        from vflcrypto.runtime.network import PartyIdentity, connect_party
+        from vflcrypto.runtime.identity import PartyIdentity
+        from vflcrypto.runtime.network import connect_party
         cfg = load_party_config({str(cfg_path)!r})
         p = cfg.party({name!r})
         party = connect_party(cfg, PartyIdentity.from_files({name!r}, p.cert_path, p.key_path,
