@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.audit.attacks import accuracy_finding, partition_finding, probe_finding
+from vflcrypto.audit.attacks import accuracy_finding, not_measured, partition_finding, probe_finding
 from vflcrypto.audit.ledger import EmpiricalFinding, Figure
 from vflcrypto.errors import InputDataError
 from vflcrypto.ml.cluster import kmeans
@@ -96,21 +96,26 @@ def probe_findings(tap: AuditTap, parties: Sequence[str], kinds: Sequence[tuple[
     out = []
     for party in parties:
         for kind, held in kinds:
+            name = f"{kind} from {party}: raw columns by a linear probe"
             msgs = tap.received(SERVER, kind, sender=party)
             if not msgs:
+                out.append(not_measured(SERVER, name, (kind,), None, f"the server received no {kind} from {party}"))
                 continue
             X = np.asarray(tap.held(party, held)[0])
             H = np.asarray(msgs[-1].H)
-            if len(H) != len(X) or len(H) < 4:
+            if len(H) != len(X) or len(H) < 10:
+                out.append(not_measured(SERVER, name, (kind,), None,
+                                        f"{len(H)} representations for {len(X)} raw rows (a probe needs >= 10 "
+                                        "matching rows)"))
                 continue
-            out.append(probe_finding(SERVER, f"{kind} from {party}: raw columns by a linear probe", H, X,
+            out.append(probe_finding(SERVER, name, H, X,
                                      attacks=(kind,), protection=None,
                                      description="held-out R^2 of a ridge regression from the representations "
                                                  f"{party} sent to its raw columns; by design (plaintext)"))
     return out
 
 
-def naming_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> EmpiricalFinding | None:
+def naming_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> EmpiricalFinding:
     """Few-shot client return: the party names its overlap clusters with the class pseudo-labels it received.
 
     Its own local classifier assigns each unaligned row a cluster (held by the party);
@@ -119,7 +124,7 @@ def naming_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> Empir
     """
     msgs: list[Any] = tap.received(party, kind)
     if not msgs:
-        return None
+        return not_measured(party, f"{kind}: the overlap labels, named", (kind,), None, f"{party} received no {kind}")
     msg = msgs[0]
     clusters_u = np.asarray(tap.held(party, "unaligned_clusters")[0])
     pseudo_o = np.asarray(tap.held(party, "pseudo_labels")[0])

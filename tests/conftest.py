@@ -64,7 +64,7 @@ def honest_audit(name: str) -> Any:
     if name not in _AUDITS:
         from vflcrypto.protocols import get
 
-        _AUDITS[name] = get(name).audit(AUDIT_KEY_BITS, allow_insecure=True)
+        _AUDITS[name] = get(name).run_audit(AUDIT_KEY_BITS, allow_insecure=True)
     return _AUDITS[name]
 
 

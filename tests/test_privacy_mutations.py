@@ -62,6 +62,21 @@ def _reuse(fn: Callable[..., Any], key: Callable[..., Any]) -> Callable[..., Any
     return seam
 
 
+def _dropped(*what: str) -> tuple[str, ...]:
+    """The checks a dropped mask must fail: :func:`ring_mask_findings`' uniformity and correlation."""
+    return tuple(f"{w}: {c}" for w in what for c in ("uniform over Z_M", "correlation with the secret"))
+
+
+def _reused(*what: str) -> tuple[str, ...]:
+    """The check a mask reused across messages must fail: freshness of consecutive differences."""
+    return tuple(f"{w}: fresh mask per message" for w in what)
+
+
+def _read(*kinds: str) -> tuple[str, ...]:
+    """The check a ciphertext without randomness must fail: read without the key."""
+    return tuple(f"{k}: ciphertexts read without the key" for k in kinds)
+
+
 # --------------------------------------------------------------------------- seams
 
 
@@ -257,6 +272,8 @@ class Mutation:
     covers: tuple[tuple[str, Protection], ...]
     seam: Callable[[pytest.MonkeyPatch], None]
     audit_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: names of the findings that must flag under this mutation: the checks it proves
+    checks: tuple[str, ...] = ()
 
 
 MUTATIONS = (
@@ -277,50 +294,71 @@ MUTATIONS = (
              (("align.ot_choice", P.BLINDED),), kkrt_base_ot_scalar_reused),
     # gradient exchange
     Mutation("exchange: gradient mask dropped", "exchange",
-             (("exchange.masked_gradient", P.MASKED),), drop_uniform_masks),
+             (("exchange.masked_gradient", P.MASKED),), drop_uniform_masks,
+             checks=_dropped("masked gradient")),
     Mutation("exchange: gradient mask reused across runs", "exchange",
-             (("exchange.masked_gradient", P.MASKED),), reuse_uniform_masks),
+             (("exchange.masked_gradient", P.MASKED),), reuse_uniform_masks,
+             checks=_reused("masked gradient")),
     Mutation("exchange: residuals encrypted without randomness", "exchange",
-             (("exchange.encrypted_residuals", P.CIPHERTEXT),), unrandomized_paillier),
+             (("exchange.encrypted_residuals", P.CIPHERTEXT),), unrandomized_paillier,
+             checks=_read("exchange.encrypted_residuals")),
     # linear regression
     Mutation("linreg: gradient and prediction masks dropped", "linreg",
-             (("linreg.masked_gradient", P.MASKED), ("linreg.predict_masked", P.MASKED)), drop_uniform_masks),
+             (("linreg.masked_gradient", P.MASKED), ("linreg.predict_masked", P.MASKED)), drop_uniform_masks,
+             checks=_dropped("masked gradient", "masked prediction sum")),
     Mutation("linreg: gradient mask reused across iterations", "linreg",
-             (("linreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
+             (("linreg.masked_gradient", P.MASKED),), reuse_uniform_masks,
+             checks=_reused("masked gradient")),
     Mutation("linreg: CKKS gradient mask dropped", "linreg",
-             (("linreg.masked_gradient_ckks", P.MASKED),), drop_ckks_masks),
+             (("linreg.masked_gradient_ckks", P.MASKED),), drop_ckks_masks,
+             checks=("masked gradient (CKKS): uniform on [-R, R]",
+                     "masked gradient (CKKS): correlation with the secret")),
     Mutation("linreg: CKKS gradient mask reused across iterations", "linreg",
-             (("linreg.masked_gradient_ckks", P.MASKED),), reuse_ckks_masks),
+             (("linreg.masked_gradient_ckks", P.MASKED),), reuse_ckks_masks,
+             checks=_reused("masked gradient (CKKS)")),
     Mutation("linreg: ciphertexts without randomness", "linreg",
              (("linreg.encrypted_u", P.CIPHERTEXT), ("linreg.partial_sum", P.CIPHERTEXT),
               ("linreg.cross_term", P.CIPHERTEXT), ("linreg.encrypted_residual", P.CIPHERTEXT),
               ("linreg.predict_partial", P.CIPHERTEXT), ("linreg.obfuscators", P.CIPHERTEXT)),
-             unrandomized_paillier),
+             unrandomized_paillier,
+             checks=_read(*(f"linreg.{k}" for k in ("obfuscators", "encrypted_u", "partial_sum", "cross_term",
+                                                     "encrypted_residual", "predict_partial")))),
     Mutation("linreg: coordinator's obfuscators reused across iterations", "linreg",
-             (("linreg.encrypted_u", P.CIPHERTEXT),), reuse_coordinator_obfuscators),
+             (("linreg.encrypted_u", P.CIPHERTEXT),), reuse_coordinator_obfuscators,
+             checks=("linreg.encrypted_u: differences read through shared obfuscators",)),
     Mutation("linreg: derived ciphertexts not re-randomized", "linreg",
              (("linreg.encrypted_residual", P.CIPHERTEXT), ("linreg.cross_term", P.CIPHERTEXT)),
-             no_rerandomization),
+             no_rerandomization,
+             checks=_read("linreg.encrypted_residual", "linreg.cross_term")),
     Mutation("linreg: losses over batches of one row", "linreg",
-             (("linreg.encrypted_loss", P.AGGREGATE),), lambda mp: None, {"batch_size": 1, "n_rows": 12}),
+             (("linreg.encrypted_loss", P.AGGREGATE),), lambda mp: None, {"batch_size": 1, "n_rows": 12},
+             checks=("losses that C decrypted over a single row",)),
     # logistic regression
     Mutation("logreg: pairwise logit masks dropped", "logreg",
-             (("logreg.masked_logits", P.MASKED), ("logreg.masked_logits", P.AGGREGATE)), drop_pairwise_masks),
+             (("logreg.masked_logits", P.MASKED), ("logreg.masked_logits", P.AGGREGATE)), drop_pairwise_masks,
+             checks=_dropped("masked logits")),
     Mutation("logreg: pairwise logit masks reused across steps", "logreg",
-             (("logreg.masked_logits", P.MASKED),), reuse_pairwise_masks),
+             (("logreg.masked_logits", P.MASKED),), reuse_pairwise_masks,
+             checks=_reused("masked logits")),
     Mutation("logreg: gradient mask dropped", "logreg",
-             (("logreg.masked_gradient", P.MASKED),), drop_uniform_masks),
+             (("logreg.masked_gradient", P.MASKED),), drop_uniform_masks,
+             checks=_dropped("masked gradient")),
     Mutation("logreg: gradient mask reused across steps", "logreg",
-             (("logreg.masked_gradient", P.MASKED),), reuse_uniform_masks),
+             (("logreg.masked_gradient", P.MASKED),), reuse_uniform_masks,
+             checks=_reused("masked gradient")),
     Mutation("logreg: residuals encrypted without randomness", "logreg",
-             (("logreg.encrypted_residual", P.CIPHERTEXT),), unrandomized_paillier),
+             (("logreg.encrypted_residual", P.CIPHERTEXT),), unrandomized_paillier,
+             checks=("label recovery from logreg.encrypted_residual",)),
     # Poisson regression
     Mutation("poisson: gradient masks dropped", "poisson", (("poisson.masked_gradient", P.MASKED),),
-             drop_uniform_masks),
+             drop_uniform_masks,
+             checks=_dropped("masked gradients")),
     Mutation("poisson: gradient masks reused across epochs", "poisson", (("poisson.masked_gradient", P.MASKED),),
-             reuse_uniform_masks),
+             reuse_uniform_masks,
+             checks=_reused("masked gradients")),
     Mutation("poisson: values encrypted without randomness", "poisson",
-             (("poisson.exp_u", P.CIPHERTEXT), ("poisson.residual", P.CIPHERTEXT)), unrandomized_paillier),
+             (("poisson.exp_u", P.CIPHERTEXT), ("poisson.residual", P.CIPHERTEXT)), unrandomized_paillier,
+             checks=_read("poisson.exp_u", "poisson.residual")),
     # two-party SSHE logistic regression
     Mutation("sshelr: initial weight shares not random", "sshelr", (("sshelr.weight_share", P.MASKED),),
              drop_uniform_masks),
@@ -335,11 +373,14 @@ MUTATIONS = (
              unrandomized_paillier),
     # cross-party Pearson correlation
     Mutation("pearson: product masks dropped", "pearson", (("pearson.masked_products", P.MASKED),),
-             drop_uniform_masks),
+             drop_uniform_masks,
+             checks=_dropped("masked products")),
     Mutation("pearson: product masks reused across runs", "pearson", (("pearson.masked_products", P.MASKED),),
-             reuse_uniform_masks),
+             reuse_uniform_masks,
+             checks=_reused("masked products")),
     Mutation("pearson: columns encrypted without randomness", "pearson", (("pearson.columns", P.CIPHERTEXT),),
-             unrandomized_paillier),
+             unrandomized_paillier,
+             checks=_read("pearson.columns")),
     # WOE/IV binning
     Mutation("woe: labels encrypted without randomness", "woe", (("woe.labels", P.CIPHERTEXT),),
              unrandomized_paillier),
@@ -348,10 +389,13 @@ MUTATIONS = (
     Mutation("woe: small bins not merged", "woe", (("woe.counts", P.AGGREGATE),), woe_small_bins_kept),
     # SecureBoost
     Mutation("secureboost: gradients encrypted without randomness", "secureboost",
-             (("secureboost.gradients", P.CIPHERTEXT),), unrandomized_paillier),
+             (("secureboost.gradients", P.CIPHERTEXT),), unrandomized_paillier,
+             checks=("label recovery from secureboost.gradients",
+                     "label recovery from secureboost.gradients (OU): equal ciphertexts")),
     Mutation("secureboost: candidates not shuffled", "secureboost",
              (("secureboost.histograms", P.SHUFFLED), ("secureboost.plain_histograms", P.SHUFFLED)),
-             unshuffled_candidates),
+             unshuffled_candidates,
+             checks=("secureboost.histograms: candidate order", "secureboost.plain_histograms: candidate order")),
     # secure aggregation
     Mutation("secagg: no self-masks and no pairwise masks", "secagg",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks),
@@ -359,6 +403,14 @@ MUTATIONS = (
              (("secagg.masked_input", P.MASKED),), secagg_masks_reused_across_rounds),
     Mutation("secagg: shares relayed unencrypted", "secagg",
              (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted),
+    # HFL over secure aggregation
+    Mutation("hfl: updates without secagg masks", "hfl",
+             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
+             checks=_dropped("masked updates")),
+    Mutation("hfl: keys and masks reused across rounds", "hfl", (("secagg.masked_input", P.MASKED),),
+             secagg_masks_reused_across_rounds, checks=_reused("masked updates")),
+    Mutation("hfl: shares relayed unencrypted", "hfl", (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted,
+             checks=("secagg.shares: self-mask seeds read from the relayed shares",)),
     # prototype VFL (its statistics through secagg; its alignment)
     Mutation("protovfl: statistics without secagg masks", "protovfl",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks),
@@ -368,14 +420,16 @@ MUTATIONS = (
              table_key_unwrapped),
     Mutation("secureboost: one bin per distinct value", "secureboost",
              (("secureboost.histograms", P.AGGREGATE), ("secureboost.plain_histograms", P.AGGREGATE)),
-             one_bin_per_value),
+             one_bin_per_value,
+             checks=tuple(f"secureboost.{k}: rows singled out by a candidate"
+                          for k in ("histograms", "plain_histograms"))),
 )
 
 MODULES = sorted({m.module for m in MUTATIONS})
 
 
 def _audit(protocol: str, **kwargs: Any) -> AuditOutcome:
-    return get(protocol).audit(KEY_BITS, allow_insecure=True, **kwargs)
+    return get(protocol).run_audit(KEY_BITS, allow_insecure=True, **kwargs)
 
 
 @pytest.fixture(autouse=True)
@@ -392,6 +446,11 @@ def test_audit_flags_the_switched_off_protection(mutation: Mutation, monkeypatch
         assert any(kind in f.attacks and f.protection is protection for f in broken), (
             f"{mutation.name}: no finding flagged {protection.value} of {kind}; "
             f"flagged: {[(f.observer, f.name) for f in broken]}")
+    for name in mutation.checks:
+        hits = [f for f in outcome.findings if f.name == name]
+        assert hits and any(f.flagged for f in hits), (
+            f"{mutation.name}: check {name!r} did not flag; "
+            f"findings: {[(f.name, f.flagged) for f in outcome.findings]}")
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -400,6 +459,8 @@ def test_no_declared_protection_is_flagged_in_an_honest_run(module: str) -> None
 
     outcome = honest_audit(module)
     assert not outcome.broken_protections(), [(f.name, f.value, f.p_value) for f in outcome.broken_protections()]
+    assert not outcome.unmeasured(), "checks not measured (no messages, or too little power):\n" + "\n".join(
+        outcome.failures())
     outcome.report.check()
     declared = {d.kind for d in declarations()}
     for f in outcome.findings:
@@ -415,3 +476,26 @@ def test_every_declared_protection_has_a_mutation() -> None:
     assert not missing, f"declared protections without a mutation test: {missing}"
     stale = sorted(k for k, _ in covered if k not in {d.kind for d in declarations()})
     assert not stale, f"mutations cover kinds that are no longer declared: {stale}"
+
+
+def test_every_declared_protection_has_a_declared_check() -> None:
+    from vflcrypto.protocols import registry
+
+    load_all_protocols()
+    checks = [c for spec in registry().values() for c in spec.checks]
+    shipped = [d for d in declarations() if d.protocol != "test"]
+    missing = [(d.kind, p.value) for d in shipped for p in d.claimed_protections
+               if not any(c.covers(d.kind, p) for c in checks)]
+    assert not missing, f"declared protections that no declared check attacks: {missing}"
+
+
+def test_every_declared_check_is_proven_by_its_own_mutation() -> None:
+    from vflcrypto.protocols import registry
+
+    proven = {(m.module, name) for m in MUTATIONS for name in m.checks}
+    unproven = [(name, c.name) for name, spec in registry().items() for c in spec.checks
+                if (name, c.name) not in proven]
+    assert not unproven, f"declared checks without a mutation that makes them flag: {unproven}"
+    declared = {(name, c.name) for name, spec in registry().items() for c in spec.checks}
+    stale = sorted(proven - declared)
+    assert not stale, f"mutations name checks their protocol does not declare: {stale}"

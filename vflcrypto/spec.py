@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigurationError, InputDataError
 
 if TYPE_CHECKING:
+    from .audit.checks import Check
     from .audit.ledger import AuditOutcome
     from .runtime.steps import Role
 
@@ -273,6 +274,15 @@ class ProtocolSpec:
     flower: FlowerSpec | None = None
     schemes: tuple[str, ...] = ("paillier",)  # the additively homomorphic schemes it runs under
     oracle: str = ""  # why OU is refused: whose ciphertexts its key holder decrypts for whom
+    #: the checks its audit must run, each on a declared protection (:mod:`vflcrypto.audit.checks`)
+    checks: tuple[Check, ...] = ()
+
+    def run_audit(self, key_bits: int = 2048, **kwargs: Any) -> AuditOutcome:
+        """Run :attr:`audit` and hold its findings to :attr:`checks`: a declared check that did not run, or
+        ran without the power to detect its failure, is a finding *not measured* (a failure of the audit)."""
+        from .audit.checks import expect
+
+        return expect(self.audit(key_bits, **kwargs), self.checks)
 
     def check_scheme(self, scheme: str) -> None:
         """Refuse a scheme this protocol does not run under, with the reason (OU: the decryption oracle)."""

@@ -35,6 +35,7 @@ from typing import Any
 
 from vflcrypto.spec import FlowerSpec, ProtocolSpec
 
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example
 from .messages import (
     ACTIVE,
@@ -91,6 +92,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     demo=demo_step,
     demo_order=20,
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),

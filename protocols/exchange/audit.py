@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.audit.attacks import ring_mask_findings, unrandomized_finding, unrandomized_paillier
+from vflcrypto.audit.checks import mask_checks, unrandomized_check
 from vflcrypto.audit.ledger import AuditOutcome, audit
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.runtime.channel import AuditTap
@@ -15,7 +16,11 @@ from vflcrypto.spec import DemoContext
 from .messages import ACTIVE, PASSIVE, EncryptedResiduals, MaskedGradient
 from .roles import run_local
 
-__all__ = ["audit_run", "demo_step", "example"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "example"]
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (unrandomized_check("exchange.encrypted_residuals"),
+          *mask_checks("masked gradient", "exchange.masked_gradient"))
 
 
 def example(n: int = 2_000, m: int = 8) -> tuple[np.ndarray, np.ndarray]:

@@ -43,7 +43,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
             f"truth {len(data.X_unaligned)}), and their representations; by design",
             attacks=("fewshot.unaligned_representation",), flagged=True, samples=len(hu.H),
             detects="exact (a row count)"))
-    naming = [f for f in (naming_finding(ctap, p, "fewshot.pseudo_labels", y) for p in names) if f is not None]
+    naming = [naming_finding(ctap, p, "fewshot.pseudo_labels", y) for p in names]
     findings += naming
     runs = {"server-side expansion": run.transcript, "client return": crun.transcript}
     report, sections = audit_runs(runs)

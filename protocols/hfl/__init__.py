@@ -54,6 +54,7 @@ SPEC = ProtocolSpec(
     roles={SERVER: ServerRole, CLIENT: ClientRole},
     run_local=run_local,
     audit=audit.audit_run,
+    checks=audit.CHECKS,
     config=HFLConfig,
     demo=audit.demo_step,
     demo_order=75,

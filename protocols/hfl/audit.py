@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.audit.attacks import ring_mask_findings
+from vflcrypto.audit.checks import EXACT, Check, mask_checks
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
@@ -22,7 +23,13 @@ from .math import HFLConfig
 from .messages import PlainUpdate
 from .roles import run_local
 
-__all__ = ["audit_run", "demo_step"]
+__all__ = ["CHECKS", "audit_run", "demo_step"]
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (*mask_checks("masked updates", "secagg.masked_input", correlation=Protection.AGGREGATE),
+          Check("secagg.shares: self-mask seeds read from the relayed shares", ("secagg.shares",),
+                Protection.CIPHERTEXT, "shares relayed unencrypted (the server reconstructs a self-mask seed)",
+                EXACT))
 
 
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:

@@ -149,6 +149,7 @@ from vflcrypto.data.synthetic import synthetic_split
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step
 from .config import OU_REFUSAL, PREPROCESSING, LinRegConfig
 from .coordinator import CoordinatorResult, CoordinatorRole
@@ -252,6 +253,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole, COORD: CoordinatorRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     config=LinRegConfig,
     demo=demo_step,
     demo_order=30,

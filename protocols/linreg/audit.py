@@ -17,6 +17,7 @@ from vflcrypto.audit.attacks import (
     unrandomized_finding,
     unrandomized_paillier,
 )
+from vflcrypto.audit.checks import EXACT, Check, mask_checks, unrandomized_check
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
 from vflcrypto.data.synthetic import synthetic_split
 from vflcrypto.errors import AuditError
@@ -46,7 +47,20 @@ from .messages import (
 from .model import predict_plain, save_models
 from .predict import predict_local
 
-__all__ = ["audit_run", "demo_step", "obfuscator_reuse_finding", "read_shared_obfuscators"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "obfuscator_reuse_finding", "read_shared_obfuscators"]
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (
+    *(unrandomized_check(f"linreg.{k}") for k in ("obfuscators", "encrypted_u", "partial_sum", "cross_term",
+                                                  "encrypted_residual", "predict_partial")),
+    Check("linreg.encrypted_u: differences read through shared obfuscators", ("linreg.encrypted_u",),
+          Protection.CIPHERTEXT, "an obfuscator reused across iterations (it cancels in the quotient)", EXACT),
+    *mask_checks("masked gradient", "linreg.masked_gradient"),
+    *mask_checks("masked gradient (CKKS)", "linreg.masked_gradient_ckks", real=True),
+    *mask_checks("masked prediction sum", "linreg.predict_masked", fresh=False),  # a fresh key per prediction
+    Check("losses that C decrypted over a single row", ("linreg.encrypted_loss",), Protection.AGGREGATE,
+          "a loss decrypted over a batch of one row (one row's squared residual)", EXACT),
+)
 
 
 def demo_step(ctx: Any) -> dict[str, Any]:
@@ -221,7 +235,7 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     pn = int(pred_sk.public_key.n)
     pred_views = [[[v % pn for v in pred_sk.decrypt(m.values)] for m in pred_tap.received(COORD, PredictMasked)]]
     findings += ring_mask_findings(COORD, "linreg.predict_masked", "masked prediction sum", pred_views, pn,
-                                   truth=[pred_tap.held(ACTIVE, "passive_sum")])
+                                   truth=[pred_tap.held(ACTIVE, "passive_sum")], fresh=False)
     findings.append(_loss_aggregate_finding(tap))
     findings.append(EmpiricalFinding(
         COORD, "losses C learned (one per iteration)", float(len(run.losses)), None,

@@ -101,6 +101,7 @@ from vflcrypto.ml.preprocess import local_features
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, label_attack, majority_rate, secure_findings
 from .math import (
     GRAD_FRAC_BITS,
@@ -205,6 +206,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     config=cli.LogRegConfig,
     demo=demo_step,
     demo_order=50,

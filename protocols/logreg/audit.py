@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.audit.attacks import accuracy_finding, ring_mask_findings, unrandomized_paillier
+from vflcrypto.audit.checks import Check, mask_checks
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
 from vflcrypto.data.titanic import titanic_parties
 from vflcrypto.runtime.channel import AuditTap
@@ -19,7 +20,15 @@ from .math import RING_MOD
 from .messages import ACTIVE, EncryptedResidual, MaskedGradient, MaskedLogits, Residual
 from .roles import run_local
 
-__all__ = ["audit_run", "demo_step", "label_attack", "majority_rate", "secure_findings"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "label_attack", "majority_rate", "secure_findings"]
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (
+    Check("label recovery from logreg.encrypted_residual", ("logreg.encrypted_residual",), Protection.CIPHERTEXT,
+          "residuals readable without the key (labels by their sign)", 0.9),
+    *mask_checks("masked logits", "logreg.masked_logits", correlation=Protection.AGGREGATE),
+    *mask_checks("masked gradient", "logreg.masked_gradient"),
+)
 
 
 def majority_rate(y: np.ndarray) -> float:

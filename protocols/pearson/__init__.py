@@ -47,6 +47,7 @@ from typing import Any
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example
 from .math import FRAC_BITS, REVEALS, standardize
 from .messages import ACTIVE, OU_REFUSAL, PASSIVE, DecryptedMasked, EncryptedColumns, MaskedProducts, ProductMask, Setup
@@ -86,6 +87,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     demo=demo_step,
     demo_order=36,
     commands=(Command("pearson", "cross-party Pearson correlation of every active with every passive column",

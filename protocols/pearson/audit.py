@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.audit.attacks import ring_mask_findings, unrandomized_finding, unrandomized_paillier
+from vflcrypto.audit.checks import mask_checks, unrandomized_check
 from vflcrypto.audit.ledger import AuditOutcome, audit_runs
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.runtime.channel import AuditTap
@@ -14,7 +15,10 @@ from vflcrypto.runtime.channel import AuditTap
 from .messages import ACTIVE, EncryptedColumns, MaskedProducts
 from .roles import run_local
 
-__all__ = ["audit_run", "demo_step", "example"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "example"]
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (unrandomized_check("pearson.columns"), *mask_checks("masked products", "pearson.masked_products"))
 
 
 def example(n: int = 400, seed: int = 5) -> tuple[np.ndarray, tuple[str, ...], np.ndarray, tuple[str, ...]]:

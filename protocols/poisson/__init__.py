@@ -49,6 +49,7 @@ from typing import Any
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example, fitted_mean
 from .math import ETA_BOUND, FRAC_BITS, PoissonParams, deviance, plaintext_fit, prepare_active, prepare_passive
 from .messages import (
@@ -99,6 +100,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole, COORD: CoordinatorRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     config=PoissonParams,
     demo=demo_step,
     demo_order=32,

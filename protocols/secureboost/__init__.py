@@ -129,6 +129,7 @@ from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
 from .active import ActiveResult, ActiveRole, decode_histograms
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example, label_inference_attack
 from .local import LocalRun, passive_names, run_active, run_local, run_passive
 from .messages import (
@@ -212,6 +213,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     config=BoostParams,
     demo=demo_step,
     demo_order=40,

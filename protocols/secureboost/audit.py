@@ -13,6 +13,7 @@ from vflcrypto.audit.attacks import (
     equal_ciphertext_classes,
     unrandomized_paillier,
 )
+from vflcrypto.audit.checks import EXACT, Check
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, Figure, audit, audit_runs
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
@@ -26,7 +27,21 @@ from .messages import ACTIVE, EncryptedGradients, EncryptedHistograms, PlainGrad
 from .predict import predict_local
 from .tree import BoostParams, check_labels, unpack_candidates
 
-__all__ = ["audit_run", "demo_step", "example"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "example"]
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (
+    Check("label recovery from secureboost.gradients", ("secureboost.gradients",), Protection.CIPHERTEXT,
+          "gradients readable without the key (labels by their sign)", 0.9),
+    Check("label recovery from secureboost.gradients (OU): equal ciphertexts", ("secureboost.gradients",),
+          Protection.CIPHERTEXT, "deterministic encryption (equal gradients give equal ciphertexts)", 0.9),
+    *(Check(f"{kind}: candidate order", (kind,), Protection.SHUFFLED,
+            "candidates sent in feature and bin order (n_L increases along each feature)", 0.8)
+      for kind in ("secureboost.histograms", "secureboost.plain_histograms")),
+    *(Check(f"{kind}: rows singled out by a candidate", (kind,), Protection.AGGREGATE,
+            "a candidate that sums a single row (its gradient in the clear)", EXACT)
+      for kind in ("secureboost.histograms", "secureboost.plain_histograms")),
+)
 
 
 def example(n: int = 600, seed: int = 7) -> tuple[np.ndarray, np.ndarray, tuple[str, ...],

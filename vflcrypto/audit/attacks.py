@@ -45,6 +45,7 @@ __all__ = [
     "ks_two_sample",
     "linear_probe_r2",
     "normal_sf",
+    "not_measured",
     "order_finding",
     "partition_finding",
     "pearson",
@@ -188,9 +189,17 @@ def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -
 def _finding(observer: str, name: str, kind: str, protection: Protection, value: float,
              baseline: float | None, p: float, samples: int, detects: str,
              description: str) -> EmpiricalFinding:
+    """A statistical finding whose baseline is its smallest detectable effect (``min_effect``)."""
     return EmpiricalFinding(observer, name, value, baseline, description, attacks=(kind,),
                             protection=protection, flagged=p < ALPHA, p_value=p, samples=samples,
-                            detects=detects)
+                            detects=detects, min_effect=baseline)
+
+
+def not_measured(observer: str, name: str, kinds: Sequence[str], protection: Protection | None,
+                 why: str) -> EmpiricalFinding:
+    """The finding of a check that could not run (``why``): verdict *not measured*, a failure of the audit."""
+    return EmpiricalFinding(observer, name, float("nan"), None, f"not measured: {why}", attacks=tuple(kinds),
+                            protection=protection, measured=False, samples=0)
 
 
 def _truth_findings(observer: str, kind: str, what: str, centred: np.ndarray,
@@ -219,7 +228,7 @@ def ring_mask_findings(observer: str, kind: str, what: str,
                        streams: Sequence[Sequence[Sequence[int]]], modulus: int, *,
                        truth: Sequence[Sequence[np.ndarray]] | None = None,
                        protection: Protection = Protection.MASKED,
-                       truth_protection: Protection | None = None) -> list[EmpiricalFinding]:
+                       truth_protection: Protection | None = None, fresh: bool = True) -> list[EmpiricalFinding]:
     """Attack values masked uniformly mod ``modulus`` as their receiver saw them.
 
     ``streams`` holds, per sender, the received messages in arrival order, each a
@@ -229,26 +238,35 @@ def ring_mask_findings(observer: str, kind: str, what: str,
     sender's consecutive messages are uniform too (a mask reused across iterations
     cancels and leaves the small change of the secret); (3) the centred residues do not
     correlate with the secrets. ``truth_protection`` labels check (3) when it tests a
-    different claim (e.g. that only an aggregate of the secrets is revealed).
+    different claim (e.g. that only an aggregate of the secrets is revealed). ``fresh=False``
+    skips check (2) where each sender sends one message per modulus by construction (a fresh
+    key per run), so no two messages share a mask that could repeat.
     """
     rows = [[[int(v) % modulus for v in msg] for msg in stream] for stream in streams]
     flat = [v for stream in rows for msg in stream for v in msg]
+    names = [f"{what}: uniform over Z_M", f"{what}: fresh mask per message"]
     if not flat:
-        return []
+        return [not_measured(observer, n, (kind,), protection, f"{observer} received no {kind} to attack")
+                for n in names]
     u = np.asarray([v / modulus for v in flat])
     d, p = ks_one_sample(u)
     crit = ks_critical(len(u))
-    out = [_finding(observer, f"{what}: uniform over Z_M", kind, protection, d, crit, p, len(u),
+    out = [_finding(observer, names[0], kind, protection, d, crit, p, len(u),
                     f"a CDF deviation >= {crit:.3f} from uniform over {len(u)} values",
                     f"KS distance of {observer}'s {len(u)} decoded residues / M from U(0, 1); "
                     "baseline = the smallest distance this sample flags")]
     pairs = _consecutive(rows)
-    if pairs:
+    if not fresh:
+        pass
+    elif not pairs:
+        out.append(not_measured(observer, names[1], (kind,), protection,
+                                f"no sender sent {observer} two {kind} messages of equal length to compare"))
+    else:
         diffs = np.asarray([((y - x) % modulus) / modulus for a, b in pairs
                             for x, y in zip(a, b, strict=True)])
         d2, p2 = ks_one_sample(diffs)
         crit2 = ks_critical(len(diffs))
-        out.append(_finding(observer, f"{what}: fresh mask per message", kind, protection, d2, crit2,
+        out.append(_finding(observer, names[1], kind, protection, d2, crit2,
                             p2, len(diffs), f"a CDF deviation >= {crit2:.3f} over {len(diffs)} differences",
                             f"KS distance from U(0, 1) of {len(pairs)} pairs of consecutive messages' "
                             "differences mod M: a reused mask cancels in them"))
@@ -277,19 +295,24 @@ def real_mask_findings(observer: str, kind: str, what: str, streams: Sequence[Se
     """:func:`ring_mask_findings` for real values masked uniformly on [-R, R] (no wrap)."""
     rows = [[np.asarray(v, dtype=np.float64).ravel() for v in stream] for stream in streams]
     flat = np.concatenate([v for stream in rows for v in stream]) if any(rows) else np.zeros(0)
+    names = [f"{what}: uniform on [-R, R]", f"{what}: fresh mask per message"]
     if not flat.size:
-        return []
+        return [not_measured(observer, n, (kind,), protection, f"{observer} received no {kind} to attack")
+                for n in names]
     d, p = ks_one_sample((flat + half_width) / (2 * half_width))
     crit = ks_critical(flat.size)
-    out = [_finding(observer, f"{what}: uniform on [-R, R]", kind, protection, d, crit, p, flat.size,
+    out = [_finding(observer, names[0], kind, protection, d, crit, p, flat.size,
                     f"a CDF deviation >= {crit:.3f} over {flat.size} values",
                     f"KS distance of {observer}'s decryptions from U(-R, R), R = {half_width:.4g}")]
     pairs = _consecutive(rows)
-    if pairs:
+    if not pairs:
+        out.append(not_measured(observer, names[1], (kind,), protection,
+                                f"no sender sent {observer} two {kind} messages of equal length to compare"))
+    else:
         diffs = np.concatenate([b - a for a, b in pairs])
         d2, p2 = ks_one_sample(diffs, _triangular_cdf(half_width))
         crit2 = ks_critical(diffs.size)
-        out.append(_finding(observer, f"{what}: fresh mask per message", kind, protection, d2, crit2, p2,
+        out.append(_finding(observer, names[1], kind, protection, d2, crit2, p2,
                             diffs.size, f"a CDF deviation >= {crit2:.3f} over {diffs.size} differences",
                             "KS distance of consecutive messages' differences from the triangular "
                             "law of two fresh masks: a reused mask cancels in them"))
@@ -348,8 +371,8 @@ def unrandomized_finding(observer: str, kind: str, decoded: Sequence[Any],
     return EmpiricalFinding(
         observer, what or f"{kind}: ciphertexts read without the key", hits / max(1, total), 0.0,
         f"{hits} of {total} received ciphertexts decode as c = 1 + m n (no obfuscator)",
-        attacks=(kind,), protection=protection, flagged=hits > 0, samples=total,
-        detects="any single ciphertext sent without randomness")
+        attacks=(kind,), protection=protection, flagged=hits > 0, samples=total, measured=total > 0,
+        detects="any single ciphertext sent without randomness", min_effect=0.0)
 
 
 # --------------------------------------------------------------------------- guesses and order
@@ -372,7 +395,7 @@ def accuracy_finding(observer: str, name: str, guess: np.ndarray, truth: np.ndar
     k = lo
     return EmpiricalFinding(observer, name, correct / n, baseline, description, attacks=tuple(attacks),
                             protection=protection, flagged=p < ALPHA, p_value=p, samples=n,
-                            detects=f"accuracy >= {k / n:.3f} on {n} rows")
+                            min_effect=k / n, detects=f"accuracy >= {k / n:.3f} on {n} rows")
 
 
 def order_finding(observer: str, name: str, kind: str, received_position: np.ndarray,
@@ -387,7 +410,8 @@ def order_finding(observer: str, name: str, kind: str, received_position: np.nda
     rc = _z_two_sided(ALPHA) / math.sqrt(pos.size - 1)
     return EmpiricalFinding(observer, name, abs(rho), rc, description, attacks=(kind,),
                             protection=Protection.SHUFFLED, flagged=p < ALPHA, p_value=p,
-                            samples=int(pos.size), detects=f"|rho| >= {rc:.3f} over {pos.size} items")
+                            samples=int(pos.size), detects=f"|rho| >= {rc:.3f} over {pos.size} items",
+                            min_effect=rc)
 
 
 def adjacent_order_finding(observer: str, name: str, kind: str, blocks: Sequence[np.ndarray],
@@ -418,7 +442,7 @@ def adjacent_order_finding(observer: str, name: str, kind: str, blocks: Sequence
     p = normal_sf(z)
     return EmpiricalFinding(observer, name, observed / pairs, float(null.mean()) / pairs, description,
                             attacks=(kind,), protection=protection, flagged=p < ALPHA, p_value=p,
-                            samples=pairs,
+                            samples=pairs, min_effect=(float(null.mean()) + _z_two_sided(2 * ALPHA) * sd) / pairs,
                             detects=f"{_z_two_sided(2 * ALPHA) * sd / pairs:.3f} more increasing "
                                     f"neighbours (of {pairs}) than a random order")
 
@@ -435,6 +459,7 @@ def _null_finding(observer: str, name: str, value: float, null: np.ndarray, base
     z_alpha = _z_two_sided(2 * ALPHA)  # one-sided ALPHA
     return EmpiricalFinding(observer, name, value, baseline, description, attacks=tuple(attacks),
                             protection=protection, flagged=bool(z > z_alpha), p_value=normal_sf(z), samples=samples,
+                            min_effect=mu + z_alpha * sd,
                             detects=f"{unit} >= {mu + z_alpha * sd:.3f} (null: rows shuffled, {len(null)} times)")
 
 

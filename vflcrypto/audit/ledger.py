@@ -210,8 +210,14 @@ class EmpiricalFinding:
     detects: str = ""
     #: what the attack saw, drawn by the HTML report (optional)
     figure: Figure | None = None
-    #: False when the check had nothing to test (e.g. too few items): its protection is unverified
+    #: False when the check had nothing to test (e.g. too few items) or too little power: its protection is
+    #: unverified, and the audit fails (:meth:`AuditOutcome.unmeasured`)
     measured: bool = True
+    #: the smallest effect, in :attr:`value`'s units, that the check flags at its sample size (0 for an exact check)
+    min_effect: float | None = None
+    #: the effect, in :attr:`value`'s units, of the failure the check exists for (from its declared
+    #: :class:`~vflcrypto.audit.checks.Check`): the check has power when :attr:`min_effect` is below it
+    effect: float | None = None
 
     @property
     def by_design(self) -> bool:
@@ -243,7 +249,8 @@ class EmpiricalFinding:
                 "attacks": list(self.attacks),
                 "protection": None if self.protection is None else self.protection.value,
                 "flagged": self.flagged, "p_value": self.p_value, "samples": self.samples,
-                "detects": self.detects, "measured": self.measured, "verdict": self.verdict}
+                "detects": self.detects, "min_effect": self.min_effect, "effect": self.effect,
+                "measured": self.measured, "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -386,10 +393,26 @@ class AuditOutcome:
         """Findings that test a declared protection and flagged it as failing."""
         return [f for f in self.findings if f.protection is not None and f.flagged]
 
+    def unmeasured(self) -> list[EmpiricalFinding]:
+        """Checks that could not run or had too little power: each counts as a failure of the audit."""
+        return [f for f in self.findings if f.verdict == NOT_MEASURED]
+
+    def failures(self) -> list[str]:
+        """One line per check that failed or was not measured (what ``vflcrypto audit`` prints before exiting 1)."""
+        return [f"{f.verdict_label(loud=True)}: [{f.observer}] {f.name}: {f.description}"
+                for f in self.findings if f.verdict in (FAILED, NOT_MEASURED)]
+
+    def checks(self) -> list[dict[str, Any]]:
+        """Every check of the audit: what it attacked, its verdict, sample size and smallest detectable effect."""
+        return [{"check": f.name, "observer": f.observer, "attacks": list(f.attacks),
+                 "protection": None if f.protection is None else f.protection.value, "verdict": f.verdict,
+                 "samples": f.samples, "min_effect": f.min_effect, "effect": f.effect, "p_value": f.p_value,
+                 "value": f.value, "detects": f.detects} for f in self.findings]
+
     def to_dict(self) -> dict[str, Any]:
         runs = [{"run": label, **report.to_dict()} for label, report in self.sections]
         return {"protocol": self.protocol, "summary": [v.to_dict() for v in self.verdicts()],
-                **self.report.to_dict(), "runs": runs,
+                **self.report.to_dict(), "runs": runs, "checks": self.checks(),
                 "empirical": [f.to_dict() for f in self.findings], "metrics": dict(self.metrics), **self.metrics}
 
     def to_text(self) -> str:

@@ -1,9 +1,12 @@
 """``vflcrypto audit NAME``: what each role received in a run, and what really leaks.
 
 Every protocol of the registry (:func:`vflcrypto.protocols.registry`) contributes its
-audit (``SPEC.audit(key_bits, allow_insecure=...) -> AuditOutcome``): it runs the protocol
+audit (``SPEC.run_audit(key_bits, allow_insecure=...) -> AuditOutcome``): it runs the protocol
 on example data, joins the transcript with the declarations and attacks what each role
-received. ``net`` audits the network hello of :mod:`vflcrypto.runtime.network`.
+received, held to the protocol's declared checks (:mod:`vflcrypto.audit.checks`). The
+command exits 1, naming each one, when a check flags a declared protection as failed or
+could not be measured (no messages to attack, or too little power to detect its failure).
+``net`` audits the network hello of :mod:`vflcrypto.runtime.network`.
 ``--transcript FILE`` audits a recorded run instead (a ``vflcrypto party`` run record or
 a Flower run's transcript: declared leakage only, no attacks). ``--security-md``
 rewrites the generated leakage tables in SECURITY.md from the declarations.
@@ -130,10 +133,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         from ..protocols import get
 
-        outcome = get(args.name).audit(args.key_bits, allow_insecure=args.allow_insecure)
+        outcome = get(args.name).run_audit(args.key_bits, allow_insecure=args.allow_insecure)
     _outputs(outcome, args)
     print(json.dumps(outcome.to_dict(), indent=2) if args.json else outcome.to_text())
-    return 0
+    failures = outcome.failures()
+    for line in failures:
+        print(f"vflcrypto audit {args.name}: {line}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
