@@ -64,3 +64,13 @@ def test_the_contents_table_links_every_section() -> None:
     missing = [h for h in headings if f"(#{_github_anchor(h)})" not in contents]
     assert not missing, f"SECURITY.md's contents table does not link: {missing}"
     assert _github_anchor("Entity alignment (PSI): `protocols/align/`") == "entity-alignment-psi-protocolsalign"
+
+
+def test_every_protocol_with_a_claimed_protection_lists_its_checks() -> None:
+    from vflcrypto.cli.audit import checks_block
+
+    load_all_protocols()
+    text = (ROOT / "SECURITY.md").read_text(encoding="utf-8")
+    protected = {d.protocol for d in declarations() if d.claimed_protections and d.protocol not in ("test", "net")}
+    missing = [p for p in sorted(protected) if f"<!-- BEGIN leakage:{checks_block(p)} -->" not in text]
+    assert not missing, f"SECURITY.md lacks the checks table of {missing}"

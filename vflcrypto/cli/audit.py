@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..errors import InputDataError
 
-__all__ = ["flower_relay_table", "load_all_protocols", "register", "security_md_blocks"]
+__all__ = ["checks_block", "flower_relay_table", "load_all_protocols", "register", "security_md_blocks"]
 
 NET = "net"  # the runtime's own hello (not a protocol)
 
@@ -54,9 +54,21 @@ def flower_relay_table() -> str:
     return "\n".join(rows)
 
 
+def checks_block(protocol: str) -> str:
+    """The name of SECURITY.md's generated block of ``protocol``'s declared checks."""
+    return f"checks-{protocol}"
+
+
 def security_md_blocks() -> dict[str, str]:
-    """The generated blocks of SECURITY.md that are not a protocol's declarations."""
-    return {FLOWER_BLOCK: flower_relay_table()}
+    """The generated blocks of SECURITY.md that are not a protocol's declarations: what the Flower App
+    relays, and per protocol the checks its audit must run (per protection: the check and the failure
+    it must detect)."""
+    from ..audit.checks import checks_table
+    from ..protocols import registry
+
+    blocks = {FLOWER_BLOCK: flower_relay_table()}
+    blocks.update({checks_block(name): checks_table(spec.checks) for name, spec in registry().items()})
+    return blocks
 
 
 def _names() -> list[str]:
