@@ -136,3 +136,37 @@ def test_audit_exits_1_and_names_a_check_that_did_not_run(monkeypatch: pytest.Mo
     assert main(["audit", "pearson", "--key-bits", "512", "--allow-insecure"]) == 1
     err = capsys.readouterr().err
     assert "NOT MEASURED" in err and "a check that never runs" in err
+
+
+def test_a_verified_result_that_deviates_is_a_wrong_result() -> None:
+    from vflcrypto.audit.checks import verified_result
+    from vflcrypto.audit.ledger import LEAKS, WRONG
+
+    ok = verified_result("s", "the sum", 1e-9, 1e-6, "d", attacks=("x.sum",), samples=3)
+    bad = verified_result("s", "the sum", 1e-3, 1e-6, "d", attacks=("x.sum",), samples=3)
+    assert ok.verdict == LEAKS and bad.verdict == WRONG
+    assert _outcome(bad).failures() == [f"WRONG RESULT: [s] the sum: {bad.description}"]
+    assert not _outcome(ok).failures()
+
+
+def test_an_inexact_secure_aggregate_fails_the_hfl_audit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's unmasking is off by one unit in the last place: the by-design output check must say so."""
+    import threading
+
+    from vflcrypto.audit.ledger import WRONG
+    from vflcrypto.protocols import get
+    from vflcrypto.protocols.secagg import math as sm
+
+    honest = sm.self_mask
+
+    def off_by_one_at_the_server(b: bytes, length: int, ring_bits: int = 64) -> np.ndarray:
+        mask = honest(b, length, ring_bits)
+        if threading.current_thread().name.startswith("party-server"):
+            mask = mask + np.ones_like(mask)  # the server removes one unit too much
+        return mask
+
+    monkeypatch.setenv("VFLCRYPTO_WORKERS", "1")
+    monkeypatch.setattr(sm, "self_mask", off_by_one_at_the_server)
+    outcome = get("hfl").run_audit(512, allow_insecure=True)
+    found = outcome.finding("the global model over secure aggregation equals the plaintext one")
+    assert found.verdict == WRONG and found.value > 0

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.audit.attacks import ring_mask_findings
-from vflcrypto.audit.checks import EXACT, Check, mask_checks
+from vflcrypto.audit.checks import EXACT, Check, mask_checks, verified_result
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
@@ -20,7 +20,7 @@ from ..secagg.messages import SERVER, MaskedInput
 from ..secagg.roles import client_names
 from .data import digits_clients
 from .math import HFLConfig
-from .messages import PlainUpdate
+from .messages import CLIENT, Done, PlainUpdate
 from .roles import run_local
 
 __all__ = ["CHECKS", "audit_run", "demo_step"]
@@ -63,6 +63,13 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings.append(share_reading_finding(stap, names))
     runs = {"plaintext updates": plain.transcript, "secure aggregation": secure.transcript}
     report, sections = audit_runs(runs)
+    w_plain = np.asarray(ptap.received(names[0], Done)[-1].w)
+    w_secure = np.asarray(stap.received(names[0], Done)[-1].w)
+    findings.append(verified_result(
+        CLIENT, "the global model over secure aggregation equals the plaintext one", float(np.max(np.abs(
+            w_secure - w_plain))), 0.0, "the final model a client received (hfl.done) in the secure run against "
+        "the one of the plaintext run: secure aggregation must change nothing but what the server sees",
+        attacks=("hfl.done",), samples=int(w_plain.size)))
     same = bool(np.array_equal(plain.result.w, secure.result.w))
     return AuditOutcome("hfl", report, tuple(findings),
                         {"test_accuracy": float(secure.test_accuracy or 0.0), "secure_equals_plain": float(same)},

@@ -31,7 +31,7 @@ from ..runtime.declarations import Protection
 from .ledger import AuditOutcome, EmpiricalFinding
 
 __all__ = ["CORRELATION_FAILURE", "EXACT", "KS_MASK_FAILURE", "RANK_FAILURE", "Check", "checks_table", "expect",
-           "mask_checks", "unrandomized_check"]
+           "mask_checks", "unrandomized_check", "verified_result"]
 
 #: the KS distance a dropped or reused mask leaves (values, or consecutive differences, bunched at the ends of
 #: the range, so the empirical CDF jumps by about one half): the distance a mask check must detect
@@ -85,6 +85,18 @@ def unrandomized_check(kind: str) -> Check:
     randomness is read without the key, exactly)."""
     return Check(f"{kind}: ciphertexts read without the key", (kind,), Protection.CIPHERTEXT,
                  "a ciphertext encrypted or sent without fresh randomness (c = 1 + m n mod n^2)", EXACT)
+
+
+def verified_result(observer: str, name: str, error: float, tolerance: float, description: str, *,
+                    attacks: Sequence[str], samples: int) -> EmpiricalFinding:
+    """A by-design finding that verifies its figure: what ``observer`` learns by design (a secure sum, a
+    model) recomputed from what it received and compared with an independent reference; ``error`` (the
+    largest deviation) above ``tolerance`` makes the verdict *wrong result*, a failure of the audit."""
+    ok = bool(error <= tolerance)
+    return EmpiricalFinding(observer, name, float(error), tolerance,
+                            f"{description}; largest deviation {error:.3g} (tolerance {tolerance:.3g}): "
+                            f"{'as expected' if ok else 'WRONG'}", attacks=tuple(attacks), flagged=True,
+                            samples=samples, detects=f"any deviation above {tolerance:.3g}", correct=ok)
 
 
 def _not_run(check: Check) -> EmpiricalFinding:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VERDICTS",
+    "WRONG",
     "AuditOutcome",
     "AuditReport",
     "AuditRow",
@@ -175,11 +176,13 @@ class Figure:
         return cls("histogram", title, (tuple(float(c) for c in counts),), (), tuple(bins))
 
 
-FAILED, NOT_MEASURED, LEAKS, HOLDS, NO_LEAK, NO_CHECK = (
-    "protection failed", "not measured", "leaks by design", "holds", "no leak measured", "no check")
-#: the verdicts of a check, strongest first: a protection that failed or could not be tested, a leak the
-#: declarations admit, a protection that held, a by-design leak the attack did not find, a role nobody attacked
-VERDICTS = (FAILED, NOT_MEASURED, LEAKS, HOLDS, NO_LEAK, NO_CHECK)
+WRONG, FAILED, NOT_MEASURED, LEAKS, HOLDS, NO_LEAK, NO_CHECK = (
+    "wrong result", "protection failed", "not measured", "leaks by design", "holds", "no leak measured", "no check")
+#: the verdicts of a check, strongest first: a result the audit verified and found wrong (an inexact secure
+#: sum, a model that differs from its plaintext reference), a protection that failed or could not be tested,
+#: a leak the declarations admit, a protection that held, a by-design leak the attack did not find, a role
+#: nobody attacked
+VERDICTS = (WRONG, FAILED, NOT_MEASURED, LEAKS, HOLDS, NO_LEAK, NO_CHECK)
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,9 @@ class EmpiricalFinding:
     measured: bool = True
     #: the smallest effect, in :attr:`value`'s units, that the check flags at its sample size (0 for an exact check)
     min_effect: float | None = None
+    #: False when the figure the finding verified from the tap is wrong (an inexact sum, a model that differs
+    #: from its reference): the verdict is *wrong result*, a failure of the audit, whatever the protection
+    correct: bool = True
     #: the effect, in :attr:`value`'s units, of the failure the check exists for (from its declared
     #: :class:`~vflcrypto.audit.checks.Check`): the check has power when :attr:`min_effect` is below it
     effect: float | None = None
@@ -227,6 +233,8 @@ class EmpiricalFinding:
     @property
     def verdict(self) -> str:
         """One of :data:`VERDICTS`: what the check found (a value that is not a number was not measured)."""
+        if not self.correct:
+            return WRONG
         if not self.measured or self.value != self.value or abs(self.value) == float("inf"):
             return NOT_MEASURED
         if self.protection is None:
@@ -238,7 +246,7 @@ class EmpiricalFinding:
         ``loud`` writes the verdicts that reveal something in capitals (``PROTECTION FAILED (masked)``)."""
         v = self.verdict
         word = "leaks" if v == LEAKS else v
-        word = word.upper() if loud and v in (FAILED, NOT_MEASURED, LEAKS) else word
+        word = word.upper() if loud and v in (WRONG, FAILED, NOT_MEASURED, LEAKS) else word
         if v == LEAKS:
             return f"{word} (by design)"
         return word if self.protection is None else f"{word} ({self.protection.value})"
@@ -250,7 +258,7 @@ class EmpiricalFinding:
                 "protection": None if self.protection is None else self.protection.value,
                 "flagged": self.flagged, "p_value": self.p_value, "samples": self.samples,
                 "detects": self.detects, "min_effect": self.min_effect, "effect": self.effect,
-                "measured": self.measured, "verdict": self.verdict}
+                "measured": self.measured, "correct": self.correct, "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -287,7 +295,7 @@ class RoleVerdict:
 
 
 #: how the other checks of a role ended, in the summary line ("other checks: 3 held")
-_ENDED = {FAILED: "failed", NOT_MEASURED: "not measured", LEAKS: "leaked by design", HOLDS: "held",
+_ENDED = {WRONG: "were wrong", FAILED: "failed", NOT_MEASURED: "not measured", LEAKS: "leaked by design", HOLDS: "held",
           NO_LEAK: "found no leak"}
 
 
@@ -398,9 +406,10 @@ class AuditOutcome:
         return [f for f in self.findings if f.verdict == NOT_MEASURED]
 
     def failures(self) -> list[str]:
-        """One line per check that failed or was not measured (what ``vflcrypto audit`` prints before exiting 1)."""
+        """One line per check that failed, was not measured or found a wrong result (what ``vflcrypto audit``
+        prints before exiting 1)."""
         return [f"{f.verdict_label(loud=True)}: [{f.observer}] {f.name}: {f.description}"
-                for f in self.findings if f.verdict in (FAILED, NOT_MEASURED)]
+                for f in self.findings if f.verdict in (WRONG, FAILED, NOT_MEASURED)]
 
     def checks(self) -> list[dict[str, Any]]:
         """Every check of the audit: what it attacked, its verdict, sample size and smallest detectable effect."""

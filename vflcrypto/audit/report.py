@@ -48,6 +48,7 @@ from .ledger import (
     NO_CHECK,
     NO_LEAK,
     NOT_MEASURED,
+    WRONG,
     AuditOutcome,
     AuditReport,
     EmpiricalFinding,
@@ -64,7 +65,7 @@ def _esc(x: Any) -> str:
 _nbytes = nbytes
 
 
-_VERDICT_CLASSES = {FAILED: "failed", NOT_MEASURED: "not-measured", LEAKS: "by-design", HOLDS: "held",
+_VERDICT_CLASSES = {WRONG: "failed", FAILED: "failed", NOT_MEASURED: "not-measured", LEAKS: "by-design", HOLDS: "held",
                     NO_LEAK: "no-leak", NO_CHECK: "no-check"}
 _VERDICT_COLOURS = {"failed": "#d62728", "not-measured": "#d62728", "held": "#2ca02c", "by-design": "#ff7f0e",
                     "no-leak": "#7f7f7f", "no-check": "#7f7f7f"}
