@@ -153,9 +153,10 @@ def test_an_inexact_secure_aggregate_fails_the_hfl_audit(monkeypatch: pytest.Mon
     """The server's unmasking is off by one unit in the last place: the by-design output check must say so."""
     import threading
 
-    from vflcrypto.audit.ledger import WRONG
     from vflcrypto.protocols import get
     from vflcrypto.protocols.secagg import math as sm
+
+    from vflcrypto.audit.ledger import WRONG
 
     honest = sm.self_mask
 
