@@ -2,9 +2,10 @@
 
 In-process: the left file is the active party, the right file the passive party. Each
 party's file is read as raw strings (IDs may be non-numeric; every column is kept
-verbatim) and the intersection rows are written, in the same order on both sides, to
-``DIR/<stem>.aligned.csv`` (atomically). ``--reveal left`` writes only the left file,
-``--reveal size`` writes none and reports only the count. Progress goes to stderr,
+verbatim) and the intersection rows are written, in the canonical order of their IDs
+(the same on both sides and in every run), to ``DIR/<stem>.aligned.csv`` (atomically).
+``--reveal left`` writes only the left file, ``--reveal size`` writes none and reports
+only the count. Progress goes to stderr,
 ``--json`` output to stdout.
 """
 
@@ -21,7 +22,7 @@ from vflcrypto.spec import PartyOutcome, TaskContext
 
 from .files import align_files, canon_table, read_id_table, write_aligned
 from .messages import PROTOCOLS
-from .tables import align_rows
+from .tables import align_rows, canonical_order
 
 __all__ = ["add_align_arguments", "add_party_arguments", "align", "needs_identity", "party_task"]
 
@@ -114,6 +115,6 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         if res.rows is None:
             atomic_write_text(out, "")  # this party learns no rows in this mode
         else:
-            write_aligned(table, out, res.rows)
+            write_aligned(table, out, canonical_order(canon, res.rows))
 
     return PartyOutcome(summary, write)

@@ -19,6 +19,7 @@ from vflcrypto.runtime.channel import DEFAULT_TIMEOUT
 
 from .messages import ACTIVE, PASSIVE
 from .roles import ProgressFn, run_local
+from .tables import canonical_order
 
 __all__ = ["IdTable", "align_files", "canon_table", "read_id_table", "write_aligned"]
 
@@ -121,8 +122,9 @@ def align_files(
 ) -> dict[str, Any]:
     """Align two CSV files (left = active, right = passive) and write the aligned rows.
 
-    Writes ``<stem>.aligned.csv`` (all columns verbatim, intersection rows in the common
-    order) for each party that learns the intersection, atomically. Returns a summary.
+    Writes ``<stem>.aligned.csv`` (all columns verbatim, intersection rows in the canonical
+    order of their IDs: the same for both parties and every run) for each party that learns
+    the intersection, atomically. Returns a summary.
     ``left`` and ``right`` are paths or tables :func:`read_id_table` already checked.
     """
     t0 = time.perf_counter()
@@ -144,10 +146,10 @@ def align_files(
     run = run_local(lc, rc, protocol=protocol, mode=reveal, progress=progress, timeout=timeout)
     res_l, res_r = run.results[ACTIVE], run.results[PASSIVE]
     outputs: dict[str, str] = {}
-    for key, table, res in (("left", lt, res_l), ("right", rt, res_r)):
+    for key, table, canon, res in (("left", lt, lc, res_l), ("right", rt, rc, res_r)):
         if res.rows is None:
             continue
-        write_aligned(table, paths[key], res.rows)
+        write_aligned(table, paths[key], canonical_order(canon, res.rows))
         outputs[key] = str(paths[key])
     size = res_l.size if res_l.size is not None else res_r.size
     return {

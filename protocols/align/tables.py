@@ -15,7 +15,7 @@ from vflcrypto.spec import TaskContext
 from .messages import ACTIVE, PASSIVE
 from .roles import run_active, run_active_multiparty, run_local, run_multiparty_local, run_passive
 
-__all__ = ["align_rows", "align_tables", "sorted_rows"]
+__all__ = ["align_rows", "align_tables", "canonical_order", "sorted_rows"]
 
 
 def sorted_rows(ids: Sequence[Any], rows: Any) -> np.ndarray:
@@ -30,6 +30,26 @@ def sorted_rows(ids: Sequence[Any], rows: Any) -> np.ndarray:
     rows = np.asarray(rows, np.int64)
     keys = [canonical_id(ids[i]) for i in rows]
     return rows[np.asarray(sorted(range(len(rows)), key=keys.__getitem__), np.int64)]
+
+
+def canonical_order(canon: Any, rows: Any) -> np.ndarray:
+    """``rows`` (input row indices of the common IDs, in the PSI's order) sorted by their canonical IDs.
+
+    ``canon`` is the party's :class:`~vflcrypto.psi.primitives.CanonicalIds` (``encoded[i]``
+    came from input row ``rows[i]``). The PSI's order depends on the run's keys; sorting
+    by the canonical bytes, which every party holds alike for a common ID, gives the same
+    order at every party and in every run, so the same inputs give byte-identical
+    outputs. One vectorised sort of fixed-width byte strings.
+    """
+    rows = np.asarray(rows, np.int64)
+    if not len(rows):
+        return rows
+    pos = np.searchsorted(canon.rows, rows)
+    if np.any(pos >= len(canon.rows)) or np.any(canon.rows[np.minimum(pos, len(canon.rows) - 1)] != rows):
+        raise InputDataError("aligned rows that are not among the party's canonical IDs")
+    # numpy's fixed-width bytes drop trailing NULs: a constant end byte keeps every key distinct
+    keys = np.asarray([canon.encoded[i] + b"\x01" for i in pos.tolist()], dtype=bytes)
+    return rows[np.argsort(keys, kind="stable")]
 
 
 def align_tables(tables: list[PartyTable], names: Sequence[str], *,
