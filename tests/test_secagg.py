@@ -255,3 +255,16 @@ def test_a_stalled_client_is_dropped_after_the_timeout() -> None:
     assert "client-2" not in res.survivors
     np.testing.assert_array_equal(res.raw, _ring_sum([x for i, x in enumerate(xs) if i != 2], secagg.SecAggConfig()))
 
+
+
+def test_two_clients_aggregate_and_a_degree_says_why_it_needs_three() -> None:
+    """Two clients are each other's only neighbour: the sum is exact; --degree (SecAgg+) is refused in words."""
+    from vflcrypto.protocols.secagg.roles import run_local
+
+    xs = [np.arange(5.0), np.full(5, 0.25)]
+    res = run_local(xs).rounds[0]
+    assert res.survivors == ["client-0", "client-1"] and np.allclose(res.total, xs[0] + xs[1], atol=1e-6)
+    with pytest.raises(InputDataError, match="--degree needs at least 3 clients"):
+        sm.SecAggConfig(degree=2).check(2)
+    with pytest.raises(InputDataError, match="must be even and between 2 and 5 with 6 clients, got 3"):
+        sm.SecAggConfig(degree=3).check(6)

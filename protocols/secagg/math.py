@@ -58,8 +58,11 @@ class SecAggConfig:
             raise InsecureParameterError(f"Z_2^{self.ring_bits} is too small for {n_clients} values of "
                                          f"{self.value_bits} bits: the sum would wrap (lower value_bits)")
         k = n_clients - 1 if self.degree is None else self.degree
-        if not 2 <= k <= n_clients - 1 or (self.degree is not None and k % 2):
-            raise InputDataError(f"degree must be even and in 2..{n_clients - 1}, got {k}")
+        if self.degree is not None and (k % 2 or not 2 <= k <= n_clients - 1):
+            raise InputDataError(f"--degree (SecAgg+ neighbours per client) must be even and between 2 and "
+                                 f"{n_clients - 1} with {n_clients} clients, got {k}" if n_clients > 2 else
+                                 f"--degree needs at least 3 clients (SecAgg+'s sparse graph); with {n_clients} "
+                                 "clients every client is the other's neighbour: leave --degree out")
         size = k + 1
         t = self.threshold if self.threshold is not None else size // 2 + 1
         if not 1 <= t <= size:
