@@ -194,7 +194,9 @@ class EmpiricalFinding:
     design (e.g. plaintext residuals). ``flagged`` is the check's verdict: the attack did
     better than chance, at ``p_value`` below :data:`vflcrypto.audit.attacks.ALPHA` or by an
     exact criterion stated in ``description``; ``detects`` states the smallest effect the
-    check detects with its sample size.
+    check detects with its sample size, and ``min_effect`` the same in the units of
+    ``value`` (the smallest value the check flags at its sample size; 0 for an exact check
+    that flags any single hit; ``None`` when not stated).
     """
 
     observer: str
@@ -212,6 +214,8 @@ class EmpiricalFinding:
     figure: Figure | None = None
     #: False when the check had nothing to test (e.g. too few items): its protection is unverified
     measured: bool = True
+    #: the smallest effect, in the units of ``value``, that the check flags at its sample size
+    min_effect: float | None = None
 
     @property
     def by_design(self) -> bool:
@@ -243,7 +247,8 @@ class EmpiricalFinding:
                 "attacks": list(self.attacks),
                 "protection": None if self.protection is None else self.protection.value,
                 "flagged": self.flagged, "p_value": self.p_value, "samples": self.samples,
-                "detects": self.detects, "measured": self.measured, "verdict": self.verdict}
+                "detects": self.detects, "min_effect": self.min_effect, "measured": self.measured,
+                "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
