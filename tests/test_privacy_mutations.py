@@ -161,6 +161,26 @@ def woe_unshuffled_features(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(roles, "shuffle_order", lambda n: np.arange(n, dtype=np.int64))
 
 
+def woe_features_in_own_order(mp: pytest.MonkeyPatch) -> None:
+    """The feature party sends its features by column; each feature's bins are still shuffled."""
+    from vflcrypto.protocols.woe import roles
+
+    mp.setattr(roles, "feature_order", lambda n: np.arange(n, dtype=np.int64))
+
+
+def woe_bins_in_own_order(mp: pytest.MonkeyPatch) -> None:
+    """The feature party sends each feature's bins by ascending edge; the features are still shuffled."""
+    from vflcrypto.protocols.woe import roles
+
+    mp.setattr(roles, "bin_order", lambda n: np.arange(n, dtype=np.int64))
+
+
+def passive_no_rerandomization(mp: pytest.MonkeyPatch) -> None:
+    """Only the passive parties skip re-randomization (the active party's own encryptions keep their randomness)."""
+    honest = paillier.PaillierVector.rerandomize
+    mp.setattr(paillier.PaillierVector, "rerandomize", _only_in("passive", lambda self: self, honest))
+
+
 def woe_small_bins_kept(mp: pytest.MonkeyPatch) -> None:
     """The feature party merges no small bin (a rare value keeps a bin of its own)."""
     from vflcrypto.protocols.woe import math as wm
@@ -257,6 +277,8 @@ class Mutation:
     covers: tuple[tuple[str, Protection], ...]
     seam: Callable[[pytest.MonkeyPatch], None]
     audit_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: names of the findings that must flag under this mutation: the checks it proves
+    checks: tuple[str, ...] = ()
 
 
 MUTATIONS = (
@@ -342,10 +364,18 @@ MUTATIONS = (
              unrandomized_paillier),
     # WOE/IV binning
     Mutation("woe: labels encrypted without randomness", "woe", (("woe.labels", P.CIPHERTEXT),),
-             unrandomized_paillier),
+             unrandomized_paillier, checks=("woe.labels: ciphertexts read without the key",)),
     Mutation("woe: features and bins sent in the party's own order", "woe", (("woe.counts", P.SHUFFLED),),
-             woe_unshuffled_features),
-    Mutation("woe: small bins not merged", "woe", (("woe.counts", P.AGGREGATE),), woe_small_bins_kept),
+             woe_unshuffled_features, checks=("order of the passive party's bins within each feature",
+                                              "order of the passive party's features")),
+    Mutation("woe: features sent by column, bins shuffled", "woe", (("woe.counts", P.SHUFFLED),),
+             woe_features_in_own_order, checks=("order of the passive party's features",)),
+    Mutation("woe: bins sent by edge, features shuffled", "woe", (("woe.counts", P.SHUFFLED),),
+             woe_bins_in_own_order, checks=("order of the passive party's bins within each feature",)),
+    Mutation("woe: small bins not merged", "woe", (("woe.counts", P.AGGREGATE),), woe_small_bins_kept,
+             checks=("bins below the minimum bin size among the passive party's counts",)),
+    Mutation("woe: bin sums not re-randomized", "woe", (("woe.counts", P.AGGREGATE),), passive_no_rerandomization,
+             checks=("bin sums that are products of the active party's own label ciphertexts",)),
     # SecureBoost
     Mutation("secureboost: gradients encrypted without randomness", "secureboost",
              (("secureboost.gradients", P.CIPHERTEXT),), unrandomized_paillier),
@@ -373,9 +403,30 @@ MUTATIONS = (
 
 MODULES = sorted({m.module for m in MUTATIONS})
 
+#: per mutation, checks that must *not* flag under it: the seam breaks one protection only, and a
+#: check of another party's (or another kind's) protection that flags too would not be proven blind-free
+#: by it (a seam that breaks two things at once proves only that *some* check of them works)
+UNAFFECTED: dict[str, tuple[str, ...]] = {
+    "woe: features sent by column, bins shuffled": ("order of the passive party's bins within each feature",),
+    "woe: bins sent by edge, features shuffled": ("order of the passive party's features",),
+    "woe: bin sums not re-randomized": ("woe.labels: ciphertexts read without the key",),
+}
+
 
 def _audit(protocol: str, **kwargs: Any) -> AuditOutcome:
     return get(protocol).audit(KEY_BITS, allow_insecure=True, **kwargs)
+
+
+def _checks(module: str) -> tuple[str, ...]:
+    """The ``CHECKS`` a protocol's audit module lists (none if it lists none yet)."""
+    import importlib
+
+    try:
+        audit_module = importlib.import_module(f"vflcrypto.protocols.{module}.audit")
+    except ModuleNotFoundError:
+        return ()
+    checks: tuple[str, ...] = getattr(audit_module, "CHECKS", ())
+    return checks
 
 
 @pytest.fixture(autouse=True)
@@ -392,6 +443,15 @@ def test_audit_flags_the_switched_off_protection(mutation: Mutation, monkeypatch
         assert any(kind in f.attacks and f.protection is protection for f in broken), (
             f"{mutation.name}: no finding flagged {protection.value} of {kind}; "
             f"flagged: {[(f.observer, f.name) for f in broken]}")
+    for name in mutation.checks:
+        hits = [f for f in outcome.findings if f.name == name]
+        assert hits and any(f.flagged for f in hits), (
+            f"{mutation.name}: check {name!r} did not flag; "
+            f"findings: {[(f.name, f.flagged) for f in outcome.findings]}")
+    for name in UNAFFECTED.get(mutation.name, ()):
+        hits = [f for f in outcome.findings if f.name == name]
+        assert hits and not any(f.flagged for f in hits), (
+            f"{mutation.name}: check {name!r} of a protection the seam keeps flagged (or is missing)")
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -400,11 +460,24 @@ def test_no_declared_protection_is_flagged_in_an_honest_run(module: str) -> None
 
     outcome = honest_audit(module)
     assert not outcome.broken_protections(), [(f.name, f.value, f.p_value) for f in outcome.broken_protections()]
+    for name in _checks(module):
+        hits = [f for f in outcome.findings if f.name == name]
+        assert hits, f"{module}: the audit produced no finding {name!r} its CHECKS list"
+        assert all(f.measured and f.min_effect is not None for f in hits), (
+            f"{module}: check {name!r} not measured or without min_effect: "
+            f"{[(f.measured, f.min_effect) for f in hits]}")
     outcome.report.check()
     declared = {d.kind for d in declarations()}
     for f in outcome.findings:
         assert set(f.attacks) <= declared, f"{f.name} attacks undeclared kinds {f.attacks}"
         assert f.value == f.value, f"{f.name}: NaN figure"  # computed, never missing
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_listed_check_is_proven_by_a_mutation(module: str) -> None:
+    proven = {name for m in MUTATIONS if m.module == module for name in m.checks}
+    missing = [name for name in _checks(module) if name not in proven]
+    assert not missing, f"{module}: checks no mutation proves (lists in its checks): {missing}"
 
 
 def test_every_declared_protection_has_a_mutation() -> None:

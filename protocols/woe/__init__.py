@@ -60,6 +60,8 @@ from .roles import (
     PassiveResult,
     PassiveRole,
     WoeRun,
+    bin_order,
+    feature_order,
     run_active,
     run_local,
     run_passive,
@@ -68,8 +70,8 @@ from .roles import (
 
 __all__ = ["ACTIVE", "PASSIVE", "SPEC", "ActiveResult", "ActiveRole", "EncryptedCounts", "EncryptedLabels",
            "FeatureWoe", "PassiveResult", "PassiveRole", "Results", "Setup", "WoeParams", "WoeRun", "audit_run",
-           "bin_matrix", "demo_step", "example", "merge_small_bins", "plain_counts", "run_active", "run_local",
-           "run_passive", "select_features", "shuffle_order", "woe_iv"]
+           "bin_matrix", "bin_order", "demo_step", "example", "feature_order", "merge_small_bins", "plain_counts",
+           "run_active", "run_local", "run_passive", "select_features", "shuffle_order", "woe_iv"]
 
 
 def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
