@@ -73,13 +73,26 @@ def reuse_uniform_masks(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(masking, "uniform_mod", _reuse(masking.uniform_mod, lambda modulus, size: (modulus, size)))
 
 
-def drop_statistical_masks(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(masking, "statistical_masks", lambda size, value_bits, sec_bits=40, **kw: [0] * size)
+def drop_statistical_masks(party: str) -> Callable[[pytest.MonkeyPatch], None]:
+    """``party`` draws no statistical masks (all zero); the other parties' masks stay fresh."""
+
+    def seam(mp: pytest.MonkeyPatch) -> None:
+        mp.setattr(masking, "statistical_masks", _only_in(party, lambda size, value_bits, sec_bits=40, **kw: [0] * size,
+                                                          masking.statistical_masks))
+
+    return seam
 
 
-def reuse_statistical_masks(mp: pytest.MonkeyPatch) -> None:
-    honest = masking.statistical_masks
-    mp.setattr(masking, "statistical_masks", _reuse(honest, lambda size, value_bits, sec_bits=40: (size, value_bits)))
+def reuse_statistical_masks(party: str) -> Callable[[pytest.MonkeyPatch], None]:
+    """``party`` draws its statistical masks once per (size, width) and reuses them in every later call
+    (across epochs); the other parties' masks stay fresh."""
+
+    def seam(mp: pytest.MonkeyPatch) -> None:
+        honest = masking.statistical_masks
+        reused = _reuse(honest, lambda size, value_bits, sec_bits=40: (size, value_bits))
+        mp.setattr(masking, "statistical_masks", _only_in(party, reused, honest))
+
+    return seam
 
 
 def unrandomized_paillier(mp: pytest.MonkeyPatch) -> None:
@@ -281,6 +294,12 @@ class Mutation:
     checks: tuple[str, ...] = ()
 
 
+def _sshelr_masked(kind: str, tests: tuple[str, ...] = ("uniform on [-R, R]", "fresh mask per message",
+                                                          "correlation with the secret")) -> tuple[str, ...]:
+    """The names of SSHE-LR's checks of one masked-product kind, both stages (logit and gradient terms)."""
+    return tuple(f"sshelr.{kind}, {term} cross terms: {test}" for term in ("logit", "gradient") for test in tests)
+
+
 MUTATIONS = (
     # alignment
     Mutation("ECDH: passive party's scalar fixed across sessions", "align",
@@ -345,16 +364,22 @@ MUTATIONS = (
              (("poisson.exp_u", P.CIPHERTEXT), ("poisson.residual", P.CIPHERTEXT)), unrandomized_paillier),
     # two-party SSHE logistic regression
     Mutation("sshelr: initial weight shares not random", "sshelr", (("sshelr.weight_share", P.MASKED),),
-             drop_uniform_masks),
-    Mutation("sshelr: product masks dropped", "sshelr",
-             (("sshelr.masked_for_passive", P.MASKED), ("sshelr.masked_for_active", P.MASKED)),
-             drop_statistical_masks),
-    Mutation("sshelr: product masks reused across epochs", "sshelr",
-             (("sshelr.masked_for_passive", P.MASKED), ("sshelr.masked_for_active", P.MASKED)),
-             reuse_statistical_masks),
+             drop_uniform_masks, checks=("initial weight shares for the passive party: uniform over Z_M",
+                                         "initial weight shares for the active party: uniform over Z_M")),
+    Mutation("sshelr: active party's product masks dropped", "sshelr", (("sshelr.masked_for_passive", P.MASKED),),
+             drop_statistical_masks("active"), checks=_sshelr_masked("masked_for_passive")),
+    Mutation("sshelr: passive party's product masks dropped", "sshelr", (("sshelr.masked_for_active", P.MASKED),),
+             drop_statistical_masks("passive"), checks=_sshelr_masked("masked_for_active")),
+    Mutation("sshelr: active party's product masks reused across epochs", "sshelr",
+             (("sshelr.masked_for_passive", P.MASKED),), reuse_statistical_masks("active"),
+             checks=_sshelr_masked("masked_for_passive", ("fresh mask per message",))),
+    Mutation("sshelr: passive party's product masks reused across epochs", "sshelr",
+             (("sshelr.masked_for_active", P.MASKED),), reuse_statistical_masks("passive"),
+             checks=_sshelr_masked("masked_for_active", ("fresh mask per message",))),
     Mutation("sshelr: shares encrypted without randomness", "sshelr",
              (("sshelr.active_ciphertexts", P.CIPHERTEXT), ("sshelr.passive_ciphertexts", P.CIPHERTEXT)),
-             unrandomized_paillier),
+             unrandomized_paillier, checks=("sshelr.active_ciphertexts: ciphertexts read without the key",
+                                            "sshelr.passive_ciphertexts: ciphertexts read without the key")),
     # cross-party Pearson correlation
     Mutation("pearson: product masks dropped", "pearson", (("pearson.masked_products", P.MASKED),),
              drop_uniform_masks),
@@ -410,6 +435,10 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
     "woe: features sent by column, bins shuffled": ("order of the passive party's bins within each feature",),
     "woe: bins sent by edge, features shuffled": ("order of the passive party's features",),
     "woe: bin sums not re-randomized": ("woe.labels: ciphertexts read without the key",),
+    "sshelr: active party's product masks dropped": _sshelr_masked("masked_for_active"),
+    "sshelr: passive party's product masks dropped": _sshelr_masked("masked_for_passive"),
+    "sshelr: active party's product masks reused across epochs": _sshelr_masked("masked_for_active"),
+    "sshelr: passive party's product masks reused across epochs": _sshelr_masked("masked_for_passive"),
 }
 
 

@@ -40,9 +40,35 @@ from .messages import (
 )
 from .roles import SSHELRRun, run_local, unfold
 
-__all__ = ["audit_run", "demo_step", "example", "logits"]
+__all__ = ["AUDIT_EPOCHS", "CHECKS", "audit_run", "demo_step", "example", "logits", "masked_checks"]
 
 SEC = STAT_BITS
+
+#: epochs of the audit run: the gradient stage masks one value per column (6 per epoch for the
+#: passive party, 8 for the active one), and its freshness check needs about 40 differences of
+#: consecutive epochs to flag a reused mask (KS distance 1/2 against ks_critical(n) at ALPHA):
+#: 7 × 6 = 42 and 7 × 8 = 56 here (3 epochs gave 12 and 16, too few: ks_critical(12) = 0.68)
+AUDIT_EPOCHS = 8
+
+_MASK_TESTS = ("uniform on [-R, R]", "fresh mask per message", "correlation with the secret")
+_STAGES = {LOGITS: "logit", GRADIENT: "gradient"}
+_PARTY = {ACTIVE: "active", "passive-0": "passive"}
+
+
+def masked_checks(kind: str) -> tuple[str, ...]:
+    """The finding names of the checks of one masked-product message kind, both stages."""
+    return tuple(f"{kind}, {term} cross terms: {test}" for term in _STAGES.values() for test in _MASK_TESTS)
+
+
+#: the finding names this audit must produce (measured), one per check of a declared protection
+CHECKS: tuple[str, ...] = (
+    "sshelr.active_ciphertexts: ciphertexts read without the key",
+    "sshelr.passive_ciphertexts: ciphertexts read without the key",
+    "initial weight shares for the passive party: uniform over Z_M",
+    "initial weight shares for the active party: uniform over Z_M",
+    *masked_checks("sshelr.masked_for_passive"),
+    *masked_checks("sshelr.masked_for_active"),
+)
 
 
 def example(n: int = 400, seed: int = 5) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray,
@@ -82,7 +108,7 @@ def demo_step(ctx: Any) -> dict[str, Any]:
 
 
 def _masked_findings(observer: str, kind: str, stage: int, msgs: list[Any], sk: Any, bits: int,
-                     X: np.ndarray, sent: list[list[int]], what: str) -> list[EmpiricalFinding]:
+                     X: np.ndarray, sent: list[list[int]]) -> list[EmpiricalFinding]:
     """Decrypt and unfold the masked products ``observer`` got at ``stage`` with its own key;
     centre them on the mask's range [2^bits, 2^bits + 2^(bits+40)).
 
@@ -97,11 +123,11 @@ def _masked_findings(observer: str, kind: str, stage: int, msgs: list[Any], sk: 
     truth = [[np.array([int(v) / half for v in (Xo @ np.array(s, dtype=object) if stage == LOGITS else
                                                  Xo.T @ np.array(s, dtype=object))], dtype=np.float64)
               for s in sent]]
-    return real_mask_findings(observer, kind, what, streams, 1.0, truth=truth)
+    return real_mask_findings(observer, kind, f"{kind}, {_STAGES[stage]} cross terms", streams, 1.0, truth=truth)
 
 
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
-    """Three epochs on the example, attacking what each party received.
+    """:data:`AUDIT_EPOCHS` epochs on the example, attacking what each party received.
 
     * each party tries to read the other's ciphertexts (shares of weights and errors)
       without the key;
@@ -109,13 +135,15 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     * each party decrypts, with its own key, the masked cross terms it got back: they are
       uniform over the mask's range, fresh from epoch to epoch and uncorrelated with the
       products behind them (ground truth: the sender's columns times the receiver's own
-      shares).
+      shares); each party draws the masks of the kind it sends, so each kind's checks
+      test one party's masks, per stage (logits per row, gradient per column).
     """
     Xa, y, _, Xp, _ = example(120)
     keys = (generate_keypair(key_bits, allow_insecure=allow_insecure),
             generate_keypair(key_bits, allow_insecure=allow_insecure))
     tap = AuditTap()
-    run = run_local(Xa, y, Xp, params=SSHELRParams(epochs=3), keys=keys, allow_insecure=allow_insecure, tap=tap)
+    run = run_local(Xa, y, Xp, params=SSHELRParams(epochs=AUDIT_EPOCHS), keys=keys, allow_insecure=allow_insecure,
+                    tap=tap)
     P = "passive-0"
     Za, _ = prepare_active(Xa, y)
     Xint = {ACTIVE: encode_features(Za), P: encode_features(prepare_passive(Xp))}
@@ -128,15 +156,16 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
         cts = [c for m in tap.received(me, cts_kind) for c in m.values.ciphertexts()]
         findings.append(unrandomized_finding(me, kind, unrandomized_paillier(n_other, cts)))
         shares = [list(m.values) for m in tap.received(me, WeightShare)]
-        findings += ring_mask_findings(me, "sshelr.weight_share", "initial weight shares", [shares], RING)
+        findings += ring_mask_findings(me, "sshelr.weight_share", f"initial weight shares for the {_PARTY[me]} party",
+                                       [shares], RING)
         mkind = "sshelr.masked_for_passive" if masked_kind is MaskedForPassive else "sshelr.masked_for_active"
         msgs = tap.received(me, masked_kind)
         sent = tap.held(me, "encrypted_share")  # what `me` encrypted, alternately weights and errors
         d_other = Xint[other].shape[1]
         findings += _masked_findings(me, mkind, LOGITS, msgs, sk[me], logit_mask_bits(d_other), Xint[other],
-                                     sent[0::2], "masked logit cross terms")
+                                     sent[0::2])
         findings += _masked_findings(me, mkind, GRADIENT, msgs, sk[me], gradient_mask_bits(len(y)), Xint[other],
-                                     sent[1::2], "masked gradient cross terms")
-    report, sections = audit_runs({"SSHE logistic regression, 3 epochs": run.transcript})
+                                     sent[1::2])
+    report, sections = audit_runs({f"SSHE logistic regression, {AUDIT_EPOCHS} epochs": run.transcript})
     return AuditOutcome("sshelr", report, tuple(findings), sections=sections,
                         transcripts=(("SSHE logistic regression", run.transcript),))
