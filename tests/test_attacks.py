@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vflcrypto.audit import attacks
+from vflcrypto.errors import AuditError
 from vflcrypto.runtime.declarations import Protection
 
 stats = pytest.importorskip("scipy.stats")
@@ -138,6 +139,32 @@ def test_accuracy_and_order_findings() -> None:
     assert attacks.adjacent_order_finding("a", "o", "x", runs, "").flagged
     shuffled = [np.random.default_rng(k).permutation(b) for k, b in enumerate(runs)]
     assert not attacks.adjacent_order_finding("a", "o", "x", shuffled, "").flagged
+
+
+@pytest.mark.parametrize("sizes", [(1,), (2,), (4,), (3, 4), (5, 2, 1)])
+def test_ascents_distribution_is_exact(sizes: tuple[int, ...]) -> None:
+    import itertools
+
+    counts: dict[int, int] = {}
+    for orders in itertools.product(*(itertools.permutations(range(n)) for n in sizes)):
+        k = sum(int(b > a) for order in orders for a, b in itertools.pairwise(order))
+        counts[k] = counts.get(k, 0) + 1
+    total = sum(counts.values())
+    for k in range(-1, sum(sizes) + 1):
+        want = sum(v for j, v in counts.items() if j >= k) / total
+        assert attacks.ascents_sf(sizes, k) == pytest.approx(want, rel=1e-12, abs=1e-15)
+
+
+def test_exact_adjacent_order_finding() -> None:
+    sorted_pair = [np.arange(7), np.arange(7)]  # two sorted runs of 7: p = 1 / 7!^2
+    hit = attacks.adjacent_order_finding("a", "o", "x", sorted_pair, "", exact=True)
+    assert hit.flagged and hit.p_value == pytest.approx(1 / 5040**2) and hit.min_effect == pytest.approx(11 / 12)
+    assert not attacks.adjacent_order_finding("a", "o", "x", [np.array([3, 0, 6, 1, 5, 2, 4])] * 2, "",
+                                              exact=True).flagged
+    short = attacks.adjacent_order_finding("a", "o", "x", [np.arange(7)], "", exact=True)  # 1/7! > ALPHA
+    assert not short.measured and not short.flagged
+    with pytest.raises(AuditError):
+        attacks.adjacent_order_finding("a", "o", "x", [np.array([1, 1, 2])], "", exact=True)
 
 
 def test_linear_probe_finds_a_linear_view_and_not_noise() -> None:

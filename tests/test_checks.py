@@ -171,3 +171,13 @@ def test_an_inexact_secure_aggregate_fails_the_hfl_audit(monkeypatch: pytest.Mon
     outcome = get("hfl").run_audit(512, allow_insecure=True)
     found = outcome.finding("the global model over secure aggregation equals the plaintext one")
     assert found.verdict == WRONG and found.value > 0
+
+
+def test_small_residues_flag_one_unmasked_value_where_ks_has_no_power() -> None:
+    ring = 1 << 256
+    masked = [secrets.randbelow(ring) for _ in range(6)]
+    assert not attacks.small_residues_finding("p", "w: uniform over Z_M", "x.w", masked, ring).flagged
+    weights = [12345, ring - 678, 0, 5, 6, 7]  # fixed-point weights sent as they are (negative ones wrap)
+    found = attacks.small_residues_finding("p", "w: uniform over Z_M", "x.w", weights, ring)
+    assert found.flagged and found.value == 1.0 and found.p_value is not None and found.p_value < 1e-15
+    assert attacks.small_residues_finding("p", "w", "x.w", [], ring).verdict == NOT_MEASURED

@@ -88,13 +88,26 @@ def reuse_uniform_masks(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(masking, "uniform_mod", _reuse(masking.uniform_mod, lambda modulus, size: (modulus, size)))
 
 
-def drop_statistical_masks(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(masking, "statistical_masks", lambda size, value_bits, sec_bits=40, **kw: [0] * size)
+def drop_statistical_masks(party: str) -> Callable[[pytest.MonkeyPatch], None]:
+    """``party`` draws no statistical masks (all zero); the other parties' masks stay fresh."""
+
+    def seam(mp: pytest.MonkeyPatch) -> None:
+        mp.setattr(masking, "statistical_masks", _only_in(party, lambda size, value_bits, sec_bits=40, **kw: [0] * size,
+                                                          masking.statistical_masks))
+
+    return seam
 
 
-def reuse_statistical_masks(mp: pytest.MonkeyPatch) -> None:
-    honest = masking.statistical_masks
-    mp.setattr(masking, "statistical_masks", _reuse(honest, lambda size, value_bits, sec_bits=40: (size, value_bits)))
+def reuse_statistical_masks(party: str) -> Callable[[pytest.MonkeyPatch], None]:
+    """``party`` draws its statistical masks once per (size, width) and reuses them in every later call
+    (across epochs); the other parties' masks stay fresh."""
+
+    def seam(mp: pytest.MonkeyPatch) -> None:
+        honest = masking.statistical_masks
+        reused = _reuse(honest, lambda size, value_bits, sec_bits=40: (size, value_bits))
+        mp.setattr(masking, "statistical_masks", _only_in(party, reused, honest))
+
+    return seam
 
 
 def unrandomized_paillier(mp: pytest.MonkeyPatch) -> None:
@@ -174,6 +187,26 @@ def woe_unshuffled_features(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.woe import roles
 
     mp.setattr(roles, "shuffle_order", lambda n: np.arange(n, dtype=np.int64))
+
+
+def woe_features_in_own_order(mp: pytest.MonkeyPatch) -> None:
+    """The feature party sends its features by column; each feature's bins are still shuffled."""
+    from vflcrypto.protocols.woe import roles
+
+    mp.setattr(roles, "feature_order", lambda n: np.arange(n, dtype=np.int64))
+
+
+def woe_bins_in_own_order(mp: pytest.MonkeyPatch) -> None:
+    """The feature party sends each feature's bins by ascending edge; the features are still shuffled."""
+    from vflcrypto.protocols.woe import roles
+
+    mp.setattr(roles, "bin_order", lambda n: np.arange(n, dtype=np.int64))
+
+
+def passive_no_rerandomization(mp: pytest.MonkeyPatch) -> None:
+    """Only the passive parties skip re-randomization (the active party's own encryptions keep their randomness)."""
+    honest = paillier.PaillierVector.rerandomize
+    mp.setattr(paillier.PaillierVector, "rerandomize", _only_in("passive", lambda self: self, honest))
 
 
 def woe_small_bins_kept(mp: pytest.MonkeyPatch) -> None:
@@ -276,6 +309,12 @@ class Mutation:
     checks: tuple[str, ...] = ()
 
 
+def _sshelr_masked(kind: str, tests: tuple[str, ...] = ("uniform on [-R, R]", "fresh mask per message",
+                                                          "correlation with the secret")) -> tuple[str, ...]:
+    """The names of SSHE-LR's checks of one masked-product kind, both stages (logit and gradient terms)."""
+    return tuple(f"sshelr.{kind}, {term} cross terms: {test}" for term in ("logit", "gradient") for test in tests)
+
+
 MUTATIONS = (
     # alignment
     Mutation("ECDH: passive party's scalar fixed across sessions", "align",
@@ -361,16 +400,22 @@ MUTATIONS = (
              checks=_read("poisson.exp_u", "poisson.residual")),
     # two-party SSHE logistic regression
     Mutation("sshelr: initial weight shares not random", "sshelr", (("sshelr.weight_share", P.MASKED),),
-             drop_uniform_masks),
-    Mutation("sshelr: product masks dropped", "sshelr",
-             (("sshelr.masked_for_passive", P.MASKED), ("sshelr.masked_for_active", P.MASKED)),
-             drop_statistical_masks),
-    Mutation("sshelr: product masks reused across epochs", "sshelr",
-             (("sshelr.masked_for_passive", P.MASKED), ("sshelr.masked_for_active", P.MASKED)),
-             reuse_statistical_masks),
+             drop_uniform_masks, checks=("initial weight shares for the passive party: uniform over Z_M",
+                                         "initial weight shares for the active party: uniform over Z_M")),
+    Mutation("sshelr: active party's product masks dropped", "sshelr", (("sshelr.masked_for_passive", P.MASKED),),
+             drop_statistical_masks("active"), checks=_sshelr_masked("masked_for_passive")),
+    Mutation("sshelr: passive party's product masks dropped", "sshelr", (("sshelr.masked_for_active", P.MASKED),),
+             drop_statistical_masks("passive"), checks=_sshelr_masked("masked_for_active")),
+    Mutation("sshelr: active party's product masks reused across epochs", "sshelr",
+             (("sshelr.masked_for_passive", P.MASKED),), reuse_statistical_masks("active"),
+             checks=_sshelr_masked("masked_for_passive", ("fresh mask per message",))),
+    Mutation("sshelr: passive party's product masks reused across epochs", "sshelr",
+             (("sshelr.masked_for_active", P.MASKED),), reuse_statistical_masks("passive"),
+             checks=_sshelr_masked("masked_for_active", ("fresh mask per message",))),
     Mutation("sshelr: shares encrypted without randomness", "sshelr",
              (("sshelr.active_ciphertexts", P.CIPHERTEXT), ("sshelr.passive_ciphertexts", P.CIPHERTEXT)),
-             unrandomized_paillier),
+             unrandomized_paillier, checks=("sshelr.active_ciphertexts: ciphertexts read without the key",
+                                            "sshelr.passive_ciphertexts: ciphertexts read without the key")),
     # cross-party Pearson correlation
     Mutation("pearson: product masks dropped", "pearson", (("pearson.masked_products", P.MASKED),),
              drop_uniform_masks,
@@ -383,10 +428,18 @@ MUTATIONS = (
              checks=_read("pearson.columns")),
     # WOE/IV binning
     Mutation("woe: labels encrypted without randomness", "woe", (("woe.labels", P.CIPHERTEXT),),
-             unrandomized_paillier),
+             unrandomized_paillier, checks=("woe.labels: ciphertexts read without the key",)),
     Mutation("woe: features and bins sent in the party's own order", "woe", (("woe.counts", P.SHUFFLED),),
-             woe_unshuffled_features),
-    Mutation("woe: small bins not merged", "woe", (("woe.counts", P.AGGREGATE),), woe_small_bins_kept),
+             woe_unshuffled_features, checks=("order of the passive party's bins within each feature",
+                                              "order of the passive party's features")),
+    Mutation("woe: features sent by column, bins shuffled", "woe", (("woe.counts", P.SHUFFLED),),
+             woe_features_in_own_order, checks=("order of the passive party's features",)),
+    Mutation("woe: bins sent by edge, features shuffled", "woe", (("woe.counts", P.SHUFFLED),),
+             woe_bins_in_own_order, checks=("order of the passive party's bins within each feature",)),
+    Mutation("woe: small bins not merged", "woe", (("woe.counts", P.AGGREGATE),), woe_small_bins_kept,
+             checks=("bins below the minimum bin size among the passive party's counts",)),
+    Mutation("woe: bin sums not re-randomized", "woe", (("woe.counts", P.AGGREGATE),), passive_no_rerandomization,
+             checks=("bin sums that are products of the active party's own label ciphertexts",)),
     # SecureBoost
     Mutation("secureboost: gradients encrypted without randomness", "secureboost",
              (("secureboost.gradients", P.CIPHERTEXT),), unrandomized_paillier,
@@ -427,6 +480,19 @@ MUTATIONS = (
 
 MODULES = sorted({m.module for m in MUTATIONS})
 
+#: per mutation, checks that must *not* flag under it: the seam breaks one protection only, and a
+#: check of another party's (or another kind's) protection that flags too would not be proven blind-free
+#: by it (a seam that breaks two things at once proves only that *some* check of them works)
+UNAFFECTED: dict[str, tuple[str, ...]] = {
+    "woe: features sent by column, bins shuffled": ("order of the passive party's bins within each feature",),
+    "woe: bins sent by edge, features shuffled": ("order of the passive party's features",),
+    "woe: bin sums not re-randomized": ("woe.labels: ciphertexts read without the key",),
+    "sshelr: active party's product masks dropped": _sshelr_masked("masked_for_active"),
+    "sshelr: passive party's product masks dropped": _sshelr_masked("masked_for_passive"),
+    "sshelr: active party's product masks reused across epochs": _sshelr_masked("masked_for_active"),
+    "sshelr: passive party's product masks reused across epochs": _sshelr_masked("masked_for_passive"),
+}
+
 
 def _audit(protocol: str, **kwargs: Any) -> AuditOutcome:
     return get(protocol).run_audit(KEY_BITS, allow_insecure=True, **kwargs)
@@ -451,6 +517,10 @@ def test_audit_flags_the_switched_off_protection(mutation: Mutation, monkeypatch
         assert hits and any(f.flagged for f in hits), (
             f"{mutation.name}: check {name!r} did not flag; "
             f"findings: {[(f.name, f.flagged) for f in outcome.findings]}")
+    for name in UNAFFECTED.get(mutation.name, ()):
+        hits = [f for f in outcome.findings if f.name == name]
+        assert hits and not any(f.flagged for f in hits), (
+            f"{mutation.name}: check {name!r} of a protection the seam keeps flagged (or is missing)")
 
 
 @pytest.mark.parametrize("module", MODULES)

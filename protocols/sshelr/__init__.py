@@ -88,6 +88,7 @@ from typing import Any
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example, logits
 from .math import (
     FEATURE_FRAC,
@@ -149,6 +150,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     config=SSHELRParams,
     demo=demo_step,
     demo_order=52,

@@ -8,14 +8,16 @@ import numpy as np
 
 from vflcrypto.audit.attacks import (
     real_mask_findings,
-    ring_mask_findings,
+    small_residues_finding,
     unrandomized_finding,
     unrandomized_paillier,
 )
+from vflcrypto.audit.checks import EXACT, Check, mask_checks, unrandomized_check
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.ml.metrics import roc_auc
 from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
 
 from .math import (
     RING,
@@ -40,9 +42,36 @@ from .messages import (
 )
 from .roles import SSHELRRun, run_local, unfold
 
-__all__ = ["audit_run", "demo_step", "example", "logits"]
+__all__ = ["AUDIT_EPOCHS", "CHECKS", "audit_run", "demo_step", "example", "logits", "masked_checks"]
 
 SEC = STAT_BITS
+
+#: epochs of the audit run: the gradient stage masks one value per column (6 per epoch for the
+#: passive party, 8 for the active one); its freshness check needs about 40 differences of
+#: consecutive epochs to flag a reused mask (KS distance 1/2 against ks_critical(n) at ALPHA) and
+#: its correlation check about 70 values to flag |r| = 1/2: 12 × 6 = 72 values and 11 × 6 = 66
+#: differences here (3 epochs gave 18 and 12, too few: ks_critical(12) = 0.68)
+AUDIT_EPOCHS = 12
+
+_STAGES = {LOGITS: "logit", GRADIENT: "gradient"}
+_PARTY = {ACTIVE: "active", "passive-0": "passive"}
+
+
+def masked_checks(kind: str) -> tuple[Check, ...]:
+    """The checks of one masked-product message kind, both stages (logit and gradient cross terms)."""
+    return tuple(c for term in _STAGES.values() for c in mask_checks(f"{kind}, {term} cross terms", kind, real=True))
+
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (
+    unrandomized_check("sshelr.active_ciphertexts"),
+    unrandomized_check("sshelr.passive_ciphertexts"),
+    *(Check(f"initial weight shares for the {who} party: uniform over Z_M", ("sshelr.weight_share",),
+            Protection.MASKED, "weight shares not masked (the other party's initial weights)", EXACT)
+      for who in ("passive", "active")),
+    *masked_checks("sshelr.masked_for_passive"),
+    *masked_checks("sshelr.masked_for_active"),
+)
 
 
 def example(n: int = 400, seed: int = 5) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray,
@@ -82,7 +111,7 @@ def demo_step(ctx: Any) -> dict[str, Any]:
 
 
 def _masked_findings(observer: str, kind: str, stage: int, msgs: list[Any], sk: Any, bits: int,
-                     X: np.ndarray, sent: list[list[int]], what: str) -> list[EmpiricalFinding]:
+                     X: np.ndarray, sent: list[list[int]]) -> list[EmpiricalFinding]:
     """Decrypt and unfold the masked products ``observer`` got at ``stage`` with its own key;
     centre them on the mask's range [2^bits, 2^bits + 2^(bits+40)).
 
@@ -97,25 +126,28 @@ def _masked_findings(observer: str, kind: str, stage: int, msgs: list[Any], sk: 
     truth = [[np.array([int(v) / half for v in (Xo @ np.array(s, dtype=object) if stage == LOGITS else
                                                  Xo.T @ np.array(s, dtype=object))], dtype=np.float64)
               for s in sent]]
-    return real_mask_findings(observer, kind, what, streams, 1.0, truth=truth)
+    return real_mask_findings(observer, kind, f"{kind}, {_STAGES[stage]} cross terms", streams, 1.0, truth=truth)
 
 
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
-    """Three epochs on the example, attacking what each party received.
+    """:data:`AUDIT_EPOCHS` epochs on the example, attacking what each party received.
 
     * each party tries to read the other's ciphertexts (shares of weights and errors)
       without the key;
-    * each party's initial weight shares from the other are uniform over Z_2^256;
+    * each party's initial weight shares from the other are uniform over Z_2^256 (none lies
+      within 2^192 of 0, where an unmasked weight would);
     * each party decrypts, with its own key, the masked cross terms it got back: they are
       uniform over the mask's range, fresh from epoch to epoch and uncorrelated with the
       products behind them (ground truth: the sender's columns times the receiver's own
-      shares).
+      shares); each party draws the masks of the kind it sends, so each kind's checks
+      test one party's masks, per stage (logits per row, gradient per column).
     """
     Xa, y, _, Xp, _ = example(120)
     keys = (generate_keypair(key_bits, allow_insecure=allow_insecure),
             generate_keypair(key_bits, allow_insecure=allow_insecure))
     tap = AuditTap()
-    run = run_local(Xa, y, Xp, params=SSHELRParams(epochs=3), keys=keys, allow_insecure=allow_insecure, tap=tap)
+    run = run_local(Xa, y, Xp, params=SSHELRParams(epochs=AUDIT_EPOCHS), keys=keys, allow_insecure=allow_insecure,
+                    tap=tap)
     P = "passive-0"
     Za, _ = prepare_active(Xa, y)
     Xint = {ACTIVE: encode_features(Za), P: encode_features(prepare_passive(Xp))}
@@ -128,15 +160,18 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
         cts = [c for m in tap.received(me, cts_kind) for c in m.values.ciphertexts()]
         findings.append(unrandomized_finding(me, kind, unrandomized_paillier(n_other, cts)))
         shares = [list(m.values) for m in tap.received(me, WeightShare)]
-        findings += ring_mask_findings(me, "sshelr.weight_share", "initial weight shares", [shares], RING)
+        # one share per weight, once per run: too few for a KS test; an unmasked weight is tiny in Z_2^256
+        findings.append(small_residues_finding(
+            me, f"initial weight shares for the {_PARTY[me]} party: uniform over Z_M", "sshelr.weight_share",
+            [v for msg in shares for v in msg], RING))
         mkind = "sshelr.masked_for_passive" if masked_kind is MaskedForPassive else "sshelr.masked_for_active"
         msgs = tap.received(me, masked_kind)
         sent = tap.held(me, "encrypted_share")  # what `me` encrypted, alternately weights and errors
         d_other = Xint[other].shape[1]
         findings += _masked_findings(me, mkind, LOGITS, msgs, sk[me], logit_mask_bits(d_other), Xint[other],
-                                     sent[0::2], "masked logit cross terms")
+                                     sent[0::2])
         findings += _masked_findings(me, mkind, GRADIENT, msgs, sk[me], gradient_mask_bits(len(y)), Xint[other],
-                                     sent[1::2], "masked gradient cross terms")
-    report, sections = audit_runs({"SSHE logistic regression, 3 epochs": run.transcript})
+                                     sent[1::2])
+    report, sections = audit_runs({f"SSHE logistic regression, {AUDIT_EPOCHS} epochs": run.transcript})
     return AuditOutcome("sshelr", report, tuple(findings), sections=sections,
                         transcripts=(("SSHE logistic regression", run.transcript),))

@@ -50,6 +50,7 @@ from typing import Any
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example
 from .math import WoeParams, bin_matrix, merge_small_bins, plain_counts, select_features, woe_iv
 from .messages import ACTIVE, OU_REFUSAL, PASSIVE, EncryptedCounts, EncryptedLabels, Results, Setup
@@ -60,6 +61,8 @@ from .roles import (
     PassiveResult,
     PassiveRole,
     WoeRun,
+    bin_order,
+    feature_order,
     run_active,
     run_local,
     run_passive,
@@ -68,8 +71,8 @@ from .roles import (
 
 __all__ = ["ACTIVE", "PASSIVE", "SPEC", "ActiveResult", "ActiveRole", "EncryptedCounts", "EncryptedLabels",
            "FeatureWoe", "PassiveResult", "PassiveRole", "Results", "Setup", "WoeParams", "WoeRun", "audit_run",
-           "bin_matrix", "demo_step", "example", "merge_small_bins", "plain_counts", "run_active", "run_local",
-           "run_passive", "select_features", "shuffle_order", "woe_iv"]
+           "bin_matrix", "bin_order", "demo_step", "example", "feature_order", "merge_small_bins", "plain_counts",
+           "run_active", "run_local", "run_passive", "select_features", "shuffle_order", "woe_iv"]
 
 
 def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
@@ -101,6 +104,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     config=WoeParams,
     demo=demo_step,
     demo_order=35,

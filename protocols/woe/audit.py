@@ -9,9 +9,11 @@ import numpy as np
 from vflcrypto.audit.attacks import (
     accuracy_finding,
     adjacent_order_finding,
+    strip_known_paillier,
     unrandomized_finding,
     unrandomized_paillier,
 )
+from vflcrypto.audit.checks import EXACT, Check, unrandomized_check
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.runtime.channel import AuditTap
@@ -21,7 +23,27 @@ from .math import COUNT_BITS, WoeParams, plain_counts
 from .messages import ACTIVE, EncryptedCounts, EncryptedLabels
 from .roles import WoeRun, run_local
 
-__all__ = ["audit_run", "demo_step", "example"]
+__all__ = ["BIN_ORDER", "CHECKS", "FEATURE_ORDER", "LABELS_READ", "NOT_RERANDOMIZED", "SMALL_BINS", "audit_run",
+           "demo_step", "example"]
+
+LABELS_READ = "woe.labels: ciphertexts read without the key"
+SMALL_BINS = "bins below the minimum bin size among the passive party's counts"
+BIN_ORDER = "order of the passive party's bins within each feature"
+FEATURE_ORDER = "order of the passive party's features"
+NOT_RERANDOMIZED = "bin sums that are products of the active party's own label ciphertexts"
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (
+    unrandomized_check("woe.labels"),
+    Check(SMALL_BINS, ("woe.counts",), Protection.AGGREGATE,
+          "a bin smaller than the minimum bin size (a few customers' label sum)", EXACT),
+    Check(NOT_RERANDOMIZED, ("woe.counts",), Protection.AGGREGATE,
+          "bin sums sent without re-randomization (the active party tests guesses of bin membership)", EXACT),
+    Check(BIN_ORDER, ("woe.counts",), Protection.SHUFFLED,
+          "bins sent in edge order (share of increasing neighbours near 1)", 0.9),
+    Check(FEATURE_ORDER, ("woe.counts",), Protection.SHUFFLED,
+          "features sent in the party's column order (every neighbour increasing)", 1.0),
+)
 
 
 def example(n: int = 800, seed: int = 11) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray,
@@ -66,22 +88,22 @@ def _small_bin_finding(tap: AuditTap, sk: Any, min_size: int) -> EmpiricalFindin
     sizes = np.asarray([(v >> COUNT_BITS) + (v & ((1 << COUNT_BITS) - 1)) for v in vals])
     small = int(np.sum(sizes < min_size))
     return EmpiricalFinding(
-        ACTIVE, "bins below the minimum bin size among the passive party's counts", float(small), 0.0,
+        ACTIVE, SMALL_BINS, float(small), 0.0,
         f"{small} of {len(sizes)} decrypted bins hold fewer than {min_size} rows (the smallest holds "
         f"{int(sizes.min())}): a one-row bin's counts are its row's label, a small bin of one label gives "
         "every one of its rows",
         attacks=("woe.counts",), protection=Protection.AGGREGATE, flagged=small > 0, samples=len(sizes),
-        detects=f"any one bin of fewer than {min_size} rows")
+        detects=f"any one bin of fewer than {min_size} rows", min_effect=0.0)
 
 
-def _order_finding(tap: AuditTap, sk: Any, y: np.ndarray) -> EmpiricalFinding:
-    """Do each feature's bins arrive in the party's own bin order (edges ascending)?
+def _received_blocks(tap: AuditTap, sk: Any, y: np.ndarray) -> list[tuple[int | None, np.ndarray]]:
+    """Per feature as it arrived at the active party: which of the passive party's columns it is,
+    and the party's own number of each of its bins, in the order they arrived (for scoring).
 
-    The active party decrypts the counts it received; each received bin is placed in the
-    party's own order by its (events, non-events), matched against the party's real bins
-    (ground truth; bins whose counts repeat within a feature are left out). Tested within
-    features, whose bins are shuffled independently; the few features alone are too short
-    a sequence to test.
+    The active party decrypts the counts it received; each received block is matched, by its
+    (events, non-events) per bin, against the party's real bins (ground truth). A feature whose
+    counts another feature repeats is left out (column ``None``, no bins), and so are bins whose
+    counts repeat within their feature.
     """
     (msg,) = tap.received(ACTIVE, EncryptedCounts)
     low = (1 << COUNT_BITS) - 1
@@ -89,19 +111,86 @@ def _order_finding(tap: AuditTap, sk: Any, y: np.ndarray) -> EmpiricalFinding:
     bins = tap.held_one("passive-0", "bins")
     truth = [list(zip(ev.tolist(), ne.tolist(), strict=True))
              for ev, ne in plain_counts(bins, bins.max(axis=0) + 1, y)]
-    unused = list(range(len(truth)))
-    blocks, at = [], 0
+    out: list[tuple[int | None, np.ndarray]] = []
+    at = 0
     for w in np.asarray(msg.widths).tolist():
         block = got[at : at + w]
         at += w
-        f = next(f for f in unused if sorted(truth[f]) == sorted(block))
-        unused.remove(f)
+        same = [f for f in range(len(truth)) if sorted(truth[f]) == sorted(block)]
+        if len(same) != 1:
+            out.append((None, np.zeros(0, np.int64)))
+            continue
+        f = same[0]
         unique = {c: b for b, c in enumerate(truth[f]) if truth[f].count(c) == 1}
-        blocks.append(np.asarray([unique[c] for c in block if c in unique]))
+        out.append((f, np.asarray([unique[c] for c in block if c in unique], np.int64)))
+    return out
+
+
+def _order_finding(blocks: list[tuple[int | None, np.ndarray]]) -> EmpiricalFinding:
+    """Do each feature's bins arrive in the party's own bin order (edges ascending)?
+
+    Tested within features, whose bins are shuffled independently of each other and of
+    the features' order (:func:`.roles.bin_order`).
+    """
+    within = [b for _, b in blocks]
     return adjacent_order_finding(
-        ACTIVE, "order of the passive party's bins within each feature", "woe.counts", blocks,
-        f"share of neighbouring bins, within each of the {len(blocks)} features as they arrived, that follow "
+        ACTIVE, BIN_ORDER, "woe.counts", within,
+        f"share of neighbouring bins, within each of the {len(within)} features as they arrived, that follow "
         "the party's own bin order (an unshuffled party sends every feature's bins by ascending edge)")
+
+
+def _feature_order_finding(runs: list[list[tuple[int | None, np.ndarray]]]) -> EmpiricalFinding:
+    """Do the features arrive in the party's own column order (:func:`.roles.feature_order`)?
+
+    Under anonymous numbers, a feature's place is all that could tell the active party
+    which column it is. One run's few features are too short a sequence for
+    ``p < ALPHA`` (7 features: a sorted order has p = 1/7! = 2e-4), so the sequences of
+    two runs (independent orders) are pooled and scored by the exact null of their
+    increasing neighbours.
+    """
+    seqs = [np.asarray([f for f, _ in run if f is not None], np.int64) for run in runs]
+    return adjacent_order_finding(
+        ACTIVE, FEATURE_ORDER, "woe.counts", seqs,
+        f"share of neighbouring features, in the order they arrived in {len(seqs)} runs, that follow the party's "
+        "own column order (an unshuffled party sends its features by column)", exact=True)
+
+
+def _rerandomized_finding(taps: list[AuditTap], n: int) -> EmpiricalFinding:
+    """Are the received bin sums products of the active party's own label ciphertexts?
+
+    Without re-randomization a bin's sum is exactly prod_{i in bin} [[y_i]] mod n^2, built
+    from ciphertexts the active party made: it can then test any guess of which rows
+    share a bin (multiply their ciphertexts, compare), i.e. learn the partition of rows the
+    passive party's feature values induce. Every feature's bins partition the rows, so the
+    one guess that is always right is "all rows": the product of a feature's received sums
+    divided by the product of all label ciphertexts is exactly 1 (:func:`strip_known_paillier`
+    reads m = 0 without the key). A re-randomized sum carries a fresh encryption of zero
+    and meets this with negligible probability.
+    """
+    nsq = n * n
+    products, known = [], []
+    for tap in taps:
+        (labels,) = tap.held(ACTIVE, "label_ciphertexts")
+        everything = 1
+        for c in labels.ciphertexts():
+            everything = everything * int(c) % nsq
+        for msg in tap.received(ACTIVE, EncryptedCounts):
+            cts, at = [int(c) for c in msg.counts.ciphertexts()], 0
+            for w in np.asarray(msg.widths).tolist():
+                prod = 1
+                for c in cts[at : at + w]:
+                    prod = prod * c % nsq
+                at += w
+                products.append(prod)
+                known.append(everything)
+    hits = sum(m is not None for m in strip_known_paillier(n, products, [known]))
+    return EmpiricalFinding(
+        ACTIVE, NOT_RERANDOMIZED, hits / max(1, len(products)), 0.0,
+        f"{hits} of {len(products)} features' received bin sums multiply to exactly the product of the active "
+        "party's own label ciphertexts (no fresh randomness: any guess of which rows share a bin could be tested "
+        "by multiplying their ciphertexts)", attacks=("woe.counts",), protection=Protection.AGGREGATE,
+        flagged=hits > 0, samples=len(products), detects="any one feature's bin sums sent without fresh randomness",
+        min_effect=0.0)
 
 
 def _bin_rates(woe: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -142,8 +231,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     """Two runs on the example data: results kept by the active party (default) and returned.
 
     * passive: tries to read the encrypted labels without the key;
-    * active: decrypts the counts it received: bins below the minimum size, and the order
-      of the features against the passive party's columns;
+    * active: decrypts the counts it received: bins below the minimum size, the order of
+      each feature's bins and the order of the features against the passive party's own
+      (both runs pooled), and tests whether the bin sums are bare products of its own
+      label ciphertexts (not re-randomized);
     * passive (results returned, the declared leak): its label estimate per row.
     """
     y, Xa, ca, Xp, cp = example(600)
@@ -155,9 +246,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
                          passive_columns=[cp], tap=taps[1], params=WoeParams(return_results=True))
     n = int(keys[0].n)
     labels = [c for m in taps[0].received("passive-0", EncryptedLabels) for c in m.labels.ciphertexts()]
-    findings = [unrandomized_finding("passive-0", "woe.labels", unrandomized_paillier(n, labels)),
-                _small_bin_finding(taps[0], keys[1], WoeParams().min_bin_size), _order_finding(taps[0], keys[1], y),
-                *_label_finding(returned, taps[1], y)]
+    blocks = [_received_blocks(tap, keys[1], y) for tap in taps]
+    findings = [unrandomized_finding("passive-0", "woe.labels", unrandomized_paillier(n, labels), what=LABELS_READ),
+                _small_bin_finding(taps[0], keys[1], WoeParams().min_bin_size),
+                _order_finding([b for run in blocks for b in run]), _feature_order_finding(blocks),
+                _rerandomized_finding(taps, n), *_label_finding(returned, taps[1], y)]
     runs = {"WOE/IV, results kept by the active party": kept.transcript,
             "WOE/IV, results returned to the feature party": returned.transcript}
     report, sections = audit_runs(runs)

@@ -32,15 +32,25 @@ from ..secureboost.tree import encrypted_bin_sums
 from .math import COUNT_BITS, WoeParams, bin_matrix, plain_counts, select_features, woe_iv
 from .messages import ACTIVE, OU_REFUSAL, PASSIVE, EncryptedCounts, EncryptedLabels, Results, Setup
 
-__all__ = ["ActiveResult", "ActiveRole", "FeatureWoe", "PassiveResult", "PassiveRole", "WoeRun", "run_active",
-           "run_local", "run_passive", "shuffle_order"]
+__all__ = ["ActiveResult", "ActiveRole", "FeatureWoe", "PassiveResult", "PassiveRole", "WoeRun", "bin_order",
+           "feature_order", "run_active", "run_local", "run_passive", "shuffle_order"]
 
 _LOW = (1 << COUNT_BITS) - 1
 
 
 def shuffle_order(n: int) -> np.ndarray:
-    """The passive party's random order of its features, and of each feature's bins (``os.urandom``)."""
+    """A uniformly random order of ``n`` items (``os.urandom``): of the features, or of one feature's bins."""
     return psi.random_permutation(n)
+
+
+def feature_order(n: int) -> np.ndarray:
+    """The order in which the passive party sends its ``n`` features: anonymous number j -> its column."""
+    return shuffle_order(n)
+
+
+def bin_order(n: int) -> np.ndarray:
+    """The order in which it sends the ``n`` bins of one feature (drawn per feature): sent position -> bin."""
+    return shuffle_order(n)
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,7 @@ class ActiveRole(Role[_ActiveState]):
         setup = Setup(self.pk, len(self.y), p.max_bin, p.method, p.min_bin_size, p.iv_threshold, p.top_k,
                       p.return_results)
         labels = self.pk.encrypt([(int(v) << COUNT_BITS) | (1 - int(v)) for v in self.y.tolist()])
+        self.hold("label_ciphertexts", labels)  # its own ciphertexts, which it would recognise in the bin sums
         sends = [s for peer in self.passives for s in (send(peer, setup), send(peer, EncryptedLabels(labels)))]
         return then(sends, self.passives[0], EncryptedCounts, "on_counts")
 
@@ -251,8 +262,8 @@ class PassiveRole(Role[_PassiveState]):
         keys = bins.astype(np.int64) + offsets[None, :]
         sums = encrypted_bin_sums(pk, msg.labels.to_bytes(), keys, int(widths.sum()))
         st = self.state
-        st.feature_order = shuffle_order(len(widths))
-        st.bin_orders = [shuffle_order(int(wf)) for wf in widths.tolist()]
+        st.feature_order = feature_order(len(widths))
+        st.bin_orders = [bin_order(int(wf)) for wf in widths.tolist()]
         st.widths = widths
         order = [int(offsets[f]) + int(b) for f in st.feature_order.tolist() for b in st.bin_orders[f].tolist()]
         counts = PaillierVector.from_ciphertexts(pk, [sums[i] for i in order]).rerandomize()

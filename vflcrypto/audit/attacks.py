@@ -37,6 +37,7 @@ __all__ = [
     "ALPHA",
     "accuracy_finding",
     "adjacent_order_finding",
+    "ascents_sf",
     "binomial_sf",
     "equal_ciphertext_classes",
     "kolmogorov_sf",
@@ -52,6 +53,7 @@ __all__ = [
     "probe_finding",
     "real_mask_findings",
     "ring_mask_findings",
+    "small_residues_finding",
     "spearman",
     "strip_known_paillier",
     "unrandomized_finding",
@@ -144,6 +146,28 @@ def binomial_sf(k: int, n: int, p: float) -> float:
     return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
 
 
+def ascents_sf(sizes: Sequence[int], k: int) -> float:
+    """P(at least ``k`` ascents in all) when blocks of ``sizes`` distinct items are each in a
+    uniformly random, independent order, exactly.
+
+    An order of n distinct items has j ascents (neighbours that increase) in A(n, j) of
+    the n! orders (the Eulerian numbers, A(n, j) = (j + 1) A(n-1, j) + (n - j) A(n-1, j-1));
+    the blocks' counts are convolved.
+    """
+    total, orders = [1], 1
+    for n in sizes:
+        row = [1]
+        for m in range(2, n + 1):
+            row = [(j + 1) * (row[j] if j < len(row) else 0) + (m - j) * (row[j - 1] if j else 0)
+                   for j in range(m)]
+        conv = [0] * (len(total) + len(row) - 1)
+        for i, a in enumerate(total):
+            for j, b in enumerate(row):
+                conv[i + j] += a * b
+        total, orders = conv, orders * math.factorial(max(n, 1))
+    return min(1.0, sum(total[max(k, 0):]) / orders)
+
+
 def _z_two_sided(alpha: float) -> float:
     lo, hi = 0.0, 40.0
     for _ in range(100):
@@ -188,11 +212,11 @@ def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -
 
 def _finding(observer: str, name: str, kind: str, protection: Protection, value: float,
              baseline: float | None, p: float, samples: int, detects: str,
-             description: str) -> EmpiricalFinding:
-    """A statistical finding whose baseline is its smallest detectable effect (``min_effect``)."""
+             description: str, min_effect: float | None = None) -> EmpiricalFinding:
+    """A statistical finding; ``min_effect`` defaults to ``baseline`` (the critical value it is set beside)."""
     return EmpiricalFinding(observer, name, value, baseline, description, attacks=(kind,),
                             protection=protection, flagged=p < ALPHA, p_value=p, samples=samples,
-                            detects=detects, min_effect=baseline)
+                            detects=detects, min_effect=baseline if min_effect is None else min_effect)
 
 
 def not_measured(observer: str, name: str, kinds: Sequence[str], protection: Protection | None,
@@ -276,6 +300,28 @@ def ring_mask_findings(observer: str, kind: str, what: str,
     out += _truth_findings(observer, kind, what, np.asarray([c / scale for c in centred]), truth,
                            truth_protection or protection)
     return out
+
+
+def small_residues_finding(observer: str, name: str, kind: str, values: Sequence[int], modulus: int, *,
+                           margin_bits: int = 64, protection: Protection = Protection.MASKED) -> EmpiricalFinding:
+    """How many received residues lie within ``modulus / 2^margin_bits`` of 0 (mod ``modulus``): an exact test.
+
+    A value masked uniformly mod M lands there with probability 2^-(margin_bits - 1), so a
+    single hit flags (p <= n 2^-(margin_bits - 1)); an unmasked fixed-point value (a
+    weight, a count) is tiny against a large ring and lands there every time. Unlike a KS
+    test, this has power at any sample size, for the failure it exists for: a dropped mask.
+    """
+    vals = [int(v) % modulus for v in values]
+    if not vals:
+        return not_measured(observer, name, (kind,), protection, f"{observer} received no {kind} to attack")
+    bound = modulus >> margin_bits
+    hits = sum(min(v, modulus - v) < bound for v in vals)
+    p = min(1.0, len(vals) * 2.0 ** -(margin_bits - 1)) if hits else 1.0
+    return EmpiricalFinding(observer, name, hits / len(vals), 0.0,
+                            f"{hits} of {len(vals)} residues within M / 2^{margin_bits} of 0 (a uniform residue lands "
+                            f"there with probability 2^-{margin_bits - 1})", attacks=(kind,), protection=protection,
+                            flagged=hits > 0, p_value=p, samples=len(vals), min_effect=0.0,
+                            detects="any single unmasked value")
 
 
 def _triangular_cdf(width: float) -> Callable[[np.ndarray], np.ndarray]:
@@ -416,14 +462,16 @@ def order_finding(observer: str, name: str, kind: str, received_position: np.nda
 
 def adjacent_order_finding(observer: str, name: str, kind: str, blocks: Sequence[np.ndarray],
                            description: str, *, resamples: int = 200,
-                           protection: Protection = Protection.SHUFFLED) -> EmpiricalFinding:
+                           protection: Protection = Protection.SHUFFLED, exact: bool = False) -> EmpiricalFinding:
     """Do neighbours in each received block increase more often than a random order allows?
 
     A receiver that sees sorted runs (e.g. cumulative counts in feature and bin order)
     can read the sender's grouping and order from them. The statistic is the number of
     strictly increasing neighbours; its null distribution is that of random orders of the
     same blocks (``resamples`` permutations; non-secret simulation randomness), scored
-    as a one-sided z-test.
+    as a one-sided z-test. ``exact`` (blocks of distinct values) uses the exact null
+    (:func:`ascents_sf`) instead, for short blocks where the normal tail is too coarse; a
+    sample too small to flag even a sorted order is then not measured.
     """
     blocks = [np.asarray(b) for b in blocks if len(b) > 1]
     if not blocks:
@@ -434,17 +482,40 @@ def adjacent_order_finding(observer: str, name: str, kind: str, blocks: Sequence
         return int(sum(int(np.count_nonzero(np.diff(b) > 0)) for b in bs))
 
     observed = stat(blocks)
+    if exact:
+        return _exact_ascents(observer, name, kind, blocks, observed, description, protection)
     rng = np.random.default_rng(0)  # null-distribution simulation, not a secret
     null = np.asarray([stat([rng.permutation(b) for b in blocks]) for _ in range(resamples)], dtype=float)
     pairs = sum(len(b) - 1 for b in blocks)
     sd = max(float(null.std()), 0.5)
     z = (observed - float(null.mean())) / sd
     p = normal_sf(z)
+    z_alpha = _z_two_sided(2 * ALPHA)  # one-sided ALPHA
     return EmpiricalFinding(observer, name, observed / pairs, float(null.mean()) / pairs, description,
                             attacks=(kind,), protection=protection, flagged=p < ALPHA, p_value=p,
-                            samples=pairs, min_effect=(float(null.mean()) + _z_two_sided(2 * ALPHA) * sd) / pairs,
-                            detects=f"{_z_two_sided(2 * ALPHA) * sd / pairs:.3f} more increasing "
-                                    f"neighbours (of {pairs}) than a random order")
+                            samples=pairs,
+                            detects=f"{z_alpha * sd / pairs:.3f} more increasing "
+                                    f"neighbours (of {pairs}) than a random order",
+                            min_effect=(float(null.mean()) + z_alpha * sd) / pairs)
+
+
+def _exact_ascents(observer: str, name: str, kind: str, blocks: Sequence[np.ndarray], observed: int,
+                   description: str, protection: Protection) -> EmpiricalFinding:
+    if any(len(np.unique(b)) != len(b) for b in blocks):
+        raise AuditError(f"{name}: the exact ascent test needs distinct values within each block")
+    sizes = [len(b) for b in blocks]
+    pairs = sum(sizes) - len(sizes)
+    mean = pairs / 2  # E[ascents] of a random order of n distinct items is (n - 1) / 2
+    k_min = next((k for k in range(pairs + 1) if ascents_sf(sizes, k) < ALPHA), None)
+    if k_min is None:
+        return EmpiricalFinding(observer, name, observed / pairs, 0.5, description +
+                                f" (too few items: even {pairs} increasing neighbours of {pairs} have p >= {ALPHA:g})",
+                                attacks=(kind,), protection=protection, samples=pairs, measured=False)
+    p = ascents_sf(sizes, observed)
+    return EmpiricalFinding(observer, name, observed / pairs, mean / pairs, description, attacks=(kind,),
+                            protection=protection, flagged=p < ALPHA, p_value=p, samples=pairs,
+                            detects=f"{k_min} or more increasing neighbours of {pairs} (exact null)",
+                            min_effect=k_min / pairs)
 
 
 # --------------------------------------------------------------------------- representations and partitions
