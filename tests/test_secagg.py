@@ -110,6 +110,40 @@ def test_several_rounds_use_fresh_keys() -> None:
         np.testing.assert_array_equal(run.rounds[r].raw, _ring_sum([x[r] for x in xs], cfg))
 
 
+def test_a_late_masked_input_is_read_but_its_client_counts_as_dropped() -> None:
+    """``late``: the server reads the masked input, unmasks without it (the survivors reveal the late client's
+    mask key, never its self-mask seed) and hangs up on the client, which is gone in the next round."""
+    from vflcrypto.protocols.secagg.messages import MaskedInput, Unmask
+
+    from vflcrypto.runtime.channel import AuditTap
+
+    rng = np.random.default_rng(6)
+    xs = [[rng.normal(size=16) for _ in range(2)] for _ in range(6)]
+    cfg, tap = secagg.SecAggConfig(), AuditTap()
+    r0, r1 = secagg.run_local(xs, config=cfg, late={"client-2": 0}, tap=tap, timeout=5).rounds
+    assert "client-2" in r0.shared and "client-2" not in r0.survivors
+    assert [m.round for m in tap.received("server", MaskedInput, sender="client-2")] == [0]
+    unmask = [m for m in tap.received("server", Unmask) if m.round == 0]
+    assert len(unmask) == 5 and all(m.s_owners == ["client-2"] and "client-2" not in m.b_owners for m in unmask)
+    np.testing.assert_array_equal(r0.raw, _ring_sum([x[0] for i, x in enumerate(xs) if i != 2], cfg))
+    assert "client-2" not in r1.advertised
+    np.testing.assert_array_equal(r1.raw, _ring_sum([x[1] for i, x in enumerate(xs) if i != 2], cfg))
+
+
+def test_the_server_refuses_unmasking_shares_against_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that reveals a dropped neighbour's self-mask seed as well as its mask key: the server aborts."""
+    honest = sm.reveals
+
+    def leaky(owner: str, survivors: Any) -> tuple[bool, bool]:
+        if threading.current_thread().name == "party-client-0":
+            return owner not in survivors, True
+        return honest(owner, survivors)
+
+    monkeypatch.setattr(sm, "reveals", leaky)
+    with pytest.raises(ProtocolError, match="inconsistent with the survivors"):
+        secagg.run_local([np.ones(8) for _ in range(5)], vanish={"client-4": (0, "masked")}, timeout=5)
+
+
 # --------------------------------------------------------------------------- parameters
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,8 @@ from vflcrypto.sharing.shamir import SHARE_BYTES
 from vflcrypto.spec import option
 
 __all__ = ["RING_BITS", "SecAggConfig", "advert_payload", "decode_ring", "decrypt_shares", "encode_ring",
-           "encrypt_shares", "neighbours", "pair_mask", "self_mask", "sign_advert", "verify_advert"]
+           "encrypt_shares", "expand_pair", "neighbours", "pair_context", "pair_mask", "reveals", "self_mask",
+           "sign_advert", "verify_advert"]
 
 RING_BITS = 64
 _AD_DOMAIN = b"vflcrypto.secagg.advertise.v1|"
@@ -158,10 +160,31 @@ def decrypt_shares(c_sk: X25519PrivateKey, peer_pk: bytes, sender: str, receiver
 def pair_mask(s_sk: X25519PrivateKey, peer_s_pk: bytes, me: str, peer: str, run_id: str, round_: int,
               length: int, ring_bits: int = RING_BITS) -> np.ndarray:
     """The pairwise mask as ``me`` applies it: + for the smaller name, − for the other (they cancel in the sum)."""
-    seed = agree_seed(s_sk, X25519PublicKey.from_public_bytes(peer_s_pk),
-                      seed_context(me, peer, f"{run_id}|{round_}", "secagg.pair"))
+    seed = agree_seed(s_sk, X25519PublicKey.from_public_bytes(peer_s_pk), pair_context(me, peer, run_id, round_))
+    return expand_pair(seed, me, peer, length, ring_bits)
+
+
+def pair_context(me: str, peer: str, run_id: str, round_: int) -> bytes:
+    """What a pair seed is bound to: both names (unordered), the run and the round."""
+    return seed_context(me, peer, f"{run_id}|{round_}", "secagg.pair")
+
+
+def expand_pair(seed: bytes, me: str, peer: str, length: int, ring_bits: int = RING_BITS) -> np.ndarray:
+    """PRG(s_uv) with ``me``'s sign (+ for the smaller name): the pairwise mask from its seed."""
     m = ring_mask(seed, length, b"pair", ring_bits)
     return m if me < peer else (m.dtype.type(0) - m)
+
+
+def reveals(owner: str, survivors: Collection[str]) -> tuple[bool, bool]:
+    """Which of ``owner``'s secrets a client reveals when unmasking: (its mask key s, its self-mask seed b).
+
+    The mask key of a client that dropped (so the server can remove its pairwise masks),
+    the self-mask seed of a survivor, never both (Bonawitz et al., round 4): with both,
+    the server could unmask that client's input, had it arrived late. Clients follow
+    this rule and the server checks their shares against it.
+    """
+    alive = owner in survivors
+    return not alive, alive
 
 
 def self_mask(b: bytes, length: int, ring_bits: int = RING_BITS) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.errors import InputDataError, PeerDisconnectedError, PeerTimeoutError, ProtocolError
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
     AuditTap,
@@ -31,7 +31,7 @@ from vflcrypto.runtime.channel import (
 from vflcrypto.runtime.steps import Next, Role, done, drive, then
 
 from .math import SecAggConfig
-from .messages import CLIENT, SERVER, Forward, Keys, Setup, Survivors
+from .messages import CLIENT, SERVER, Forward, Keys, MaskedInput, Setup, Survivors
 from .session import AggregateResult, ClientAggState, ClientSession, ServerAggState, ServerSession, ServerSessionSteps
 
 __all__ = ["PHASES", "ClientRole", "SecAggRun", "ServerRole", "client_names", "run_local"]
@@ -143,6 +143,8 @@ class SecAggRun:
     rounds: list[AggregateResult]
     transcript: Transcript
     seconds: float
+    #: the run's id (every party knows it: the pairwise seeds are bound to it)
+    run_id: str = ""
 
     @property
     def total(self) -> np.ndarray:
@@ -152,11 +154,14 @@ class SecAggRun:
 def run_local(inputs: Sequence[Sequence[np.ndarray]] | Sequence[np.ndarray], *, config: SecAggConfig | None = None,
               vanish: Mapping[str, tuple[int, str]] | None = None, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> SecAggRun:
+              tap: AuditTap | None = None, late: Mapping[str, int] | None = None) -> SecAggRun:
     """Aggregate in this process: ``inputs[i]`` is client i's vector (or its list of per-round vectors).
 
     Identities are generated and pinned here. ``vanish`` maps a client to the (round,
-    phase) at which it drops out; ``overrides`` replaces a party's task (tests); ``tap``
+    phase) at which it drops out; ``late`` maps a client to the round whose masked input
+    reaches the server only after the server stopped waiting for it (:class:`_LateLink`:
+    the server reads it, treats the client as dropped and hangs up; tests and audits: the
+    case the self-mask exists for); ``overrides`` replaces a party's task (tests); ``tap``
     (audits) keeps what each party received and holds.
     """
     per_client = [[np.asarray(x)] if np.ndim(x) == 1 else [np.asarray(v) for v in x] for x in inputs]
@@ -174,14 +179,23 @@ def run_local(inputs: Sequence[Sequence[np.ndarray]] | Sequence[np.ndarray], *, 
     def client(i: int, n: str) -> Any:
         role = ClientRole(per_client[i], name=n, identity=ids[n], pins=pins, run_id=run_id, config=cfg,
                           vanish_at=(vanish or {}).get(n))
-        out = drive(role, net.channels(n))
+        try:
+            out = drive(role, net.channels(n))
+        except PeerDisconnectedError:
+            if n not in late_at:
+                raise
+            out = None  # the server hung up on it after its late masked input
         if out is None:
             net.close_party(n)  # it vanished: its links go down, as a dead process's would
         return out
 
+    late_at = dict(late or {})
+    server_links: dict[str, Any] = dict(net.channels(SERVER))
+    for n, r in late_at.items():
+        server_links[n] = _LateLink(server_links[n], r)
     tasks: dict[str, Callable[..., Any]] = {
         SERVER: lambda: drive(ServerRole(clients=names, length=length, pins=pins, run_id=run_id, config=cfg,
-                                         rounds=rounds), net.channels(SERVER)),
+                                         rounds=rounds), server_links),
     }
     for i, n in enumerate(names):
         tasks[n] = (lambda i=i, n=n: client(i, n))
@@ -189,4 +203,28 @@ def run_local(inputs: Sequence[Sequence[np.ndarray]] | Sequence[np.ndarray], *, 
         tasks[n] = (lambda fn=fn, n=n: fn(net.channels(n)))
     t0 = time.perf_counter()
     res = run_parties(tasks, network=net)
-    return SecAggRun(res[SERVER], net.transcript, time.perf_counter() - t0)
+    return SecAggRun(res[SERVER], net.transcript, time.perf_counter() - t0, run_id)
+
+
+class _LateLink:
+    """The server's link to a client whose masked input of round ``late`` arrives after the server's wait.
+
+    The server reads the message (an audit's tap records it, as a real server's socket would
+    deliver it), but its step sees the timeout it would have seen: it counts the client as
+    dropped, and the link is closed (the server gave up on the client), so the survivors
+    reveal the client's mask key. Everything else passes through to ``channel``.
+    """
+
+    def __init__(self, channel: Channel, late: int) -> None:
+        self._channel, self._late = channel, late
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._channel, name)
+
+    def recv(self, kind: type, **kwargs: Any) -> Any:
+        msg: Any = self._channel.recv(kind, **kwargs)
+        if isinstance(msg, MaskedInput) and msg.round == self._late:
+            self._channel.close()
+            raise PeerTimeoutError(f"{self._channel.peer.name}'s masked input of round {self._late} arrived after "
+                                   "the server's wait")
+        return msg

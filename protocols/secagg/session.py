@@ -214,10 +214,11 @@ class ClientSession:
             raise ProtocolError("fewer than t of this client's neighbourhood survived: unmasking would fail")
         s_owners, s_shares, b_owners, b_shares = [], [], [self.name], [st.own_b]
         for v, sv, bv in zip(st.got, st.got_s, st.got_b, strict=True):
-            if v in alive:
+            give_s, give_b = sm.reveals(v, alive)  # a survivor's self-mask seed or a dropped one's mask key
+            if give_b:
                 b_owners.append(v)
                 b_shares.append(bv)
-            else:  # dropped after sharing: its mask key, never its self-mask seed
+            if give_s:
                 s_owners.append(v)
                 s_shares.append(sv)
         return _prefix([send(self.server, Unmask(st.round, s_owners, s_shares, b_owners, b_shares))], self.finished())
@@ -385,9 +386,10 @@ class ServerSession:
         u = st.pending[st.k]
         if msg is not None:
             _check_round(msg.round, st.round, "unmasking shares", u)
+            alive = set(st.u3)
             if len(msg.s_owners) != len(msg.s_shares) or len(msg.b_owners) != len(msg.b_shares) or \
-                    set(msg.s_owners) & set(msg.b_owners) or set(msg.s_owners) & set(st.u3) or \
-                    not set(msg.b_owners) <= set(st.u3):
+                    not all(sm.reveals(o, alive)[0] for o in msg.s_owners) or \
+                    not all(sm.reveals(o, alive)[1] for o in msg.b_owners):
                 raise ProtocolError(f"{u} revealed shares inconsistent with the survivors (a mask key of a "
                                     "survivor, or a self-mask seed of a dropped client)")
             st.u4.append(u)

@@ -46,6 +46,7 @@ __all__ = [
     "STAT_SECURITY_BITS",
     "additive_shares",
     "agree_seed",
+    "derive_seed",
     "mask_ciphertexts",
     "mask_fixed",
     "pairwise_mask",
@@ -223,9 +224,16 @@ def agree_seed(private_key: X25519PrivateKey, peer_public: X25519PublicKey,
     """
     if not isinstance(context, bytes) or not context:
         raise ProtocolError("agree_seed needs a non-empty context binding names and run id")
-    shared = private_key.exchange(peer_public)
-    return HKDF(algorithm=hashes.SHA256(), length=SEED_BYTES, salt=None,
-                info=_HKDF_INFO + context).derive(shared)
+    return derive_seed(private_key.exchange(peer_public), context)
+
+
+def derive_seed(secret: bytes, context: bytes) -> bytes:
+    """The 32-byte seed :func:`agree_seed` derives from a shared ``secret``: HKDF-SHA256 bound to ``context``.
+
+    Public so that an audit can try the seeds a broken agreement would give (an all-zero
+    shared secret, public material in place of it).
+    """
+    return HKDF(algorithm=hashes.SHA256(), length=SEED_BYTES, salt=None, info=_HKDF_INFO + context).derive(secret)
 
 
 def pairwise_masks(seed: bytes, length: int, modulus: int) -> list[int]:
