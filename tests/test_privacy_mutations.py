@@ -277,6 +277,44 @@ def secagg_shares_unencrypted(mp: pytest.MonkeyPatch) -> None:
                                                                           int.from_bytes(ct[SHARE_BYTES:], "big")))
 
 
+def secagg_pairwise_masks_dropped(mp: pytest.MonkeyPatch) -> None:
+    """Clients add no pairwise masks (self-masks kept): once the server removes b_u, x_u is bare."""
+    from vflcrypto.protocols.secagg import math as sm
+
+    mp.setattr(sm, "pair_mask", lambda s_sk, pk, me, peer, run_id, rnd, n, bits=64: np.zeros(n, np.uint64))
+
+
+def secagg_constant_pair_seed(mp: pytest.MonkeyPatch) -> None:
+    """The pairwise seed is a constant (all zero) instead of the X25519 agreement: the masks still cancel."""
+    from vflcrypto.protocols.secagg import math as sm
+
+    mp.setattr(sm, "agree_seed", lambda private_key, peer_public, context: bytes(32))
+
+
+def secagg_without_self_mask(mp: pytest.MonkeyPatch) -> None:
+    """Clients add no self-mask (pairwise masks kept): a late client's input is bare once its mask key is out."""
+    from vflcrypto.protocols.secagg import math as sm
+
+    mp.setattr(sm, "self_mask", lambda b, length, bits=64: np.zeros(length, np.uint64))
+
+
+def secagg_reveals_both_secrets(mp: pytest.MonkeyPatch) -> None:
+    """The unmasking rule reveals a dropped client's self-mask seed as well as its mask key (clients send both
+    and the server, which checks the shares against the same rule, accepts them)."""
+    from vflcrypto.protocols.secagg import math as sm
+
+    mp.setattr(sm, "reveals", lambda owner, survivors: (owner not in survivors, True))
+
+
+def secagg_server_keeps_dropped_masks(mp: pytest.MonkeyPatch) -> None:
+    """The server's unmasking does not add back the dropped clients' pairwise masks: a wrong sum."""
+    from vflcrypto.protocols.secagg import math as sm
+
+    honest = sm.pair_mask
+    mp.setattr(sm, "pair_mask", _only_in("server", lambda s_sk, pk, me, peer, run_id, rnd, n, bits=64:
+                                         np.zeros(n, np.uint64), honest))
+
+
 def psi_tables_unmasked(mp: pytest.MonkeyPatch) -> None:
     """Prototype VFL's alignment: empty cells left 0 and no zero-sharing (the masks of the tables)."""
     from vflcrypto.psi import mpsi
@@ -313,6 +351,13 @@ def _sshelr_masked(kind: str, tests: tuple[str, ...] = ("uniform on [-R, R]", "f
                                                           "correlation with the secret")) -> tuple[str, ...]:
     """The names of SSHE-LR's checks of one masked-product kind, both stages (logit and gradient terms)."""
     return tuple(f"sshelr.{kind}, {term} cross terms: {test}" for term in ("logit", "gradient") for test in tests)
+
+
+def _secagg_except(*broken: str) -> tuple[str, ...]:
+    """Every declared secagg check but those whose names start with one of ``broken`` (what a seam breaks)."""
+    from vflcrypto.protocols.secagg.audit import CHECKS
+
+    return tuple(c.name for c in CHECKS if not c.name.startswith(broken))
 
 
 MUTATIONS = (
@@ -451,11 +496,33 @@ MUTATIONS = (
              checks=("secureboost.histograms: candidate order", "secureboost.plain_histograms: candidate order")),
     # secure aggregation
     Mutation("secagg: no self-masks and no pairwise masks", "secagg",
-             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks),
+             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
+             checks=("masked inputs: uniform over Z_M", "masked inputs: correlation with the secret")),
     Mutation("secagg: keys and masks reused across rounds", "secagg",
-             (("secagg.masked_input", P.MASKED),), secagg_masks_reused_across_rounds),
+             (("secagg.masked_input", P.MASKED),), secagg_masks_reused_across_rounds,
+             checks=("masked inputs: fresh mask per message",)),
     Mutation("secagg: shares relayed unencrypted", "secagg",
-             (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted),
+             (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted,
+             checks=("secagg.shares: self-mask seeds read from the relayed shares",)),
+    Mutation("secagg: pairwise masks dropped, self-masks kept", "secagg",
+             (("secagg.masked_input", P.AGGREGATE),), secagg_pairwise_masks_dropped,
+             checks=("remainders after the self-masks are removed: uniform over Z_M",
+                     "remainders after the self-masks are removed: correlation with the secret")),
+    Mutation("secagg: pairwise seeds a constant", "secagg",
+             (("secagg.masked_input", P.AGGREGATE),), secagg_constant_pair_seed,
+             checks=("remainders after the self-masks are removed: fresh mask per message",
+                     "key agreement: pairwise masks from public material removed")),
+    Mutation("secagg: self-masks dropped, pairwise masks kept", "secagg",
+             (("secagg.masked_input", P.AGGREGATE),), secagg_without_self_mask,
+             checks=("a late client's input after the masks the server reconstructs are removed: uniform over Z_M",
+                     "a late client's input after the masks the server reconstructs are removed: correlation "
+                     "with the secret")),
+    Mutation("secagg: a dropped client's self-mask seed revealed with its mask key", "secagg",
+             (("secagg.unmask", P.AGGREGATE),), secagg_reveals_both_secrets,
+             checks=("secagg.unmask: both secrets of one client reconstructable",)),
+    Mutation("secagg: the server keeps the dropped clients' pairwise masks in the sum", "secagg",
+             (("secagg.masked_input", P.AGGREGATE),), secagg_server_keeps_dropped_masks,
+             checks=("the sum over the survivors is exact",)),
     # HFL over secure aggregation
     Mutation("hfl: updates without secagg masks", "hfl",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
@@ -491,6 +558,13 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
     "sshelr: passive party's product masks dropped": _sshelr_masked("masked_for_passive"),
     "sshelr: active party's product masks reused across epochs": _sshelr_masked("masked_for_active"),
     "sshelr: passive party's product masks reused across epochs": _sshelr_masked("masked_for_passive"),
+    "secagg: pairwise masks dropped, self-masks kept": _secagg_except("remainders", "key agreement"),
+    "secagg: pairwise seeds a constant": _secagg_except("remainders", "key agreement"),
+    "secagg: self-masks dropped, pairwise masks kept": _secagg_except("a late client"),
+    "secagg: a dropped client's self-mask seed revealed with its mask key":
+        _secagg_except("secagg.unmask", "a late client"),  # with both secrets the late client is bare too
+    "secagg: the server keeps the dropped clients' pairwise masks in the sum":
+        _secagg_except("the sum over the survivors is exact"),
 }
 
 

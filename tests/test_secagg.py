@@ -144,6 +144,19 @@ def test_the_server_refuses_unmasking_shares_against_the_rule(monkeypatch: pytes
         secagg.run_local([np.ones(8) for _ in range(5)], vanish={"client-4": (0, "masked")}, timeout=5)
 
 
+def test_the_audit_runs_every_check_and_an_honest_run_passes_them() -> None:
+    from conftest import honest_audit
+    from vflcrypto.protocols.secagg.audit import CHECKS
+
+    outcome = honest_audit("secagg")
+    assert secagg.SPEC.checks == CHECKS
+    for check in CHECKS:
+        hits = [f for f in outcome.findings if f.name == check.name]
+        assert hits and all(f.measured and not f.flagged and f.min_effect is not None for f in hits), check.name
+    assert not outcome.failures()
+    assert outcome.metrics["late_clients"] == 1
+
+
 # --------------------------------------------------------------------------- parameters
 
 

@@ -72,4 +72,5 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=70,
     flower=flower_spec(),
+    checks=audit.CHECKS,
 )
