@@ -59,7 +59,9 @@ def test_secure_matches_plain_and_psi_alignment(tmp_path: Path,
     common = set.intersection(*({line.split(",")[0] for line in Path(p).read_text().split()[1:]}
                                 for p in shuffled))
     assert out["rows"]["train"] + out["rows"]["test"] == len(common) < 40
-    assert out["alignment_bytes"] > 0
+    # ECDH PSI: every party sends each of its IDs (40 + 39 + 38) at least once as a 32-byte blinded point
+    n_ids = sum(len(Path(p).read_text().split()) - 1 for p in shuffled)
+    assert n_ids == 117 and out["alignment_bytes"] >= 32 * n_ids, out["alignment_bytes"]
 
 
 def test_misaligned_ids_with_aligned_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,7 +39,8 @@ def test_plaintext_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert set(out["bytes_sent"]) == {"active", "passive-0"}
 
 
-def test_encrypted_with_alignment_and_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_encrypted_with_psi_alignment_beats_one_partys_auc_and_saves_models(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     a, p = _write(tmp_path, shuffle_passive=True, extra=5)
     models = tmp_path / "models"
     code = main(["train", "secureboost", "--active", str(a), "--passive", str(p), "--passive", str(p),
@@ -48,7 +49,10 @@ def test_encrypted_with_alignment_and_models(tmp_path: Path, capsys: pytest.Capt
                  "0.25", "--model-dir", str(models), "--json"])
     assert code == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["evaluated_on"] == "test" and 0.0 <= out["test_auc"] <= 1.0
+    # measured 0.89 on the 30 held-out rows; the same 2 trees of depth 2 reach ~0.63 (cross-validated)
+    # on the active party's columns alone and ~0.74 on the passive party's: rows misaligned by the
+    # PSI step (the passive file is shuffled) or a passive party left out would fall below 0.8
+    assert out["evaluated_on"] == "test" and out["test_auc"] > 0.8, out
     # the plaintext reference beside it: the same trees unencrypted, hence the same test AUC
     assert out["plaintext_test_auc"] == out["test_auc"]
     assert "alignment" in out["bytes_sent"]
@@ -90,7 +94,10 @@ def test_multiclass_encrypted_with_test_split(tmp_path: Path, capsys: pytest.Cap
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["evaluated_on"] == "test", out
-    assert out["test_accuracy"] > 0.5 and 0 < out["test_log_loss"] < 1.0, out  # majority class: 0.38
+    prior = np.bincount(y) / n
+    baseline = float(-(prior * np.log(prior)).sum())  # 1.08: the log loss of predicting the class shares
+    assert out["test_accuracy"] > 0.5, out  # majority class: 0.38 (measured 0.60)
+    assert out["test_log_loss"] < baseline - 0.15, (out, baseline)  # measured 0.83
     assert sb.ActiveModel.load(models / "active.npz").n_outputs == 3
 
 

@@ -82,16 +82,24 @@ def test_titanic_preprocessing_uses_training_rows_only(titanic: lr.TitanicSplit)
     assert not np.all(np.abs(titanic.X_test[1].mean(axis=0)) < 1e-12)
 
 
-def test_masked_logits_cancel_and_hide() -> None:
+def test_masked_logits_cancel_hide_and_are_fresh_per_step() -> None:
+    """The masks cancel in the sum of one step; a party's masked logits are not its logits; and
+    the masks are fresh per step (across calls): with a mask repeated, the difference of two
+    steps' masked logits would be exactly the difference of the logits."""
     seeds = {("a", "b"): b"\x01" * 32, ("a", "c"): b"\x02" * 32, ("b", "c"): b"\x03" * 32}
     names = ["a", "b", "c"]
     zs = [np.array([0.5, -1.25, 3.0]), np.array([-0.5, 2.0, 0.0]), np.array([1e-3, 0.0, -7.5])]
-    masked = []
+    masked, later = [], []
     for me, z in zip(names, zs, strict=True):
         mine = {p: seeds[tuple(sorted((me, p)))] for p in names if p != me}
         masked.append(lr.mask_logits(z, me, mine, "step:0"))
+        later.append(lr.mask_logits(z[::-1], me, mine, "step:1"))
     np.testing.assert_allclose(lr.unmask_sum(masked), sum(zs), atol=3 * 2.0**-32)
+    np.testing.assert_allclose(lr.unmask_sum(later), sum(zs)[::-1], atol=3 * 2.0**-32)
     assert not np.allclose(lr.decode_ring(masked[0]), zs[0], atol=1)
+    for m0, m1, z in zip(masked, later, zs, strict=True):
+        # uint64 wraps mod 2^64, the ring: an equal entry has probability 2^-64
+        assert ((m1 - m0) != (lr.encode_ring(z[::-1]) - lr.encode_ring(z))).all()
     with pytest.raises(EncodingOverflowError):
         lr.encode_ring(np.array([1e12]))
 

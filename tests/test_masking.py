@@ -36,21 +36,23 @@ def _chi2_uniform(values: list[int], modulus: int, buckets: int = 16) -> float:
     return float(((counts - expected) ** 2 / expected).sum())
 
 
-def test_uniform_mod_range_and_uniformity() -> None:
+def test_uniform_mod_is_in_range_uniform_and_fresh_per_call() -> None:
     n = (1 << 127) - 1
     vals = uniform_mod(n, 4000)
     assert all(0 <= v < n for v in vals) and len(set(vals)) == 4000
+    assert set(uniform_mod(n, 4000)).isdisjoint(vals)  # fresh across calls too (a repeat: p < 2^-103)
     assert _chi2_uniform(vals, n) < CHI2_15_CRIT
     # The test can fail: a visibly biased generator is rejected.
     assert _chi2_uniform([v // 2 for v in vals], n) > CHI2_15_CRIT
 
 
-def test_statistical_masks() -> None:
+def test_statistical_masks_use_their_bits_uniformly_and_are_fresh_per_call() -> None:
     assert STAT_SECURITY_BITS == 40 and statistical_mask_bits(20) == 60
     masks = statistical_masks(4000, 20)
     assert all(0 <= m < 1 << 60 for m in masks)
     assert max(masks).bit_length() == 60  # top bit used (fails with probability 2^-4000)
     assert _chi2_uniform(masks, 1 << 60) < CHI2_15_CRIT
+    assert set(statistical_masks(4000, 20)).isdisjoint(masks)  # fresh across calls (a repeat: p < 2^-36)
     arr = statistical_mask((3, 2), 10, 16)
     assert arr.shape == (3, 2) and arr.dtype == object
     assert all(0 <= int(v) < 1 << 66 for v in arr.ravel())

@@ -29,17 +29,27 @@ def run(sets: list[list[str]], miss_bits: int = 40) -> tuple[list[np.ndarray], n
 
 
 def test_every_party_learns_exactly_the_all_party_intersection() -> None:
-    """The seed's case: a row on C1 and C2 but not C3 is not aligned."""
+    """The seed's case: a row on C1 and C2 but not C3 is not aligned. What every party receives
+    from S, the zero cells, are exactly the cells in which all three parties keep one same row
+    of A: none points at a row outside A (a false zero has probability p^-2 ≈ 2^-62 per cell)."""
     rng = np.random.default_rng(0)  # public test data
     pool = [f"id{i}" for i in range(3000)]
     common = pool[:20]
     c1_c2 = pool[20:400]  # on C1 and C2 only
     sets = [common + c1_c2 + pool[400:900], common + c1_c2 + pool[900:2900], common + pool[2900:2902]]
     sets = [[s[i] for i in rng.permutation(len(s))] for s in sets]
-    rows, zero, _, params = run(sets)
-    for s, r in zip(sets, rows, strict=True):
-        assert sorted(s[i] for i in r) == sorted(common)
-    assert len(zero) >= 20 and params.tables >= 1
+    params = mpsi.plan(3, max(len(s) for s in sets))
+    key, seeds = secrets.token_bytes(32), _seeds(3)
+    enc = [mpsi.encode(s, m, params, key, seeds[m]) for m, s in enumerate(sets)]
+    zero = mpsi.combine([t for t, _ in enc], params)
+    for s, (_, placement) in zip(sets, enc, strict=True):
+        assert sorted(s[i] for i in mpsi.decode(placement, zero, params)) == sorted(common)
+    # flat cell (table · cells + cell) -> the ID a party keeps there
+    kept = [{j * params.cells + c: s[r] for j, cells in enumerate(pl.rows) for c, r in cells.items()}
+            for s, (_, pl) in zip(sets, enc, strict=True)]
+    shared = {f for f, x in kept[0].items() if x in common and all(k.get(f) == x for k in kept[1:])}
+    assert set(zero.tolist()) == shared
+    assert 20 <= len(zero) <= 20 * params.tables  # every row of A in at least one table
 
 
 @pytest.mark.parametrize("case", ["disjoint", "identical", "one_empty", "single"])

@@ -258,20 +258,30 @@ def test_a_failing_producer_warns_and_encryption_goes_on(paillier: tuple[Any, An
     stock.close()
 
 
-def test_background_work_runs_on_a_low_priority_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_background_work_runs_on_a_low_priority_pool_whose_cpu_time_is_counted_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside parallel.background() the chunks run on a second pool whose workers are at nice 19,
-    so the OS gives them only otherwise idle CPU time; the ordinary pool stays at the owner's."""
+    so the OS gives them only otherwise idle CPU time; the ordinary pool stays at the owner's.
+    background_cpu_seconds() counts the background workers' CPU time and only theirs."""
+    import hashlib
     import os
 
     monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
     before = os.nice(0)
     cost = 10 * parallel.PARALLEL_MIN_COST
+    work = [("sha256", b"vflcrypto", b"salt", 600_000)]  # ~0.2 CPU seconds per chunk
     try:
         with parallel.background():
             low = parallel.parallel_map(os.nice, [(0,), (0,), (0,), (0,)], cost=cost)
+            start = parallel.background_cpu_seconds()
+            parallel.parallel_map(hashlib.pbkdf2_hmac, work * 4, cost=cost)
+        spent = parallel.background_cpu_seconds() - start
         normal = parallel.parallel_map(os.nice, [(0,), (0,)], cost=cost)
+        parallel.parallel_map(hashlib.pbkdf2_hmac, work * 2, cost=cost)
         assert set(low) == {max(before, parallel.LOW_PRIORITY)} and set(normal) == {before}
-        assert parallel.dispatch_counts()["background"] >= 4
-        assert parallel.background_cpu_seconds() >= 0.0
+        assert parallel.dispatch_counts()["background"] >= 8
+        assert spent >= 0.4, spent  # four chunks of ~0.2 s (clock ticks of 0.01 s)
+        # the ordinary pool's two chunks are not the background pool's
+        assert parallel.background_cpu_seconds() - start == pytest.approx(spent, abs=0.05)
     finally:
         parallel.shutdown()

@@ -153,10 +153,13 @@ def test_known_answer_with_fixed_randomness(keys, monkeypatch):
     assert nbytes * 8 >= r.bit_length()
 
 
-def test_encryption_is_randomized(keys):
+def test_encryptions_are_randomized_within_and_across_calls(keys):
+    """Within one call and across calls, by the public key and by the key holder."""
     pk, sk = keys
-    a, b = pk.encrypt([42, 42]).ciphertexts(), sk.encrypt([42]).ciphertexts()
-    assert len({*a, *b}) == 3
+    calls = [pk.encrypt([42, 42]), pk.encrypt([42, 42]), sk.encrypt([42]), sk.encrypt([42])]
+    cs = [c for v in calls for c in v.ciphertexts()]
+    assert len(set(cs)) == len(cs) == 6
+    assert [sk.decrypt(v) for v in calls] == [[42, 42], [42, 42], [42], [42]]
 
 
 def test_homomorphic_operations_match_numpy(keys):

@@ -124,11 +124,17 @@ def test_from_phe_keys():
 # --------------------------------------------------------------------------- encryption
 
 
-def test_encrypt_is_randomized(small_paillier_keys):
+def test_encryptions_are_randomized_within_and_across_calls(small_paillier_keys):
+    """Within one call and across calls, by the public key and by the key holder (CRT path):
+    randomness drawn once per call or per process would repeat in the second call."""
     pk, sk = small_paillier_keys
     a, b = pk.encrypt([1, 1]).ciphertexts()
     assert a != b
-    assert sk.decrypt(pk.encrypt([1])) == [1]
+    calls = [pk.encrypt([1, 1]), pk.encrypt([1, 1]), sk.encrypt([1, 1]), sk.encrypt([1, 1]),
+             pk.encrypt_fixed(np.array([0.5])), pk.encrypt_fixed(np.array([0.5]))]
+    cs = [c for v in calls for c in v.ciphertexts()]
+    assert len(set(cs)) == len(cs) == 10
+    assert [sk.decrypt(v) for v in calls[:4]] == [[1, 1]] * 4
 
 
 def test_key_holder_crt_encryption_matches(paillier_keys):

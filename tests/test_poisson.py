@@ -129,7 +129,8 @@ def test_a_stalled_passive_party_times_out(keys: Any) -> None:
     assert time.monotonic() - t0 < 5
 
 
-def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_json_reports_the_deviance_of_its_own_weights_near_the_optimum(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     Xa, y, ca, Xp, cp = poisson.example(200)
     ids = [f"p{i:04d}" for i in range(200)]
     write_csv_atomic(tmp_path / "a.csv", ["id", "claims", *ca],
@@ -140,5 +141,19 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["passive_weights"]) == set(cp) and "(intercept)" in out["active_weights"]
-    assert out["train_deviance"] > 0 and "deviance" not in out  # named after the rows it was evaluated on
+    assert "deviance" not in out  # named after the rows it was evaluated on: train_deviance
+    # the reported deviance is that of the reported weights (on z-scored columns, intercept last at
+    # the active party), computed here; 20 epochs bring it within 5 % of scikit-learn's optimum
+    # (measured 2.8 %), well below the intercept-only model's (measured 0.978 < 0.951 * 1.05 < 1.070)
+    X = np.hstack([Xa, Xp])
+    Z = (X - X.mean(axis=0)) / X.std(axis=0)
+    wa, wp = out["active_weights"], out["passive_weights"]
+    eta = Z @ np.array([wa[c] for c in ca] + [wp[c] for c in cp]) + wa["(intercept)"]
+
+    def mean_deviance(mu: np.ndarray) -> float:
+        return float(2 * np.mean(np.where(y > 0, y * np.log(np.where(y > 0, y, 1.0) / mu), 0.0) - (y - mu)))
+
+    assert out["train_deviance"] == pytest.approx(mean_deviance(np.exp(eta)), rel=1e-9)
+    optimum = mean_deviance(PoissonRegressor(alpha=0, max_iter=1000, tol=1e-12).fit(Z, y).predict(Z))
+    assert optimum <= out["train_deviance"] <= 1.05 * optimum < mean_deviance(np.full_like(y, y.mean()))
     assert len(out["coordinator_losses"]) == 20 and out["coordinator_losses"][-1] < out["coordinator_losses"][0]

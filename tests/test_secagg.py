@@ -101,13 +101,33 @@ def test_a_32_bit_ring_halves_the_masked_bytes_and_stays_exact() -> None:
         secagg.SecAggConfig(ring_bits=32).check(6)  # 40 value bits do not fit Z_2^32
 
 
-def test_several_rounds_use_fresh_keys() -> None:
+def test_every_round_has_fresh_keys_and_masks_and_an_exact_sum() -> None:
+    """Across rounds, not within one: every client advertises new X25519 keys and draws a new
+    self-mask seed each round, so its masked inputs of two rounds differ by anything but the
+    difference of its inputs (a reused mask cancels in that difference and leaves it exactly);
+    every round's sum is exact."""
+    from vflcrypto.runtime.channel import AuditTap
+
     rng = np.random.default_rng(4)
     xs = [[rng.normal(size=8) for _ in range(3)] for _ in range(4)]
     cfg = secagg.SecAggConfig()
-    run = secagg.run_local(xs, config=cfg)
+    tap = AuditTap()
+    run = secagg.run_local(xs, config=cfg, tap=tap)
     for r in range(3):
         np.testing.assert_array_equal(run.rounds[r].raw, _ring_sum([x[r] for x in xs], cfg))
+    keys = []
+    for i, name in enumerate(client_names(4)):
+        ads = tap.received(secagg.SERVER, secagg.Advertise, sender=name)
+        assert len(ads) == 3
+        keys += [k for a in ads for k in (a.c_pk, a.s_pk)]
+        assert len(set(tap.held(name, "self_mask_seed"))) == 3
+        masked = [m.y for m in tap.received(secagg.SERVER, secagg.MaskedInput, sender=name)]
+        assert len(masked) == 3
+        for r in range(2):
+            inputs = [sm.encode_ring(xs[i][k], cfg.frac_bits, cfg.value_bits) for k in (r, r + 1)]
+            # uint64 arithmetic wraps mod 2^64, the ring: equal entries have probability 2^-64 each
+            assert ((masked[r + 1] - masked[r]) != (inputs[1] - inputs[0])).all()
+    assert len(set(keys)) == 4 * 3 * 2
 
 
 def test_a_late_masked_input_is_read_but_its_client_counts_as_dropped() -> None:

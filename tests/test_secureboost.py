@@ -661,11 +661,26 @@ def test_plaintext_mode_declares_its_kinds() -> None:
 
 
 def test_gradients_are_only_ciphertexts_in_encrypted_mode(small_paillier_keys) -> None:
+    """What the passive party received: per tree one PaillierVector under the active party's key,
+    one ciphertext per row, every one a fresh unit of Z_n² above n (a plaintext or packed
+    integer sent as it is would be below n; a ciphertext is below n with probability 1/n)."""
+    from vflcrypto.runtime.channel import AuditTap
+
     Xa, y, Xps = _data(n=60, k=1)
-    run = sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=1), keys=small_paillier_keys, allow_insecure=True)
-    kinds = set(run.transcript.kinds())
-    assert not {k for k in kinds if "plain_" in k}
-    assert isinstance(PaillierVector, type)
+    pk = small_paillier_keys[0]
+    tap = AuditTap()
+    run = sb.run_local(Xa, y, Xps, params=sb.BoostParams(n_trees=2), keys=small_paillier_keys, allow_insecure=True,
+                       tap=tap)
+    assert not {k for k in run.transcript.kinds() if "plain_" in k}
+    assert not tap.received("passive-0", sb.PlainGradients)
+    got = tap.received("passive-0", sb.EncryptedGradients, sender="active")
+    assert [m.tree for m in got] == [0, 1]
+    n = int(pk.n)
+    for m in got:
+        assert type(m.gh) is PaillierVector and m.gh.public_key == pk
+        cs = m.gh.ciphertexts()
+        assert len(cs) == 60 and len(set(cs)) == 60
+        assert all(n < c < n * n for c in cs)
 
 
 # --------------------------------------------------------------------------- Okamoto-Uchiyama

@@ -308,7 +308,7 @@ def test_killed_peer_process_disconnects(tmp_path: Path, pki: Path) -> None:
         proc.wait()
 
 
-def test_partial_mesh_agrees_on_one_run_id(tmp_path: Path, pki: Path) -> None:
+def test_partial_mesh_agrees_on_one_run_id_and_only_link_servers_listen(tmp_path: Path, pki: Path) -> None:
     path = make_config(tmp_path, pki, NAMES)
     path.write_text(path.read_text() + textwrap.dedent("""
         [[links]]
@@ -320,7 +320,12 @@ def test_partial_mesh_agrees_on_one_run_id(tmp_path: Path, pki: Path) -> None:
     parties = connect_all(path, pki, NAMES)
     assert len({p.run_id for p in parties.values()}) == 1
     assert set(parties["passive-0"].channels) == {"active"}
-    assert parties["passive-1"].network.port is not None  # it listens on its link
+    assert set(parties["passive-1"].channels) == {"active"}
+    # a link's server listens on its configured port (by default the smaller name: active for
+    # passive-0's link); passive-0 serves no link and listens nowhere
+    cfg = load_party_config(path)
+    assert {n: p.network.port for n, p in parties.items()} == {
+        "active": cfg.party("active").port, "passive-0": None, "passive-1": cfg.party("passive-1").port}
     for p in parties.values():
         p.close()
 

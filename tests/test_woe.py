@@ -68,13 +68,22 @@ def test_secure_woe_iv_equals_plaintext_on_the_joined_table(keys: Any, method: s
 
 
 def test_without_return_the_feature_party_learns_only_its_selected_columns(keys: Any) -> None:
+    """What each feature party received: the setup, the encrypted labels and one result that
+    holds only the selection flags of its own features (no WOE, no IV: no label rate of a bin)."""
+    from vflcrypto.runtime.channel import AuditTap
+
     y, Xa, ca, Xp, cp = woe.example(400)
+    tap = AuditTap()
     run = woe.run_local(y, Xa, [Xp, Xp[:, :2] * 2.0], keys=keys, allow_insecure=True,
                         params=woe.WoeParams(top_k=3, iv_threshold=0.0), active_columns=ca,
-                        passive_columns=[cp, ("a", "b")])
+                        passive_columns=[cp, ("a", "b")], tap=tap)
     sel = run.active.selected()
     assert len(sel) == 3 and all(f.iv >= g.iv for f in sel for g in run.active.features if not g.selected)
     for name, pres in run.passive.items():
+        assert [type(m).__name__ for m in tap.received(name)] == ["Setup", "EncryptedLabels", "Results"]
+        (res,) = tap.received(name, woe.Results, sender=woe.ACTIVE)
+        assert res.woe.size == 0 and res.iv.size == 0
+        assert res.selected.tolist() == [f.selected for f in run.active.features if f.party == name]
         assert pres.woe is None and pres.iv is None
         assert len(pres.selected) == sum(f.selected for f in run.active.features if f.party == name)
         assert set(pres.selected) <= set(pres.columns)
@@ -118,9 +127,15 @@ def test_equal_width_bins_and_nan_last() -> None:
     assert bin_column(np.array([5.0, 5.0, np.nan]), 4, "equal_width").tolist() == [0, 0, 1]
 
 
-def test_woe_iv_adjusts_empty_cells_and_is_nonnegative() -> None:
+def test_woe_iv_adds_half_a_row_to_each_count_of_a_bin_with_an_empty_cell() -> None:
+    """Known values: bins 0 and 2 have an empty cell, so both of their counts get 0.5 (events
+    0.5, 5, 5.5 and non-events 10.5, 5, 0.5), the shares stay over the true totals 10 and 15."""
     w, iv = woe.woe_iv(np.array([0, 5, 5]), np.array([10, 5, 0]))
-    assert np.isfinite(w).all() and iv > 0
+    pe, pn = np.array([0.5, 5, 5.5]) / 10, np.array([10.5, 5, 0.5]) / 15
+    np.testing.assert_allclose(w, [math.log(0.05 / 0.7), math.log(1.5), math.log(16.5)], rtol=1e-12)
+    np.testing.assert_allclose(w, np.log(pe / pn), rtol=1e-12)
+    assert iv == pytest.approx(float(np.sum((pe - pn) * np.log(pe / pn))), rel=1e-12)
+    assert iv == pytest.approx(0.65 * math.log(14) + math.log(1.5) / 6 + 0.5166666666666667 * math.log(16.5), rel=1e-12)
     with pytest.raises(InputDataError, match="both events and non-events"):
         woe.woe_iv(np.array([0, 0]), np.array([3, 4]))
 
