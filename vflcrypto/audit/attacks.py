@@ -187,10 +187,10 @@ def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -
 
 def _finding(observer: str, name: str, kind: str, protection: Protection, value: float,
              baseline: float | None, p: float, samples: int, detects: str,
-             description: str) -> EmpiricalFinding:
+             description: str, min_effect: float | None = None) -> EmpiricalFinding:
     return EmpiricalFinding(observer, name, value, baseline, description, attacks=(kind,),
                             protection=protection, flagged=p < ALPHA, p_value=p, samples=samples,
-                            detects=detects)
+                            detects=detects, min_effect=min_effect)
 
 
 def _truth_findings(observer: str, kind: str, what: str, centred: np.ndarray,
@@ -206,7 +206,7 @@ def _truth_findings(observer: str, kind: str, what: str, centred: np.ndarray,
     return [_finding(observer, f"{what}: correlation with the secret", kind, protection,
                      abs(r), rc, p, t.size, f"|r| >= {rc:.3f} over {t.size} values",
                      f"Pearson r between what {observer} decoded (centred) and the true values "
-                     "behind the masks; baseline = the smallest |r| this sample size flags")]
+                     "behind the masks; baseline = the smallest |r| this sample size flags", rc)]
 
 
 def _consecutive(streams: Sequence[Sequence[Any]]) -> list[tuple[Any, Any]]:
@@ -241,7 +241,7 @@ def ring_mask_findings(observer: str, kind: str, what: str,
     out = [_finding(observer, f"{what}: uniform over Z_M", kind, protection, d, crit, p, len(u),
                     f"a CDF deviation >= {crit:.3f} from uniform over {len(u)} values",
                     f"KS distance of {observer}'s {len(u)} decoded residues / M from U(0, 1); "
-                    "baseline = the smallest distance this sample flags")]
+                    "baseline = the smallest distance this sample flags", crit)]
     pairs = _consecutive(rows)
     if pairs:
         diffs = np.asarray([((y - x) % modulus) / modulus for a, b in pairs
@@ -251,7 +251,7 @@ def ring_mask_findings(observer: str, kind: str, what: str,
         out.append(_finding(observer, f"{what}: fresh mask per message", kind, protection, d2, crit2,
                             p2, len(diffs), f"a CDF deviation >= {crit2:.3f} over {len(diffs)} differences",
                             f"KS distance from U(0, 1) of {len(pairs)} pairs of consecutive messages' "
-                            "differences mod M: a reused mask cancels in them"))
+                            "differences mod M: a reused mask cancels in them", crit2))
     half = modulus // 2
     centred = [v - modulus if v > half else v for v in flat]
     scale = max(1, max(abs(c) for c in centred))
@@ -283,7 +283,7 @@ def real_mask_findings(observer: str, kind: str, what: str, streams: Sequence[Se
     crit = ks_critical(flat.size)
     out = [_finding(observer, f"{what}: uniform on [-R, R]", kind, protection, d, crit, p, flat.size,
                     f"a CDF deviation >= {crit:.3f} over {flat.size} values",
-                    f"KS distance of {observer}'s decryptions from U(-R, R), R = {half_width:.4g}")]
+                    f"KS distance of {observer}'s decryptions from U(-R, R), R = {half_width:.4g}", crit)]
     pairs = _consecutive(rows)
     if pairs:
         diffs = np.concatenate([b - a for a, b in pairs])
@@ -292,7 +292,7 @@ def real_mask_findings(observer: str, kind: str, what: str, streams: Sequence[Se
         out.append(_finding(observer, f"{what}: fresh mask per message", kind, protection, d2, crit2, p2,
                             diffs.size, f"a CDF deviation >= {crit2:.3f} over {diffs.size} differences",
                             "KS distance of consecutive messages' differences from the triangular "
-                            "law of two fresh masks: a reused mask cancels in them"))
+                            "law of two fresh masks: a reused mask cancels in them", crit2))
     out += _truth_findings(observer, kind, what, flat, truth, protection)
     return out
 
@@ -349,7 +349,7 @@ def unrandomized_finding(observer: str, kind: str, decoded: Sequence[Any],
         observer, what or f"{kind}: ciphertexts read without the key", hits / max(1, total), 0.0,
         f"{hits} of {total} received ciphertexts decode as c = 1 + m n (no obfuscator)",
         attacks=(kind,), protection=protection, flagged=hits > 0, samples=total,
-        detects="any single ciphertext sent without randomness")
+        detects="any single ciphertext sent without randomness", min_effect=0.0)
 
 
 # --------------------------------------------------------------------------- guesses and order
@@ -372,7 +372,7 @@ def accuracy_finding(observer: str, name: str, guess: np.ndarray, truth: np.ndar
     k = lo
     return EmpiricalFinding(observer, name, correct / n, baseline, description, attacks=tuple(attacks),
                             protection=protection, flagged=p < ALPHA, p_value=p, samples=n,
-                            detects=f"accuracy >= {k / n:.3f} on {n} rows")
+                            detects=f"accuracy >= {k / n:.3f} on {n} rows", min_effect=k / n - baseline)
 
 
 def order_finding(observer: str, name: str, kind: str, received_position: np.ndarray,
@@ -387,7 +387,8 @@ def order_finding(observer: str, name: str, kind: str, received_position: np.nda
     rc = _z_two_sided(ALPHA) / math.sqrt(pos.size - 1)
     return EmpiricalFinding(observer, name, abs(rho), rc, description, attacks=(kind,),
                             protection=Protection.SHUFFLED, flagged=p < ALPHA, p_value=p,
-                            samples=int(pos.size), detects=f"|rho| >= {rc:.3f} over {pos.size} items")
+                            samples=int(pos.size), detects=f"|rho| >= {rc:.3f} over {pos.size} items",
+                            min_effect=rc)
 
 
 def adjacent_order_finding(observer: str, name: str, kind: str, blocks: Sequence[np.ndarray],
@@ -416,11 +417,12 @@ def adjacent_order_finding(observer: str, name: str, kind: str, blocks: Sequence
     sd = max(float(null.std()), 0.5)
     z = (observed - float(null.mean())) / sd
     p = normal_sf(z)
+    effect = _z_two_sided(2 * ALPHA) * sd / pairs  # the share above the null mean that flags
     return EmpiricalFinding(observer, name, observed / pairs, float(null.mean()) / pairs, description,
                             attacks=(kind,), protection=protection, flagged=p < ALPHA, p_value=p,
                             samples=pairs,
-                            detects=f"{_z_two_sided(2 * ALPHA) * sd / pairs:.3f} more increasing "
-                                    f"neighbours (of {pairs}) than a random order")
+                            detects=f"{effect:.3f} more increasing neighbours (of {pairs}) than a random order",
+                            min_effect=effect)
 
 
 # --------------------------------------------------------------------------- representations and partitions
@@ -435,7 +437,8 @@ def _null_finding(observer: str, name: str, value: float, null: np.ndarray, base
     z_alpha = _z_two_sided(2 * ALPHA)  # one-sided ALPHA
     return EmpiricalFinding(observer, name, value, baseline, description, attacks=tuple(attacks),
                             protection=protection, flagged=bool(z > z_alpha), p_value=normal_sf(z), samples=samples,
-                            detects=f"{unit} >= {mu + z_alpha * sd:.3f} (null: rows shuffled, {len(null)} times)")
+                            detects=f"{unit} >= {mu + z_alpha * sd:.3f} (null: rows shuffled, {len(null)} times)",
+                            min_effect=z_alpha * sd)
 
 
 def partition_finding(observer: str, name: str, guess: np.ndarray, truth: np.ndarray, *, attacks: Sequence[str],

@@ -212,6 +212,9 @@ class EmpiricalFinding:
     figure: Figure | None = None
     #: False when the check had nothing to test (e.g. too few items): its protection is unverified
     measured: bool = True
+    #: the smallest effect, in the units of ``value`` (its departure from the null: a KS distance, |rho|, an
+    #: accuracy above the baseline), that the check flags at its sample size; 0.0 for an exact check
+    min_effect: float | None = None
 
     @property
     def by_design(self) -> bool:
@@ -243,7 +246,8 @@ class EmpiricalFinding:
                 "attacks": list(self.attacks),
                 "protection": None if self.protection is None else self.protection.value,
                 "flagged": self.flagged, "p_value": self.p_value, "samples": self.samples,
-                "detects": self.detects, "measured": self.measured, "verdict": self.verdict}
+                "detects": self.detects, "measured": self.measured, "min_effect": self.min_effect,
+                "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
