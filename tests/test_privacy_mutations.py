@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from vflcrypto.protocols import get
+from vflcrypto.protocols.protovfl import audit as protovfl_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
 from vflcrypto.cli.audit import load_all_protocols
@@ -34,6 +35,9 @@ from vflcrypto.runtime.declarations import Protection, declarations
 from vflcrypto.sharing import masking
 
 KEY_BITS = 512  # insecure size: audits at test speed
+
+PROTOVFL_COLLUDED_TABLE = protovfl_audit.COLLUDED_TABLE
+PROTOVFL_ZERO_CELLS = protovfl_audit.ZERO_CELLS
 
 P = Protection
 
@@ -238,6 +242,21 @@ def psi_tables_unmasked(mp: pytest.MonkeyPatch) -> None:
                                                                        np.uint64))
 
 
+def psi_tables_without_zero_sharing(mp: pytest.MonkeyPatch) -> None:
+    """Prototype VFL's alignment: no zero-sharing z_m; the empty cells keep their uniform filler."""
+    from vflcrypto.psi import mpsi
+
+    mp.setattr(mpsi, "_zero_share", lambda me, seeds, params: np.zeros(params.tables * params.cells * mpsi.REPS,
+                                                                       np.uint64))
+
+
+def psi_empty_cells_unfilled(mp: pytest.MonkeyPatch) -> None:
+    """Prototype VFL's alignment: empty cells hold z_m alone (no uniform filler); the zero-sharing is kept."""
+    from vflcrypto.psi import mpsi
+
+    mp.setattr(mpsi, "uniform_field", lambda n: np.zeros(n, np.uint64))
+
+
 def table_key_unwrapped(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.protovfl import align
 
@@ -257,6 +276,8 @@ class Mutation:
     covers: tuple[tuple[str, Protection], ...]
     seam: Callable[[pytest.MonkeyPatch], None]
     audit_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: names of the findings that must flag under this mutation: the checks it proves
+    checks: tuple[str, ...] = ()
 
 
 MUTATIONS = (
@@ -361,11 +382,21 @@ MUTATIONS = (
              (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted),
     # prototype VFL (its statistics through secagg; its alignment)
     Mutation("protovfl: statistics without secagg masks", "protovfl",
-             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks),
-    Mutation("protovfl: PSI tables unmasked", "protovfl", (("protovfl.psi_table", P.MASKED),), psi_tables_unmasked),
+             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
+             checks=("masked class statistics: uniform over Z_M", "masked class statistics: fresh mask per message",
+                     "masked class statistics: correlation with the secret")),
+    Mutation("protovfl: PSI tables unmasked", "protovfl", (("protovfl.psi_table", P.MASKED),), psi_tables_unmasked,
+             checks=("masked hash tables: uniform over Z_M", PROTOVFL_COLLUDED_TABLE, PROTOVFL_ZERO_CELLS)),
+    Mutation("protovfl: PSI tables without the zero-sharing", "protovfl", (("protovfl.psi_table", P.MASKED),),
+             psi_tables_without_zero_sharing, checks=(PROTOVFL_COLLUDED_TABLE,)),
+    Mutation("protovfl: PSI empty cells without the uniform filler", "protovfl", (("protovfl.psi_table", P.MASKED),),
+             psi_empty_cells_unfilled, checks=(PROTOVFL_ZERO_CELLS,)),
+    Mutation("protovfl: secagg shares relayed unencrypted", "protovfl", (("secagg.shares", P.CIPHERTEXT),),
+             secagg_shares_unencrypted, checks=("secagg.shares: self-mask seeds read from the relayed shares",)),
     Mutation("protovfl: table key relayed unwrapped", "protovfl",
              (("protovfl.psi_wrapped_keys", P.CIPHERTEXT), ("protovfl.psi_wrapped_key", P.CIPHERTEXT)),
-             table_key_unwrapped),
+             table_key_unwrapped,
+             checks=("protovfl.psi_wrapped_key: the table key read from the relayed wrapping",)),
     Mutation("secureboost: one bin per distinct value", "secureboost",
              (("secureboost.histograms", P.AGGREGATE), ("secureboost.plain_histograms", P.AGGREGATE)),
              one_bin_per_value),
@@ -392,6 +423,11 @@ def test_audit_flags_the_switched_off_protection(mutation: Mutation, monkeypatch
         assert any(kind in f.attacks and f.protection is protection for f in broken), (
             f"{mutation.name}: no finding flagged {protection.value} of {kind}; "
             f"flagged: {[(f.observer, f.name) for f in broken]}")
+    for name in mutation.checks:
+        hits = [f for f in outcome.findings if f.name == name]
+        assert hits and any(f.flagged for f in hits), (
+            f"{mutation.name}: check {name!r} did not flag; "
+            f"findings: {[(f.name, f.flagged) for f in outcome.findings]}")
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -405,6 +441,30 @@ def test_no_declared_protection_is_flagged_in_an_honest_run(module: str) -> None
     for f in outcome.findings:
         assert set(f.attacks) <= declared, f"{f.name} attacks undeclared kinds {f.attacks}"
         assert f.value == f.value, f"{f.name}: NaN figure"  # computed, never missing
+
+
+def _checks_of(module: str) -> tuple[str, ...]:
+    """The ``CHECKS`` of the module that holds ``module``'s audit (empty if it declares none)."""
+    import importlib
+
+    return tuple(getattr(importlib.import_module(get(module).audit.__module__), "CHECKS", ()))
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_check_is_measured_honestly_and_proven_by_a_mutation(module: str) -> None:
+    """Each name in the audit's ``CHECKS`` is a measured finding of the honest run, and some mutation of the
+    module lists it in ``checks`` (so the suite has seen it flag)."""
+    checks = _checks_of(module)
+    if not checks:
+        pytest.skip(f"{module}'s audit declares no CHECKS")
+    from conftest import honest_audit
+
+    outcome = honest_audit(module)
+    names = {f.name for f in outcome.findings if f.measured}
+    assert not [c for c in checks if c not in names], f"{module}: checks not measured in the honest run"
+    proven = {c for m in MUTATIONS if m.module == module for c in m.checks}
+    assert not [c for c in checks if c not in proven], f"{module}: checks no mutation proves"
+    assert len(set(checks)) == len(checks)
 
 
 def test_every_declared_protection_has_a_mutation() -> None:
