@@ -165,6 +165,33 @@ def test_audit_run_findings() -> None:
     assert hash_f.value == 400 and hash_f.flagged and hash_f.by_design  # the key holder's dictionary
 
 
+def test_every_check_reports_when_its_messages_are_absent() -> None:
+    """On taps that recorded nothing, each check of the audit is a finding that was not measured (never missing)."""
+    from vflcrypto.protocols.align.audit import CHECKS, session_findings
+
+    from vflcrypto.runtime.channel import AuditTap
+
+    bank, shop = al.audit.demo_ids()
+    enc = {al.ACTIVE: [canon(x) for x in bank[:20]], al.PASSIVE: [canon(x) for x in shop[:20]]}
+    universe = sorted(set(enc[al.ACTIVE]) | set(enc[al.PASSIVE]))
+    findings = session_findings([AuditTap() for _ in range(5)], enc, universe)
+    assert sorted(f.name for f in findings if f.protection is not None) == sorted(CHECKS)
+    assert not [f.name for f in findings if f.measured], "a check measured something on an empty tap"
+    assert all(f.description.startswith("not measured") or "too few" in f.description
+               or "nothing to test" in f.description for f in findings)
+
+
+def test_every_check_of_the_audit_is_measured_with_its_smallest_effect() -> None:
+    from conftest import honest_audit
+    from vflcrypto.protocols.align.audit import CHECKS
+
+    outcome = honest_audit("align")
+    for name in CHECKS:
+        (f,) = [f for f in outcome.findings if f.name == name]
+        assert f.measured and not f.flagged and f.min_effect is not None, name
+        assert (f.min_effect == 0.0) == (f.p_value is None), name  # exact checks: 0; statistical ones: > 0
+
+
 def test_demo_step(tmp_path: Path) -> None:
     from vflcrypto.spec import DemoContext
 

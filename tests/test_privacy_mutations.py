@@ -112,26 +112,52 @@ def reuse_ckks_masks(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(ckks, "uniform_real_mask", _reuse(ckks.uniform_real_mask, lambda context, size, bound: size))
 
 
-def passive_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
+def _fixed_scalar(side: str, mp: pytest.MonkeyPatch) -> None:
+    """One ECDH scalar for every session of ``side`` (instead of a fresh one per session)."""
     fixed = psi.generate_secret()
-    mp.setattr(psi, "generate_secret", _only_in("passive", lambda: fixed, psi.generate_secret))
+    mp.setattr(psi, "generate_secret", _only_in(side, lambda: fixed, psi.generate_secret))
 
 
-def passive_skips_blinding(mp: pytest.MonkeyPatch) -> None:
+def _skips_blinding(side: str, mp: pytest.MonkeyPatch) -> None:
+    """``side`` sends H(x) for k·H(x) and digests the peer's points without its scalar."""
     from vflcrypto.protocols.align.audit import unblinded_point
 
     def no_reblind(secret: bytes, points: bytes) -> bytes:
         return b"".join(psi.point_digest(points[i : i + psi.POINT_BYTES])
                         for i in range(0, len(points), psi.POINT_BYTES))
 
-    mp.setattr(psi, "blind_ids", _only_in("passive", lambda secret, ids: b"".join(map(unblinded_point, ids)),
+    mp.setattr(psi, "blind_ids", _only_in(side, lambda secret, ids: b"".join(map(unblinded_point, ids)),
                                           psi.blind_ids))
-    mp.setattr(psi, "reblind_points", _only_in("passive", no_reblind, psi.reblind_points))
+    mp.setattr(psi, "reblind_points", _only_in(side, no_reblind, psi.reblind_points))
+
+
+def _skips_shuffle(side: str, mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(psi, "random_permutation", _only_in(side, lambda n: np.arange(n, dtype=np.int64),
+                                                   psi.random_permutation))
+
+
+def passive_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
+    _fixed_scalar("passive", mp)
+
+
+def active_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
+    _fixed_scalar("active", mp)
+
+
+def passive_skips_blinding(mp: pytest.MonkeyPatch) -> None:
+    _skips_blinding("passive", mp)
+
+
+def active_skips_blinding(mp: pytest.MonkeyPatch) -> None:
+    _skips_blinding("active", mp)
 
 
 def passive_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(psi, "random_permutation", _only_in("passive", lambda n: np.arange(n, dtype=np.int64),
-                                                   psi.random_permutation))
+    _skips_shuffle("passive", mp)
+
+
+def active_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
+    _skips_shuffle("active", mp)
 
 
 def kkrt_codes_unmasked(mp: pytest.MonkeyPatch) -> None:
@@ -149,6 +175,22 @@ def kkrt_guessable_oprf_key(mp: pytest.MonkeyPatch) -> None:
 
     mp.setattr(kkrt, "random_choice_bits", _only_in("passive", lambda: np.ones(kkrt.WIDTH, np.uint8),
                                                     kkrt.random_choice_bits))
+
+
+def kkrt_values_in_row_order(mp: pytest.MonkeyPatch) -> None:
+    """KKRT sender: evaluates its (row, item) pairs in cuckoo-table row order and sends its OPRF values unshuffled."""
+    from vflcrypto.protocols.align import kkrt as ak
+
+    honest = ak.KkrtSession._sender_pairs
+
+    def by_row(self: Any) -> None:
+        honest(self)
+        st = self.state
+        order = np.argsort(st.pair_rows, kind="stable")  # row order keeps each matrix chunk's slice
+        st.pair_rows, st.pair_items, st.pair_tags = st.pair_rows[order], st.pair_items[order], st.pair_tags[order]
+
+    mp.setattr(ak.KkrtSession, "_sender_pairs", by_row)
+    passive_skips_shuffle(mp)
 
 
 def kkrt_base_ot_scalar_reused(mp: pytest.MonkeyPatch) -> None:
@@ -283,19 +325,41 @@ class Mutation:
 MUTATIONS = (
     # alignment
     Mutation("ECDH: passive party's scalar fixed across sessions", "align",
-             (("align.blinded", P.BLINDED),), passive_fixed_scalar),
+             (("align.blinded", P.BLINDED),), passive_fixed_scalar,
+             checks=("passive's IDs linked across two sessions",)),
+    Mutation("ECDH: active party's scalar fixed across sessions", "align",
+             (("align.blinded", P.BLINDED),), active_fixed_scalar,
+             checks=("active's IDs linked across two sessions",)),
     Mutation("ECDH: passive party applies no scalar", "align",
              (("align.blinded", P.BLINDED), ("align.doubled", P.BLINDED),
-              ("align.doubled_shuffled", P.BLINDED)), passive_skips_blinding),
+              ("align.doubled_shuffled", P.BLINDED)), passive_skips_blinding,
+             checks=("dictionary attack on the passive's blinded IDs",
+                     "align.doubled: re-blinding by the passive's scalar",
+                     "align.doubled_shuffled: re-blinding by the passive's scalar")),
+    Mutation("ECDH: active party applies no scalar", "align",
+             (("align.blinded", P.BLINDED), ("align.doubled", P.BLINDED)), active_skips_blinding,
+             checks=("dictionary attack on the active's blinded IDs",
+                     "align.doubled: re-blinding by the active's scalar")),
     Mutation("PSI: passive party skips its shuffles", "align",
              (("align.blinded", P.SHUFFLED), ("align.doubled_shuffled", P.SHUFFLED),
-              ("align.tags", P.SHUFFLED), ("align.oprf_values", P.SHUFFLED)), passive_skips_shuffle),
+              ("align.tags", P.SHUFFLED), ("align.oprf_values", P.SHUFFLED)), passive_skips_shuffle,
+             checks=("order of the passive's blinded IDs", "which own rows are common (cardinality mode)",
+                     "order of the passive's keyed-hash tags", "order of the sender's OPRF values (sender's file)")),
+    Mutation("PSI: active party skips its shuffles", "align",
+             (("align.blinded", P.SHUFFLED), ("align.tags", P.SHUFFLED)), active_skips_shuffle,
+             checks=("order of the active's blinded IDs", "order of the active's keyed-hash tags")),
     Mutation("KKRT: receiver sends its code words unmasked", "align",
-             (("align.oprf_matrix", P.MASKED),), kkrt_codes_unmasked),
+             (("align.oprf_matrix", P.MASKED),), kkrt_codes_unmasked,
+             checks=("the receiver's code words in the OT-extension matrix",)),
+    Mutation("KKRT: sender sends its OPRF values in table-row order", "align",
+             (("align.oprf_values", P.SHUFFLED),), kkrt_values_in_row_order,
+             checks=("order of the sender's OPRF values (table rows)",)),
     Mutation("KKRT: sender's OPRF key is all ones", "align",
-             (("align.oprf_values", P.BLINDED),), kkrt_guessable_oprf_key),
+             (("align.oprf_values", P.BLINDED),), kkrt_guessable_oprf_key,
+             checks=("dictionary attack on the sender's OPRF values",)),
     Mutation("KKRT: sender reuses one base-OT scalar", "align",
-             (("align.ot_choice", P.BLINDED),), kkrt_base_ot_scalar_reused),
+             (("align.ot_choice", P.BLINDED),), kkrt_base_ot_scalar_reused,
+             checks=("the sender's base-OT choice bits (its OPRF key)",)),
     # gradient exchange
     Mutation("exchange: gradient mask dropped", "exchange",
              (("exchange.masked_gradient", P.MASKED),), drop_uniform_masks),
