@@ -8,6 +8,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -53,6 +54,66 @@ _ids = st.lists(st.one_of(_text, st.integers(-50, 50)), max_size=25).map(
 @given(a=_ids, b=_ids, protocol=st.sampled_from(["ecdh", "hash"]))
 def test_equals_set_intersection(a: list[Any], b: list[Any], protocol: str) -> None:
     check_both(a, b, protocol)
+
+
+def _tied_prefixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every comparison digest (ECDH, keyed hash, KKRT) keeps 1 bit of its first 8 bytes and its last 4 bytes.
+
+    The first 8 bytes are what :func:`psi.match_digests` filters and sorts on first; with
+    two prefixes, about half of any set of common IDs share each one, so an order or a match
+    taken from the prefix alone shows. (33 bits remain: no two of a few hundred IDs collide.)
+    """
+    from vflcrypto.psi import kkrt
+
+    def tie(d: bytes) -> bytes:
+        return b"".join(bytes([d[i] & 1]) + bytes(7) + d[i + 8 : i + 12] for i in range(0, len(d), 12))
+
+    point, keyed, rows = psi.point_digest, psi.keyed_digests, kkrt.hash_rows
+    monkeypatch.setattr(psi, "point_digest", lambda pt: tie(point(pt)))
+    monkeypatch.setattr(psi, "keyed_digests", lambda key, ids: tie(keyed(key, ids)))
+
+    def tied_rows(r: Any, index: Any) -> Any:
+        out = rows(r, index).copy()
+        out[:, 0] &= 1
+        out[:, 1:8] = 0
+        return out
+
+    monkeypatch.setattr(kkrt, "hash_rows", tied_rows)
+
+
+TIED_A = [f"t{i}" for i in range(60)]
+TIED_B = [f"t{i}" for i in range(89, 29, -1)]  # 30 common IDs, listed in the opposite order
+
+
+@pytest.mark.parametrize("protocol", ["ecdh", "hash", "kkrt"])
+def test_common_ids_whose_digests_share_the_prefix_match_and_line_up(protocol: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _tied_prefixes(monkeypatch)
+    run = check_both(TIED_A, TIED_B, protocol)
+    digests = [psi.point_digest(bytes(32)), psi.point_digest(b"\x01" * 32)]
+    assert all(d[1:8] == bytes(7) for d in digests)  # the seam is on
+    assert run.results[al.ACTIVE].size == 30
+
+
+@pytest.mark.parametrize("broken", ["match", "order"])
+@pytest.mark.parametrize("protocol", ["ecdh", "hash"])
+def test_the_tied_prefixes_catch_a_comparator_that_uses_only_the_prefix(protocol: str, broken: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above fails on a comparator that matches, or orders, by the 8-byte prefix alone."""
+    def prefix(d: Any) -> Any:
+        return psi.digests_to_array(b"".join(bytes(x)[:8].ljust(psi.DIGEST_BYTES, b"\x00") for x in d))
+
+    def by_prefix(own: Any, peer: Any) -> Any:
+        if broken == "match":
+            pos = np.nonzero(np.isin(prefix(own), prefix(peer)))[0]
+            return pos[np.argsort(own[pos], kind="stable")].astype(np.int64)
+        pos = np.nonzero(np.isin(own, peer))[0]
+        return pos[np.argsort(prefix(own[pos]), kind="stable")].astype(np.int64)
+
+    _tied_prefixes(monkeypatch)
+    monkeypatch.setattr(psi, "match_digests", by_prefix)
+    with pytest.raises(AssertionError):
+        check_both(TIED_A, TIED_B, protocol)
 
 
 @pytest.mark.parametrize("protocol", ["ecdh", "hash"])
@@ -163,6 +224,33 @@ def test_audit_run_findings() -> None:
         assert order.samples == 800  # it identified exactly the common IDs
     hash_f = outcome.finding("dictionary attack on the passive party's keyed-hash tags")
     assert hash_f.value == 400 and hash_f.flagged and hash_f.by_design  # the key holder's dictionary
+
+
+def test_every_check_reports_when_its_messages_are_absent() -> None:
+    """On taps that recorded nothing, each check of the audit is a finding that was not measured (never missing)."""
+    from vflcrypto.protocols.align.audit import CHECKS, session_findings
+
+    from vflcrypto.runtime.channel import AuditTap
+
+    bank, shop = al.audit.demo_ids()
+    enc = {al.ACTIVE: [canon(x) for x in bank[:20]], al.PASSIVE: [canon(x) for x in shop[:20]]}
+    universe = sorted(set(enc[al.ACTIVE]) | set(enc[al.PASSIVE]))
+    findings = session_findings([AuditTap() for _ in range(5)], enc, universe)
+    assert sorted(f.name for f in findings if f.protection is not None) == sorted(CHECKS)
+    assert not [f.name for f in findings if f.measured], "a check measured something on an empty tap"
+    assert all(f.description.startswith("not measured") or "too few" in f.description
+               or "nothing to test" in f.description for f in findings)
+
+
+def test_every_check_of_the_audit_is_measured_with_its_smallest_effect() -> None:
+    from conftest import honest_audit
+    from vflcrypto.protocols.align.audit import CHECKS
+
+    outcome = honest_audit("align")
+    for name in CHECKS:
+        (f,) = [f for f in outcome.findings if f.name == name]
+        assert f.measured and not f.flagged and f.min_effect is not None, name
+        assert (f.min_effect == 0.0) == (f.p_value is None), name  # exact checks: 0; statistical ones: > 0
 
 
 def test_demo_step(tmp_path: Path) -> None:

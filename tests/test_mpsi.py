@@ -121,3 +121,65 @@ def test_plan_meets_the_miss_bound() -> None:
         p = mpsi.plan(n, 1000, miss_bits=40)
         q = n * 1000 / (2.0 * p.cells)
         assert q ** p.tables <= 2.0 ** -40
+
+
+
+
+def _coalition(tables: list[np.ndarray], c: int, key: bytes, seeds: dict[int, bytes], guesses: list[str],
+               params: mpsi.MPSIParams) -> tuple[dict[int, set[str]], set[str]]:
+    """S colluding with party c (k and c's seeds): the guesses it finds in each other party's table alone, and
+    those it finds in the sum of the others' tables (the two lines of the mpsi docstring).
+
+    For the masks, the coalition tries what it can know of them: c's pairwise term, or nothing.
+    """
+    p = np.uint64(mpsi.FIELD)
+    at = np.arange(params.tables)[:, None], mpsi.positions(guesses, key, params)
+    h = mpsi.encodings(guesses, key)[None]
+
+    def found(target: np.ndarray, *candidates: np.ndarray) -> set[str]:
+        hit = np.any([np.any(np.all(r[at] == target, axis=2), axis=0) for r in candidates], axis=0)
+        return {g for g, x in zip(guesses, hit, strict=True) if x}
+
+    others = [m for m in range(params.parties) if m != c]
+    single = {m: found((mpsi.coefficients(key, m, params)[at] * h) % p, tables[m],
+                       (tables[m] + p - mpsi.pair_term(m, c, seeds[m], params)) % p) for m in others}
+    z_c = sum((mpsi.pair_term(c, m, seeds[m], params) for m in others), np.zeros(params.shape, np.uint64))
+    rest = sum((tables[m] for m in others), np.zeros(params.shape, np.uint64)) % p
+    joint = found((p - (mpsi.coefficients(key, c, params)[at] * h) % p) % p, rest, (rest + z_c) % p)
+    return single, joint
+
+
+def _collusion_case(n: int) -> tuple[list[list[str]], list[np.ndarray], bytes, dict[int, dict[int, bytes]],
+                                     mpsi.MPSIParams]:
+    base = [f"a{i}" for i in range(40)]
+    sets = [base[:10] + [f"c{i}" for i in range(5)], base[:30] + [f"x{i}" for i in range(20)], base][:n]
+    params = mpsi.plan(n, max(map(len, sets)))
+    key, seeds = secrets.token_bytes(32), _seeds(n)
+    return sets, [mpsi.encode(s, m, params, key, seeds[m])[0] for m, s in enumerate(sets)], key, seeds, params
+
+
+def test_the_zero_sharing_hides_one_party_from_the_server_colluding_with_another() -> None:
+    """Three parties: S with party 0 finds none of its guesses in party 1's or party 2's table alone, but it
+    finds every guess on both of them in their sum (A plus what 1 and 2 share outside party 0's set)."""
+    sets, tables, key, seeds, params = _collusion_case(3)
+    guesses = sorted(set(sets[1]) | set(sets[2]) | {f"z{i}" for i in range(20)})
+    single, joint = _coalition(tables, 0, key, seeds[0], guesses, params)
+    assert single == {1: set(), 2: set()}
+    assert joint == set(sets[1]) & set(sets[2])  # base[:30]: 20 of them not on party 0 (declared)
+
+
+def test_without_the_zero_sharing_the_coalition_reads_each_party(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mpsi, "_zero_share", lambda me, s, params: np.zeros(params.tables * params.cells
+                                                                            * mpsi.REPS, np.uint64))
+    sets, tables, key, seeds, params = _collusion_case(3)
+    guesses = sorted(set(sets[1]) | set(sets[2]) | {f"z{i}" for i in range(20)})
+    single, _ = _coalition(tables, 0, key, seeds[0], guesses, params)
+    assert single == {1: set(sets[1]), 2: set(sets[2])}
+
+
+def test_with_two_parties_the_coalition_knows_the_other_zero_share() -> None:
+    """Two parties: the colluding party holds the one seed of the other's z, so S with it reads the other's set."""
+    sets, tables, key, seeds, params = _collusion_case(2)
+    guesses = sorted(set(sets[0]) | set(sets[1]))
+    single, _ = _coalition(tables, 0, key, seeds[0], guesses, params)
+    assert single == {1: set(sets[1])}

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from vflcrypto.protocols import get
+from vflcrypto.protocols.protovfl import audit as protovfl_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
 from vflcrypto.cli.audit import load_all_protocols
@@ -34,6 +35,9 @@ from vflcrypto.runtime.declarations import Protection, declarations
 from vflcrypto.sharing import masking
 
 KEY_BITS = 512  # insecure size: audits at test speed
+
+PROTOVFL_COLLUDED_TABLE = protovfl_audit.COLLUDED_TABLE
+PROTOVFL_ZERO_CELLS = protovfl_audit.ZERO_CELLS
 
 P = Protection
 
@@ -136,26 +140,52 @@ def reuse_ckks_masks(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(ckks, "uniform_real_mask", _reuse(ckks.uniform_real_mask, lambda context, size, bound: size))
 
 
-def passive_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
+def _fixed_scalar(side: str, mp: pytest.MonkeyPatch) -> None:
+    """One ECDH scalar for every session of ``side`` (instead of a fresh one per session)."""
     fixed = psi.generate_secret()
-    mp.setattr(psi, "generate_secret", _only_in("passive", lambda: fixed, psi.generate_secret))
+    mp.setattr(psi, "generate_secret", _only_in(side, lambda: fixed, psi.generate_secret))
 
 
-def passive_skips_blinding(mp: pytest.MonkeyPatch) -> None:
+def _skips_blinding(side: str, mp: pytest.MonkeyPatch) -> None:
+    """``side`` sends H(x) for k·H(x) and digests the peer's points without its scalar."""
     from vflcrypto.protocols.align.audit import unblinded_point
 
     def no_reblind(secret: bytes, points: bytes) -> bytes:
         return b"".join(psi.point_digest(points[i : i + psi.POINT_BYTES])
                         for i in range(0, len(points), psi.POINT_BYTES))
 
-    mp.setattr(psi, "blind_ids", _only_in("passive", lambda secret, ids: b"".join(map(unblinded_point, ids)),
+    mp.setattr(psi, "blind_ids", _only_in(side, lambda secret, ids: b"".join(map(unblinded_point, ids)),
                                           psi.blind_ids))
-    mp.setattr(psi, "reblind_points", _only_in("passive", no_reblind, psi.reblind_points))
+    mp.setattr(psi, "reblind_points", _only_in(side, no_reblind, psi.reblind_points))
+
+
+def _skips_shuffle(side: str, mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(psi, "random_permutation", _only_in(side, lambda n: np.arange(n, dtype=np.int64),
+                                                   psi.random_permutation))
+
+
+def passive_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
+    _fixed_scalar("passive", mp)
+
+
+def active_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
+    _fixed_scalar("active", mp)
+
+
+def passive_skips_blinding(mp: pytest.MonkeyPatch) -> None:
+    _skips_blinding("passive", mp)
+
+
+def active_skips_blinding(mp: pytest.MonkeyPatch) -> None:
+    _skips_blinding("active", mp)
 
 
 def passive_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(psi, "random_permutation", _only_in("passive", lambda n: np.arange(n, dtype=np.int64),
-                                                   psi.random_permutation))
+    _skips_shuffle("passive", mp)
+
+
+def active_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
+    _skips_shuffle("active", mp)
 
 
 def kkrt_codes_unmasked(mp: pytest.MonkeyPatch) -> None:
@@ -173,6 +203,22 @@ def kkrt_guessable_oprf_key(mp: pytest.MonkeyPatch) -> None:
 
     mp.setattr(kkrt, "random_choice_bits", _only_in("passive", lambda: np.ones(kkrt.WIDTH, np.uint8),
                                                     kkrt.random_choice_bits))
+
+
+def kkrt_values_in_row_order(mp: pytest.MonkeyPatch) -> None:
+    """KKRT sender: evaluates its (row, item) pairs in cuckoo-table row order and sends its OPRF values unshuffled."""
+    from vflcrypto.protocols.align import kkrt as ak
+
+    honest = ak.KkrtSession._sender_pairs
+
+    def by_row(self: Any) -> None:
+        honest(self)
+        st = self.state
+        order = np.argsort(st.pair_rows, kind="stable")  # row order keeps each matrix chunk's slice
+        st.pair_rows, st.pair_items, st.pair_tags = st.pair_rows[order], st.pair_items[order], st.pair_tags[order]
+
+    mp.setattr(ak.KkrtSession, "_sender_pairs", by_row)
+    passive_skips_shuffle(mp)
 
 
 def kkrt_base_ot_scalar_reused(mp: pytest.MonkeyPatch) -> None:
@@ -324,6 +370,21 @@ def psi_tables_unmasked(mp: pytest.MonkeyPatch) -> None:
                                                                        np.uint64))
 
 
+def psi_tables_without_zero_sharing(mp: pytest.MonkeyPatch) -> None:
+    """Prototype VFL's alignment: no zero-sharing z_m; the empty cells keep their uniform filler."""
+    from vflcrypto.psi import mpsi
+
+    mp.setattr(mpsi, "_zero_share", lambda me, seeds, params: np.zeros(params.tables * params.cells * mpsi.REPS,
+                                                                       np.uint64))
+
+
+def psi_empty_cells_unfilled(mp: pytest.MonkeyPatch) -> None:
+    """Prototype VFL's alignment: empty cells hold z_m alone (no uniform filler); the zero-sharing is kept."""
+    from vflcrypto.psi import mpsi
+
+    mp.setattr(mpsi, "uniform_field", lambda n: np.zeros(n, np.uint64))
+
+
 def table_key_unwrapped(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.protovfl import align
 
@@ -363,19 +424,41 @@ def _secagg_except(*broken: str) -> tuple[str, ...]:
 MUTATIONS = (
     # alignment
     Mutation("ECDH: passive party's scalar fixed across sessions", "align",
-             (("align.blinded", P.BLINDED),), passive_fixed_scalar),
+             (("align.blinded", P.BLINDED),), passive_fixed_scalar,
+             checks=("passive's IDs linked across two sessions",)),
+    Mutation("ECDH: active party's scalar fixed across sessions", "align",
+             (("align.blinded", P.BLINDED),), active_fixed_scalar,
+             checks=("active's IDs linked across two sessions",)),
     Mutation("ECDH: passive party applies no scalar", "align",
              (("align.blinded", P.BLINDED), ("align.doubled", P.BLINDED),
-              ("align.doubled_shuffled", P.BLINDED)), passive_skips_blinding),
+              ("align.doubled_shuffled", P.BLINDED)), passive_skips_blinding,
+             checks=("dictionary attack on the passive's blinded IDs",
+                     "align.doubled: re-blinding by the passive's scalar",
+                     "align.doubled_shuffled: re-blinding by the passive's scalar")),
+    Mutation("ECDH: active party applies no scalar", "align",
+             (("align.blinded", P.BLINDED), ("align.doubled", P.BLINDED)), active_skips_blinding,
+             checks=("dictionary attack on the active's blinded IDs",
+                     "align.doubled: re-blinding by the active's scalar")),
     Mutation("PSI: passive party skips its shuffles", "align",
              (("align.blinded", P.SHUFFLED), ("align.doubled_shuffled", P.SHUFFLED),
-              ("align.tags", P.SHUFFLED), ("align.oprf_values", P.SHUFFLED)), passive_skips_shuffle),
+              ("align.tags", P.SHUFFLED), ("align.oprf_values", P.SHUFFLED)), passive_skips_shuffle,
+             checks=("order of the passive's blinded IDs", "which own rows are common (cardinality mode)",
+                     "order of the passive's keyed-hash tags", "order of the sender's OPRF values (sender's file)")),
+    Mutation("PSI: active party skips its shuffles", "align",
+             (("align.blinded", P.SHUFFLED), ("align.tags", P.SHUFFLED)), active_skips_shuffle,
+             checks=("order of the active's blinded IDs", "order of the active's keyed-hash tags")),
     Mutation("KKRT: receiver sends its code words unmasked", "align",
-             (("align.oprf_matrix", P.MASKED),), kkrt_codes_unmasked),
+             (("align.oprf_matrix", P.MASKED),), kkrt_codes_unmasked,
+             checks=("the receiver's code words in the OT-extension matrix",)),
+    Mutation("KKRT: sender sends its OPRF values in table-row order", "align",
+             (("align.oprf_values", P.SHUFFLED),), kkrt_values_in_row_order,
+             checks=("order of the sender's OPRF values (table rows)",)),
     Mutation("KKRT: sender's OPRF key is all ones", "align",
-             (("align.oprf_values", P.BLINDED),), kkrt_guessable_oprf_key),
+             (("align.oprf_values", P.BLINDED),), kkrt_guessable_oprf_key,
+             checks=("dictionary attack on the sender's OPRF values",)),
     Mutation("KKRT: sender reuses one base-OT scalar", "align",
-             (("align.ot_choice", P.BLINDED),), kkrt_base_ot_scalar_reused),
+             (("align.ot_choice", P.BLINDED),), kkrt_base_ot_scalar_reused,
+             checks=("the sender's base-OT choice bits (its OPRF key)",)),
     # gradient exchange
     Mutation("exchange: gradient mask dropped", "exchange",
              (("exchange.masked_gradient", P.MASKED),), drop_uniform_masks,
@@ -533,11 +616,21 @@ MUTATIONS = (
              checks=("secagg.shares: self-mask seeds read from the relayed shares",)),
     # prototype VFL (its statistics through secagg; its alignment)
     Mutation("protovfl: statistics without secagg masks", "protovfl",
-             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks),
-    Mutation("protovfl: PSI tables unmasked", "protovfl", (("protovfl.psi_table", P.MASKED),), psi_tables_unmasked),
+             (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
+             checks=("masked class statistics: uniform over Z_M", "masked class statistics: fresh mask per message",
+                     "masked class statistics: correlation with the secret")),
+    Mutation("protovfl: PSI tables unmasked", "protovfl", (("protovfl.psi_table", P.MASKED),), psi_tables_unmasked,
+             checks=("masked hash tables: uniform over Z_M", PROTOVFL_COLLUDED_TABLE, PROTOVFL_ZERO_CELLS)),
+    Mutation("protovfl: PSI tables without the zero-sharing", "protovfl", (("protovfl.psi_table", P.MASKED),),
+             psi_tables_without_zero_sharing, checks=(PROTOVFL_COLLUDED_TABLE,)),
+    Mutation("protovfl: PSI empty cells without the uniform filler", "protovfl", (("protovfl.psi_table", P.MASKED),),
+             psi_empty_cells_unfilled, checks=(PROTOVFL_ZERO_CELLS,)),
+    Mutation("protovfl: secagg shares relayed unencrypted", "protovfl", (("secagg.shares", P.CIPHERTEXT),),
+             secagg_shares_unencrypted, checks=("secagg.shares: self-mask seeds read from the relayed shares",)),
     Mutation("protovfl: table key relayed unwrapped", "protovfl",
              (("protovfl.psi_wrapped_keys", P.CIPHERTEXT), ("protovfl.psi_wrapped_key", P.CIPHERTEXT)),
-             table_key_unwrapped),
+             table_key_unwrapped,
+             checks=("protovfl.psi_wrapped_key: the table key read from the relayed wrapping",)),
     Mutation("secureboost: one bin per distinct value", "secureboost",
              (("secureboost.histograms", P.AGGREGATE), ("secureboost.plain_histograms", P.AGGREGATE)),
              one_bin_per_value,
@@ -610,6 +703,7 @@ def test_no_declared_protection_is_flagged_in_an_honest_run(module: str) -> None
     for f in outcome.findings:
         assert set(f.attacks) <= declared, f"{f.name} attacks undeclared kinds {f.attacks}"
         assert f.value == f.value, f"{f.name}: NaN figure"  # computed, never missing
+
 
 
 def test_every_declared_protection_has_a_mutation() -> None:

@@ -399,8 +399,68 @@ def test_the_audit_measures_what_the_seed_claims_away() -> None:
     assert len(labelling) == 3 and all(f.baseline is not None and f.value > f.baseline for f in labelling)
     pair = outcome.finding("protovfl.psi_zero_cells: rows on some but not all parties")
     assert pair.value == 0 and (pair.samples or 0) > 0
+    from vflcrypto.protocols.protovfl.audit import COLLUDED_SUM, COLLUDED_TABLE, ZERO_CELLS
+
+    assert outcome.finding(COLLUDED_TABLE).value == 0 and outcome.finding(ZERO_CELLS).value == 0
+    assert outcome.finding(COLLUDED_SUM).value == outcome.finding(COLLUDED_SUM).baseline > 0  # declared, measured
     kinds = {r.kind for r in outcome.report.rows}
     assert {d.kind for d in declarations("protovfl")} <= kinds
+
+
+def _psi_tap(sets: list[list[str]]) -> AuditTap:
+    tap = AuditTap()
+    align.run_align_local(sorted({i for s in sets for i in s}), sets, tap=tap)
+    return tap
+
+
+PSI_SETS = [[f"a{i}" for i in range(30)] + [f"p{i}" for i in range(40)],
+            [f"a{i}" for i in range(30)] + [f"p{i}" for i in range(20)] + [f"q{i}" for i in range(50)],
+            [f"a{i}" for i in range(30)] + [f"r{i}" for i in range(10)]]
+
+
+def test_the_server_colluding_with_a_party_reads_no_other_single_table() -> None:
+    """Honest tables: no guess found in one other party's table; in the others' sum, the declared intersection of
+    the others (p0..p19 are on party-0 and party-1, outside party-2's set)."""
+    from vflcrypto.protocols.protovfl.audit import collusion_findings, zero_cells_finding
+
+    names = ["party-0", "party-1", "party-2"]
+    tap = _psi_tap(PSI_SETS)
+    single, joint = collusion_findings(tap, names, PSI_SETS)
+    assert single.measured and not single.flagged and single.value == 0 and single.min_effect == 0.0
+    assert joint.by_design and joint.value == 20 and joint.baseline == 20  # party-2 colluding: p0..p19
+    zero = zero_cells_finding(tap, names)
+    assert zero.measured and not zero.flagged and zero.value == 0
+
+
+def test_the_psi_checks_flag_the_mask_each_one_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the zero-sharing the collusion check flags (the zero cells do not); without the filler of the empty
+    cells the zero-cell count flags (the collusion check does not)."""
+    from vflcrypto.protocols.protovfl.audit import collusion_findings, zero_cells_finding
+
+    from vflcrypto.psi import mpsi
+
+    names = ["party-0", "party-1", "party-2"]
+    monkeypatch.setattr(mpsi, "_zero_share", lambda me, seeds, params: np.zeros(params.tables * params.cells
+                                                                                * mpsi.REPS, np.uint64))
+    tap = _psi_tap(PSI_SETS)
+    assert collusion_findings(tap, names, PSI_SETS)[0].flagged and not zero_cells_finding(tap, names).flagged
+    monkeypatch.undo()
+    monkeypatch.setattr(mpsi, "uniform_field", lambda n: np.zeros(n, np.uint64))
+    tap = _psi_tap(PSI_SETS)
+    assert not collusion_findings(tap, names, PSI_SETS)[0].flagged and zero_cells_finding(tap, names).flagged
+
+
+def test_the_psi_checks_say_when_they_cannot_run() -> None:
+    """No tables (an empty tap), or two parties (the colluder holds the other's whole zero share): not measured."""
+    from vflcrypto.protocols.protovfl.audit import CHECKS, collusion_findings, wrapped_key_finding, zero_cells_finding
+
+    names = ["party-0", "party-1", "party-2"]
+    found = [*collusion_findings(AuditTap(), names, PSI_SETS), zero_cells_finding(AuditTap(), names),
+             wrapped_key_finding(AuditTap(), names)]
+    assert [f.measured for f in found] == [False] * 4
+    assert {f.name for f in found if f.protection is not None} <= set(CHECKS)
+    two = collusion_findings(_psi_tap(PSI_SETS[:2]), names[:2], PSI_SETS[:2])
+    assert not any(f.measured for f in two) and "two parties" in two[0].description
 
 
 # --------------------------------------------------------------------------- the command line

@@ -176,18 +176,77 @@ def test_lone_surrogate_is_rejected_with_its_row() -> None:
         canonicalize_ids(["ok", "bad\udc80"])
 
 
+def _prefix_be(digests: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of each digest as a big-endian integer (their lexicographic order)."""
+    raw = np.ascontiguousarray(digests).view(np.uint8).reshape(len(digests), psi.DIGEST_BYTES)
+    return np.ascontiguousarray(raw[:, :8]).view(">u8").ravel().astype(np.uint64)
+
+
+@st.composite
+def _prefix_sharing_sets(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
+    """Own and peer digests from one pool in which digests share a few 8-byte prefixes (the fast path's key).
+
+    Every pool digest is common, own-only or peer-only. The first four share one prefix:
+    two common digests, one on the own side only and one on the peer side only, so matching
+    on the prefix alone finds a false match and ordering by the prefix alone meets a tie
+    (the own side lists the two common ones in descending digest order, so a stable sort on
+    the prefix keeps them wrong). Each side lists its digests in its own order; the peer
+    side may repeat some.
+    """
+    prefixes = draw(st.lists(st.binary(min_size=8, max_size=8), min_size=1, max_size=3, unique=True))
+    suffixes = draw(st.lists(st.binary(min_size=4, max_size=4), min_size=4, max_size=40, unique=True))
+    rest = len(suffixes) - 4
+    where = draw(st.lists(st.sampled_from(["both", "own", "peer"]), min_size=rest, max_size=rest))
+    pick = draw(st.lists(st.integers(0, len(prefixes) - 1), min_size=rest, max_size=rest))
+    pool = [prefixes[0] + x for x in suffixes[:4]] + [prefixes[k] + x for k, x in zip(pick, suffixes[4:], strict=True)]
+    roles = ["both", "both", "own", "peer", *where]
+    own = draw(st.permutations([d for d, r in zip(pool, roles, strict=True) if r != "peer"]))
+    i, j = own.index(pool[0]), own.index(pool[1])
+    if (i < j) == (pool[0] < pool[1]):  # the tied common pair in descending digest order on the own side
+        own[i], own[j] = own[j], own[i]
+    peer = draw(st.permutations([d for d, r in zip(pool, roles, strict=True) if r != "own"]))
+    peer += draw(st.lists(st.sampled_from(peer), max_size=5))
+    return np.array(own, dtype=psi.DIGEST_DTYPE), np.array(peer, dtype=psi.DIGEST_DTYPE)
+
+
+def _assert_equals_isin(match: Any, own: np.ndarray, peer: np.ndarray) -> None:
+    want = np.nonzero(np.isin(own, peer))[0]
+    want = want[np.argsort(own[want], kind="stable")]
+    assert match(own, peer).tolist() == want.tolist()
+
+
+def _match_on_the_prefix(own: np.ndarray, peer: np.ndarray) -> np.ndarray:
+    """Broken on purpose: matches on the 8-byte prefix alone (orders by the whole digest)."""
+    pos = np.nonzero(np.isin(_prefix_be(own), _prefix_be(peer)))[0]
+    return pos[np.argsort(own[pos], kind="stable")]
+
+
+def _order_by_the_prefix(own: np.ndarray, peer: np.ndarray) -> np.ndarray:
+    """Broken on purpose: matches whole digests, orders by the prefix alone (ties keep the own order)."""
+    pos = np.nonzero(np.isin(own, peer))[0]
+    return pos[np.argsort(_prefix_be(own[pos]), kind="stable")]
+
+
 @settings(max_examples=60, deadline=None)
-@given(own=st.lists(st.binary(min_size=4, max_size=4), unique=True, max_size=40),
-       peer=st.lists(st.binary(min_size=4, max_size=4), max_size=40),
-       prefixes=st.lists(st.binary(min_size=8, max_size=8), min_size=1, max_size=3))
-def test_match_digests_equals_isin_even_when_digests_share_their_first_8_bytes(
-        own: list[bytes], peer: list[bytes], prefixes: list[bytes]) -> None:
-    """The fast path filters on an 8-byte prefix; digests that share it must still be told apart."""
-    a = np.array([prefixes[i % len(prefixes)] + s for i, s in enumerate(own)], dtype=psi.DIGEST_DTYPE)
-    b = np.array([prefixes[i % len(prefixes)] + s for i, s in enumerate(peer)], dtype=psi.DIGEST_DTYPE)
-    want = np.nonzero(np.isin(a, b))[0]
-    want = want[np.argsort(a[want], kind="stable")]
-    assert psi.match_digests(a, b).tolist() == want.tolist()
+@given(sets=_prefix_sharing_sets())
+def test_match_digests_equals_isin_when_common_digests_share_their_first_8_bytes(
+        sets: tuple[np.ndarray, np.ndarray]) -> None:
+    """The fast path filters on an 8-byte prefix; digests that share it must still be told apart and ordered."""
+    own, peer = sets
+    common = own[np.isin(own, peer)]
+    assert len(set(_prefix_be(common).tolist())) < len(common)  # the generator's promise: a tie among them
+    _assert_equals_isin(psi.match_digests, own, peer)
+
+
+@pytest.mark.parametrize("broken", [_match_on_the_prefix, _order_by_the_prefix])
+def test_the_prefix_sharing_sets_catch_a_comparator_that_uses_only_the_prefix(broken: Any) -> None:
+    @settings(max_examples=20, deadline=None, database=None)
+    @given(sets=_prefix_sharing_sets())
+    def same_as_isin(sets: tuple[np.ndarray, np.ndarray]) -> None:
+        _assert_equals_isin(broken, *sets)
+
+    with pytest.raises(AssertionError):
+        same_as_isin()
 
 
 @settings(max_examples=80, deadline=None)

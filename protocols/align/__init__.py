@@ -86,6 +86,7 @@ from typing import Any
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
+from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step
 from .files import IdTable, align_files, canon_table, read_id_table
 from .messages import (
@@ -185,6 +186,7 @@ SPEC = ProtocolSpec(
     roles={ACTIVE: ActiveRole, PASSIVE: PassiveRole},
     run_local=run_local,
     audit=audit_run,
+    checks=AUDIT_CHECKS,
     demo=demo_step,
     demo_order=10,
     commands=(Command("align", "private entity alignment (PSI) of two CSV files", cli.add_align_arguments,

@@ -103,6 +103,7 @@ SPEC = ProtocolSpec(
     roles={SERVER: ServerRole, PARTY: PartyRole},
     run_local=run_local,
     audit=audit.audit_run,
+    checks=audit.CHECKS,
     config=ProtoConfig,
     demo=audit.demo_step,
     demo_order=80,

@@ -17,7 +17,9 @@ Every party ends with the rows of its own file that are in A and labelled, in ca
 ID order (the same order at every party and in every run). The server ends with A's IDs
 and labels: it needs them to label the aligned rows (its labels are keyed by ID). The
 parties' table key k never reaches S; S is semi-honest and must not collude with a
-party (with k, S could test guesses about pairwise overlaps). The adverts are not
+party (with k and that party's seeds, S tests guesses against the intersection of the
+other parties' sets; their tables one by one stay uniform with three or more parties:
+see :mod:`vflcrypto.psi.mpsi`, measured by the audit). The adverts are not
 signed: a server that substitutes keys (an active attacker) is outside this model.
 """
 
@@ -285,6 +287,8 @@ class PsiPartyRole(Role[_PartyState]):
         st.placement = [np.asarray([list(t.keys()), list(t.values())], np.int64).reshape(2, -1)
                         for t in placement.rows]
         self.hold("tables", values)
+        self.hold("table_key", st.key)  # its own secrets: what it would bring to a coalition with S
+        self.hold("pair_seeds", pairs)
         wire = values.astype(np.uint32)  # field elements < 2^31: half the bytes of uint64
         return then([*sends, send(self.server, PsiTable(wire))], self.server, PsiZeroCells, "on_zero_cells",
                     patience=2.0 + len(st.seeds))

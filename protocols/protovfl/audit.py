@@ -9,6 +9,7 @@ prototype, far above the base rate.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,9 +17,12 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.audit.attacks import ring_mask_findings
+from vflcrypto.audit.checks import EXACT, Check, mask_checks
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.errors import AuditError
 from vflcrypto.ml.prototypes import squared_distances
 from vflcrypto.psi import mpsi
+from vflcrypto.psi.primitives import canonical_id
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 from vflcrypto.spec import DemoContext
@@ -34,10 +38,31 @@ from .math import ProtoConfig, split_statistics
 from .messages import Embedding, GlobalModel, PsiAlignedIds, PsiTable, PsiWrappedKey, PsiZeroCells, Stats
 from .roles import run_local, secagg_config
 
-__all__ = ["AUDIT_CONFIG", "audit_run", "demo_step", "prototype_labelling"]
+__all__ = ["AUDIT_CONFIG", "CHECKS", "audit_run", "collusion_findings", "demo_step", "prototype_labelling",
+           "zero_cells_finding"]
 
 #: the audit's training (fewer epochs than the default: the leaks do not depend on them)
 AUDIT_CONFIG = ProtoConfig(rounds=2, local_epochs=4, head_epochs=150)
+
+COLLUDED_TABLE = "protovfl.psi_table: another party's IDs tested by the server colluding with a party"
+COLLUDED_SUM = "protovfl.psi_table: the other parties' common IDs tested by the server colluding with a party"
+ZERO_CELLS = "protovfl.psi_table: zero cells beyond A (cells no party filled)"
+
+#: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
+CHECKS = (
+    *mask_checks("masked class statistics", "secagg.masked_input", correlation=Protection.AGGREGATE),
+    Check("secagg.shares: self-mask seeds read from the relayed shares", ("secagg.shares",), Protection.CIPHERTEXT,
+          "shares relayed unencrypted (the server reconstructs a self-mask seed)", EXACT),
+    # each party sends one table per run, under a fresh table key: nothing to reuse across messages
+    *mask_checks("masked hash tables", "protovfl.psi_table", fresh=False, correlation=None),
+    Check(COLLUDED_TABLE, ("protovfl.psi_table",), Protection.MASKED,
+          "tables without the zero-sharing (the server and one party test another party's IDs)", EXACT),
+    Check(ZERO_CELLS, ("protovfl.psi_table", "protovfl.psi_aligned_ids"), Protection.MASKED,
+          "empty cells left zero (the server counts zero cells beyond the intersection's)", EXACT),
+    Check("protovfl.psi_wrapped_key: the table key read from the relayed wrapping",
+          ("protovfl.psi_wrapped_keys", "protovfl.psi_wrapped_key"), Protection.CIPHERTEXT,
+          "the table key relayed unwrapped (A's IDs land on zero cells far above their density)", 0.9),
+)
 
 
 def prototype_labelling(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
@@ -91,9 +116,13 @@ def plain_stats_finding(tap: AuditTap, parties: Sequence[str], cfg: ProtoConfig,
 
 def wrapped_key_finding(tap: AuditTap, parties: Sequence[str]) -> EmpiricalFinding:
     """The server tries the wrapped table keys it relayed as the key k: do A's IDs land on the zero cells?"""
-    (aligned,) = tap.received(SERVER, PsiAlignedIds)
-    (zeros,) = tap.received(parties[0], PsiZeroCells)
+    name = "protovfl.psi_wrapped_key: the table key read from the relayed wrapping"
+    received = tap.received(SERVER, PsiAlignedIds), tap.received(parties[0], PsiZeroCells) if parties else []
     tables = tap.received(SERVER, PsiTable)
+    if any(len(r) != 1 for r in received) or not tables:
+        return _unmeasured(name, "no aligned IDs, zero cells or tables in the session", Protection.CIPHERTEXT,
+                           ("protovfl.psi_wrapped_keys", "protovfl.psi_wrapped_key"))
+    (aligned,), (zeros,) = received
     shape = np.asarray(tables[0].values).shape
     params = mpsi.MPSIParams(len(parties), 0, shape[0], shape[1])
     zero = set(np.asarray(zeros.cells, np.int64).tolist())
@@ -109,13 +138,146 @@ def wrapped_key_finding(tap: AuditTap, parties: Sequence[str]) -> EmpiricalFindi
                 flat = pos + (np.arange(params.tables) * params.cells)[:, None]
                 best = max(best, float(np.isin(flat, list(zero)).mean()))
     return EmpiricalFinding(
-        SERVER, "protovfl.psi_wrapped_key: the table key read from the relayed wrapping", best, density,
+        SERVER, name, best, density,
         f"the server takes every 32-byte window of each wrapped key it relayed as the table key k and places A's "
         f"IDs (which it learns) with it: {best:.1%} of (ID, table) pairs land on a zero cell, against the "
         f"zero-cell density {density:.1%} of a wrong key (with k it could test guesses about pairwise overlaps)",
         attacks=("protovfl.psi_wrapped_keys", "protovfl.psi_wrapped_key"), protection=Protection.CIPHERTEXT,
         flagged=best > density + 0.25, samples=len(aligned.ids) * params.tables,
-        detects="a key that places A's IDs on zero cells 25 points above the density")
+        detects="a key that places A's IDs on zero cells 25 points above the density", min_effect=density + 0.25)
+
+
+def _psi_view(tap: AuditTap, names: Sequence[str]) -> tuple[list[np.ndarray], mpsi.MPSIParams] | str:
+    """The tables S received, one per party in party order, and their shape; or why there are none."""
+    tables = [tap.received(SERVER, PsiTable, sender=n) for n in names]
+    if not names or any(len(t) != 1 for t in tables):
+        return f"the server received {[len(t) for t in tables]} tables from the parties, not one each"
+    values = [np.asarray(t[0].values).astype(np.uint64) for t in tables]
+    shape = values[0].shape
+    if len(shape) != 3 or any(v.shape != shape for v in values):
+        return "the parties' tables differ in shape"
+    return values, mpsi.MPSIParams(len(names), 0, shape[0], shape[1])
+
+
+def _unmeasured(name: str, why: str, protection: Protection | None, attacks: tuple[str, ...] = ("protovfl.psi_table",)
+                ) -> EmpiricalFinding:
+    return EmpiricalFinding(SERVER, name, 0.0, 0.0, f"not measured: {why}", attacks=attacks, protection=protection,
+                            measured=False, min_effect=0.0)
+
+
+def collusion_findings(tap: AuditTap, names: Sequence[str], party_ids: Sequence[Sequence[str]]
+                       ) -> list[EmpiricalFinding]:
+    """S colluding with one party c, against the tables of the others (every c in turn; :mod:`vflcrypto.psi.mpsi`).
+
+    The coalition holds what S received and c's own secrets (``tap.held``: the table key k
+    and c's pairwise seeds s_{cm}); its dictionary is the audit's ID universe minus c's own
+    IDs (a hit beyond A). For a guess x it computes pos_j(x), H_r(x) and every party's ρ
+    from k, and for the masks it can know (c's pairwise term ±PRG(s_{cm}) of z_m, or none):
+
+    * one other party m (protection MASKED, the zero-sharing): is v_m minus that mask equal
+      to ρ_m H_r(x) at pos_j(x) in both repetitions of some table j? With three or more
+      parties the rest of z_m is uniform to the coalition: a hit has probability 2^-62 per
+      test. Without the zero-sharing every x on m that won its cell is a hit.
+    * every other party together (by design): does Σ_{m≠c} v_m + z_c + ρ_c H_r(x) vanish?
+      It does where all the others placed x: the coalition learns the intersection of the
+      other parties' sets for any guess, which the masks cannot hide (declared).
+    """
+    view = _psi_view(tap, names)
+    if isinstance(view, str) or len(names) < 3:
+        why = view if isinstance(view, str) else (
+            "two parties: the colluding party holds the other's whole zero share (no protection claimed)")
+        return [_unmeasured(COLLUDED_TABLE, why, Protection.MASKED), _unmeasured(COLLUDED_SUM, why, None)]
+    values, params = view
+    p = np.uint64(mpsi.FIELD)
+    universe = sorted({canonical_id(i) for ids in party_ids for i in ids})
+    single = tested = joint = joint_tested = on_m = on_all = 0
+    try:
+        secrets_of = [(tap.held_one(n, "table_key"), tap.held_one(n, "pair_seeds")) for n in names]
+    except AuditError as exc:
+        why = f"a party recorded no table key or seeds ({exc})"
+        return [_unmeasured(COLLUDED_TABLE, why, Protection.MASKED), _unmeasured(COLLUDED_SUM, why, None)]
+    sets = [{canonical_id(i) for i in ids} for ids in party_ids]
+    tables = np.arange(params.tables)[:, None]
+    for c, (key, seeds) in enumerate(secrets_of):
+        cand = [x for x in universe if x not in sets[c]]
+        if not cand:
+            continue
+        pos = mpsi.positions(cand, key, params)  # tables × candidates
+        h = mpsi.encodings(cand, key)[None]  # 1 × candidates × REPS
+
+        def at(t: np.ndarray, pos: np.ndarray = pos) -> np.ndarray:
+            return t[tables, pos]  # tables × candidates × REPS
+
+        def found(residual: np.ndarray, target: np.ndarray | int) -> np.ndarray:
+            """Candidates whose cells equal ``target`` in both repetitions of some table."""
+            return np.any(np.all(residual == target, axis=2), axis=0)
+
+        others = [m for m in range(len(names)) if m != c]
+        for m in others:
+            target = (at(mpsi.coefficients(key, m, params)) * h) % p
+            mask = at(mpsi.pair_term(m, c, seeds[m], params))
+            v = at(values[m])
+            hit = found((v + p - mask) % p, target) | found(v, target)
+            single += int(hit.sum())
+            tested += len(cand)
+            on_m += sum(x in sets[m] for x in cand)
+        z_c = sum((mpsi.pair_term(c, m, seeds[m], params) for m in others), np.zeros(params.shape, np.uint64)) % p
+        rest = sum((values[m] for m in others), np.zeros(params.shape, np.uint64)) % p
+        minus = (at(mpsi.coefficients(key, c, params)) * h) % p  # ρ_c H_r(x)
+        r = at(rest)
+        hit = found((r + at(z_c) + minus) % p, 0) | found((r + minus) % p, 0)
+        joint += int(hit.sum())
+        joint_tested += len(cand)
+        on_all += sum(all(x in sets[m] for m in others) for x in cand)
+    return [
+        EmpiricalFinding(
+            SERVER, COLLUDED_TABLE, float(single), 0.0,
+            f"the server with one party's table key and pairwise seeds (each party in turn) strips that party's "
+            f"pairwise term from another party's table and compares the cells of {tested} guessed IDs outside the "
+            f"colluder's own set with ρ_m·H(x): {single} identified ({on_m} of the guesses are on that party); "
+            "the other honest party's pairwise mask keeps every single table uniform to the coalition",
+            attacks=("protovfl.psi_table",), protection=Protection.MASKED, flagged=single > 0, samples=tested,
+            detects="any one guessed ID (a chance hit has probability 2^-62 per table)", min_effect=0.0),
+        EmpiricalFinding(
+            SERVER, COLLUDED_SUM, float(joint), float(on_all),
+            f"the same coalition adds the other parties' tables and its own zero share: the sum is −ρ_c·H(x) where "
+            f"all of them placed x, so {joint} of {joint_tested} guessed IDs outside the colluder's set are found on "
+            f"every other party ({on_all} are); by design: the protocol assumes S colludes with no party (mpsi "
+            "docstring)",
+            attacks=("protovfl.psi_table",), protection=None, flagged=joint > 0, samples=joint_tested,
+            detects="any one guessed ID", min_effect=0.0),
+    ]
+
+
+def zero_cells_finding(tap: AuditTap, names: Sequence[str]) -> EmpiricalFinding:
+    """S sums the tables itself: more zero cells than |A| times the tables means cells no party filled.
+
+    Every row of A is zero in at most one cell per table, so an honest sum has at most
+    |A|·tables zero cells (a false zero: 2^-62 per cell). Without the filler u a cell every
+    party left empty sums to Σ z = 0: S counts them and estimates |∪ I(m)| (each of U
+    distinct IDs misses a cell with probability 1 − 1/C), beyond the set sizes and |A| it
+    is told; a party reads, at its own empty cells, that no other party placed an ID there.
+    """
+    view = _psi_view(tap, names)
+    aligned = tap.received(SERVER, PsiAlignedIds)
+    attacks = ("protovfl.psi_table", "protovfl.psi_aligned_ids")
+    if isinstance(view, str) or len(aligned) != 1:
+        return _unmeasured(ZERO_CELLS, view if isinstance(view, str) else "no aligned IDs reached the server",
+                           Protection.MASKED, attacks)
+    values, params = view
+    zero = len(mpsi.combine(values, params))
+    bound = len(aligned[0].ids) * params.tables
+    excess = max(0, zero - bound)
+    estimate = ""
+    if excess:
+        empty = min(excess / (params.tables * params.cells), 1 - 1e-12)
+        estimate = f"; from them S estimates |∪ I(m)| ≈ {math.log(empty) / math.log1p(-1 / params.cells):,.0f}"
+    return EmpiricalFinding(
+        SERVER, ZERO_CELLS, float(excess), 0.0,
+        f"the server's sum of the tables has {zero:,} zero cells against at most |A|·tables = {bound:,} for the rows "
+        f"of A: {excess:,} more, cells that every party left empty{estimate}",
+        attacks=attacks, protection=Protection.MASKED, flagged=excess > 0, samples=params.tables * params.cells,
+        detects="any one zero cell beyond A's (a false zero has probability 2^-62 per cell)", min_effect=0.0)
 
 
 def pairwise_finding(tap: AuditTap, party_ids: Sequence[Sequence[str]], names: Sequence[str]) -> EmpiricalFinding:
@@ -146,7 +308,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       party's class mix from the plaintext statistics, the masked inputs of the secure
       mode (uniform, fresh per round, uncorrelated with the party's statistics), the
       relayed share ciphertexts, and in the alignment the masked tables (uniform over
-      F_p) and the wrapped table keys (read as the key);
+      F_p; their sum has no zero cell beyond A's) and the wrapped table keys (read as the key);
+    * the server colluding with each party in turn (outside the model, the masks' limits):
+      another party's table alone (the zero-sharing keeps it uniform), and the sum of the
+      other tables (it reveals the other parties' intersection for any guess: by design);
     * the gate weights (party usefulness) and the unaligned row counts are the server's by design.
 
     ``key_bits`` is unused (X25519, AES-256 and masks over F_p and Z_2^64).
@@ -181,8 +346,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings.append(share_reading_finding(stap, names))
     tables_seen = [[np.asarray(m.values).ravel()[:20_000].tolist() for m in atap.received(SERVER, PsiTable, sender=n)]
                    for n in names]
-    findings += ring_mask_findings(SERVER, "protovfl.psi_table", "masked hash tables", tables_seen, mpsi.FIELD)
+    findings += ring_mask_findings(SERVER, "protovfl.psi_table", "masked hash tables", tables_seen, mpsi.FIELD,
+                                   fresh=False)
     findings.append(wrapped_key_finding(atap, names))
+    findings += collusion_findings(atap, names, party_ids)
+    findings.append(zero_cells_finding(atap, names))
     findings.append(pairwise_finding(atap, party_ids, names))
 
     runs = {"all-party-only alignment": align.transcript,

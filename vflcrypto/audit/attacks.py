@@ -239,7 +239,7 @@ def _truth_findings(observer: str, kind: str, what: str, centred: np.ndarray,
     return [_finding(observer, f"{what}: correlation with the secret", kind, protection,
                      abs(r), rc, p, t.size, f"|r| >= {rc:.3f} over {t.size} values",
                      f"Pearson r between what {observer} decoded (centred) and the true values "
-                     "behind the masks; baseline = the smallest |r| this sample size flags")]
+                     "behind the masks; baseline = the smallest |r| this sample size flags", rc)]
 
 
 def _consecutive(streams: Sequence[Sequence[Any]]) -> list[tuple[Any, Any]]:
@@ -278,7 +278,7 @@ def ring_mask_findings(observer: str, kind: str, what: str,
     out = [_finding(observer, names[0], kind, protection, d, crit, p, len(u),
                     f"a CDF deviation >= {crit:.3f} from uniform over {len(u)} values",
                     f"KS distance of {observer}'s {len(u)} decoded residues / M from U(0, 1); "
-                    "baseline = the smallest distance this sample flags")]
+                    "baseline = the smallest distance this sample flags", crit)]
     pairs = _consecutive(rows)
     if not fresh:
         pass
@@ -293,7 +293,7 @@ def ring_mask_findings(observer: str, kind: str, what: str,
         out.append(_finding(observer, names[1], kind, protection, d2, crit2,
                             p2, len(diffs), f"a CDF deviation >= {crit2:.3f} over {len(diffs)} differences",
                             f"KS distance from U(0, 1) of {len(pairs)} pairs of consecutive messages' "
-                            "differences mod M: a reused mask cancels in them"))
+                            "differences mod M: a reused mask cancels in them", crit2))
     half = modulus // 2
     centred = [v - modulus if v > half else v for v in flat]
     scale = max(1, max(abs(c) for c in centred))
@@ -349,7 +349,7 @@ def real_mask_findings(observer: str, kind: str, what: str, streams: Sequence[Se
     crit = ks_critical(flat.size)
     out = [_finding(observer, names[0], kind, protection, d, crit, p, flat.size,
                     f"a CDF deviation >= {crit:.3f} over {flat.size} values",
-                    f"KS distance of {observer}'s decryptions from U(-R, R), R = {half_width:.4g}")]
+                    f"KS distance of {observer}'s decryptions from U(-R, R), R = {half_width:.4g}", crit)]
     pairs = _consecutive(rows)
     if not pairs:
         out.append(not_measured(observer, names[1], (kind,), protection,
@@ -361,7 +361,7 @@ def real_mask_findings(observer: str, kind: str, what: str, streams: Sequence[Se
         out.append(_finding(observer, names[1], kind, protection, d2, crit2, p2,
                             diffs.size, f"a CDF deviation >= {crit2:.3f} over {diffs.size} differences",
                             "KS distance of consecutive messages' differences from the triangular "
-                            "law of two fresh masks: a reused mask cancels in them"))
+                            "law of two fresh masks: a reused mask cancels in them", crit2))
     out += _truth_findings(observer, kind, what, flat, truth, protection)
     return out
 

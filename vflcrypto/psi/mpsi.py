@@ -46,9 +46,30 @@ Errors:
 
 The masks are uniform mod p up to a bias of about 2^-33 (64-bit draws reduced mod p).
 
+**What each mask is for.** The filler u: without it a cell every party left empty sums to
+Σ_m z_m = 0, so the zero cells also mark the cells no party filled (S counts far more than
+|A| per table and estimates |∪_m I(m)|; a party sees zero cells where it placed nothing,
+i.e. where no other party holds an ID). The coefficients ρ: unknown to S, they make each
+v_m uniform to S alone. The zero-sharing z: it is what protects a party against S
+*colluding with another party* (below); against S alone ρ and u suffice.
+
 **Threat model.** Semi-honest parties and a semi-honest S that does not collude with a
-party. S together with one party could test guesses about the others' IDs. The
-protocol declares this and does not defend against it.
+party. Collusion of S with one party c, worked out (the audit of prototype VFL measures
+both lines):
+
+* c holds k, hence ρ_m of every party, H_r and pos_j, and its seeds s_{cm}; S holds every
+  table. For another party m the coalition removes the one term of z_m it knows,
+  ±PRG(s_{cm}), and compares, for a guessed ID x, w = v_m ∓ PRG(s_{cm}) at pos_j(x) with
+  ρ_m · H_r(x). What remains of z_m, Σ_{m'∉{c,m}} ±PRG(s_{mm'}), is uniform to the
+  coalition as soon as there are three parties: a single party's table reveals nothing.
+  Without the zero-sharing w = ρ_m H_r(x) wherever m placed x, and the coalition reads
+  off m's set for every guess. With two parties the coalition knows z_m entirely: the
+  zero-sharing protects nothing against it.
+* What no mask hides: the honest parties' tables sum to Σ_{m≠c} v_m = −z_c +
+  Σ_{m≠c} ρ_m H_r(x_m) (+ the u of the empty cells), and where every one of them placed
+  the same x this is −z_c − ρ_c H_r(x), which the coalition computes for a guess. So S with
+  c tests whether a guessed ID is on *all the other* parties: the intersection of their
+  sets, more than A for an ID outside I(c). Declared; the protocol does not defend it.
 """
 
 from __future__ import annotations
@@ -68,8 +89,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ..errors import InputDataError, ProtocolError
 from .primitives import canonical_id
 
-__all__ = ["FIELD", "KEY_BYTES", "REPS", "MPSIParams", "Placement", "combine", "decode", "encode", "plan", "positions",
-           "uniform_field"]
+__all__ = ["FIELD", "KEY_BYTES", "REPS", "MPSIParams", "Placement", "coefficients", "combine", "decode", "encode",
+           "encodings", "pair_term", "plan", "positions", "uniform_field"]
 
 FIELD = (1 << 31) - 1  # p: products of two elements fit in a uint64
 REPS = 2  # independent repetitions per cell: a false zero has probability p^-2 ≈ 2^-62
@@ -149,6 +170,33 @@ def _rho(key: bytes, me: int, params: MPSIParams) -> np.ndarray:
     return (np.uint64(FIELD) - total) % np.uint64(FIELD)
 
 
+def coefficients(key: bytes, me: int, params: MPSIParams) -> np.ndarray:
+    """ρ_me over every cell (shape ``params.shape``): what every holder of k can compute for any party."""
+    return _rho(key, me, params).reshape(params.shape)
+
+
+def encodings(ids: Sequence[Any], key: bytes) -> np.ndarray:
+    """H_r(x) = PRF_k(r, x) mod p of each ID (IDs × REPS): the value an ID contributes, times ρ, to its cells."""
+    canon = [canonical_id(i) for i in ids]
+    if not canon:
+        return np.zeros((0, REPS), np.uint64)
+    return np.stack([_prf(key, b"h" + bytes([r]), canon) % np.uint64(FIELD) for r in range(REPS)], axis=1)
+
+
+def pair_term(me: int, other: int, seed: bytes, params: MPSIParams) -> np.ndarray:
+    """The term of z_me from the seed party ``me`` shares with ``other``: +PRG(s) if other > me, else −PRG(s).
+
+    Both parties of the pair can compute it (shape ``params.shape``, field elements).
+    """
+    if not isinstance(seed, bytes) or len(seed) != KEY_BYTES:
+        raise InputDataError("pairwise seeds are 32 bytes")
+    if me == other:
+        raise InputDataError("a pairwise seed joins two different parties")
+    s = _stream(seed, b"zero", params.tables * params.cells * REPS)
+    p = np.uint64(FIELD)
+    return (s if other > me else (p - s) % p).reshape(params.shape)
+
+
 def _zero_share(me: int, pair_seeds: Mapping[int, bytes], params: MPSIParams) -> np.ndarray:
     """z_me = Σ_{m'>me} PRG(s) − Σ_{m'<me} PRG(s) mod p (pairwise seeds with every other party)."""
     size = params.tables * params.cells * REPS
@@ -157,10 +205,7 @@ def _zero_share(me: int, pair_seeds: Mapping[int, bytes], params: MPSIParams) ->
     z = np.zeros(size, np.uint64)
     p = np.uint64(FIELD)
     for other, seed in sorted(pair_seeds.items()):
-        if not isinstance(seed, bytes) or len(seed) != KEY_BYTES:
-            raise InputDataError("pairwise seeds are 32 bytes")
-        s = _stream(seed, b"zero", size)
-        z = (z + s) % p if other > me else (z + p - s) % p
+        z = (z + pair_term(me, other, seed, params).ravel()) % p
     return z
 
 
