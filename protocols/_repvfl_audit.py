@@ -7,7 +7,13 @@
 * the server fits a linear probe from the representations it received to the sending
   party's raw columns (what the party holds: scored, never used by the probe);
 * in few-shot client-return mode a party names its clusters with the class pseudo-labels
-  it received, and the named overlap labels are scored.
+  it received, and the named overlap labels are scored;
+* the published attacks of :mod:`vflcrypto.audit.literature` (the audit's scorecard):
+  norm and direction scoring on the gradient rows a party received (Li et al., ICLR 2022),
+  passive model completion on the representations it sent, with 4 known labels per class
+  (Fu et al., USENIX Security 2022), and the server's trained decoder from each
+  representation kind it received to the sender's raw columns, knowing half of the rows'
+  raw values (He et al., ACSAC 2019).
 
 Every attack reads the payloads from the run's :class:`~vflcrypto.runtime.channel.AuditTap`.
 """
@@ -21,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from vflcrypto.audit import literature
 from vflcrypto.audit.attacks import accuracy_finding, not_measured, partition_finding, probe_finding
 from vflcrypto.audit.ledger import EmpiricalFinding, Figure
 from vflcrypto.errors import InputDataError
@@ -30,7 +37,12 @@ from vflcrypto.spec import DemoContext
 
 from ._repvfl import SERVER, require_torch
 
-__all__ = ["batch_gradient_finding", "d1_finding", "naming_finding", "needs_torch", "probe_findings"]
+__all__ = ["COMPLETION_LABELS", "batch_gradient_finding", "batch_rows", "d1_finding", "inversion_findings",
+           "label_attack_findings", "naming_finding", "needs_torch", "probe_findings"]
+
+#: the labels per class the feature party is assumed to know for model completion (Fu et al. grant 40 for
+#: CIFAR-10's 10 classes); direction scoring assumes one per class (Li et al.: one known example)
+COMPLETION_LABELS = 4
 
 
 def needs_torch(step: Callable[[DemoContext], dict[str, Any]]) -> Callable[[DemoContext], dict[str, Any]]:
@@ -140,3 +152,61 @@ def naming_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> Empir
                             description="its clusters of the overlap rows named by the majority pseudo-label of "
                                         "its unaligned rows in each cluster; declared: client return hands "
                                         "out class names; baseline 1/C")
+
+
+# --------------------------------------------------------------------------- the published attacks (scorecard)
+
+
+def batch_rows(msgs: Sequence[Any], batches: Sequence[np.ndarray], n: int, field: str) -> np.ndarray:
+    """Split learning: the per-batch arrays ``field`` of ``msgs`` put back in overlap-row order (one epoch)."""
+    parts = [np.asarray(getattr(m, field)) for m in msgs]
+    out = np.full((n, parts[0].shape[1] if parts else 0), np.nan)
+    for part, rows in zip(parts, batches, strict=True):
+        out[rows] = part
+    return out
+
+
+def label_attack_findings(party: str, gradient_kind: str, G: np.ndarray | None, own_kind: str, H: np.ndarray | None,
+                          y: np.ndarray) -> list[EmpiricalFinding]:
+    """The published label attacks of a feature party on the gradient rows it received (``G``, one row per overlap
+    row) and on the representations it sent (``H``): norm and direction scoring (Li et al.), passive model
+    completion with :data:`COMPLETION_LABELS` known labels per class (Fu et al.)."""
+    names = (f"{gradient_kind}: norm scoring label inference", f"{gradient_kind}: direction scoring label inference",
+             f"{own_kind}: passive model completion ({COMPLETION_LABELS} known labels per class)")
+    out: list[EmpiricalFinding] = []
+    if G is None or not np.isfinite(G).all():
+        out += [not_measured(party, n, (gradient_kind,), None, f"{party} received no {gradient_kind} row for every "
+                                                                 "overlap row") for n in names[:2]]
+    else:
+        out.append(literature.norm_scoring(party, names[0], G, y, attacks=(gradient_kind,)))
+        out.append(literature.direction_scoring(party, names[1], G, y, literature.known_labels(y, 1),
+                                                attacks=(gradient_kind,)))
+    if H is None or not np.isfinite(H).all():
+        out.append(not_measured(party, names[2], (gradient_kind, own_kind), None,
+                                f"{party} sent no {own_kind} row for every overlap row"))
+    else:
+        out.append(literature.model_completion(party, names[2], H, y, literature.known_labels(y, COMPLETION_LABELS),
+                                               attacks=(gradient_kind, own_kind)))
+    return out
+
+
+def inversion_findings(tap: AuditTap, parties: Sequence[str], kinds: Sequence[tuple[str, str]],
+                       rows: Callable[[str, str], tuple[np.ndarray, np.ndarray] | None] | None = None,
+                       ) -> list[EmpiricalFinding]:
+    """The server's trained decoder (He et al.) from each representation kind it received to the sender's raw
+    columns, knowing half of the rows' raw values; ``kinds`` lists (kind, the held name of the sender's raw rows),
+    ``rows`` (split learning) maps (party, kind) to the (H, X) pairs of one epoch."""
+    out = []
+    for party in parties:
+        for kind, held in kinds:
+            name = f"{kind} from {party}: raw columns by a trained decoder"
+            pair = rows(party, kind) if rows is not None else None
+            if pair is None:
+                msgs = tap.received(SERVER, kind, sender=party)
+                pair = (np.asarray(msgs[-1].H), np.asarray(tap.held(party, held)[0])) if msgs else None
+            if pair is None or len(pair[0]) != len(pair[1]) or len(pair[0]) < 10:
+                out.append(not_measured(SERVER, name, (kind,), None, f"the server received no {kind} from {party} "
+                                                                     "matching >= 10 raw rows"))
+                continue
+            out.append(literature.representation_inversion(SERVER, name, pair[0], pair[1], attacks=(kind,)))
+    return out

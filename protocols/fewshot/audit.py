@@ -5,12 +5,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, digits_example, party_names, require_torch
-from .._repvfl_audit import d1_finding, naming_finding, needs_torch, probe_findings
+from .._repvfl_audit import (
+    d1_finding,
+    inversion_findings,
+    label_attack_findings,
+    naming_finding,
+    needs_torch,
+    probe_findings,
+)
 from .roles import FewShotConfig, run_local
 
 __all__ = ["audit_run", "demo_step"]
@@ -23,7 +32,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       return, the overlap labels *named* with the pseudo-labels it received;
     * the server: which rows each party holds that the others lack (their count, exact)
       and a linear probe from every representation it received (U1, U2 and the unaligned
-      H_u) to the party's raw columns.
+      H_u) to the party's raw columns;
+    * the scorecard's published attacks (server-side expansion run): each party's norm and
+      direction scoring on its D1 and passive model completion on the U2 it sent; the
+      server's trained decoder on U1, U2 and H_u.
     """
     require_torch()
     server, parties = digits_example(100, seed=0)
@@ -43,6 +55,14 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
             f"truth {len(data.X_unaligned)}), and their representations; by design",
             attacks=("fewshot.unaligned_representation",), flagged=True, samples=len(hu.H),
             detects="exact (a row count)"))
+    for p in names:
+        (d1,) = tap.received(p, "fewshot.gradient")
+        u2 = tap.received(SERVER, "fewshot.representation_update", sender=p)
+        findings += label_attack_findings(p, "fewshot.gradient", np.asarray(d1.G), "fewshot.representation_update",
+                                          np.asarray(u2[-1].H) if u2 else None, y)
+    findings += inversion_findings(tap, names, [("fewshot.representation", "features"),
+                                                ("fewshot.representation_update", "features"),
+                                                ("fewshot.unaligned_representation", "unaligned_features")])
     naming = [naming_finding(ctap, p, "fewshot.pseudo_labels", y) for p in names]
     findings += naming
     runs = {"server-side expansion": run.transcript, "client return": crun.transcript}

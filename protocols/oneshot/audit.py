@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
+
 from vflcrypto.audit.ledger import AuditOutcome, audit_runs
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
 
-from .._repvfl import digits_example, party_names, require_torch
-from .._repvfl_audit import d1_finding, needs_torch, probe_findings
+from .._repvfl import SERVER, digits_example, party_names, require_torch
+from .._repvfl_audit import d1_finding, inversion_findings, label_attack_findings, needs_torch, probe_findings
 from .roles import OneShotConfig, run_local
 
 __all__ = ["audit_run", "demo_step"]
@@ -23,7 +25,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       gradient rows with the C it received, or the cluster ids of the partition variant),
       scored by the ARI against the true labels;
     * the server: a linear probe from the U1 and U2 representations to each party's raw
-      columns (held-out R^2).
+      columns (held-out R^2);
+    * the scorecard's published attacks (gradient variant): each party's norm and direction
+      scoring on its D1 and passive model completion on the U2 it sent; the server's trained
+      decoder on U1 and U2.
 
     No key is involved (``key_bits`` is unused): nothing here is encrypted, by design.
     """
@@ -37,13 +42,21 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     part = [d1_finding(ptap, p, "oneshot.partition", y) for p in names]
     probes = probe_findings(tap, names, [("oneshot.representation", "features"),
                                          ("oneshot.representation_update", "features")])
+    papers = []
+    for p in names:
+        (d1,) = tap.received(p, "oneshot.gradient")
+        u2 = tap.received(SERVER, "oneshot.representation_update", sender=p)
+        papers += label_attack_findings(p, "oneshot.gradient", np.asarray(d1.G), "oneshot.representation_update",
+                                        np.asarray(u2[-1].H) if u2 else None, y)
+    papers += inversion_findings(tap, names, [("oneshot.representation", "features"),
+                                              ("oneshot.representation_update", "features")])
     runs = {"D1 = gradients": run.transcript, "D1 = partition": prun.transcript}
     report, sections = audit_runs(runs)
     metrics = {"gradient_kmeans_ari": min(f.value for f in grad), "partition_ari": min(f.value for f in part),
                "probe_r2_u1": max(f.value for f in probes if "representation from" in f.name),
                "probe_r2_u2": max(f.value for f in probes if "representation_update" in f.name),
                "test_accuracy": float(run.test_accuracy or 0.0)}
-    return AuditOutcome("oneshot", report, (*grad, *part, *probes), metrics, sections=sections,
+    return AuditOutcome("oneshot", report, (*grad, *part, *probes, *papers), metrics, sections=sections,
                         transcripts=tuple(runs.items()))
 
 

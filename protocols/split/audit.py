@@ -13,7 +13,7 @@ from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, digits_example, party_names, require_torch
-from .._repvfl_audit import batch_gradient_finding, needs_torch
+from .._repvfl_audit import batch_gradient_finding, batch_rows, inversion_findings, label_attack_findings, needs_torch
 from .roles import SplitConfig, epoch_batches, run_local
 
 __all__ = ["audit_run", "demo_step"]
@@ -26,7 +26,12 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       the ARI against the batch rows' true labels (the gradient packet carries the label
       partition of every batch, every round);
     * the server: a linear probe from the representations of the last epoch's batches to
-      each party's raw columns (held-out R^2).
+      each party's raw columns (held-out R^2);
+    * the scorecard's published attacks: each party's norm and direction scoring on the
+      first epoch's gradient rows and passive model completion on the last epoch's
+      representations it sent; the server's trained decoder on the last epoch's
+      representations (:func:`~vflcrypto.protocols._repvfl_audit.label_attack_findings`,
+      :func:`~vflcrypto.protocols._repvfl_audit.inversion_findings`).
 
     No key is involved (``key_bits`` is unused): nothing here is encrypted, by design.
     """
@@ -50,6 +55,20 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     metrics = {"batch_gradient_kmeans_ari": min(f.value for f in findings[: len(names)]),
                "probe_r2": max(f.value for f in findings[len(names):]),
                "test_accuracy": float(run.test_accuracy or 0.0)}
+
+    def epoch_rows(p: str, kind: str, batches: list[np.ndarray], field: str, *, last_epoch: bool) -> np.ndarray | None:
+        msgs = tap.received(p, kind) if field == "G" else tap.received(SERVER, kind, sender=p)
+        msgs = msgs[-len(batches):] if last_epoch else msgs[: len(batches)]
+        return batch_rows(msgs, batches, n, field) if len(msgs) == len(batches) else None
+
+    for p in names:
+        findings += label_attack_findings(p, "split.gradient", epoch_rows(p, "split.gradient", first, "G",
+                                                                          last_epoch=False),
+                                          "split.representation", epoch_rows(p, "split.representation", last, "H",
+                                                                             last_epoch=True), y)
+    X_of = {p: np.asarray(tap.held(p, "features")[0]) for p in names}
+    findings += inversion_findings(tap, names, [("split.representation", "features")], rows=lambda p, kind: (
+        None if (H := epoch_rows(p, kind, last, "H", last_epoch=True)) is None else (H, X_of[p])))
     return AuditOutcome("split", audit(run.transcript), tuple(findings), metrics,
                         transcripts=(("split learning", run.transcript),))
 

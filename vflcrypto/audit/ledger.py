@@ -224,6 +224,9 @@ class EmpiricalFinding:
     #: the effect, in :attr:`value`'s units, of the failure the check exists for (from its declared
     #: :class:`~vflcrypto.audit.checks.Check`): the check has power when :attr:`min_effect` is below it
     effect: float | None = None
+    #: the publication whose attack the finding reproduces (:mod:`vflcrypto.audit.literature`): such findings
+    #: make up the audit's scorecard (:meth:`AuditOutcome.scorecard`); empty for the audit's own checks
+    paper: str = ""
 
     @property
     def by_design(self) -> bool:
@@ -258,7 +261,7 @@ class EmpiricalFinding:
                 "protection": None if self.protection is None else self.protection.value,
                 "flagged": self.flagged, "p_value": self.p_value, "samples": self.samples,
                 "detects": self.detects, "min_effect": self.min_effect, "effect": self.effect,
-                "measured": self.measured, "correct": self.correct, "verdict": self.verdict}
+                "measured": self.measured, "correct": self.correct, "verdict": self.verdict, "paper": self.paper}
 
 
 @dataclass(frozen=True)
@@ -411,6 +414,18 @@ class AuditOutcome:
         return [f"{f.verdict_label(loud=True)}: [{f.observer}] {f.name}: {f.description}"
                 for f in self.findings if f.verdict in (WRONG, FAILED, NOT_MEASURED)]
 
+    def scorecard(self) -> list[dict[str, Any]]:
+        """The published attacks run on each role's view (the findings that name a ``paper``), per role: attack,
+        paper, score, baseline and verdict (in words, and ``outcome``: one of :data:`VERDICTS`), roles in the order
+        of :meth:`verdicts`."""
+        role_of = {r.receiver: r.receiver_role for r in self.report.rows}
+        order = {v.role: i for i, v in enumerate(self.verdicts())}
+        rows = [{"role": role_of.get(f.observer, f.observer), "observer": f.observer, "attack": f.name,
+                 "paper": f.paper, "score": f.value, "baseline": f.baseline, "p_value": f.p_value,
+                 "samples": f.samples, "verdict": f.verdict_label(), "outcome": f.verdict}
+                for f in self.findings if f.paper]
+        return sorted(rows, key=lambda r: order.get(r["role"], len(order)))
+
     def checks(self) -> list[dict[str, Any]]:
         """Every check of the audit: what it attacked, its verdict, sample size and smallest detectable effect."""
         return [{"check": f.name, "observer": f.observer, "attacks": list(f.attacks),
@@ -421,7 +436,7 @@ class AuditOutcome:
     def to_dict(self) -> dict[str, Any]:
         runs = [{"run": label, **report.to_dict()} for label, report in self.sections]
         return {"protocol": self.protocol, "summary": [v.to_dict() for v in self.verdicts()],
-                **self.report.to_dict(), "runs": runs, "checks": self.checks(),
+                **self.report.to_dict(), "runs": runs, "checks": self.checks(), "scorecard": self.scorecard(),
                 "empirical": [f.to_dict() for f in self.findings], "metrics": dict(self.metrics), **self.metrics}
 
     def to_text(self) -> str:
@@ -444,6 +459,14 @@ class AuditOutcome:
                 lines.append(f"      {f.description}")
                 if f.detects:
                     lines.append(f"      detects: {f.detects}")
+        card = self.scorecard()
+        if card:
+            lines += ["", "Scorecard (published attacks on what each role received; score vs baseline):"]
+            for row in card:
+                base = "" if row["baseline"] is None else f" (baseline {row['baseline']:.4g})"
+                lines.append(f"  {row['role']:<8} [{row['observer']}] {row['attack']}: {row['score']:.4g}{base} -> "
+                             f"{row['verdict']}")
+                lines.append(f"      {row['paper']}")
         if self.metrics:
             lines += ["", "Headline numbers: " + ", ".join(f"{k} = {v:.4g}" for k, v in self.metrics.items())]
         return "\n".join(lines)

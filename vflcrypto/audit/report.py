@@ -5,6 +5,9 @@ that needs no network to open (inline SVG and CSS, a few lines of inline script)
 
 * first, **what each role can learn**: one line per role, strongest finding first
   (:meth:`~vflcrypto.audit.ledger.AuditOutcome.verdicts`, the lines the CLI prints first);
+* the **scorecard**: the published attacks (:mod:`vflcrypto.audit.literature`) run on each
+  role's view, with paper, score, baseline and verdict
+  (:meth:`~vflcrypto.audit.ledger.AuditOutcome.scorecard`);
 * per run, a **sequence diagram** across the page (:mod:`vflcrypto.audit.diagram`): one
   lifeline per party, one arrow per run of consecutive messages of one kind between two
   parties (``kind ×count``, bytes, protection), coloured by protection (plaintext,
@@ -254,6 +257,24 @@ def _verdicts(outcome: AuditOutcome) -> str:
             f"declarations admit, then protections that held.{more}</p></section>")
 
 
+def _scorecard(outcome: AuditOutcome) -> str:
+    """The published attacks run on each role's view: role, attack, paper, score beside baseline, verdict."""
+    card = outcome.scorecard()
+    if not card:
+        return ""
+    rows = "".join(
+        f'<tr class="score" data-verdict="{_VERDICT_CLASSES[r["outcome"]]}"><td>{_esc(r["role"])}</td>'
+        f'<td>{_esc(r["observer"])}</td><td>{_esc(r["attack"])}</td><td>{_esc(r["paper"])}</td>'
+        f'<td>{r["score"]:.4g}</td><td>{"" if r["baseline"] is None else format(r["baseline"], ".4g")}</td>'
+        f'<td><span class="tag" style="background:{_VERDICT_COLOURS[_VERDICT_CLASSES[r["outcome"]]]}">'
+        f'{_esc(r["verdict"])}</span></td></tr>' for r in card)
+    return ('<section id="scorecard"><h2>Scorecard: published attacks on what each role received</h2>'
+            "<p>Each attack from the literature run on one role's view of this run (the messages it received and its "
+            "own data), its score beside the baseline it must beat (chance, the majority class, or the same attack "
+            "on shuffled rows).</p><table class=\"scorecard\"><tr><th>role</th><th>observer</th><th>attack</th>"
+            f"<th>paper</th><th>score</th><th>baseline</th><th>verdict</th></tr>{rows}</table></section>")
+
+
 def render_html(outcome: AuditOutcome, *, title: str | None = None) -> str:
     """The whole report as one HTML document (no external resources)."""
     runs: list[tuple[str, Transcript]] = list(outcome.transcripts)
@@ -261,7 +282,7 @@ def render_html(outcome: AuditOutcome, *, title: str | None = None) -> str:
     name = title or f"vflcrypto audit: {outcome.protocol}"
     legend = "".join(f'<span><span class="chip" style="background:{c}"></span>{k}</span>'
                      for k, c in PROTECTION_COLOURS.items() if k != "undeclared")
-    body = [f"<h1>{_esc(name)}</h1>", _verdicts(outcome),
+    body = [f"<h1>{_esc(name)}</h1>", _verdicts(outcome), _scorecard(outcome),
             f'<p>{len(runs)} run(s); <span id="summary-counts"></span>. Colours: <span class="legend">{legend}'
             "</span>. Hover an arrow or a check for what it reveals.</p>"]
     if outcome.metrics:
