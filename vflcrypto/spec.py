@@ -277,12 +277,12 @@ class ProtocolSpec:
     #: the checks its audit must run, each on a declared protection (:mod:`vflcrypto.audit.checks`)
     checks: tuple[Check, ...] = ()
 
-    def run_audit(self, key_bits: int = 2048, **kwargs: Any) -> AuditOutcome:
+    def run_audit(self, key_bits: int = 2048, *, allow_insecure: bool = False, **kwargs: Any) -> AuditOutcome:
         """Run :attr:`audit` and hold its findings to :attr:`checks`: a declared check that did not run, or
         ran without the power to detect its failure, is a finding *not measured* (a failure of the audit)."""
         from .audit.checks import expect
 
-        return expect(self.audit(key_bits, **kwargs), self.checks)
+        return expect(self.audit(key_bits, allow_insecure=allow_insecure, **kwargs), self.checks)
 
     def check_scheme(self, scheme: str) -> None:
         """Refuse a scheme this protocol does not run under, with the reason (OU: the decryption oracle)."""
