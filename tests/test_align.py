@@ -236,7 +236,7 @@ def test_every_check_reports_when_its_messages_are_absent() -> None:
     enc = {al.ACTIVE: [canon(x) for x in bank[:20]], al.PASSIVE: [canon(x) for x in shop[:20]]}
     universe = sorted(set(enc[al.ACTIVE]) | set(enc[al.PASSIVE]))
     findings = session_findings([AuditTap() for _ in range(5)], enc, universe)
-    assert sorted(f.name for f in findings if f.protection is not None) == sorted(CHECKS)
+    assert sorted(f.name for f in findings if f.protection is not None) == sorted(c.name for c in CHECKS)
     assert not [f.name for f in findings if f.measured], "a check measured something on an empty tap"
     assert all(f.description.startswith("not measured") or "too few" in f.description
                or "nothing to test" in f.description for f in findings)
@@ -247,7 +247,7 @@ def test_every_check_of_the_audit_is_measured_with_its_smallest_effect() -> None
     from vflcrypto.protocols.align.audit import CHECKS
 
     outcome = honest_audit("align")
-    for name in CHECKS:
+    for name in (c.name for c in CHECKS):
         (f,) = [f for f in outcome.findings if f.name == name]
         assert f.measured and not f.flagged and f.min_effect is not None, name
         assert (f.min_effect == 0.0) == (f.p_value is None), name  # exact checks: 0; statistical ones: > 0
