@@ -274,7 +274,8 @@ def refuse_small_batches(n_rows: int, batch_size: int, n_features: int, party: s
     m = smallest_batch(n_rows, batch_size)
     if m <= n_features and not allowed:
         raise ConfigurationError(
-            f"{party}: a batch of {m} rows (batch size {batch_size}, {n_rows} rows) has no more rows than its "
+            f"{party}: a batch of {m} rows (batch size {batch_size}, {n_rows} sample{'s' * (n_rows != 1)} in all) "
+            f"has no more rows than its "
             f"{n_features} features, so it could solve its own gradient for that batch's residuals (the labels at "
             "the first iteration); use a batch size whose batches all exceed every passive party's feature count, "
             "or allow it explicitly (allow_small_batches / --allow-small-batches)")
