@@ -19,6 +19,7 @@ from vflcrypto.audit.attacks import (
 )
 from vflcrypto.audit.checks import EXACT, Check, mask_checks, unrandomized_check, verified_result
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
+from vflcrypto.audit.literature_tabular import residual_recovery
 from vflcrypto.data.synthetic import synthetic_split
 from vflcrypto.errors import AuditError
 from vflcrypto.he.paillier import DEFAULT_KEY_BITS, PaillierVector
@@ -47,7 +48,8 @@ from .messages import (
 from .model import predict_plain, save_models
 from .predict import predict_local
 
-__all__ = ["CHECKS", "audit_run", "demo_step", "obfuscator_reuse_finding", "read_shared_obfuscators"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "obfuscator_reuse_finding", "read_shared_obfuscators",
+           "residual_recovery_finding"]
 
 #: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
 CHECKS = (
@@ -211,6 +213,32 @@ def losses_verified(tap: AuditTap, active: Any, passives: Sequence[Any], config:
                            attacks=("linreg.encrypted_loss",), samples=len(seen))
 
 
+def residual_recovery_finding(tap: AuditTap, party: str, passives: Sequence[str]) -> EmpiricalFinding:
+    """A passive party solves its own gradient of every batch for the batch's residuals (Weng et al. 2020).
+
+    Its view: the plan it received (the public batch rows), its own preprocessed columns, and
+    its own gradient ``X_b^T d`` of each iteration (what it learns from ``linreg.gradient_return``
+    by removing its own mask; Paillier runs, where the gradient is the sum). The true ``d``
+    (``u_B - y`` held by B plus every passive ``u_k``) only scores the attack. Training refuses
+    batches of no more rows than a passive party's features unless the plan allows them
+    (:func:`~vflcrypto.protocols.linreg.math.refuse_small_batches`), so an honest run stays at 0.
+    """
+    kind = "linreg.gradient_return"
+    plan = tap.received(party, TrainingPlan)[0]
+    grads = tap.held(party, "gradient")
+    r = tap.held(ACTIVE, "partial_residual")
+    us = [tap.held(p, "u") for p in passives]
+    X = np.asarray(tap.held_one(party, "features"))
+    rows = [b for e in range(plan.epochs) for b in epoch_batches(plan.n_rows, plan.batch_size, plan.seed, e)]
+    k = min(len(grads), len(r), *(len(u) for u in us))
+    if not k:
+        return EmpiricalFinding(party, "residuals from its own gradients (reverse multiplication)", 0.0, None,
+                                "no gradient returned to it", attacks=(kind,), measured=False)
+    truth = [np.asarray(r[t]) + sum(np.asarray(u[t]) for u in us) for t in range(k)]
+    return residual_recovery(party, "residuals from its own gradients (reverse multiplication)",
+                             [X[b] for b in rows[:k]], grads[:k], truth, attacks=(kind,))
+
+
 def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False, batch_size: int = 25,
               n_rows: int = 200) -> AuditOutcome:
     """Paillier and CKKS training runs plus a secure prediction; every attack reads the run's tap.
@@ -221,7 +249,10 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     * C: decrypts the masked gradients with its own key (Paillier and CKKS) and the masked
       prediction sum, and tests them (uniform, fresh per iteration, uncorrelated with the
       true gradients, which serve as ground truth only); from the plan it received it
-      counts losses that sum a single row.
+      counts losses that sum a single row;
+    * the scorecard: each passive party solves its own gradients for the residuals
+      (:func:`residual_recovery_finding`, Weng et al. 2020), at 0 on batches of more rows than
+      its features.
     ``n_rows`` = 200 rows, 4 + 4 + 3 features, mini-batches of ``batch_size`` = 25 over 2
     epochs (16 iterations), so each mask test sees about 200 values.
     """
@@ -230,8 +261,10 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     insecure = allow_insecure
     active, passives = synthetic_split(n_rows=n_rows, p_active=4, p_passive=(4, 3))
     names = ["active", *passive_names(len(passives))]
+    # the audit measures what the schedule it is asked for leaks, so it allows batches of no more rows than a
+    # passive party's features (refused by default: the residual recovery finding then shows why)
     cfg = LinRegConfig(epochs=2, lr=0.1, key_bits=key_bits, tol=None, batch_size=batch_size, momentum=0.0,
-                       coordinator_obfuscators=True)
+                       coordinator_obfuscators=True, allow_small_batches=True)
     tap, ckks_tap, pred_tap = AuditTap(), AuditTap(), AuditTap()
     run = run_local(active, passives, config=cfg, allow_insecure=insecure, tap=tap)
     ckks_run = run_local(active, passives, config=replace(cfg, scheme="ckks"), allow_insecure=insecure,
@@ -259,6 +292,7 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     findings += ring_mask_findings(COORD, "linreg.predict_masked", "masked prediction sum", pred_views, pn,
                                    truth=[pred_tap.held(ACTIVE, "passive_sum")], fresh=False)
     findings.append(_loss_aggregate_finding(tap))
+    findings += [residual_recovery_finding(tap, p, names[1:]) for p in names[1:]]
     findings.append(losses_verified(tap, active, passives, cfg))
     runs = {"Paillier training": run.transcript, "CKKS training": ckks_run.transcript,
             "prediction": pred_transcript}

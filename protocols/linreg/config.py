@@ -46,6 +46,10 @@ class LinRegConfig:
         True, "the coordinator, which holds the key and mostly waits, precomputes the passive parties' "
         "obfuscators (encryptions of zero, by the CRT, on a low-priority pool) and sends them fresh each "
         "batch (Paillier only)")
+    allow_small_batches: bool = option(
+        False, "allow a batch (the last of an epoch included) of no more rows than a passive party's features: "
+        "that party then solves its own gradient X_b^T d for the batch's residuals d, at the first iteration the "
+        "labels (Weng et al. 2020's reverse multiplication; refused by default, by every passive party and by C)")
     seed: int | None = option(None, "public schedule seed (default: the active party draws one)", cli=False)
 
     def __post_init__(self) -> None:

@@ -214,6 +214,13 @@ class CoordinatorRole(Role[_CoordState]):
         next batch of this epoch starts now, so its obfuscators follow (step 1)."""
         st = self.state
         party = self.parties[st.k]
+        plan = st.plan
+        assert plan is not None  # on_plan ran first
+        m = len(self._batches()[st.b])
+        if party in self.passives and m <= len(msg.values) and not plan.small_batches:
+            raise ProtocolError(f"{party} sent a gradient of {len(msg.values)} features for a batch of {m} rows: it "
+                                "could solve it for the batch's residuals; the plan does not allow small batches, "
+                                "so C returns none")
         sends = [send(party, reveal_masked(self.secret, msg.values))]
         nxt_b = st.b + 1
         more = [party] if party in self.passives and nxt_b < len(self._batches()) else []

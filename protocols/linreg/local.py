@@ -25,6 +25,7 @@ from vflcrypto.runtime.steps import drive
 
 from .config import LinRegConfig
 from .coordinator import CoordinatorResult, CoordinatorRole
+from .math import refuse_small_batches
 from .messages import (
     ACTIVE,
     COORD,
@@ -110,6 +111,10 @@ def run_local(active: PartyTable, passives: Sequence[PartyTable], *, config: Lin
     if not passives:
         raise InputDataError("need at least one passive party")
     names = passive_names(len(passives))
+    n = len(active)
+    for pname, table in zip(names, passives, strict=True):  # refused before any key is made
+        refuse_small_batches(n, n if cfg.batch_size is None else cfg.batch_size, table.X.shape[1], pname,
+                             allowed=cfg.allow_small_batches)
     endpoints = [Endpoint(ACTIVE, ACTIVE), Endpoint(COORD, COORD), *[Endpoint(p, PASSIVE) for p in names]]
     links = [(ACTIVE, COORD), *[(ACTIVE, p) for p in names], *[(COORD, p) for p in names]]
     net = LocalNetwork(endpoints, links=links, timeout=timeout, transcript=Transcript(tap),

@@ -41,6 +41,8 @@ __all__ = [
     "paillier_value_bits",
     "passive_loss_share",
     "plaintext_gradient_descent",
+    "refuse_small_batches",
+    "smallest_batch",
     "validate_table",
 ]
 
@@ -245,13 +247,38 @@ def check_plan_matches(plan: TrainingPlan, config: LinRegConfig | None, party: s
     batch = plan.n_rows if config.batch_size is None else min(config.batch_size, plan.n_rows)
     mine = {"epochs": config.epochs, "lr": float(config.lr), "momentum": float(config.momentum),
             "l2": float(config.l2), "tol": config.tol, "batch_size": batch,
-            "coordinator_obfuscators": config.supplies_obfuscators}
+            "coordinator_obfuscators": config.supplies_obfuscators, "small_batches": config.allow_small_batches}
     theirs = {"epochs": plan.epochs, "lr": plan.lr, "momentum": plan.momentum, "l2": plan.l2, "tol": plan.tol,
-              "batch_size": plan.batch_size, "coordinator_obfuscators": plan.obfuscators}
+              "batch_size": plan.batch_size, "coordinator_obfuscators": plan.obfuscators,
+              "small_batches": plan.small_batches}
     differ = [f"{k} {theirs[k]} (here {mine[k]})" for k in mine if mine[k] != theirs[k]]
     if differ:
         raise ConfigurationError(f"{party}: the active party's training plan differs from this party's flags: "
                                  f"{', '.join(differ)}; run every party with the same training flags")
+
+
+def smallest_batch(n_rows: int, batch_size: int) -> int:
+    """The fewest rows any batch of :func:`epoch_batches` holds (the last batch of an epoch may be short)."""
+    b = max(1, min(batch_size, n_rows))
+    return n_rows % b or b
+
+
+def refuse_small_batches(n_rows: int, batch_size: int, n_features: int, party: str, *, allowed: bool) -> None:
+    """Refuse a schedule whose smallest batch has no more rows than ``party``'s features, unless ``allowed``.
+
+    A data party learns its own gradient ``X_b^T d`` of every batch; with ``m <= F`` rows of full
+    rank those ``F`` equations determine the batch's ``m`` residuals ``d`` (at the first
+    iteration ``d = -y``: the labels). Weng et al. 2020 (reverse multiplication) and SecretFlow's
+    batch-size warning; :func:`vflcrypto.audit.literature_tabular.residual_recovery` runs it.
+    """
+    m = smallest_batch(n_rows, batch_size)
+    if m <= n_features and not allowed:
+        raise ConfigurationError(
+            f"{party}: a batch of {m} rows (batch size {batch_size}, {n_rows} sample{'s' * (n_rows != 1)} in all) "
+            f"has no more rows than its "
+            f"{n_features} features, so it could solve its own gradient for that batch's residuals (the labels at "
+            "the first iteration); use a batch size whose batches all exceed every passive party's feature count, "
+            "or allow it explicitly (allow_small_batches / --allow-small-batches)")
 
 
 def check_plan(plan: TrainingPlan, n_rows: int, party: str) -> None:

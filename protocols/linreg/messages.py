@@ -46,7 +46,8 @@ class PublicKeyMsg:
 
 @declare("linreg.plan", sender=ACTIVE, receiver=(PASSIVE, COORD), protection=Protection.PUBLIC,
          reveals="the public training plan: rows, batch size, epochs, learning rate, momentum, λ, "
-                 "tolerance, schedule seed, whether C supplies obfuscators; to passive parties also a "
+                 "tolerance, schedule seed, whether C supplies obfuscators, whether batches of no more rows than a "
+                 "passive party's features are allowed; to passive parties also a "
                  "SHA-256 of the ordered aligned IDs they already hold (to detect misalignment)")
 @dataclass(frozen=True)
 class TrainingPlan:
@@ -61,6 +62,7 @@ class TrainingPlan:
     n_passive: int
     id_digest: bytes
     obfuscators: bool = False  # C supplies each passive party's obfuscators (linreg.obfuscators)
+    small_batches: bool = False  # batches of no more rows than a passive party's features allowed (residuals leak)
 
 
 @declare("linreg.obfuscators", sender=COORD, receiver=PASSIVE,

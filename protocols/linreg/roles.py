@@ -44,6 +44,7 @@ from .math import (
     epoch_batches,
     paillier_value_bits,
     passive_loss_share,
+    refuse_small_batches,
     validate_table,
 )
 from .messages import (
@@ -222,6 +223,8 @@ class PassiveRole(_DataRole):
         check_plan_matches(plan, self.expected, self.name)
         if plan.id_digest != ids_digest(self.table.ids, "linreg"):
             raise InputDataError(f"{self.name}: rows are not in the active party's order (misaligned IDs); align first")
+        refuse_small_batches(plan.n_rows, plan.batch_size, self.X.shape[1], self.name, allowed=plan.small_batches)
+        self.hold("features", self.X)  # its own preprocessed columns (an attacker's own knowledge, for the audit)
         self.state.plan = plan
         self._bound(plan.n_passive)
         return self._begin_batch()
@@ -310,7 +313,8 @@ class ActiveRole(_DataRole):
         batch = n if cfg.batch_size is None else min(cfg.batch_size, n)
         seed = cfg.seed if cfg.seed is not None else secrets.randbits(62)
         plan = TrainingPlan(n, batch, cfg.epochs, float(cfg.lr), float(cfg.momentum), float(cfg.l2), cfg.tol,
-                            int(seed), len(self.passives), b"", obfuscators=cfg.supplies_obfuscators)
+                            int(seed), len(self.passives), b"", obfuscators=cfg.supplies_obfuscators,
+                            small_batches=cfg.allow_small_batches)
         self.state.plan = plan
         digest = ids_digest(self.table.ids, "linreg")
         self._bound(len(self.passives))
@@ -360,6 +364,7 @@ class ActiveRole(_DataRole):
         st, idx = self.state, self._batch()
         m, Xb = len(idx), self.X[idx]
         r = Xb @ st.w - self.y[idx]
+        self.hold("partial_residual", r)  # u_B - y: with the passive u_k, the batch's true d (audit ground truth)
         if self.bound is not None:
             check_bound("a residual u_B - y", r, self.bound, self.name)
             check_bound("a weight", st.w, self.bound, self.name)

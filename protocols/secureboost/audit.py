@@ -15,6 +15,8 @@ from vflcrypto.audit.attacks import (
 )
 from vflcrypto.audit.checks import EXACT, Check
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, Figure, audit, audit_runs
+from vflcrypto.audit.literature import known_labels
+from vflcrypto.audit.literature_tabular import first_split, id2graph
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.schemes import scheme_of
@@ -23,11 +25,11 @@ from vflcrypto.runtime.declarations import Protection
 
 from .active import decode_histograms
 from .local import run_local
-from .messages import ACTIVE, EncryptedGradients, EncryptedHistograms, PlainGradients, PlainHistograms
+from .messages import ACTIVE, EncryptedGradients, EncryptedHistograms, LevelRequest, PlainGradients, PlainHistograms
 from .predict import predict_local
 from .tree import BoostParams, check_labels, unpack_candidates
 
-__all__ = ["CHECKS", "audit_run", "demo_step", "example"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "example", "literature_findings", "received_instance_spaces"]
 
 #: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
 CHECKS = (
@@ -231,13 +233,54 @@ def _histogram_findings(tap: AuditTap, party: str, kind: str) -> list[EmpiricalF
     ]
 
 
+def received_instance_spaces(tap: AuditTap, party: str) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """The instance spaces ``party`` received in ``secureboost.level`` messages, per tree and as its first split.
+
+    Returns, per tree, the deepest node each row was seen in (one id per (depth, node); -1 if
+    never), and the first tree's partition after its root split (depth 1; None without one).
+    Reads only the level requests the party received: not its own split responses.
+    """
+    trees: dict[int, np.ndarray] = {}
+    root: np.ndarray | None = None
+    for req in tap.received(party, LevelRequest):
+        node = np.asarray(req.node_of_row, np.int64)
+        if req.done or not len(node):
+            continue
+        cell = trees.setdefault(int(req.tree), np.full(len(node), -1, np.int64))
+        seen = node >= 0
+        cell[seen] = int(req.depth) * (len(node) + 1) + node[seen]
+        if int(req.tree) == 0 and int(req.depth) == 1:
+            root = node.copy()
+    return [trees[t] for t in sorted(trees)], root
+
+
+def literature_findings(tap: AuditTap, party: str, y: np.ndarray, *, per_class: int = 15) -> list[EmpiricalFinding]:
+    """The scorecard's published label attacks by a passive party on the instance spaces it received:
+    ID2Graph over every tree and the first tree's root split (Takahashi et al. 2023), each with
+    ``per_class`` labels per class it is assumed to know (5 % of the example's 600 rows)."""
+    spaces, root = received_instance_spaces(tap, party)
+    kinds = ("secureboost.level",)
+    labels = np.asarray(y).astype(np.int64)
+    known = known_labels(labels, per_class)
+    out = []
+    name = "label inference from every tree's instance spaces (ID2Graph)"
+    out.append(id2graph(party, name, spaces, labels, known, attacks=kinds) if spaces else EmpiricalFinding(
+        party, name, 0.0, None, "no secureboost.level message received", attacks=kinds, measured=False))
+    name = "label inference from the first tree's root split"
+    out.append(first_split(party, name, root, labels, known, attacks=kinds) if root is not None else EmpiricalFinding(
+        party, name, 0.0, None, "the first tree has no second level (depth 1)", attacks=kinds, measured=False))
+    return out
+
+
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
     """Train encrypted (Paillier, and Okamoto-Uchiyama) and in plaintext mode on the synthetic split and attack
     what each role received.
 
     * passive: labels from the gradients it received (ciphertexts; plaintext by design in
       the debug mode) and from the instance space (the partition it saw in tree 1, plus 5 %
-      of labels it is assumed to know: by design);
+      of labels it is assumed to know: by design); the scorecard's published attacks on the
+      instance spaces of every tree (ID2Graph) and the first tree's root split
+      (:func:`literature_findings`);
     * active: decodes the passive candidates it received with its own key and tests their
       order (shuffled?) and whether single candidates isolate single rows.
     """
@@ -265,6 +308,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
         _gradient_label_finding(plain_tap, "passive-0", y),
         *_histogram_findings(tap, "passive-0", "secureboost.histograms"),
         *_histogram_findings(plain_tap, "passive-0", "secureboost.plain_histograms"),
+        *literature_findings(tap, "passive-0", y),
     ]
     runs = {"encrypted (Paillier)": run.transcript, "encrypted (OU)": ou_run.transcript,
             "plaintext (debug/parity)": plain.transcript}

@@ -44,6 +44,8 @@ __all__ = [
     "LI_2022",
     "MAX_ROWS",
     "PAPERS",
+    "TAKAHASHI_2023",
+    "WENG_2020",
     "direction_scoring",
     "inversion_r2",
     "known_labels",
@@ -56,8 +58,12 @@ __all__ = [
 LI_2022 = "Li et al., Label Leakage and Protection in Two-party Split Learning, ICLR 2022"
 FU_2022 = "Fu et al., Label Inference Attacks Against Vertical Federated Learning, USENIX Security 2022"
 HE_2019 = "He, Zhang and Lee, Model Inversion Attacks against Collaborative Inference, ACSAC 2019"
-#: short key -> citation of every paper an attack here reproduces
-PAPERS = {"li2022": LI_2022, "fu2022": FU_2022, "he2019": HE_2019}
+TAKAHASHI_2023 = ("Takahashi, Liu and Liu, Eliminating Label Leakage in Tree-Based Vertical Federated Learning, "
+                  "arXiv:2307.10318, 2023")
+WENG_2020 = "Weng et al., Privacy Leakage of Real-World Vertical Federated Learning, arXiv:2011.09290, 2020"
+#: short key -> citation of every paper an attack here (or in :mod:`.literature_tabular`) reproduces
+PAPERS = {"li2022": LI_2022, "fu2022": FU_2022, "he2019": HE_2019, "takahashi2023": TAKAHASHI_2023,
+          "weng2020": WENG_2020}
 #: the inversion attack works on at most this many rows (a seeded subsample beyond): its kernels cost O(rows^2)
 #: memory and an O(rows^3) eigendecomposition
 MAX_ROWS = 1500
