@@ -120,7 +120,7 @@ def train(args: argparse.Namespace) -> int:
     y = eval_tables[0].label
     assert y is not None  # read_tables requires the label at the active party
     if args.model_dir:
-        save_models(result.models, args.model_dir)
+        save_models(result.models, args.model_dir, overwrite=getattr(args, "overwrite", False), what="--model-dir")
     on = "test" if len(test) else "train"
     ref_rmse, ref_r2 = least_squares_reference(train_tables, eval_tables, cfg.fit_intercept)
     summary = {f"{on}_rmse": rmse(y, pred), f"{on}_r2": r2_score(y, pred),

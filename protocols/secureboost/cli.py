@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from vflcrypto.data.files import write_model_dir
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.schemes import describe
@@ -139,8 +140,8 @@ def train(args: argparse.Namespace) -> int:
     for name, b in run.bytes_sent.items():
         bytes_sent[name] = bytes_sent.get(name, 0) + b
     if args.model_dir:
-        for name, m in zip(names, models, strict=True):
-            m.save(Path(args.model_dir) / f"{name}.npz")
+        write_model_dir(args.model_dir, "secureboost", {f"{n}.npz": m.save for n, m in zip(names, models, strict=True)},
+                        overwrite=getattr(args, "overwrite", False), what="--model-dir")
     summary: dict[str, Any] = {
         **metrics, **reference, "trees": params.n_trees,
         "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
