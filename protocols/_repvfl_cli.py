@@ -52,7 +52,8 @@ def add_train_arguments(p: argparse.ArgumentParser, config_cls: type) -> None:
     p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
     add_config_arguments(p, config_cls)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
-    p.add_argument("--model-dir", help="save the server's head and every party's extractor here (.npz)")
+    p.add_argument("--model-dir", help="save the server's head and every party's extractor here "
+                                       "(.npz, with a manifest.json of their digests)")
 
 
 def _digits_tables(overlap: int, seed: int) -> tuple[PartyTable, list[PartyTable], list[str]]:

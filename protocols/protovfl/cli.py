@@ -56,7 +56,8 @@ def _add(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
     add_config_arguments(p, ProtoConfig)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
-    p.add_argument("--model-dir", help="save the server's fusion model and every party's extractor here (.npz)")
+    p.add_argument("--model-dir", help="save the server's fusion model and every party's extractor here "
+                                       "(.npz, with a manifest.json of their digests)")
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -16,7 +16,8 @@ encryption (debug/parity only: passive parties then see every gradient, i.e. the
 ``paillier`` (``--key-bits``, default 2048), ``ou`` (Okamoto-Uchiyama at its conservative
 parameters: at least 3072 bits, 256-bit randomness; about 3x faster here) or ``ou-heu``
 (SecretFlow HEU's 2048-bit parameters, by explicit choice). ``--model-dir`` saves one
-``<party>.npz`` per party (no pickle).
+``<party>.npz`` per party (no pickle) and a manifest of their digests, all-or-nothing; a
+directory holding an earlier model is refused unless ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_train_options(p)
     _add_mode(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
-    p.add_argument("--model-dir", help="save one <party>.npz per party here")
+    p.add_argument("--model-dir", help="save one <party>.npz per party here, with a manifest.json of their digests")
 
 
 def train(args: argparse.Namespace) -> int:
