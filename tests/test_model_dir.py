@@ -176,3 +176,25 @@ def test_cli_refuses_another_runs_model_dir_and_overwrite_leaves_no_stale_party(
     tables = [read_party_csv(two[0], "ID", label="target"), read_party_csv(two[1], "ID")]
     pred, _ = lr.predict_local(d, tables, key_bits=512, allow_insecure=True)
     assert pred.shape == (24,)
+
+
+def test_another_tools_manifest_json_is_neither_a_model_nor_replaced(tmp_path: Path) -> None:
+    d = tmp_path / "project"
+    d.mkdir()
+    (d / MANIFEST).write_text('{"name": "my-web-app"}')
+    save_model(d / "single.npz", {"protocol": "toy"}, {"w": np.zeros(2)})  # a party's --out file beside it
+    assert load_model(d / "single.npz")[0] == {"protocol": "toy"}
+    (d / "single.npz").unlink()
+    for overwrite in (False, True):
+        with pytest.raises(ModelFileError, match="of another tool"):
+            write_model_dir(d, "toy", _files("active"), overwrite=overwrite)
+    assert (d / MANIFEST).read_text() == '{"name": "my-web-app"}'
+    (d / MANIFEST).unlink()
+    (d / "notes.txt").write_text("mine")
+    write_model_dir(d, "toy", _files("active"))
+    assert verify_model_dir(d, "toy")["files"].keys() == {"active.npz"}  # published file by file, ours now
+    (d / MANIFEST).write_text("{not json")
+    with pytest.raises(ModelFileError, match=r"manifest\.json is truncated or corrupted"):
+        load_model(d / "active.npz")
+    with pytest.raises(ModelFileError, match="already holds model files"):
+        write_model_dir(d, "toy", _files("active"))

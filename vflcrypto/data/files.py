@@ -246,8 +246,8 @@ def load_model(path: str | os.PathLike[str], *,
     except OSError as exc:
         raise ModelFileError(f"cannot read model file {p}: {exc.strerror or exc}") from None
     manifest_path = p.parent / MANIFEST
-    if manifest_path.is_file():
-        manifest = read_manifest(p.parent)
+    manifest = _own_manifest(p.parent)
+    if manifest is not None:
         _check_protocol(manifest_path, manifest.get("protocol"), protocol)
         entry = manifest["files"].get(p.name)
         if entry is None:
@@ -276,18 +276,29 @@ MANIFEST_FORMAT = "vflcrypto.model-dir/1"
 
 def read_manifest(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """The manifest of ``model_dir`` (:class:`ModelFileError` if it is missing or malformed)."""
-    path = Path(model_dir) / MANIFEST
+    manifest = _own_manifest(Path(model_dir))
+    if manifest is None:
+        raise ModelFileError(f"{model_dir} has no vflcrypto {MANIFEST}: it is not a complete model directory "
+                             "(retrain, or the write was interrupted)")
+    return manifest
+
+
+def _own_manifest(d: Path) -> dict[str, Any] | None:
+    """The vflcrypto manifest of ``d``; None if there is none, or the ``manifest.json`` is
+    another tool's (a JSON object without a vflcrypto format); :class:`ModelFileError` if damaged."""
+    path = d / MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ModelFileError(f"{model_dir} has no {MANIFEST}: it is not a complete vflcrypto model "
-                             "directory (retrain, or the write was interrupted)") from None
+        return None
     except (OSError, UnicodeDecodeError, ValueError):
         raise ModelFileError(f"{path} is truncated or corrupted (not a JSON model manifest)") from None
-    if not (isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT
-            and isinstance(manifest.get("files"), dict)
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    if isinstance(manifest, dict) and not str(fmt).startswith("vflcrypto.model-dir"):
+        return None
+    if not (isinstance(manifest, dict) and fmt == MANIFEST_FORMAT and isinstance(manifest.get("files"), dict)
             and all(isinstance(e, dict) for e in manifest["files"].values())):
-        raise ModelFileError(f"{path} is not a vflcrypto model manifest ({MANIFEST_FORMAT})")
+        raise ModelFileError(f"{path} is not a readable vflcrypto model manifest ({MANIFEST_FORMAT})")
     return manifest
 
 
@@ -314,14 +325,13 @@ def verify_model_dir(model_dir: str | os.PathLike[str], protocol: str | None = N
 def _model_files(d: Path) -> list[Path]:
     """The files of an earlier model in ``d``: its manifest, the files it lists, and every ``.npz``."""
     found = {p for p in d.glob("*.npz") if p.is_file()}
-    manifest = d / MANIFEST
-    if manifest.is_file():
-        found.add(manifest)
-        try:
-            listed = json.loads(manifest.read_text(encoding="utf-8")).get("files", {})
-            found |= {d / n for n in listed if isinstance(n, str) and _plain_name(n) and (d / n).is_file()}
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-            pass  # a damaged manifest still marks the directory as holding a model
+    try:
+        manifest = _own_manifest(d)
+    except ModelFileError:  # a damaged manifest still marks the directory as holding a model
+        return sorted(found | {d / MANIFEST})
+    if manifest is not None:
+        found.add(d / MANIFEST)
+        found |= {d / n for n in manifest["files"] if _plain_name(n) and (d / n).is_file()}
     return sorted(found)
 
 
@@ -338,6 +348,12 @@ def check_model_dir(model_dir: str | os.PathLike[str], *, overwrite: bool = Fals
     or mixes with another's files. :class:`ModelFileError` otherwise.
     """
     d = check_output_dir(model_dir, what)
+    try:
+        foreign = (d / MANIFEST).is_file() and _own_manifest(d) is None
+    except ModelFileError:
+        foreign = False  # a damaged manifest of ours: an earlier model (below)
+    if foreign:  # never replaced, not even with --overwrite: it is not ours
+        raise ModelFileError(f"{what} {model_dir} has a {MANIFEST} of another tool: choose another directory")
     if d.is_dir() and not overwrite:
         old = _model_files(d)
         if old:
@@ -374,9 +390,10 @@ def write_model_dir(model_dir: str | os.PathLike[str], protocol: str,
     ``files`` maps each file name (``<party>.npz``) to a function that writes it at the
     given path. Everything is written into a temporary sibling directory first (a full
     disk or a failing writer leaves ``model_dir`` untouched and removes the sibling); a
-    missing or empty ``model_dir`` is then replaced by the sibling in one rename. Into an
-    existing directory (with other, non-model files) the files are moved in one by one and
-    the manifest last, so a directory never has a manifest for an incomplete set. A
+    missing or empty ``model_dir`` is then replaced by the sibling in one rename, one holding
+    only an earlier model (with ``overwrite``) by two. Into a directory with other files too
+    the files are moved in one by one and the manifest last, so a directory never has a
+    manifest for an incomplete set. A
     directory holding an earlier model is refused unless ``overwrite``, which first removes
     that model's files (no stale ``passive-1.npz`` beside a 2-party model). Returns the manifest.
     """
@@ -406,7 +423,7 @@ def write_model_dir(model_dir: str | os.PathLike[str], protocol: str,
 
 def _publish(tmp: Path, target: Path, names: list[str], *, overwrite: bool, what: str) -> None:
     """Move the finished set from ``tmp`` into ``target`` (see :func:`write_model_dir`)."""
-    if not target.exists() or (target.is_dir() and not any(target.iterdir())):
+    if not target.is_symlink() and (not target.exists() or not any(target.iterdir())):
         try:
             os.replace(tmp, target)  # rename(2) replaces a missing or empty directory atomically
             return
@@ -415,6 +432,17 @@ def _publish(tmp: Path, target: Path, names: list[str], *, overwrite: bool, what
     old = _model_files(target)
     if old and not overwrite:
         check_model_dir(target, what=what)  # raises: another run wrote here meanwhile
+    if old and not target.is_symlink() and set(target.iterdir()) == set(old):
+        # the directory holds only the earlier model: swap the directories (two renames, no mixed set)
+        trash = _temp_dir_beside(target)
+        os.replace(target, trash)
+        try:
+            os.replace(tmp, target)
+        except BaseException:
+            os.replace(trash, target)
+            raise
+        shutil.rmtree(trash, ignore_errors=True)
+        return
     for p in sorted(old, key=lambda p: p.name != MANIFEST):  # the old manifest first: the old set is void
         p.unlink(missing_ok=True)
     for name in names:
