@@ -21,12 +21,13 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import save_model
+from vflcrypto.data.files import save_model, write_model_dir
 from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.steps import Role, drive
@@ -51,7 +52,8 @@ def add_train_arguments(p: argparse.ArgumentParser, config_cls: type) -> None:
     p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
     add_config_arguments(p, config_cls)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
-    p.add_argument("--model-dir", help="save the server's head and every party's extractor here (.npz)")
+    p.add_argument("--model-dir", help="save the server's head and every party's extractor here "
+                                       "(.npz, with a manifest.json of their digests)")
 
 
 def _digits_tables(overlap: int, seed: int) -> tuple[PartyTable, list[PartyTable], list[str]]:
@@ -92,12 +94,12 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
                  "unaligned": [len(p.X_unaligned) for p in inputs.parties]},
         "seconds": round(time.perf_counter() - t0, 3), "config": dataclasses.asdict(cfg), "roles": roles}
     if args.model_dir:
-        out = Path(args.model_dir)
-        save_model(out / "server.npz", {"protocol": name, "role": SERVER},
-                   {f"head_{i}": a for i, a in enumerate(run.server.head)})
+        files = {"server.npz": partial(save_model, meta={"protocol": name, "role": SERVER},
+                                       arrays={f"head_{i}": a for i, a in enumerate(run.server.head)})}
         for k, res in enumerate(run.parties):
-            save_model(out / f"party-{k}.npz", {"protocol": name, "role": PARTY},
-                       {f"extractor_{i}": a for i, a in enumerate(res.extractor)})
+            files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY},
+                                              arrays={f"extractor_{i}": a for i, a in enumerate(res.extractor)})
+        write_model_dir(args.model_dir, name, files, overwrite=getattr(args, "overwrite", False), what="--model-dir")
     if args.json:
         print(json.dumps(summary, indent=2, default=float))
         return 0

@@ -26,6 +26,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "stale.csv").write_text("id,v\nb,1\n")
     (d / "out" / "ok.aligned.csv").write_text("id,v\nb,1\n")  # an input that an output would overwrite
     (d / "afile").write_text("not a directory")
+    (d / "oldmodel").mkdir()
+    (d / "oldmodel" / "passive-1.npz").write_bytes(b"an earlier run's model")
     rows = range(40)
     (d / "lin_a.csv").write_text("id,y,x\n" + "".join(f"r{i},{3 * i + 7},{i % 7}\n" for i in rows))
     (d / "lin_b.csv").write_text("id,z\n" + "".join(f"r{i},{(i * 5) % 11}\n" for i in rows))
@@ -81,6 +83,9 @@ CASES = {
                                "is not a writable directory"),
     "model-dir is a file": ([*_linreg("--key-bits", "512", "--allow-insecure"), "--model-dir", "afile"],
                             "--model-dir afile is a file"),
+    "model-dir holds an earlier model": (
+        [*_linreg("--key-bits", "512", "--allow-insecure"), "--model-dir", "oldmodel"],
+        "--model-dir oldmodel already holds model files (passive-1.npz): pass --overwrite"),
     "one training row": (["train", "linreg", "--active", "two_a.csv", "--passive", "two_b.csv", "--id-column", "id",
                           "--label", "y", "--test-fraction", "0.5", "--key-bits", "512", "--allow-insecure"],
                          "only 1 training row(s) of 2 common rows after the split: too few to train"),

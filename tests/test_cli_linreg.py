@@ -56,7 +56,7 @@ def test_alignment_runs_first_and_models_predict_later(tmp_path: Path,
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["bytes_sent"]["alignment"] > 0 and out["train_r2"] > 0.8
-    assert sorted(f.name for f in model_dir.iterdir()) == ["active.npz", "passive-0.npz"]
+    assert sorted(f.name for f in model_dir.iterdir()) == ["active.npz", "manifest.json", "passive-0.npz"]
     # later: predict for aligned query rows with the saved per-party models
     at = read_party_csv(a, "ID", label="target")
     pt = read_party_csv(p, "ID")

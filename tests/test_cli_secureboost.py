@@ -56,7 +56,8 @@ def test_encrypted_with_psi_alignment_beats_one_partys_auc_and_saves_models(tmp_
     # the plaintext reference beside it: the same trees unencrypted, hence the same test AUC
     assert out["plaintext_test_auc"] == out["test_auc"]
     assert "alignment" in out["bytes_sent"]
-    assert sorted(x.name for x in models.iterdir()) == ["active.npz", "passive-0.npz", "passive-1.npz"]
+    assert sorted(x.name for x in models.iterdir()) == ["active.npz", "manifest.json", "passive-0.npz",
+                                                         "passive-1.npz"]
     am = sb.ActiveModel.load(models / "active.npz")
     assert am.n_trees == 2 and am.passive_parties == ("passive-0", "passive-1")
 

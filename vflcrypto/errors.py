@@ -19,6 +19,7 @@ __all__ = [
     "InputDataError",
     "InsecureParameterError",
     "KeyMismatchError",
+    "ModelFileError",
     "PeerDisconnectedError",
     "PeerTimeoutError",
     "ProtocolError",
@@ -80,6 +81,11 @@ class PeerDisconnectedError(VflError, ConnectionError):
 
 class InputDataError(VflError, ValueError):
     """A party's input data is unusable: duplicate or empty IDs, mismatched rows, NaN, ..."""
+
+
+class ModelFileError(InputDataError):
+    """A model file or model directory is unusable: truncated, corrupted, a text file, another
+    protocol's model, or a directory that already holds another run's model (the message names the file)."""
 
 
 class TrainingDivergedError(VflError, ArithmeticError):

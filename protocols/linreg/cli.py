@@ -9,7 +9,9 @@ intersection. Rows are split into train and test with the public, seeded
 :func:`vflcrypto.data.tables.train_test_split`; each party fits its local preprocessing on
 its own training rows. Test metrics use the secure prediction path
 (:func:`vflcrypto.protocols.linreg.predict_local`): only the active party learns the
-predictions. ``--model-dir`` saves one ``<party>.npz`` per party (no pickle).
+predictions. ``--model-dir`` saves one ``<party>.npz`` per party (no pickle) and a manifest
+of their digests, all-or-nothing; a directory holding an earlier model is refused unless
+``--overwrite``, which removes its files (no stale party file stays).
 
 The label is standardized by the active party (``--label-scaling standardize``, the default
 under every scheme); the model, its predictions and the losses are reported in the label's
@@ -96,7 +98,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, LinRegConfig)
     add_train_options(p, skip=("scheme",))
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
-    p.add_argument("--model-dir", help="save one model file per party here")
+    p.add_argument("--model-dir", help="save one model file per party here, with a manifest.json of their digests")
 
 
 def train(args: argparse.Namespace) -> int:
@@ -120,7 +122,7 @@ def train(args: argparse.Namespace) -> int:
     y = eval_tables[0].label
     assert y is not None  # read_tables requires the label at the active party
     if args.model_dir:
-        save_models(result.models, args.model_dir)
+        save_models(result.models, args.model_dir, overwrite=getattr(args, "overwrite", False), what="--model-dir")
     on = "test" if len(test) else "train"
     ref_rmse, ref_r2 = least_squares_reference(train_tables, eval_tables, cfg.fit_intercept)
     summary = {f"{on}_rmse": rmse(y, pred), f"{on}_r2": r2_score(y, pred),

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vflcrypto.data.files import load_model, save_model
+from vflcrypto.data.files import load_model, save_model, write_model_dir
 from vflcrypto.data.tables import PartyTable
-from vflcrypto.errors import InputDataError
+from vflcrypto.errors import InputDataError, ModelFileError
 
 from .config import PREPROCESSING
 
@@ -102,22 +102,24 @@ class PartyModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PartyModel:
-        meta, arrays = load_model(path)
+        meta, arrays = load_model(path, protocol="linreg")
         if meta.get("protocol") != "linreg":
-            raise InputDataError(f"{path} is not a linear-regression party model")
+            raise ModelFileError(f"{path} is not a linear-regression party model")
         prep = Preprocessing(arrays["mean"], arrays["transform"], bool(meta["intercept"]))
         return cls(meta["name"], meta["role"], tuple(meta["columns"]), arrays["weights"], prep,
                    meta.get("label"), float(meta.get("label_offset", 0.0)), float(meta.get("label_scale", 1.0)))
 
 
-def save_models(models: Sequence[PartyModel], model_dir: str | os.PathLike[str]) -> list[Path]:
-    """One ``<name>.npz`` per party (no pickle); each party would keep only its own file."""
-    out = []
-    for m in models:
-        path = Path(model_dir) / f"{m.name}.npz"
-        m.save(path)
-        out.append(path)
-    return out
+def save_models(models: Sequence[PartyModel], model_dir: str | os.PathLike[str], *, overwrite: bool = False,
+                what: str = "model directory") -> list[Path]:
+    """One ``<name>.npz`` per party (no pickle) and a manifest of their digests, written all-or-nothing.
+
+    Each party would keep only its own file. A directory holding an earlier model is
+    refused unless ``overwrite`` (which removes that model's files):
+    :func:`vflcrypto.data.files.write_model_dir`.
+    """
+    write_model_dir(model_dir, "linreg", {f"{m.name}.npz": m.save for m in models}, overwrite=overwrite, what=what)
+    return [Path(model_dir) / f"{m.name}.npz" for m in models]
 
 
 def predict_plain(models: Sequence[PartyModel], tables: Sequence[PartyTable]) -> np.ndarray:

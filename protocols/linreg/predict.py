@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from vflcrypto.data.files import verify_model_dir
 from vflcrypto.data.tables import PartyTable, ids_digest
-from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.errors import InputDataError, ModelFileError, ProtocolError
 from vflcrypto.he.paillier import DEFAULT_KEY_BITS, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
@@ -199,11 +200,18 @@ def predict_local(model_dir: str | os.PathLike[str] | Sequence[PartyModel], tabl
                   tap: AuditTap | None = None) -> tuple[np.ndarray, Transcript]:
     """Secure prediction: ``tables`` = [active, passive-0, ...] query rows (aligned).
 
-    ``model_dir`` holds ``active.npz`` and ``passive-<i>.npz`` (or pass the models). Runs
-    the declared prediction messages; returns B's predictions and the transcript.
+    ``model_dir`` holds ``active.npz``, ``passive-<i>.npz`` and their manifest (or pass the
+    models); the manifest and every digest are checked first
+    (:class:`~vflcrypto.errors.ModelFileError`). Runs the declared prediction messages;
+    returns B's predictions and the transcript.
     """
     if isinstance(model_dir, str | os.PathLike):
         d = Path(model_dir)
+        manifest = verify_model_dir(d, "linreg")
+        expected = {f"{ACTIVE}.npz", *(f"{p}.npz" for p in passive_names(len(tables) - 1))}
+        if set(manifest["files"]) != expected:
+            raise ModelFileError(f"the model in {d} has {len(manifest['files'])} parties "
+                                 f"({', '.join(sorted(manifest['files']))}); {len(tables)} tables were given")
         models = [PartyModel.load(d / f"{ACTIVE}.npz")]
         models += [PartyModel.load(d / f"{p}.npz") for p in passive_names(len(tables) - 1)]
     else:

@@ -23,12 +23,13 @@ import argparse
 import dataclasses
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import save_model
+from vflcrypto.data.files import save_model, write_model_dir
 from vflcrypto.data.tables import read_party_csv, train_test_split
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.steps import drive
@@ -55,7 +56,8 @@ def _add(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
     add_config_arguments(p, ProtoConfig)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
-    p.add_argument("--model-dir", help="save the server's fusion model and every party's extractor here (.npz)")
+    p.add_argument("--model-dir", help="save the server's fusion model and every party's extractor here "
+                                       "(.npz, with a manifest.json of their digests)")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -86,12 +88,13 @@ def _train(args: argparse.Namespace) -> int:
         "gate_means": [float(w) for w in run.server.gate_means],
         "seconds": round(time.perf_counter() - t0, 3), "config": dataclasses.asdict(cfg)}
     if args.model_dir:
-        out = Path(args.model_dir)
-        save_model(out / "server.npz", {"protocol": "protovfl", "role": SERVER},
-                   {f"fusion_{i}": a for i, a in enumerate(run.server.head)})
+        files = {"server.npz": partial(save_model, meta={"protocol": "protovfl", "role": SERVER},
+                                       arrays={f"fusion_{i}": a for i, a in enumerate(run.server.head)})}
         for k, res in enumerate(run.parties):
-            save_model(out / f"party-{k}.npz", {"protocol": "protovfl", "role": PARTY},
-                       {f"extractor_{i}": a for i, a in enumerate(res.extractor)})
+            files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": "protovfl", "role": PARTY},
+                                              arrays={f"extractor_{i}": a for i, a in enumerate(res.extractor)})
+        write_model_dir(args.model_dir, "protovfl", files, overwrite=getattr(args, "overwrite", False),
+                        what="--model-dir")
     if args.json:
         print(json.dumps(summary, indent=2, default=float))
         return 0

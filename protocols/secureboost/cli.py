@@ -16,7 +16,8 @@ encryption (debug/parity only: passive parties then see every gradient, i.e. the
 ``paillier`` (``--key-bits``, default 2048), ``ou`` (Okamoto-Uchiyama at its conservative
 parameters: at least 3072 bits, 256-bit randomness; about 3x faster here) or ``ou-heu``
 (SecretFlow HEU's 2048-bit parameters, by explicit choice). ``--model-dir`` saves one
-``<party>.npz`` per party (no pickle).
+``<party>.npz`` per party (no pickle) and a manifest of their digests, all-or-nothing; a
+directory holding an earlier model is refused unless ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from vflcrypto.data.files import write_model_dir
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.schemes import describe
@@ -100,7 +102,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_train_options(p)
     _add_mode(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
-    p.add_argument("--model-dir", help="save one <party>.npz per party here")
+    p.add_argument("--model-dir", help="save one <party>.npz per party here, with a manifest.json of their digests")
 
 
 def train(args: argparse.Namespace) -> int:
@@ -139,8 +141,8 @@ def train(args: argparse.Namespace) -> int:
     for name, b in run.bytes_sent.items():
         bytes_sent[name] = bytes_sent.get(name, 0) + b
     if args.model_dir:
-        for name, m in zip(names, models, strict=True):
-            m.save(Path(args.model_dir) / f"{name}.npz")
+        write_model_dir(args.model_dir, "secureboost", {f"{n}.npz": m.save for n, m in zip(names, models, strict=True)},
+                        overwrite=getattr(args, "overwrite", False), what="--model-dir")
     summary: dict[str, Any] = {
         **metrics, **reference, "trees": params.n_trees,
         "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,

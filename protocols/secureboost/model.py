@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from vflcrypto.data.files import load_model, save_model
-from vflcrypto.errors import InputDataError
+from vflcrypto.errors import ModelFileError
 
 from .tree import softmax
 
@@ -81,16 +81,16 @@ class ActiveModel:
     @classmethod
     def load(cls, path: str | Path) -> ActiveModel:
         """Read a model file (format 2; format 1, single-output with a scalar base score, too)."""
-        meta, a = load_model(path)
+        meta, a = load_model(path, protocol="secureboost")
         fmt = meta.get("format")
         if fmt not in ("vflcrypto.secureboost.active/1", "vflcrypto.secureboost.active/2"):
-            raise InputDataError(f"{path} is not a SecureBoost active-party model")
+            raise ModelFileError(f"{path} is not a SecureBoost active-party model")
         try:
             base = np.atleast_1d(np.asarray(meta["base_score"], dtype=np.float64))
             value = np.asarray(a["value"], dtype=np.float64)
             value = value.reshape(len(value), -1)
             if value.shape[1] != len(base):
-                raise InputDataError(f"{path}: leaf values have {value.shape[1]} outputs, the base score "
+                raise ModelFileError(f"{path}: leaf values have {value.shape[1]} outputs, the base score "
                                      f"{len(base)}")
             return cls(meta["model_id"], meta["objective"], base,
                        float(meta["learning_rate"]), int(meta["max_depth"]),
@@ -98,7 +98,7 @@ class ActiveModel:
                        offsets=a["offsets"], kind=a["kind"], party=a["party"], feature=a["feature"], bin=a["bin"],
                        threshold=a["threshold"], record=a["record"], left=a["left"], right=a["right"], value=value)
         except KeyError as exc:
-            raise InputDataError(f"{path}: model file lacks {exc}") from None
+            raise ModelFileError(f"{path}: model file lacks {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -121,11 +121,11 @@ class PassiveModel:
 
     @classmethod
     def load(cls, path: str | Path) -> PassiveModel:
-        meta, a = load_model(path)
+        meta, a = load_model(path, protocol="secureboost")
         if meta.get("format") != "vflcrypto.secureboost.passive/1":
-            raise InputDataError(f"{path} is not a SecureBoost passive-party model")
+            raise ModelFileError(f"{path} is not a SecureBoost passive-party model")
         try:
             return cls(meta["model_id"], meta["party"], tuple(meta["columns"]),
                        a["record_ids"], a["feature"], a["bin"], a["threshold"])
         except KeyError as exc:
-            raise InputDataError(f"{path}: model file lacks {exc}") from None
+            raise ModelFileError(f"{path}: model file lacks {exc}") from None

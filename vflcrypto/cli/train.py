@@ -16,18 +16,19 @@ __all__ = ["register"]
 
 def _outputs_first(run: Callable[[argparse.Namespace], int],
                    check_scheme: Callable[[str], None]) -> Callable[[argparse.Namespace], int]:
-    """Check ``--scheme``, ``--model-dir`` and ``--html`` before any work (training never finishes and then
+    """Check ``--scheme``, ``--model-dir`` (refused if it holds an earlier model, unless ``--overwrite``)
+    and ``--html`` before any work (training never finishes and then
     fails to save); with ``--html``, draw every run the command made (alignment, training, prediction) as a
     report."""
 
     def checked(args: argparse.Namespace) -> int:
-        from ..data.files import atomic_write_text, check_output_dir, check_outputs
+        from ..data.files import atomic_write_text, check_model_dir, check_outputs
         from ..runtime.transcript import capture
 
         if getattr(args, "scheme", None):
             check_scheme(args.scheme)
         if getattr(args, "model_dir", None):
-            check_output_dir(args.model_dir, "--model-dir")
+            check_model_dir(args.model_dir, overwrite=getattr(args, "overwrite", False), what="--model-dir")
         if not args.html:
             return run(args)
         check_outputs({"HTML report": args.html})
@@ -67,6 +68,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                 continue
             m = models.add_parser(cmd.name, help=cmd.help, description=cmd.description)
             cmd.add_arguments(m)
+            if "--model-dir" in m._option_string_actions:
+                m.add_argument("--overwrite", action="store_true",
+                               help="replace the model already in --model-dir (its files are removed first; "
+                                    "without this flag such a directory is refused)")
             spec.scheme_argument(m)  # --help offers only the schemes this protocol accepts
             m.add_argument("--html", metavar="FILE", help="also write an HTML report of every run this command makes "
                                                           "(sequence diagrams, what each role received)")
