@@ -29,7 +29,7 @@ demo: $(STAMP)  ## run the main job on bundled example data, no servers
 test: $(STAMP)  ## lint, type-check and run the whole test suite
 	$(BIN)/ruff check vflcrypto protocols tests bench flower
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 bench: $(STAMP)  ## pytest-benchmark suites for the primitives (not part of CI)
 	$(BIN)/python -m pytest bench -q --benchmark-only

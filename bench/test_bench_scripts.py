@@ -120,13 +120,6 @@ def test_secagg_bench_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert len(rows) == 1
 
 
-def test_ray_backend_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("ray")
-    out = _load("ray_backend_bench").main(["--trees", "1", "--depth", "2", "--key-bits", "512", "--allow-insecure",
-                                           "--rows", "200", "--cpus", "2", "--json"])
-    assert out["identical_trees"] is True
-
-
 def test_spu_psi_compare_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("spu", reason="SecretFlow SPU is not installed (the comparison's other side)")
     left, right = tmp_path / "left.csv", tmp_path / "right.csv"

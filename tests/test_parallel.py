@@ -208,3 +208,20 @@ def test_a_guarded_script_uses_the_pool_silently(tmp_path: Path) -> None:
 def test_unguarded_main_line_is_none_outside_a_script() -> None:
     """Under pytest the main module is pytest's own ``__main__`` (or a guarded entry script): safe."""
     assert parallel.unguarded_main_line() is None
+
+
+def test_ray_backend_bench_runs_tiny() -> None:
+    """bench/ray_backend_bench.py end to end (here, beside the other Ray test: pytest-xdist runs one file's tests
+    in one worker, so two local Ray clusters never start at once and time out on a loaded machine)."""
+    import importlib.util
+
+    pytest.importorskip("ray")
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench))
+    spec = importlib.util.spec_from_file_location("ray_backend_bench", bench / "ray_backend_bench.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.main(["--trees", "1", "--depth", "2", "--key-bits", "512", "--allow-insecure", "--rows", "200",
+                    "--cpus", "2", "--json"])
+    assert out["identical_trees"] is True
