@@ -37,8 +37,18 @@ from vflcrypto.spec import DemoContext
 
 from ._repvfl import SERVER, require_torch
 
-__all__ = ["COMPLETION_LABELS", "batch_gradient_finding", "batch_rows", "d1_finding", "inversion_findings",
-           "label_attack_findings", "naming_finding", "needs_torch", "probe_findings"]
+__all__ = [
+    "COMPLETION_LABELS",
+    "batch_gradient_finding",
+    "batch_rows",
+    "d1_finding",
+    "inversion_findings",
+    "label_attack_findings",
+    "naming_finding",
+    "needs_torch",
+    "probe_findings",
+    "received_label_attacks",
+]
 
 #: the labels per class the feature party is assumed to know for model completion (Fu et al. grant 40 for
 #: CIFAR-10's 10 classes); direction scoring assumes one per class (Li et al.: one known example)
@@ -163,6 +173,19 @@ def batch_rows(msgs: Sequence[Any], batches: Sequence[np.ndarray], n: int, field
     out = np.full((n, parts[0].shape[1] if parts else 0), np.nan)
     for part, rows in zip(parts, batches, strict=True):
         out[rows] = part
+    return out
+
+
+def received_label_attacks(tap: AuditTap, parties: Sequence[str], protocol: str, y: np.ndarray
+                           ) -> list[EmpiricalFinding]:
+    """:func:`label_attack_findings` of each party on the first-round gradients it received
+    (``<protocol>.gradient``) and the last representation update it sent (``<protocol>.representation_update``)."""
+    out: list[EmpiricalFinding] = []
+    for p in parties:
+        (d1,) = tap.received(p, f"{protocol}.gradient")
+        u2 = tap.received(SERVER, f"{protocol}.representation_update", sender=p)
+        out += label_attack_findings(p, f"{protocol}.gradient", np.asarray(d1.G),
+                                     f"{protocol}.representation_update", np.asarray(u2[-1].H) if u2 else None, y)
     return out
 
 

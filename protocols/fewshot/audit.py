@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
-
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
@@ -15,10 +13,10 @@ from .._repvfl import SERVER, digits_example, party_names, require_torch
 from .._repvfl_audit import (
     d1_finding,
     inversion_findings,
-    label_attack_findings,
     naming_finding,
     needs_torch,
     probe_findings,
+    received_label_attacks,
 )
 from .roles import FewShotConfig, run_local
 
@@ -55,11 +53,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
             f"truth {len(data.X_unaligned)}), and their representations; by design",
             attacks=("fewshot.unaligned_representation",), flagged=True, samples=len(hu.H),
             detects="exact (a row count)"))
-    for p in names:
-        (d1,) = tap.received(p, "fewshot.gradient")
-        u2 = tap.received(SERVER, "fewshot.representation_update", sender=p)
-        findings += label_attack_findings(p, "fewshot.gradient", np.asarray(d1.G), "fewshot.representation_update",
-                                          np.asarray(u2[-1].H) if u2 else None, y)
+    findings += received_label_attacks(tap, names, "fewshot", y)
     findings += inversion_findings(tap, names, [("fewshot.representation", "features"),
                                                 ("fewshot.representation_update", "features"),
                                                 ("fewshot.unaligned_representation", "unaligned_features")])

@@ -5,14 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
-
 from vflcrypto.audit.ledger import AuditOutcome, audit_runs
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
 
-from .._repvfl import SERVER, digits_example, party_names, require_torch
-from .._repvfl_audit import d1_finding, inversion_findings, label_attack_findings, needs_torch, probe_findings
+from .._repvfl import digits_example, party_names, require_torch
+from .._repvfl_audit import d1_finding, inversion_findings, needs_torch, probe_findings, received_label_attacks
 from .roles import OneShotConfig, run_local
 
 __all__ = ["audit_run", "demo_step"]
@@ -42,12 +40,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     part = [d1_finding(ptap, p, "oneshot.partition", y) for p in names]
     probes = probe_findings(tap, names, [("oneshot.representation", "features"),
                                          ("oneshot.representation_update", "features")])
-    papers = []
-    for p in names:
-        (d1,) = tap.received(p, "oneshot.gradient")
-        u2 = tap.received(SERVER, "oneshot.representation_update", sender=p)
-        papers += label_attack_findings(p, "oneshot.gradient", np.asarray(d1.G), "oneshot.representation_update",
-                                        np.asarray(u2[-1].H) if u2 else None, y)
+    papers = received_label_attacks(tap, names, "oneshot", y)
     papers += inversion_findings(tap, names, [("oneshot.representation", "features"),
                                               ("oneshot.representation_update", "features")])
     runs = {"D1 = gradients": run.transcript, "D1 = partition": prun.transcript}

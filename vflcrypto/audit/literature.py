@@ -46,6 +46,7 @@ __all__ = [
     "PAPERS",
     "TAKAHASHI_2023",
     "WENG_2020",
+    "auc_finding",
     "direction_scoring",
     "inversion_r2",
     "known_labels",
@@ -125,6 +126,19 @@ def _auc_test(auc: float, n1: int, n0: int) -> tuple[float, float]:
     """One-sided p-value of an AUC above 0.5 and the smallest AUC flagged (Mann–Whitney normal approximation)."""
     sd = math.sqrt((n1 + n0 + 1) / (12.0 * n1 * n0))
     return normal_sf((auc - 0.5) / sd), 0.5 + _ZA * sd
+
+
+def auc_finding(observer: str, name: str, score: np.ndarray, positive: np.ndarray, description: str, *,
+                paper: str, attacks: Sequence[str], protection: Protection | None) -> EmpiricalFinding:
+    """The leak AUC of ``score`` for the rows whose label is ``positive`` (True), against chance (0.5):
+    a one-sided Mann–Whitney test; ``min_effect`` is the smallest AUC it flags at these class sizes."""
+    t = np.asarray(positive, bool)
+    n1, n0 = int(t.sum()), int((~t).sum())
+    auc = roc_auc(np.asarray(score, np.float64), t)
+    p, crit = _auc_test(auc, n1, n0)
+    return EmpiricalFinding(observer, name, auc, 0.5, description, attacks=tuple(attacks), protection=protection,
+                            flagged=p < ALPHA, p_value=p, samples=n1 + n0, min_effect=crit,
+                            detects=f"AUC >= {crit:.3f} on {n1 + n0} rows", paper=paper)
 
 
 def _null_finding(observer: str, name: str, value: float, null: np.ndarray, *, paper: str, attacks: Sequence[str],
@@ -230,18 +244,11 @@ def direction_scoring(observer: str, name: str, G: np.ndarray, truth: np.ndarray
         pos = int(classes.max()) if positive is None else int(positive)
         if not np.any(labels == pos):
             raise AuditError(f"{name}: direction scoring needs a known row of label {pos}")
-        score = cos[:, labels == pos].mean(1)
-        t = y[rest] == pos
-        n1, n0 = int(t.sum()), int((~t).sum())
-        auc = roc_auc(score, t)
-        p, crit = _auc_test(auc, n1, n0)
-        return EmpiricalFinding(observer, name, auc, 0.5,
-                                f"leak AUC of the cosine between each received gradient row and the gradient of "
-                                f"{int(np.sum(labels == pos))} row(s) it knows to have label {pos}, on the "
-                                f"{len(rest)} rows it did not know; baseline: chance",
-                                attacks=tuple(attacks), protection=protection, flagged=p < ALPHA, p_value=p,
-                                samples=len(rest), min_effect=crit, detects=f"AUC >= {crit:.3f} on {len(rest)} rows",
-                                paper=LI_2022)
+        return auc_finding(observer, name, cos[:, labels == pos].mean(1), y[rest] == pos,
+                           f"leak AUC of the cosine between each received gradient row and the gradient of "
+                           f"{int(np.sum(labels == pos))} row(s) it knows to have label {pos}, on the "
+                           f"{len(rest)} rows it did not know; baseline: chance",
+                           paper=LI_2022, attacks=attacks, protection=protection)
     guess = labels[cos.argmax(1)]
     majority = float(np.max(np.unique(y[rest], return_counts=True)[1]) / len(rest))
     found = accuracy_finding(observer, name, guess, y[rest], majority, attacks=attacks, protection=protection,

@@ -26,9 +26,9 @@ import numpy as np
 
 from ..errors import AuditError
 from ..runtime.declarations import Protection
-from .attacks import ALPHA, accuracy_finding
+from .attacks import accuracy_finding
 from .ledger import EmpiricalFinding
-from .literature import TAKAHASHI_2023, WENG_2020, _auc_test, roc_auc
+from .literature import TAKAHASHI_2023, WENG_2020, auc_finding
 
 __all__ = ["first_split", "id2graph", "instance_space_graph", "louvain", "recover_residuals", "residual_recovery"]
 
@@ -100,6 +100,17 @@ def louvain(A: np.ndarray, *, seed: int = 0, sweeps: int = 20) -> np.ndarray:
         A = H.T @ A @ H
 
 
+def _majority_per_group(group: np.ndarray, rows: np.ndarray, labels: np.ndarray, fallback: object) -> np.ndarray:
+    """Every row's guess: the majority of the known ``labels`` (of rows ``rows``) in its group, else ``fallback``."""
+    guess = np.full(len(group), fallback)
+    for g in np.unique(group):
+        mine = labels[group[rows] == g]
+        if len(mine):
+            v, k = np.unique(mine, return_counts=True)
+            guess[group == g] = v[k.argmax()]
+    return guess
+
+
 def id2graph(observer: str, name: str, partitions: Sequence[np.ndarray], truth: np.ndarray,
              known: Mapping[int, int], *, attacks: Sequence[str], protection: Protection | None = None,
              decay: float = 1.0) -> EmpiricalFinding:
@@ -122,13 +133,7 @@ def id2graph(observer: str, name: str, partitions: Sequence[np.ndarray], truth: 
     comm = louvain(instance_space_graph(partitions, decay=decay))
     labels = np.asarray([known[int(r)] for r in rows])
     values, counts = np.unique(labels, return_counts=True)
-    fallback = values[counts.argmax()]
-    guess = np.full(len(y), fallback)
-    for c in np.unique(comm):
-        mine = labels[comm[rows] == c]
-        if len(mine):
-            v, k = np.unique(mine, return_counts=True)
-            guess[comm == c] = v[k.argmax()]
+    guess = _majority_per_group(comm, rows, labels, values[counts.argmax()])
     majority = float(np.max(np.unique(y[rest], return_counts=True)[1]) / len(rest))
     found = accuracy_finding(observer, name, guess[rest], y[rest], majority, attacks=attacks, protection=protection,
                              description=f"ID2Graph: the rows' co-occurrence in the nodes of {len(partitions)} "
@@ -163,24 +168,12 @@ def first_split(observer: str, name: str, sides: np.ndarray, truth: np.ndarray, 
         pos = classes.max()
         rate = {int(s): float(np.mean(labels[side[rows] == s] == pos)) if np.any(side[rows] == s) else 0.5
                 for s in np.unique(side)}
-        score = np.asarray([rate[int(s)] for s in side[rest]])
-        t = y[rest] == pos
-        n1, n0 = int(t.sum()), int((~t).sum())
-        auc = roc_auc(score, t)
-        p, crit = _auc_test(auc, n1, n0)
-        return EmpiricalFinding(observer, name, auc, 0.5,
-                                f"leak AUC of the side of the first tree's root split each row fell on, scored by "
-                                f"the share of label {pos:g} among the {len(rows)} known rows on that side, on the "
-                                f"{len(rest)} rows it did not know; baseline: chance", attacks=tuple(attacks),
-                                protection=protection, flagged=p < ALPHA, p_value=p, samples=len(rest),
-                                min_effect=crit, detects=f"AUC >= {crit:.3f} on {len(rest)} rows",
-                                paper=TAKAHASHI_2023)
-    guess = np.full(len(y), labels[0])
-    for s in np.unique(side):
-        mine = labels[side[rows] == s]
-        if len(mine):
-            v, k = np.unique(mine, return_counts=True)
-            guess[side == s] = v[k.argmax()]
+        return auc_finding(observer, name, np.asarray([rate[int(s)] for s in side[rest]]), y[rest] == pos,
+                           f"leak AUC of the side of the first tree's root split each row fell on, scored by the "
+                           f"share of label {pos:g} among the {len(rows)} known rows on that side, on the "
+                           f"{len(rest)} rows it did not know; baseline: chance", paper=TAKAHASHI_2023,
+                           attacks=attacks, protection=protection)
+    guess = _majority_per_group(side, rows, labels, labels[0])
     majority = float(np.max(np.unique(y[rest], return_counts=True)[1]) / len(rest))
     found = accuracy_finding(observer, name, guess[rest], y[rest], majority, attacks=attacks, protection=protection,
                              description="each side of the first tree's root split gets the majority of the labels "
