@@ -16,6 +16,7 @@ the calling process.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -164,28 +165,10 @@ def _skips_shuffle(side: str, mp: pytest.MonkeyPatch) -> None:
                                                    psi.random_permutation))
 
 
-def passive_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
-    _fixed_scalar("passive", mp)
-
-
-def active_fixed_scalar(mp: pytest.MonkeyPatch) -> None:
-    _fixed_scalar("active", mp)
-
-
-def passive_skips_blinding(mp: pytest.MonkeyPatch) -> None:
-    _skips_blinding("passive", mp)
-
-
-def active_skips_blinding(mp: pytest.MonkeyPatch) -> None:
-    _skips_blinding("active", mp)
-
-
-def passive_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
-    _skips_shuffle("passive", mp)
-
-
-def active_skips_shuffle(mp: pytest.MonkeyPatch) -> None:
-    _skips_shuffle("active", mp)
+# each ECDH seam in one party only (its thread): the other keeps its protection
+passive_fixed_scalar, active_fixed_scalar = (functools.partial(_fixed_scalar, s) for s in ("passive", "active"))
+passive_skips_blinding, active_skips_blinding = (functools.partial(_skips_blinding, s) for s in ("passive", "active"))
+passive_skips_shuffle, active_skips_shuffle = (functools.partial(_skips_shuffle, s) for s in ("passive", "active"))
 
 
 def kkrt_codes_unmasked(mp: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.audit.attacks import accuracy_finding, order_finding
+from vflcrypto.audit.attacks import accuracy_finding, not_measured, order_finding
 from vflcrypto.audit.checks import EXACT, RANK_FAILURE, Check
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
 from vflcrypto.errors import AuditError
@@ -19,7 +19,7 @@ from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 
 from .files import align_files, read_id_table
-from .kkrt_audit import KKRT_CHECKS, kkrt_findings, unmeasured
+from .kkrt_audit import KKRT_CHECKS, kkrt_findings
 from .messages import ACTIVE, PASSIVE, BlindedChunk, DoubledChunk, DoubledShuffledChunk, TagChunk
 from .roles import LocalRun, run_local
 
@@ -153,7 +153,7 @@ def _dictionary_finding(obs: _Observer, candidates: list[bytes], name: str) -> E
     own = set(obs.own)
     outside = [c for c in candidates if c not in own]
     if not outside:
-        return unmeasured(obs.name, name, ("align.blinded",), Protection.BLINDED,
+        return not_measured(obs.name, name, ("align.blinded",), Protection.BLINDED,
                           "no candidate ID outside the observer's own set")
     mine = set(_split(psi.blind_ids(obs.secret, outside), psi.POINT_BYTES))
     hits = sum(unblinded_point(c) in received for c in outside) + len(mine & received)
@@ -168,7 +168,7 @@ def _dictionary_finding(obs: _Observer, candidates: list[bytes], name: str) -> E
 def _linkage_finding(first: _Observer, second: _Observer | str, name: str) -> EmpiricalFinding:
     """Link the peer's blinded IDs across two sessions (equal points = the same ID)."""
     if isinstance(second, str):
-        return unmeasured(first.name, name, ("align.blinded",), Protection.BLINDED, f"no second session: {second}")
+        return not_measured(first.name, name, ("align.blinded",), Protection.BLINDED, f"no second session: {second}")
     linked = len(set(first.blinded) & set(second.blinded))
     return EmpiricalFinding(
         first.name, name, float(linked), 0.0,
@@ -183,7 +183,7 @@ def _unblinded_finding(obs: _Observer, kind: str, name: str) -> EmpiricalFinding
     """Do the peer's re-blinded digests equal the observer's own single-blinded points?"""
     doubled = obs.doubled
     if not doubled:
-        return unmeasured(obs.name, name, (kind,), Protection.BLINDED, f"it received no {kind} digests")
+        return not_measured(obs.name, name, (kind,), Protection.BLINDED, f"it received no {kind} digests")
     own = {psi.point_digest(pt) for pt in obs.own_blinded()}
     hits = sum(d in own for d in doubled)
     return EmpiricalFinding(
@@ -201,7 +201,7 @@ def ecdh_findings(tap: AuditTap, second: AuditTap, me: str, enc: Mapping[str, Se
     names = _ecdh_names(me, peer)
     obs = _observer(tap, me, enc[me])
     if isinstance(obs, str):
-        return [unmeasured(me, n, (k,), pr, obs) for n, k, pr in
+        return [not_measured(me, n, (k,), pr, obs) for n, k, pr in
                 zip(names, ("align.blinded", "align.blinded", "align.doubled", "align.blinded"),
                     (Protection.BLINDED, Protection.BLINDED, Protection.BLINDED, Protection.SHUFFLED), strict=True)]
     row_of = {x: i for i, x in enumerate(enc[peer])}
@@ -266,8 +266,8 @@ def _cardinality_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]]) -> 
     obs = _observer(tap, ACTIVE, enc[ACTIVE], DoubledShuffledChunk)
     if isinstance(obs, str) or not obs.doubled:
         why = obs if isinstance(obs, str) else "it received no reshuffled digests"
-        return [unmeasured(ACTIVE, names[0], ("align.doubled_shuffled",), Protection.BLINDED, why),
-                unmeasured(ACTIVE, names[1], ("align.doubled_shuffled",), Protection.SHUFFLED, why)]
+        return [not_measured(ACTIVE, names[0], ("align.doubled_shuffled",), Protection.BLINDED, why),
+                not_measured(ACTIVE, names[1], ("align.doubled_shuffled",), Protection.SHUFFLED, why)]
     peer_digests = set(_split(psi.reblind_points(obs.secret, b"".join(obs.blinded))))
     # Read the reshuffled digests as if they were still in its own sending order.
     guess = np.zeros(len(obs.own), dtype=np.int8)
@@ -297,7 +297,7 @@ def _keyed_hash_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], univ
         try:
             keys[me] = key = tap.held_one(me, "psi_key")
         except AuditError as exc:
-            out.append(unmeasured(me, name, ("align.tags",), Protection.SHUFFLED, f"no keyed-hash session ({exc})"))
+            out.append(not_measured(me, name, ("align.tags",), Protection.SHUFFLED, f"no keyed-hash session ({exc})"))
             continue
         tags = _split(_received_blob(tap, me, TagChunk, "tags"))
         own_tag = dict(zip(_split(psi.keyed_digests(key, enc[me])), enc[me], strict=True))
@@ -312,7 +312,7 @@ def _keyed_hash_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], univ
     received = set(_split(_received_blob(tap, ACTIVE, TagChunk, "tags")))
     outside = [c for c in universe if c not in set(enc[ACTIVE])]
     if ACTIVE not in keys or not received or not outside:
-        out.append(unmeasured(ACTIVE, name, ("align.tags",), None, "no tags, key or candidate IDs to test"))
+        out.append(not_measured(ACTIVE, name, ("align.tags",), None, "no tags, key or candidate IDs to test"))
         return out
     hits = sum(t in received for t in _split(psi.keyed_digests(keys[ACTIVE], outside)))
     out.append(EmpiricalFinding(

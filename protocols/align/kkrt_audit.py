@@ -19,7 +19,7 @@ from statistics import NormalDist
 import nacl.bindings as sodium
 import numpy as np
 
-from vflcrypto.audit.attacks import ALPHA, accuracy_finding, adjacent_order_finding, binomial_sf
+from vflcrypto.audit.attacks import ALPHA, accuracy_finding, adjacent_order_finding, binomial_sf, not_measured
 from vflcrypto.audit.checks import EXACT, Check
 from vflcrypto.audit.ledger import EmpiricalFinding
 from vflcrypto.errors import AuditError
@@ -29,7 +29,7 @@ from vflcrypto.runtime.declarations import Protection
 
 from .messages import ACTIVE, PASSIVE, OprfMatrix, OprfValues, OtChoice
 
-__all__ = ["KKRT_CHECKS", "kkrt_findings", "unmeasured"]
+__all__ = ["KKRT_CHECKS", "kkrt_findings"]
 
 _Z = NormalDist().inv_cdf(1 - ALPHA / 2)  # two-sided critical value at the audit's level
 
@@ -52,13 +52,6 @@ KKRT_CHECKS = (
 )
 
 
-def unmeasured(observer: str, name: str, kinds: tuple[str, ...], protection: Protection | None,
-               why: str) -> EmpiricalFinding:
-    """A check that could not run (its messages or the observer's secrets are absent): not measured, and why."""
-    return EmpiricalFinding(observer, name, 0.0, None, f"not measured: {why}", attacks=kinds, protection=protection,
-                            measured=False)
-
-
 def _rows(blob: bytes, width: int) -> np.ndarray:
     return np.frombuffer(blob, np.uint8).reshape(-1, width)
 
@@ -71,7 +64,7 @@ def _matrix_finding(tap: AuditTap) -> EmpiricalFinding:
     except AuditError as exc:
         codes, why = [], str(exc)
     if not chunks or len(codes) != len(chunks):
-        return unmeasured(PASSIVE, MATRIX, ("align.oprf_matrix",), Protection.MASKED,
+        return not_measured(PASSIVE, MATRIX, ("align.oprf_matrix",), Protection.MASKED,
                           f"{len(chunks)} matrix chunks received, {len(codes)} code blocks recorded"
                           + (f" ({why})" if not codes and chunks else ""))
     equal = total = 0
@@ -100,7 +93,7 @@ def _choice_finding(tap: AuditTap) -> EmpiricalFinding:
     else:
         why = f"{len(msgs)} base-OT choice messages received, expected one"
     if len(msgs) != 1 or not msgs[0].points:
-        return unmeasured(ACTIVE, CHOICE, ("align.ot_choice",), Protection.BLINDED, why)
+        return not_measured(ACTIVE, CHOICE, ("align.ot_choice",), Protection.BLINDED, why)
     (msg,) = msgs
     points = [msg.points[i : i + ot.POINT_BYTES] for i in range(0, len(msg.points), ot.POINT_BYTES)]
     known = set(points)
@@ -128,9 +121,9 @@ def _dictionary_finding(tap: AuditTap, candidates: Sequence[bytes], own: Sequenc
         bins = tap.held_one(ACTIVE, "kkrt_bins")
         own_values = tap.held(ACTIVE, "kkrt_row_values")
     except AuditError as exc:
-        return unmeasured(ACTIVE, DICTIONARY, ("align.oprf_values",), Protection.BLINDED, str(exc))
+        return not_measured(ACTIVE, DICTIONARY, ("align.oprf_values",), Protection.BLINDED, str(exc))
     if not values or not outside:
-        return unmeasured(ACTIVE, DICTIONARY, ("align.oprf_values",), Protection.BLINDED,
+        return not_measured(ACTIVE, DICTIONARY, ("align.oprf_values",), Protection.BLINDED,
                           f"{len(values)} chunks of OPRF values received, {len(outside)} candidate IDs to test")
     received = {bytes(v) for v in _rows(b"".join(m.values for m in values), kkrt.OUTPUT_BYTES)}
     received -= {bytes(v) for _, vals in own_values for v in vals}
@@ -161,7 +154,7 @@ def _order_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]]) -> list[E
         table = tap.held_one(ACTIVE, "kkrt_table")  # item per table row (-1: empty)
         held = tap.held(ACTIVE, "kkrt_row_values")
     except AuditError as exc:
-        return [unmeasured(ACTIVE, n, ("align.oprf_values",), Protection.SHUFFLED, str(exc))
+        return [not_measured(ACTIVE, n, ("align.oprf_values",), Protection.SHUFFLED, str(exc))
                 for n in (ORDER_ROWS, ORDER_FILE)]
     row_of = {bytes(v): int(r) for rows, vals in held for r, v in zip(rows, vals, strict=True)}  # own output -> row
     sender_row = {x: i for i, x in enumerate(enc[PASSIVE])}

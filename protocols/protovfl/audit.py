@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.audit.attacks import ring_mask_findings
+from vflcrypto.audit.attacks import not_measured, ring_mask_findings
 from vflcrypto.audit.checks import EXACT, Check, mask_checks
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.errors import AuditError
@@ -161,8 +161,8 @@ def _psi_view(tap: AuditTap, names: Sequence[str]) -> tuple[list[np.ndarray], mp
 
 def _unmeasured(name: str, why: str, protection: Protection | None, attacks: tuple[str, ...] = ("protovfl.psi_table",)
                 ) -> EmpiricalFinding:
-    return EmpiricalFinding(SERVER, name, 0.0, 0.0, f"not measured: {why}", attacks=attacks, protection=protection,
-                            measured=False, min_effect=0.0)
+    """The server's check ``name`` that could not run (:func:`~vflcrypto.audit.attacks.not_measured`)."""
+    return not_measured(SERVER, name, attacks, protection, why)
 
 
 def collusion_findings(tap: AuditTap, names: Sequence[str], party_ids: Sequence[Sequence[str]]
