@@ -253,23 +253,3 @@ def test_an_audit_without_published_attacks_has_no_scorecard() -> None:
 
     out = AuditOutcome("test", _outcome().report, (_outcome().findings[0],))
     assert out.scorecard() == [] and "Scorecard" not in out.to_text() and 'id="scorecard"' not in render_html(out)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["split", "oneshot", "fewshot"])
-def test_every_representation_vfl_audit_shows_its_scorecard(name: str) -> None:
-    """Each party: norm and direction scoring and model completion; the server: the decoder per representation kind
-    and party. These protocols leak by design: every attack beats its baseline on the digits."""
-    from conftest import honest_audit
-
-    pytest.importorskip("torch")
-    outcome = honest_audit(name)
-    card = outcome.scorecard()
-    kinds = {"split": 1, "oneshot": 2, "fewshot": 3}[name]
-    assert len(card) == 2 * 3 + 2 * kinds
-    assert {r["paper"] for r in card} == {L.LI_2022, L.FU_2022, L.HE_2019}
-    assert {r["role"] for r in card} == {"party", "server"}
-    assert all(r["verdict"] == "leaks (by design)" for r in card), card
-    assert not outcome.unmeasured()
-    direction = [r for r in card if "direction scoring" in r["attack"]]
-    assert all(r["score"] >= 0.9 for r in direction)

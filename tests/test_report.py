@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from vflcrypto.protocols import align
 
+from vflcrypto.audit import literature as L
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, Figure, audit_runs
 from vflcrypto.audit.report import arrows, protection_class, render_html, write_plots
 from vflcrypto.cli.audit import load_all_protocols
@@ -317,6 +318,27 @@ def test_every_protocols_audit_run_renders(name: str, tmp_path: Path) -> None:
         assert 'data-rendered="yes"' in rendered
         assert all(row.kind in rendered for row in outcome.report.rows)
         assert not _layout_faults(svgs), "\n".join(_layout_faults(svgs)[:20])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["split", "oneshot", "fewshot"])
+def test_every_representation_vfl_audit_shows_its_scorecard(name: str) -> None:
+    """Each party: norm and direction scoring and model completion; the server: the decoder per representation kind
+    and party. These protocols leak by design: every attack beats its baseline on the digits. (Here, beside the
+    report test, so that one worker's cached audits serve both.)"""
+    from conftest import honest_audit
+
+    pytest.importorskip("torch")
+    outcome = honest_audit(name)
+    card = outcome.scorecard()
+    kinds = {"split": 1, "oneshot": 2, "fewshot": 3}[name]
+    assert len(card) == 2 * 3 + 2 * kinds
+    assert {r["paper"] for r in card} == {L.LI_2022, L.FU_2022, L.HE_2019}
+    assert {r["role"] for r in card} == {"party", "server"}
+    assert all(r["verdict"] == "leaks (by design)" for r in card), card
+    assert not outcome.unmeasured()
+    direction = [r for r in card if "direction scoring" in r["attack"]]
+    assert all(r["score"] >= 0.9 for r in direction)
 
 
 def test_repeated_rounds_are_drawn_once_whatever_the_order_within_them() -> None:
