@@ -146,6 +146,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
         raise InputDataError(f"{ctx.me}: fewer than 3 IDs are on the server and on every party")
     rows = sorted_rows(table.ids, res.rows)
     tr, te = train_test_split(len(rows), args.test_fraction, seed=args.split_seed)
+    overlap_ids = tuple(str(table.ids[i]) for i in rows[tr])  # the rows every message indexes, in order
     if is_server:
         assert table.label is not None  # checked above
         y = np.asarray(table.label)[rows]
@@ -159,7 +160,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
             save_model(out, {**meta, "protocol": ctx.me}, {f"head_{i}": a for i, a in enumerate(result.head)})
             write_metrics(out, meta, metrics)
 
-        return PartyOutcome(metrics, write_server)
+        return PartyOutcome(metrics, write_server, overlap_ids)
     others = np.setdiff1d(np.arange(len(table)), rows)
     pdata = PartyData(table.X[rows[tr]], table.X[rows[te]], table.X[others])
     prole = party_cls(pdata, index=parties.index(ctx.me), name=ctx.me, server=server, config=cfg)
@@ -168,7 +169,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
     def write_party(out: Path, meta: dict[str, Any]) -> None:
         save_model(out, meta, {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
 
-    return PartyOutcome({"rows": {"overlap": len(tr), "test": len(te), "unaligned": len(others)}}, write_party)
+    return PartyOutcome({"rows": {"overlap": len(tr), "test": len(te), "unaligned": len(others)}}, write_party,
+                        overlap_ids)
 
 
 # --------------------------------------------------------------------------- the specs' entries

@@ -698,9 +698,11 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     assert summary["test_accuracy"] == pytest.approx(local["test_accuracy"])
 
 
-def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
-    """The server and two parties each in a process; PSI aligns them; the same model as in-process."""
+def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server and two parties each in a process; PSI aligns them; the same model as in-process; a party that
+    kept its messages is attacked from its view alone."""
     pytest.importorskip("torch")
+    from vflcrypto.cli import main
     from test_cli_repvfl import write_views
     from vflcrypto.protocols import oneshot
     from vflcrypto.protocols._repvfl import aligned_inputs
@@ -715,7 +717,8 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
     cfg = make_config(tmp_path, pki, names, timeout=30.0)
     args = ["--id-column", "id", "--test-fraction", "0.5", "--ssl-epochs", "3", "--head-epochs", "10"]
     procs = {n: party(cfg, n, "train", "oneshot", "--data", str(files[n]), *args,
-                      *(["--label", "digit"] if n == "server" else []), "--out", str(tmp_path / f"{n}.npz"))
+                      *(["--label", "digit"] if n == "server" else []),
+                      *(["--keep-messages"] if n == "party-1" else []), "--out", str(tmp_path / f"{n}.npz"))
              for n in names}
     recs = check_ok(finish(procs, timeout=90))
     inputs = aligned_inputs(read_party_csv(labels, "id", label="digit", features=[]),
@@ -727,6 +730,12 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
     assert recs["party-1"]["summary"]["rows"] == {"overlap": 210, "test": 210,
                                                   "unaligned": len(inputs.parties[1].X_unaligned)}
     assert_same_transcript(local.transcript, recs, prefix="oneshot.")
+    # party-1 kept its messages: the published label attacks run on its view alone (D1 it received, U2 it sent)
+    assert main(["audit", "--transcript", str(tmp_path / "party-1.npz.run.json"), "--truth", str(labels),
+                 "--truth-id-column", "id", "--truth-label", "digit", "--json"]) == 0
+    card = {r["attack"]: r for r in json.loads(capsys.readouterr().out)["scorecard"]}
+    assert {r["observer"] for r in card.values()} == {"party-1"} and len(card) == 3, card
+    assert card["oneshot.gradient: direction scoring label inference"]["score"] > 0.9
 
 
 def test_prototype_vfl_four_processes_with_all_party_only_alignment(tmp_path: Path) -> None:

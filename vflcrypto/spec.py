@@ -30,8 +30,11 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigurationError, InputDataError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .audit.checks import Check
-    from .audit.ledger import AuditOutcome
+    from .audit.ledger import AuditOutcome, EmpiricalFinding
+    from .runtime.record import RecordedView
     from .runtime.steps import Role
 
 __all__ = [
@@ -152,6 +155,9 @@ class PartyOutcome:
 
     summary: dict[str, Any]
     write: Callable[[Path, dict[str, Any]], None]
+    #: the IDs of the rows this party's messages are indexed by, in order (the aligned training rows), kept with
+    #: its messages (``--keep-messages``) so that an attack on its view can be scored against labels by ID
+    rows: tuple[str, ...] = ()
 
 
 @dataclass
@@ -276,6 +282,10 @@ class ProtocolSpec:
     oracle: str = ""  # why OU is refused: whose ciphertexts its key holder decrypts for whom
     #: the checks its audit must run, each on a declared protection (:mod:`vflcrypto.audit.checks`)
     checks: tuple[Check, ...] = ()
+    #: the published attacks on one party's recorded view of a network run (``vflcrypto party ... --keep-messages``
+    #: read back by ``vflcrypto audit --transcript``): ``(view, the true labels of its rows, or None) -> findings``;
+    #: the labels only score the attacks
+    view_attacks: Callable[[RecordedView, np.ndarray | None], list[EmpiricalFinding]] | None = None
 
     def run_audit(self, key_bits: int = 2048, *, allow_insecure: bool = False, **kwargs: Any) -> AuditOutcome:
         """Run :attr:`audit` and hold its findings to :attr:`checks`: a declared check that did not run, or

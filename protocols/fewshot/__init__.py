@@ -43,7 +43,7 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_cli
+from .. import _repvfl_audit, _repvfl_cli
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
 from ..oneshot import flower_config
 from . import audit
@@ -88,4 +88,5 @@ SPEC = ProtocolSpec(
     party_tasks=(_repvfl_cli.task("fewshot", "few-shot VFL (server with labels, parties with columns)",
                                   FewShotConfig, ServerRole, PartyRole),),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "fewshot"),
+    view_attacks=_repvfl_audit.view_attacks("fewshot"),
 )

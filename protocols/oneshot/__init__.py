@@ -55,7 +55,7 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_cli
+from .. import _repvfl_audit, _repvfl_cli
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, digits_example, flower_spec
 from . import audit
 from .messages import (
@@ -98,4 +98,5 @@ SPEC = ProtocolSpec(
     party_tasks=(_repvfl_cli.task("oneshot", "one-shot VFL (server with labels, parties with columns)",
                                   OneShotConfig, ServerRole, PartyRole),),
     flower=flower_spec(flower_config, ServerRole, PartyRole, "oneshot"),
+    view_attacks=_repvfl_audit.view_attacks("oneshot"),
 )

@@ -66,4 +66,5 @@ SPEC = ProtocolSpec(
     party_tasks=(_repvfl_cli.task("split", "split learning (server with labels, parties with columns)",
                                   SplitConfig, ServerRole, PartyRole),),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "split"),
+    view_attacks=audit.view_attacks,
 )

@@ -3,20 +3,68 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.audit.attacks import probe_finding
-from vflcrypto.audit.ledger import AuditOutcome, audit
+from vflcrypto.audit.attacks import not_measured, probe_finding
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit
+from vflcrypto.errors import AuditError
 from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.record import RecordedView
 from vflcrypto.spec import DemoContext
 
-from .._repvfl import SERVER, digits_example, party_names, require_torch
+from .._repvfl import PARTY, SERVER, digits_example, party_names, require_torch
 from .._repvfl_audit import batch_gradient_finding, batch_rows, inversion_findings, label_attack_findings, needs_torch
+from .messages import Setup
 from .roles import SplitConfig, epoch_batches, run_local
 
-__all__ = ["audit_run", "demo_step"]
+__all__ = ["audit_run", "demo_step", "epoch_rows", "party_label_attacks", "view_attacks"]
+
+
+def epoch_rows(tap: AuditTap, party: str, kind: str, batches: Sequence[np.ndarray], field: str, *,
+               last_epoch: bool) -> np.ndarray | None:
+    """One epoch of ``party``'s batch arrays ``field`` in overlap-row order: the gradients it received
+    (``field="G"``) or the representations it sent (``"H"``); ``None`` if the epoch is incomplete."""
+    msgs = tap.received(party, kind) if field == "G" else tap.received(None, kind, sender=party)
+    msgs = msgs[-len(batches):] if last_epoch else msgs[: len(batches)]
+    n = sum(len(b) for b in batches)
+    return batch_rows(msgs, batches, n, field) if len(msgs) == len(batches) else None
+
+
+def party_label_attacks(tap: AuditTap, party: str, y: np.ndarray, first: Sequence[np.ndarray],
+                        last: Sequence[np.ndarray]) -> list[EmpiricalFinding]:
+    """A party's published label attacks (the scorecard): norm and direction scoring on the gradient rows
+    of the first epoch (``first``: its batches), model completion on its representations of the last."""
+    return label_attack_findings(party, "split.gradient",
+                                 epoch_rows(tap, party, "split.gradient", first, "G", last_epoch=False),
+                                 "split.representation",
+                                 epoch_rows(tap, party, "split.representation", last, "H", last_epoch=True), y)
+
+
+def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFinding]:
+    """The published attacks on one party's recorded view of a network run (``vflcrypto party ... train split
+    --keep-messages``): a feature party's label attacks, from the setup, gradients and representations in its
+    own messages alone; ``y`` (the true labels of its overlap rows, in their order) only scores them.
+
+    The server's decoder needs the party's true columns to score and is not run on a recorded view.
+    """
+    kinds = ("split.gradient", "split.representation")
+    if view.role != PARTY:
+        return [not_measured(view.party, "attacks on a recorded view", kinds, None,
+                             f"no published attack on a recorded {view.role} view of split learning (the feature "
+                             "parties' label attacks run on a party's view)")]
+    setups = view.tap.received(view.party, Setup)
+    if len(setups) != 1 or y is None:
+        why = "no labels to score against (--truth)" if y is None else f"{len(setups)} split.setup messages"
+        return [not_measured(view.party, "label attacks on its recorded view", kinds, None, why)]
+    s = setups[0]
+    if len(y) != s.n_overlap:
+        raise AuditError(f"{len(y)} labels for the {s.n_overlap} overlap rows of the recorded run")
+    first = epoch_batches(s.n_overlap, s.batch_size, s.seed, 0)
+    last = epoch_batches(s.n_overlap, s.batch_size, s.seed, s.epochs - 1)
+    return party_label_attacks(view.tap, view.party, np.asarray(y), first, last)
 
 
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
@@ -56,19 +104,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
                "probe_r2": max(f.value for f in findings[len(names):]),
                "test_accuracy": float(run.test_accuracy or 0.0)}
 
-    def epoch_rows(p: str, kind: str, batches: list[np.ndarray], field: str, *, last_epoch: bool) -> np.ndarray | None:
-        msgs = tap.received(p, kind) if field == "G" else tap.received(SERVER, kind, sender=p)
-        msgs = msgs[-len(batches):] if last_epoch else msgs[: len(batches)]
-        return batch_rows(msgs, batches, n, field) if len(msgs) == len(batches) else None
-
-    for p in names:
-        findings += label_attack_findings(p, "split.gradient", epoch_rows(p, "split.gradient", first, "G",
-                                                                          last_epoch=False),
-                                          "split.representation", epoch_rows(p, "split.representation", last, "H",
-                                                                             last_epoch=True), y)
+    findings += [f for p in names for f in party_label_attacks(tap, p, y, first, last)]
     X_of = {p: np.asarray(tap.held(p, "features")[0]) for p in names}
     findings += inversion_findings(tap, names, [("split.representation", "features")], rows=lambda p, kind: (
-        None if (H := epoch_rows(p, kind, last, "H", last_epoch=True)) is None else (H, X_of[p])))
+        None if (H := epoch_rows(tap, p, kind, last, "H", last_epoch=True)) is None else (H, X_of[p])))
     return AuditOutcome("split", audit(run.transcript), tuple(findings), metrics,
                         transcripts=(("split learning", run.transcript),))
 

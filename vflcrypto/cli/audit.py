@@ -8,7 +8,9 @@ command exits 1, naming each one, when a check flags a declared protection as fa
 could not be measured (no messages to attack, or too little power to detect its failure).
 ``net`` audits the network hello of :mod:`vflcrypto.runtime.network`.
 ``--transcript FILE`` audits a recorded run instead (a ``vflcrypto party`` run record or
-a Flower run's transcript: declared leakage only, no attacks). ``--security-md``
+a Flower run's transcript: declared leakage); when the party kept its messages
+(``--keep-messages``), its protocol's published attacks run on that party's view alone,
+scored against ``--truth`` labels if given (:mod:`vflcrypto.runtime.record`). ``--security-md``
 rewrites the generated leakage tables in SECURITY.md from the declarations.
 """
 
@@ -18,6 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputDataError
 
@@ -90,9 +93,50 @@ def _audit_recorded(path: Path, args: argparse.Namespace) -> int:
     transcript = Transcript.from_dict(entries)
     report = audit(transcript)
     label = str(data.get("task", path.name)) if isinstance(data, dict) else path.name
-    _outputs(AuditOutcome(label, report, transcripts=((f"recorded run {path.name}", transcript),)), args)
-    print(report.to_json() if args.json else report.to_text())
+    kept = data.get("messages") if isinstance(data, dict) else None
+    if kept is None:
+        if args.truth:
+            raise InputDataError(f"{path}: the run kept no messages to attack (run the party with --keep-messages)")
+        _outputs(AuditOutcome(label, report, transcripts=((f"recorded run {path.name}", transcript),)), args)
+        print(report.to_json() if args.json else report.to_text())
+        return 0
+    findings = _attack_view(path.parent / str(kept), label, args)
+    outcome = AuditOutcome(label, report, tuple(findings), transcripts=((f"recorded run {path.name}", transcript),))
+    _outputs(outcome, args)
+    print(json.dumps(outcome.to_dict(), indent=2) if args.json else outcome.to_text())
     return 0
+
+
+def _attack_view(path: Path, task: str, args: argparse.Namespace) -> list[Any]:
+    """The published attacks of ``task``'s protocol on the one party's view kept in ``path``, scored against
+    ``--truth`` (labels by row ID) when given."""
+    import numpy as np
+
+    from ..data.tables import read_party_csv
+    from ..runtime.record import read_messages
+    from .party import _task_specs
+
+    view = read_messages(path)
+    found = _task_specs().get(view.task)
+    if found is None or found[1].view_attacks is None:
+        raise InputDataError(f"{path}: no attacks on a recorded view of {task!r} (they exist for: "
+                             f"{', '.join(sorted(t for t, (_, s) in _task_specs().items() if s.view_attacks))})")
+    y = None
+    if args.truth:
+        if not args.truth_id_column or not args.truth_label:
+            raise InputDataError("--truth needs --truth-id-column and --truth-label")
+        table = read_party_csv(args.truth, args.truth_id_column, label=args.truth_label, features=[])
+        assert table.label is not None
+        by_id = dict(zip(table.ids, table.label, strict=True))
+        missing = [r for r in view.rows if r not in by_id]
+        if missing:
+            raise InputDataError(f"{args.truth}: no {args.truth_label!r} for {len(missing)} of the {len(view.rows)} "
+                                 f"row IDs of the recorded run (first: {missing[0]!r})")
+        y = np.asarray([by_id[r] for r in view.rows])
+    for kind, count in sorted(view.undecoded.items()):
+        print(f"{path.name}: {count} {kind} message(s) not decoded (ciphertexts under a key the file does not carry)",
+              file=sys.stderr)
+    return found[1].view_attacks(view, y)
 
 
 def _outputs(outcome: object, args: argparse.Namespace) -> None:
@@ -161,7 +205,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (tests only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--transcript", metavar="FILE",
-                   help="audit a recorded run (party run record or Flower transcript JSON) instead")
+                   help="audit a recorded run (party run record or Flower transcript JSON) instead; a party run "
+                        "with --keep-messages is also attacked from that party's view alone")
+    p.add_argument("--truth", metavar="FILE", help="--transcript: a CSV of the true labels by row ID, which only "
+                                                  "scores the attacks on the recorded view")
+    p.add_argument("--truth-id-column", metavar="COL", help="--truth: its ID column")
+    p.add_argument("--truth-label", metavar="COL", help="--truth: its label column")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the audited runs "
                                                  "(sequence diagrams, ledgers, checks, curves)")
     p.add_argument("--plot", metavar="DIR", help="also write the report's figures as PNG files in DIR")

@@ -33,6 +33,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..data.files import atomic_write_text, check_outputs
 from ..errors import ProtocolError
@@ -73,10 +74,11 @@ def _needs_identity(args: argparse.Namespace, task: str, ctx: TaskContext) -> bo
 
 def run_party(args: argparse.Namespace) -> int:
     """Connect, agree on the run, run the role, write output + sidecar; abort cleanly on error."""
-    from ..runtime.channel import Transcript
+    from ..runtime.channel import AuditTap, Transcript
     from ..runtime.identity import PartyIdentity
     from ..runtime.network import connect_party
     from ..runtime.partyconfig import load_party_config
+    from ..runtime.record import messages_path, write_messages
 
     task = args.task if args.task != "train" else f"train-{args.model}"
     found = _task_specs().get(task)
@@ -92,12 +94,15 @@ def run_party(args: argparse.Namespace) -> int:
     identity = PartyIdentity.from_files(spec.name, spec.cert_path, key, config.ca_path)
     out = Path(args.out)
     data = getattr(args, "data", None)
-    check_outputs({"output": out, "run record": sidecar_path(out), "metrics": metrics_path(out)},
+    check_outputs({"output": out, "run record": sidecar_path(out), "metrics": metrics_path(out),
+                   "kept messages": messages_path(out)},
                   [data] if data else [])  # before connecting: never overwrite the input
     sidecar_path(out).unlink(missing_ok=True)  # a stale sidecar must not vouch for this run
     metrics_path(out).unlink(missing_ok=True)
+    messages_path(out).unlink(missing_ok=True)
     roles = {n: p.role for n, p in config.parties.items()}
-    transcript = Transcript()
+    keep = bool(getattr(args, "keep_messages", False))
+    transcript = Transcript(AuditTap(keep_sent=True) if keep else None)
     t0 = time.perf_counter()
     ctx = TaskContext(spec.name, spec.role, roles, {}, config,
                       Path(args.identity_key) if args.identity_key else None)
@@ -114,7 +119,12 @@ def run_party(args: argparse.Namespace) -> int:
     meta = {"run_id": party.run_id, "party": spec.name, "role": spec.role, "task": task,
             "config_digest": config.digest}
     outcome.write(out, meta)
-    record = {**meta, "status": "complete", "output": out.name,
+    kept: dict[str, Any] = {}
+    if transcript.tap is not None:
+        count = write_messages(messages_path(out), transcript.tap, party=spec.name, role=spec.role, task=task,
+                               run_id=party.run_id, rows=outcome.rows)
+        kept = {"messages": messages_path(out).name, "messages_kept": count}
+    record = {**meta, "status": "complete", "output": out.name, **kept,
               "seconds": round(time.perf_counter() - t0, 3),
               "bytes_sent": sum(e.nbytes for e in transcript.sent()),
               "transcript": transcript.to_dict(), "summary": outcome.summary}
@@ -145,5 +155,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         parent = models if task.group == "train" else tasks
         tp = parent.add_parser(task.name, help=task.help)
         task.add_arguments(tp)
+        tp.add_argument("--keep-messages", action="store_true",
+                        help="also keep every message this party received and sent, decoded, in OUT.messages "
+                             "(owner-only), so that `vflcrypto audit --transcript OUT.run.json` can attack this "
+                             "party's view alone")
         protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
         tp.set_defaults(handler=run_party)
