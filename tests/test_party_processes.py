@@ -702,11 +702,11 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pyt
     """The server and two parties each in a process; PSI aligns them; the same model as in-process; a party that
     kept its messages is attacked from its view alone."""
     pytest.importorskip("torch")
-    from vflcrypto.cli import main
     from test_cli_repvfl import write_views
     from vflcrypto.protocols import oneshot
     from vflcrypto.protocols._repvfl import aligned_inputs
 
+    from vflcrypto.cli import main
     from vflcrypto.data.tables import read_party_csv
 
     names = ["server", "party-0", "party-1"]
