@@ -6,6 +6,9 @@
   that score them;
 * :mod:`.literature`: published attacks on vertical FL (label inference from gradients,
   model completion, representation inversion) on one role's view, each citing its paper;
+  :mod:`.literature_tabular` those on tree-based and linear models, :mod:`.literature_psi`
+  those on what PSI's outputs reveal (membership from intersection sizes, multi-party PSI
+  beyond the all-party intersection);
 * :mod:`.report`: the audit as one self-contained HTML report and PNG figures;
 * :mod:`.net`: the audit of the network runtime's own hello.
 

@@ -40,7 +40,9 @@ from .ledger import EmpiricalFinding
 
 __all__ = [
     "FU_2022",
+    "GUO_2022",
     "HE_2019",
+    "KMPRT_2017",
     "LI_2022",
     "MAX_ROWS",
     "PAPERS",
@@ -62,9 +64,14 @@ HE_2019 = "He, Zhang and Lee, Model Inversion Attacks against Collaborative Infe
 TAKAHASHI_2023 = ("Takahashi, Liu and Liu, Eliminating Label Leakage in Tree-Based Vertical Federated Learning, "
                   "arXiv:2307.10318, 2023")
 WENG_2020 = "Weng et al., Privacy Leakage of Real-World Vertical Federated Learning, arXiv:2011.09290, 2020"
-#: short key -> citation of every paper an attack here (or in :mod:`.literature_tabular`) reproduces
+GUO_2022 = ("Guo et al., Birds of a Feather Flock Together: How Set Bias Helps to Deanonymize You via Revealed "
+            "Intersection Sizes, USENIX Security 2022")
+KMPRT_2017 = ("Kolesnikov, Matania, Pinkas, Rosulek and Trieu, Practical Multi-party Private Set Intersection from "
+              "Symmetric-Key Techniques, ACM CCS 2017")
+#: short key -> citation of every paper an attack here (or in :mod:`.literature_tabular`, :mod:`.literature_psi`)
+#: reproduces
 PAPERS = {"li2022": LI_2022, "fu2022": FU_2022, "he2019": HE_2019, "takahashi2023": TAKAHASHI_2023,
-          "weng2020": WENG_2020}
+          "weng2020": WENG_2020, "guo2022": GUO_2022, "kmprt2017": KMPRT_2017}
 #: the inversion attack works on at most this many rows (a seeded subsample beyond): its kernels cost O(rows^2)
 #: memory and an O(rows^3) eigendecomposition
 MAX_ROWS = 1500
