@@ -17,7 +17,7 @@ Threat model
     context into its advertisement and aborts unless its neighbours' digests equal its own.
     Not covered: a malicious server lying about who dropped (the paper's consistency
     round), which a semi-honest server does not do; what the sums of rounds with different
-    survivors reveal together (So et al., AAAI 2023: by design).
+    survivors reveal together (So et al., AAAI 2023: by design, measured by the audit).
 
 Citations
     K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
