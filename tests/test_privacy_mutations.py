@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pytest
 from vflcrypto.protocols import get
+from vflcrypto.protocols.hfl import audit as hfl_audit
 from vflcrypto.protocols.protovfl import audit as protovfl_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
@@ -344,6 +345,14 @@ def secagg_server_keeps_dropped_masks(mp: pytest.MonkeyPatch) -> None:
                                          np.zeros(n, np.uint64), honest))
 
 
+def model_digests_unchecked(mp: pytest.MonkeyPatch) -> None:
+    """Clients do not compare the context digests (the global model) their neighbours signed with their own: the
+    HFL audit's inconsistent server (one model for the victim, another for everyone else) gets its round summed."""
+    from vflcrypto.protocols.secagg import math as sm
+
+    mp.setattr(sm, "check_contexts", lambda me, mine, names, contexts: None)
+
+
 def psi_tables_unmasked(mp: pytest.MonkeyPatch) -> None:
     """Prototype VFL's alignment: empty cells left 0 and no zero-sharing (the masks of the tables)."""
     from vflcrypto.psi import mpsi
@@ -597,6 +606,9 @@ MUTATIONS = (
              secagg_masks_reused_across_rounds, checks=_reused("masked updates")),
     Mutation("hfl: shares relayed unencrypted", "hfl", (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted,
              checks=("secagg.shares: self-mask seeds read from the relayed shares",)),
+    Mutation("hfl: clients do not compare their neighbours' model digests", "hfl",
+             (("secagg.masked_input", P.AGGREGATE),), model_digests_unchecked,
+             checks=(hfl_audit.MODEL_CONSISTENCY,)),
     # prototype VFL (its statistics through secagg; its alignment)
     Mutation("protovfl: statistics without secagg masks", "protovfl",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
@@ -641,6 +653,8 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
         _secagg_except("secagg.unmask", "a late client"),  # with both secrets the late client is bare too
     "secagg: the server keeps the dropped clients' pairwise masks in the sum":
         _secagg_except("the sum over the survivors is exact"),
+    "hfl: clients do not compare their neighbours' model digests":
+        tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.MODEL_CONSISTENCY),
 }
 
 

@@ -11,7 +11,12 @@ Threat model
     Semi-honest; the server learns the sum per round (secure aggregation, see
     :mod:`vflcrypto.protocols.secagg`, fewer than t colluders) and the global models,
     which are outputs and leak about the training data (no differential privacy is
-    added). ``--plain`` sends every client's update in the clear (declared).
+    added); the sums of two rounds whose survivors differ by one client give that client's
+    update (So et al., AAAI 2023; measured by the audit). Each client binds the digest of
+    the global model it received into the round's secure aggregation and aborts unless its
+    neighbours received the same (a malicious server's model inconsistency, Pasquini et
+    al., CCS 2022, is detected). ``--plain`` sends every client's update in the clear
+    (declared).
 
 Citations
     H. B. McMahan et al., "Communication-Efficient Learning of Deep Networks from

@@ -15,6 +15,7 @@ A client that drops out of a round's aggregation is left out of the later rounds
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +53,22 @@ from ..secagg.session import (
 from .math import HFLConfig, accuracy_counts, client_vector, local_train, server_update
 from .messages import CLIENT, SERVER, Done, Evaluation, GlobalModel, PlainUpdate
 
-__all__ = ["ClientData", "ClientRole", "HFLResult", "HFLRun", "ServerRole", "run_local"]
+__all__ = ["ClientData", "ClientRole", "HFLResult", "HFLRun", "ServerRole", "model_digest", "run_local"]
+
+
+def model_digest(msg: GlobalModel) -> bytes:
+    """SHA-256 of a global-model message (round, algorithm, parameters, w and c as float64).
+
+    Each client binds it into the secure aggregation of the round it trains in
+    (:meth:`ClientSession.begin`'s ``context``): clients that received different models
+    refuse to aggregate together (Pasquini, Francati and Ateniese, CCS 2022).
+    """
+    h = hashlib.sha256(b"vflcrypto.hfl.model.v1|")
+    h.update(f"{msg.round}|{msg.algorithm}|{msg.local_steps}|{msg.lr!r}|{msg.mu!r}|".encode())
+    for a in (msg.w, msg.c):
+        v = np.ascontiguousarray(np.asarray(a, dtype="<f8"))
+        h.update(len(v).to_bytes(8, "big") + v.tobytes())
+    return h.digest()
 
 
 @dataclass(frozen=True)
@@ -201,6 +217,7 @@ class _ClientState:
     round: int = 0
     c_i: np.ndarray = field(default_factory=lambda: np.zeros(0))
     vector: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    model: bytes = b""  # the digest of this round's global model (bound into the aggregation)
     agg: ClientAggState = field(default_factory=ClientAggState)
 
 
@@ -248,6 +265,7 @@ class ClientRole(Role[_ClientState]):
             raise ProtocolError(f"{self.name}: a malformed global model")
         if not len(st.c_i):
             st.c_i = np.zeros(self.p)
+        st.model = model_digest(msg)
         w_i, c_new = local_train(w, self.data.X, self.data.y, c, self.C, c=cg, c_i=st.c_i,
                                  seed=c.seed * 100_003 + self.index * 1009 + st.round)
         dc = c_new - st.c_i if c.algorithm == "scaffold" else None
@@ -267,7 +285,9 @@ class ClientRole(Role[_ClientState]):
         """Step 2 (secagg steps 0-1)."""
         if setup.round != self.state.round:
             raise ProtocolError(f"{self.name}: an aggregation for round {setup.round} during round {self.state.round}")
-        return done(None) if self._gone("advertise") else self.session.begin(setup, self.state.vector)
+        if self._gone("advertise"):
+            return done(None)
+        return self.session.begin(setup, self.state.vector, context=self.state.model)
 
     def on_keys(self, msg: Any) -> Next:
         """Step 2 (secagg step 2)."""
@@ -320,12 +340,14 @@ class HFLRun:
 def run_local(clients: Sequence[ClientData], n_classes: int, *, config: HFLConfig | None = None,
               secagg: sm.SecAggConfig | None = None, vanish: Mapping[str, tuple[int, str]] | None = None,
               timeout: float = DEFAULT_TIMEOUT, overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]]
-              | None = None, tap: AuditTap | None = None) -> HFLRun:
+              | None = None, tap: AuditTap | None = None, server: Callable[..., ServerRole] | None = None) -> HFLRun:
     """Train with the server and every client in this process (identities generated and pinned here).
 
     ``vanish`` maps a client to the (round, phase) at which it drops out (phases of
     :data:`~vflcrypto.protocols.secagg.PHASES`); ``overrides`` replaces a party's task;
-    ``tap`` (audits) keeps what each party received and holds.
+    ``tap`` (audits) keeps what each party received and holds; ``server`` builds the
+    server's role from :class:`ServerRole`'s arguments (audits and tests: a server that
+    deviates, e.g. sends one client another model).
     """
     cfg = config or HFLConfig()
     if not clients or len({c.X.shape[1] for c in clients}) != 1:
@@ -345,9 +367,10 @@ def run_local(clients: Sequence[ClientData], n_classes: int, *, config: HFLConfi
             net.close_party(n)  # it vanished
         return out
 
+    make_server = server or ServerRole
     tasks: dict[str, Callable[..., Any]] = {
-        SERVER: lambda: drive(ServerRole(clients=names, n_features=clients[0].X.shape[1], n_classes=n_classes,
-                                         config=cfg, pins=pins, run_id=run_id, secagg=secagg),
+        SERVER: lambda: drive(make_server(clients=names, n_features=clients[0].X.shape[1], n_classes=n_classes,
+                                          config=cfg, pins=pins, run_id=run_id, secagg=secagg),
                               net.channels(SERVER)),
     }
     for i, n in enumerate(names):
