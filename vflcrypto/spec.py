@@ -31,6 +31,7 @@ from .errors import ConfigurationError, InputDataError
 
 if TYPE_CHECKING:
     from .audit.checks import Check
+    from .audit.defences import Frontier
     from .audit.ledger import AuditOutcome
     from .runtime.steps import Role
 
@@ -276,6 +277,10 @@ class ProtocolSpec:
     oracle: str = ""  # why OU is refused: whose ciphertexts its key holder decrypts for whom
     #: the checks its audit must run, each on a declared protection (:mod:`vflcrypto.audit.checks`)
     checks: tuple[Check, ...] = ()
+    #: the defences it offers (names for ``vflcrypto audit NAME --defence``) and ``frontier(defence, budgets,
+    #: repeats)``: its audit's attacks and utility re-measured at each privacy budget beside the undefended run
+    defences: tuple[str, ...] = ()
+    frontier: Callable[[str, Sequence[float], int], Frontier] | None = None
 
     def run_audit(self, key_bits: int = 2048, *, allow_insecure: bool = False, **kwargs: Any) -> AuditOutcome:
         """Run :attr:`audit` and hold its findings to :attr:`checks`: a declared check that did not run, or
