@@ -171,12 +171,14 @@ class RepConfig:
 
 @dataclass
 class ServerResult:
-    """The server's head (arrays), the test predictions and, if test labels were given, the accuracy."""
+    """The server's head (arrays), the test predictions and, if test labels were given, the accuracy; and the
+    guarantees of the run's defences (defence name -> (ε, δ) and what it covers; empty when undefended)."""
 
     head: list[np.ndarray]
     test_proba: np.ndarray
     test_accuracy: float | None
     seconds: dict[str, float]
+    privacy: dict[str, Any] = field(default_factory=dict, kw_only=True)  # keyword-only: subclasses add fields
 
     @property
     def test_predictions(self) -> np.ndarray:

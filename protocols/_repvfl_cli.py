@@ -6,7 +6,9 @@ on the server and on every party (found by the all-party ECDH PSI) are the align
 rows; a public, seeded ``--test-fraction`` of them is held out (their labels only
 evaluate); every party's other rows are its unaligned rows. ``--dataset digits
 --overlap N`` runs the bundled digits halves instead (360 test rows). ``--json`` prints
-``test_accuracy``, ``bytes_sent`` and ``messages`` per role, and ``seconds``.
+``test_accuracy``, ``bytes_sent`` and ``messages`` per role, and ``seconds``; under a
+defence (split's ``--label-dp``, ``--grad-noise``/``--grad-epsilon``) also ``privacy``: each
+role's accounted (ε, δ) per defence, which the model files' metadata keep too.
 
 Network (``vflcrypto party ... train NAME``): the configuration names one ``server``
 party and ``party`` parties; each reads only its own CSV, the PSI aligns them, and each
@@ -93,11 +95,17 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
                  "test": len(inputs.parties[0].X_test),
                  "unaligned": [len(p.X_unaligned) for p in inputs.parties]},
         "seconds": round(time.perf_counter() - t0, 3), "config": dataclasses.asdict(cfg), "roles": roles}
+    privacy = {SERVER: run.server.privacy,
+               **{f"party-{k}": getattr(res, "privacy", {}) for k, res in enumerate(run.parties)}}
+    if any(privacy.values()):
+        summary["privacy"] = privacy  # each role's own accounting of the announced defences
     if args.model_dir:
-        files = {"server.npz": partial(save_model, meta={"protocol": name, "role": SERVER},
+        dp = {"privacy": privacy[SERVER]} if privacy[SERVER] else {}
+        files = {"server.npz": partial(save_model, meta={"protocol": name, "role": SERVER, **dp},
                                        arrays={f"head_{i}": a for i, a in enumerate(run.server.head)})}
         for k, res in enumerate(run.parties):
-            files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY},
+            pdp = {"privacy": privacy[f"party-{k}"]} if privacy[f"party-{k}"] else {}
+            files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY, **pdp},
                                               arrays={f"extractor_{i}": a for i, a in enumerate(res.extractor)})
         write_model_dir(args.model_dir, name, files, overwrite=getattr(args, "overwrite", False), what="--model-dir")
     if args.json:
@@ -107,6 +115,8 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
     print(f"{name}: {summary['rows']['overlap']} overlap rows, {len(inputs.parties)} parties; test accuracy {acc} "
           f"on {summary['rows']['test']} rows; {sum(summary['bytes_sent'].values()):,} bytes; "
           f"{summary['seconds']:.1f} s")
+    for d, g in run.server.privacy.items():
+        print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-label-DP ({g['accountant']}); protects {g['covers']}")
     return 0
 
 
@@ -155,9 +165,12 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
         role = server_cls(data, parties=parties, config=cfg, n_test=len(te), name=ctx.me)
         result = drive(role, ctx.only(parties))
         metrics = {"test_accuracy": result.test_accuracy, "rows": {"overlap": len(tr), "test": len(te)}}
+        if result.privacy:
+            metrics["privacy"] = result.privacy
 
         def write_server(out: Path, meta: dict[str, Any]) -> None:
-            save_model(out, {**meta, "protocol": ctx.me}, {f"head_{i}": a for i, a in enumerate(result.head)})
+            dp = {"privacy": result.privacy} if result.privacy else {}
+            save_model(out, {**meta, "protocol": ctx.me, **dp}, {f"head_{i}": a for i, a in enumerate(result.head)})
             write_metrics(out, meta, metrics)
 
         return PartyOutcome(metrics, write_server, overlap_ids)
@@ -165,11 +178,13 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
     pdata = PartyData(table.X[rows[tr]], table.X[rows[te]], table.X[others])
     prole = party_cls(pdata, index=parties.index(ctx.me), name=ctx.me, server=server, config=cfg)
     presult = drive(prole, ctx.only([server]))
+    privacy = getattr(presult, "privacy", {})
+    dp = {"privacy": privacy} if privacy else {}
 
     def write_party(out: Path, meta: dict[str, Any]) -> None:
-        save_model(out, meta, {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
+        save_model(out, {**meta, **dp}, {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
 
-    return PartyOutcome({"rows": {"overlap": len(tr), "test": len(te), "unaligned": len(others)}}, write_party,
+    return PartyOutcome({"rows": {"overlap": len(tr), "test": len(te), "unaligned": len(others)}, **dp}, write_party,
                         overlap_ids)
 
 

@@ -27,11 +27,13 @@ import pytest
 from vflcrypto.protocols import get
 from vflcrypto.protocols.hfl import audit as hfl_audit
 from vflcrypto.protocols.protovfl import audit as protovfl_audit
+from vflcrypto.protocols.split import audit as split_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
 from vflcrypto.cli.audit import load_all_protocols
 from vflcrypto.he import ckks, paillier
 from vflcrypto.he.paillier import fixed_base
+from vflcrypto.privacy import mechanisms as dp_mechanisms
 from vflcrypto.psi import primitives as psi
 from vflcrypto.runtime.declarations import Protection, declarations
 from vflcrypto.sharing import masking
@@ -413,7 +415,22 @@ def _secagg_except(*broken: str) -> tuple[str, ...]:
     return tuple(c.name for c in CHECKS if not c.name.startswith(broken))
 
 
+def drop_gradient_noise(mp: pytest.MonkeyPatch) -> None:
+    """Split learning's server adds no Gaussian noise to the clipped gradients (it still clips them)."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+
+
+def skip_randomized_response(mp: pytest.MonkeyPatch) -> None:
+    """Split learning's server trains on the true labels while announcing randomized response."""
+    mp.setattr(dp_mechanisms, "randomized_response", lambda labels, k, epsilon: np.asarray(labels).copy())
+
+
 MUTATIONS = (
+    # split learning's label defences (the audit's defended run)
+    Mutation("split: gradient noise dropped", "split", (("split.dp_gradient", P.DP),), drop_gradient_noise,
+             checks=(split_audit.NOISE_CHECK,)),
+    Mutation("split: randomized response skipped", "split", (("split.dp_gradient", P.DP),), skip_randomized_response,
+             checks=(split_audit.RR_CHECK,)),
     # alignment
     Mutation("ECDH: passive party's scalar fixed across sessions", "align",
              (("align.blinded", P.BLINDED),), passive_fixed_scalar,
@@ -639,6 +656,8 @@ MODULES = sorted({m.module for m in MUTATIONS})
 #: check of another party's (or another kind's) protection that flags too would not be proven blind-free
 #: by it (a seam that breaks two things at once proves only that *some* check of them works)
 UNAFFECTED: dict[str, tuple[str, ...]] = {
+    "split: gradient noise dropped": (split_audit.RR_CHECK,),
+    "split: randomized response skipped": (split_audit.NOISE_CHECK,),
     "woe: features sent by column, bins shuffled": ("order of the passive party's bins within each feature",),
     "woe: bins sent by edge, features shuffled": ("order of the passive party's features",),
     "woe: bin sums not re-randomized": ("woe.labels: ciphertexts read without the key",),

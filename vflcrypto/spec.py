@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from .audit.checks import Check
+    from .audit.defences import Frontier
     from .audit.ledger import AuditOutcome, EmpiricalFinding
     from .runtime.record import RecordedView
     from .runtime.steps import Role
@@ -286,6 +287,10 @@ class ProtocolSpec:
     #: read back by ``vflcrypto audit --transcript``): ``(view, the true labels of its rows, or None) -> findings``;
     #: the labels only score the attacks
     view_attacks: Callable[[RecordedView, np.ndarray | None], list[EmpiricalFinding]] | None = None
+    #: the defences it offers (names for ``vflcrypto audit NAME --defence``) and ``frontier(defence, budgets,
+    #: repeats)``: its audit's attacks and utility re-measured at each privacy budget beside the undefended run
+    defences: tuple[str, ...] = ()
+    frontier: Callable[[str, Sequence[float], int], Frontier] | None = None
 
     def run_audit(self, key_bits: int = 2048, *, allow_insecure: bool = False, **kwargs: Any) -> AuditOutcome:
         """Run :attr:`audit` and hold its findings to :attr:`checks`: a declared check that did not run, or

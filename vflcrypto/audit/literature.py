@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import AuditError
 from ..runtime.declarations import Protection
-from .attacks import ALPHA, accuracy_finding, normal_sf, not_measured
+from .attacks import ALPHA, accuracy_finding, normal_isf, normal_sf, not_measured
 from .ledger import EmpiricalFinding
 
 __all__ = [
@@ -87,18 +87,7 @@ PAPERS = {"li2022": LI_2022, "fu2022": FU_2022, "he2019": HE_2019, "takahashi202
 #: the inversion attack works on at most this many rows (a seeded subsample beyond): its kernels cost O(rows^2)
 #: memory and an O(rows^3) eigendecomposition
 MAX_ROWS = 1500
-
-
-def _z_alpha() -> float:
-    """The one-sided normal quantile of ALPHA (about 4.26)."""
-    lo, hi = 0.0, 40.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if normal_sf(mid) > ALPHA else (lo, mid)
-    return hi
-
-
-_ZA = _z_alpha()
+_ZA = normal_isf(ALPHA)  # the one-sided critical value of ALPHA (about 4.26)
 
 
 # --------------------------------------------------------------------------- side knowledge and scores

@@ -7,6 +7,9 @@ received, held to the protocol's declared checks (:mod:`vflcrypto.audit.checks`)
 command exits 1, naming each one, when a check flags a declared protection as failed or
 could not be measured (no messages to attack, or too little power to detect its failure).
 ``net`` audits the network hello of :mod:`vflcrypto.runtime.network`.
+``--defence D --budgets 1,2,4,8`` draws a protocol's privacy–utility frontier instead: its
+audit's attacks, the test accuracy and the accounted (ε, δ) at each budget, beside the
+undefended run (:class:`vflcrypto.audit.defences.Frontier`).
 ``--transcript FILE`` audits a recorded run instead (a ``vflcrypto party`` run record or
 a Flower run's transcript: declared leakage); when the party kept its messages
 (``--keep-messages``), its protocol's published attacks run on that party's view alone,
@@ -154,7 +157,38 @@ def _outputs(outcome: object, args: argparse.Namespace) -> None:
             print(f"wrote {p}", file=sys.stderr)
 
 
+def _budgets(text: str) -> list[float]:
+    try:
+        budgets = [float(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise InputDataError(f"--budgets takes comma-separated epsilons, got {text!r}") from None
+    if not budgets or any(not b > 0 or b == float("inf") for b in budgets):
+        raise InputDataError(f"--budgets takes finite epsilons > 0, got {text!r}")
+    return budgets
+
+
+def _frontier(args: argparse.Namespace) -> int:
+    from ..protocols import get
+
+    spec = get(args.name)
+    if spec.frontier is None or args.defence not in spec.defences:
+        offered = ", ".join(spec.defences) or "none"
+        raise InputDataError(f"{args.name} has no defence {args.defence!r} (its defences: {offered})")
+    if args.repeats < 1:
+        raise InputDataError(f"--repeats takes a count >= 1, got {args.repeats}")
+    frontier = spec.frontier(args.defence, _budgets(args.budgets), args.repeats)
+    print(json.dumps(frontier.to_dict(), indent=2) if args.json else frontier.to_text())
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.defence or args.budgets:
+        if not args.name or args.name == NET or not args.defence:
+            raise InputDataError("--defence D [--budgets 1,2,4,8] needs a protocol with defences (e.g. split)")
+        if args.html or args.plot or args.transcript or args.security_md:
+            raise InputDataError("--defence draws a frontier: no --html, --plot, --transcript or --security-md")
+        args.budgets = args.budgets or "1,2,4,8"
+        return _frontier(args)
     if args.security_md:
         from ..audit.ledger import render_security_md
 
@@ -216,4 +250,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--plot", metavar="DIR", help="also write the report's figures as PNG files in DIR")
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
+    p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
+                                                  "(split: label-rr, grad-gauss) instead of the audit")
+    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8)")
+    p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")
     p.set_defaults(handler=run)
