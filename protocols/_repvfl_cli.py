@@ -29,6 +29,7 @@ import numpy as np
 
 from vflcrypto.data.files import save_model, write_model_dir
 from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
+from vflcrypto.data.validate import class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.steps import Role, drive
 from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
@@ -81,6 +82,7 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
         labels = read_party_csv(args.server, args.id_column, label=args.label, features=[])
         tables = [read_party_csv(p, args.id_column) for p in args.party]
         inputs = aligned_inputs(labels, tables, test_fraction=args.test_fraction, split_seed=args.split_seed)
+        warn_few_rows(len(inputs.server.y_overlap), of=inputs.n_aligned)
     run = run_local(inputs.server, inputs.parties, config=cfg)
     roles = {e.sender: e.sender_role for e in run.transcript.sent()}
     summary: dict[str, Any] = {
@@ -137,6 +139,11 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
                            features=[] if is_server else None)
     if is_server and table.label is None:
         raise InputDataError("the server needs --label")
+    if is_server:
+        class_labels(table, n_classes=args.classes)  # integers 0..C-1, before anything is sized by C
+    else:
+        refuse_label_column(table, args.label, "a party's file")
+        refuse_missing_values(table)
     table.check_unique_ids()
     psi_roles = {n: align.ACTIVE if r == SERVER else align.PASSIVE
                  for n, r in ctx.roles.items() if r in (SERVER, PARTY)}
@@ -146,6 +153,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
         raise InputDataError(f"{ctx.me}: fewer than 3 IDs are on the server and on every party")
     rows = sorted_rows(table.ids, res.rows)
     tr, te = train_test_split(len(rows), args.test_fraction, seed=args.split_seed)
+    if is_server:
+        warn_few_rows(len(tr), of=len(rows))
     overlap_ids = tuple(str(table.ids[i]) for i in rows[tr])  # the rows every message indexes, in order
     if is_server:
         assert table.label is not None  # checked above

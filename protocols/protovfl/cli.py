@@ -31,6 +31,7 @@ import numpy as np
 
 from vflcrypto.data.files import save_model, write_model_dir
 from vflcrypto.data.tables import read_party_csv, train_test_split
+from vflcrypto.data.validate import class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
@@ -76,6 +77,7 @@ def _train(args: argparse.Namespace) -> int:
         labels = read_party_csv(args.server, args.id_column, label=args.label, features=[])
         tables = [read_party_csv(p, args.id_column) for p in args.party]
         inputs = aligned_inputs(labels, tables, test_fraction=args.test_fraction, split_seed=args.split_seed)
+        warn_few_rows(len(inputs.server.y_overlap), of=inputs.n_labelled)
     run = run_local(inputs.server, inputs.parties, config=cfg)
     summary: dict[str, Any] = {
         "protocol": "protovfl", "mode": "secure" if cfg.secure else "plain", "test_accuracy": run.test_accuracy,
@@ -134,6 +136,11 @@ def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     is_server = ctx.role == SERVER
     table = read_party_csv(args.data, args.id_column, label=args.label if is_server else None,
                            features=[] if is_server else None)
+    if is_server and table.label is not None:
+        class_labels(table, n_classes=args.classes)  # integers 0..C-1, before anything is sized by C
+    elif not is_server:
+        refuse_label_column(table, args.label, "a party's file")
+        refuse_missing_values(table)
     table.check_unique_ids()
     pins = {p: ctx.peer_identity(p) for p in parties} if cfg.secure else None
     if is_server:
@@ -146,6 +153,7 @@ def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         where = {x: r for r, x in enumerate(table.ids)}
         y = np.asarray(table.label)[[where[i] for i in ids]]
         tr, te = train_test_split(len(ids), args.test_fraction, seed=args.split_seed)
+        warn_few_rows(len(tr), of=len(ids))
         C = args.classes if args.classes is not None else int(np.max(y)) + 1
         data = ServerData(check_labels(y[tr], C, "labels of the aligned rows"), C, y[te])
         role = ServerRole(data, parties=parties, config=cfg, n_test=len(te), pins=pins, run_id=aln.session,
