@@ -29,10 +29,10 @@ import numpy as np
 
 from vflcrypto.data.files import save_model, write_model_dir
 from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
-from vflcrypto.data.validate import class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
+from vflcrypto.data.validate import MAX_CLASSES, class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.steps import Role, drive
-from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args, number
 
 from ._repvfl import PARTY, SERVER, PartyData, ServerData, aligned_inputs, check_labels, require_torch, sorted_rows
 from ._train import add_party_data_arguments, write_metrics
@@ -48,9 +48,11 @@ def add_train_arguments(p: argparse.ArgumentParser, config_cls: type) -> None:
     p.add_argument("--id-column", help="the ID column of every file")
     p.add_argument("--label", help="the label column of the server's file (integer classes 0..C-1)")
     p.add_argument("--dataset", choices=("digits",), help="the bundled digits halves instead of CSV files")
-    p.add_argument("--overlap", type=int, default=100, help="--dataset digits: aligned training rows (default 100)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
-    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    p.add_argument("--overlap", type=number(int, at_least=1), default=100,
+                   help="--dataset digits: aligned training rows (default 100)")
+    p.add_argument("--test-fraction", type=number(float, at_least=0, below=1), default=0.2,
+                   help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=number(int, at_least=0), default=0, help="public seed of the train/test split")
     add_config_arguments(p, config_cls)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     p.add_argument("--model-dir", help="save the server's head and every party's extractor here "
@@ -117,9 +119,11 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
 
 def add_party_arguments(p: argparse.ArgumentParser, config_cls: type) -> None:
     add_party_data_arguments(p)
-    p.add_argument("--classes", type=int, help="server: the class count C (default: the largest label + 1)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
-    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    p.add_argument("--classes", type=number(int, at_least=2, at_most=MAX_CLASSES),
+                   help="server: the class count C (default: the largest label + 1)")
+    p.add_argument("--test-fraction", type=number(float, at_least=0, below=1), default=0.2,
+                   help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=number(int, at_least=0), default=0, help="public seed of the train/test split")
     add_config_arguments(p, config_cls)
 
 

@@ -199,3 +199,25 @@ def test_a_table_without_ids_numbers_its_rows_by_line(tmp_path: Path) -> None:
     t = read_party_csv(_write(tmp_path, "c.csv", "x,y\n1,0\n2,1\n"), None, label="y")
     assert t.ids == ("2", "3") and t.where(1).endswith("c.csv: line 3")
     np.testing.assert_array_equal(t.X[:, 0], [1.0, 2.0])
+
+
+# --------------------------------------------------------------------------- numeric flags, at parse time
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["party", "--config", "nowhere.toml", "--as", "passive-0", "align", "--data", "x.csv", "--id-column", "id",
+      "--out", "o.csv", "--chunk-size", "0"], "argument --chunk-size: must be at least 1, got 0"),
+    (["party", "--config", "nowhere.toml", "--as", "active", "train", "oneshot", "--data", "x.csv", "--id-column",
+      "id", "--out", "o.npz", "--classes", "1"], "argument --classes: must be at least 2, got 1"),
+    (["train", "linreg", "--active", "a.csv", "--passive", "b.csv", "--id-column", "id", "--label", "y", "--lr",
+      "nan"], "argument --lr: must be a finite number, got 'nan'"),
+    (["train", "linreg", "--active", "a.csv", "--passive", "b.csv", "--id-column", "id", "--label", "y",
+      "--split-seed", "-1"], "argument --split-seed/--seed: must be at least 0, got -1"),
+    (["train", "fedavg", "--dataset", "digits", "--skew", "1"], "argument --skew: must be below 1, got 1"),
+    # a protocol's own setting: refused before the party configuration is even read (no peer waits)
+    (["party", "--config", "nowhere.toml", "--as", "active", "train", "sshelr", "--data", "x.csv", "--id-column",
+      "id", "--out", "o.json", "--epochs", "0"], "epochs >= 1 and a learning rate in (0, 16] are required"),
+])
+def test_numeric_flags_are_refused_at_parse_time(argv: list[str], expect: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert expect in _error(capsys, argv)

@@ -23,7 +23,7 @@ import numpy as np
 from vflcrypto.data.tables import read_party_csv, train_test_split
 from vflcrypto.data.validate import class_labels, require_classes, warn_few_rows
 from vflcrypto.errors import InputDataError
-from vflcrypto.spec import Command, add_config_arguments, config_from_args
+from vflcrypto.spec import Command, add_config_arguments, config_from_args, number
 
 from ..secagg.math import SecAggConfig
 from ..secagg.roles import client_names
@@ -45,10 +45,14 @@ def _add(p: argparse.ArgumentParser, algorithm: str) -> None:
     p.add_argument("--client", action="append", default=[], help="a client's CSV (same columns everywhere); repeat")
     p.add_argument("--label", help="the label column (integer classes)")
     p.add_argument("--dataset", choices=("digits",), help="the bundled digits split across --clients")
-    p.add_argument("--clients", type=int, default=5, help="--dataset digits: number of clients (default 5)")
-    p.add_argument("--skew", type=float, default=0.0, help="--dataset digits: share of rows from home classes")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of every client's rows")
-    p.add_argument("--drop", type=int, default=0, help="clients that vanish mid-round in round 1 (demonstration)")
+    p.add_argument("--clients", type=number(int, at_least=2), default=5,
+                   help="--dataset digits: number of clients (default 5)")
+    p.add_argument("--skew", type=number(float, at_least=0, below=1), default=0.0,
+                   help="--dataset digits: share of rows from home classes")
+    p.add_argument("--test-fraction", type=number(float, at_least=0, below=1), default=0.2,
+                   help="held-out fraction of every client's rows")
+    p.add_argument("--drop", type=number(int, at_least=0), default=0,
+                   help="clients that vanish mid-round in round 1 (demonstration)")
     add_config_arguments(p, HFLConfig, skip=("algorithm",))
     add_config_arguments(p, SecAggConfig, skip=("seed",))
     p.add_argument("--json", action="store_true")

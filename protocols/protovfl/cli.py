@@ -31,10 +31,10 @@ import numpy as np
 
 from vflcrypto.data.files import save_model, write_model_dir
 from vflcrypto.data.tables import read_party_csv, train_test_split
-from vflcrypto.data.validate import class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
+from vflcrypto.data.validate import MAX_CLASSES, class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.steps import drive
-from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args, number
 
 from .._repvfl import PARTY, SERVER, PartyData, ServerData, check_labels, require_torch
 from .._train import add_party_data_arguments, write_metrics
@@ -52,9 +52,11 @@ def _add(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-column", help="the ID column of every file")
     p.add_argument("--label", help="the label column of the server's file (integer classes 0..C-1)")
     p.add_argument("--dataset", choices=("digits",), help="the bundled three-party digits instead of CSV files")
-    p.add_argument("--aligned", type=int, default=20, help="--dataset digits: aligned training rows (default 20)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
-    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    p.add_argument("--aligned", type=number(int, at_least=1), default=20,
+                   help="--dataset digits: aligned training rows (default 20)")
+    p.add_argument("--test-fraction", type=number(float, above=0, below=1), default=0.2,
+                   help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=number(int, at_least=0), default=0, help="public seed of the train/test split")
     add_config_arguments(p, ProtoConfig)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     p.add_argument("--model-dir", help="save the server's fusion model and every party's extractor here "
@@ -118,9 +120,11 @@ def command() -> Command:
 
 def _add_party(p: argparse.ArgumentParser) -> None:
     add_party_data_arguments(p)
-    p.add_argument("--classes", type=int, help="server: the class count C (default: the largest label + 1)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
-    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    p.add_argument("--classes", type=number(int, at_least=2, at_most=MAX_CLASSES),
+                   help="server: the class count C (default: the largest label + 1)")
+    p.add_argument("--test-fraction", type=number(float, above=0, below=1), default=0.2,
+                   help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=number(int, at_least=0), default=0, help="public seed of the train/test split")
     add_config_arguments(p, ProtoConfig)
 
 
