@@ -221,3 +221,24 @@ def test_a_table_without_ids_numbers_its_rows_by_line(tmp_path: Path) -> None:
 def test_numeric_flags_are_refused_at_parse_time(argv: list[str], expect: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert expect in _error(capsys, argv)
+
+
+# --------------------------------------------------------------------------- gRPC's own logging
+
+
+@pytest.mark.parametrize("flags, level", [([], "NONE"), (["--verbose"], "INFO")])
+def test_grpc_logs_only_with_verbose(tmp_path: Path, flags: list[str], level: str) -> None:
+    """gRPC core's lines (GOAWAY, handshake failed, add_port) surround the one-line error unless --verbose:
+    ``vflcrypto party`` sets GRPC_VERBOSITY before gRPC is first imported."""
+    import os
+    import subprocess
+    import sys
+
+    # the missing configuration file ends the run after the network runtime (and gRPC) was imported
+    code = ("import os, sys; from vflcrypto.cli import main; main(sys.argv[1:]); "
+            "print(os.environ.get('GRPC_VERBOSITY'), 'grpc' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    proc = subprocess.run([sys.executable, "-c", code, "party", "--config", str(tmp_path / "none.toml"), *flags,
+                           "--as", "a", "align", "--data", "x.csv", "--id-column", "id", "--out", "o.csv"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.stdout.split() == [level, "True"], proc.stdout + proc.stderr
