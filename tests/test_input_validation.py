@@ -242,3 +242,61 @@ def test_grpc_logs_only_with_verbose(tmp_path: Path, flags: list[str], level: st
                            "--as", "a", "align", "--data", "x.csv", "--id-column", "id", "--out", "o.csv"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.stdout.split() == [level, "True"], proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- the Flower App's run config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _flower_config():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("flower_config", ROOT / "flower" / "vflcrypto_flower" / "config.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_flower_schema_lists_every_key_of_the_app_with_its_type() -> None:
+    import tomllib
+
+    defaults = tomllib.loads((ROOT / "flower" / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    schema = _flower_config().SCHEMA
+    assert set(schema) == set(defaults)
+    assert {k: type(v) for k, v in defaults.items()} == {k: tp for k, (tp, _) in schema.items()}
+    _flower_config().check_run_config(defaults)  # the defaults pass
+    assert _flower_config().main(["out-dir='/a b/out' steps=3", "protocol='linreg'"]) == 0
+
+
+@pytest.mark.parametrize("overrides, expect", [
+    (["timeout=0"], "run config timeout=0: timeout must be above 0"),
+    (["key-bits='big'"], "run config key-bits='big': key-bits must be a whole number"),
+    (["key-bits=big"], "run config key-bits=big: not a value Flower reads"),
+    (["rows=-5"], "run config rows=-5: rows must be at least 2"),
+    (["stpes=5"], "unknown run-config key 'stpes' (did you mean 'steps'?)"),
+    (["steps=5 secure=1"], "run config secure=1: secure must be true or false"),
+    (["protocol='nope'"], "run config protocol='nope': protocols with a Flower App: align"),
+])
+def test_a_bad_flower_run_config_is_one_line(overrides: list[str], expect: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert _flower_config().main(overrides) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expect in err, err
+
+
+def test_the_flower_scripts_check_their_run_config_before_starting_anything(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    if not (Path(sys.prefix) / "bin" / "flwr").exists():
+        pytest.skip("Flower binaries not installed")
+    for script in ("flower_simulate.sh", "flower_deploy.sh"):
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / script), "steps=3", "timeout=0"], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "VENV": sys.prefix,
+                                                           "FLWR_WORKDIR": str(tmp_path)})
+        assert proc.returncode == 2 and proc.stderr == "error: run config timeout=0: timeout must be above 0\n", \
+            proc.stderr
+        assert not list(tmp_path.iterdir())  # no Flower home, nothing started
