@@ -27,14 +27,11 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ..errors import InputDataError
-
-if TYPE_CHECKING:
-    from .tables import PartyTable
 
 __all__ = [
     "FEW_ROWS",
@@ -59,6 +56,29 @@ MAX_ABS = 1e100
 MAX_CLASSES = 10_000
 #: fewer training rows than this train a model that means little: the commands say so on stderr
 FEW_ROWS = 10
+
+
+class TableLike(Protocol):
+    """What the checks read of a :class:`vflcrypto.data.tables.PartyTable` (which imports this module)."""
+
+    @property
+    def columns(self) -> tuple[str, ...]: ...
+
+    @property
+    def X(self) -> np.ndarray: ...
+
+    @property
+    def label(self) -> np.ndarray | None: ...
+
+    @property
+    def label_name(self) -> str | None: ...
+
+    @property
+    def source(self) -> str | None: ...
+
+    def __len__(self) -> int: ...
+
+    def where(self, row: int) -> str: ...
 
 
 def format_hint(cells: Sequence[str]) -> str:
@@ -105,11 +125,11 @@ def require_rows(path: str | Path, n_rows: int) -> None:
         raise InputDataError(f"{path} has no data rows (only a header)")
 
 
-def _label_where(table: PartyTable, row: int) -> str:
+def _label_where(table: TableLike, row: int) -> str:
     return f"{table.where(row)}, label {table.label_name!r}" if table.label_name else table.where(row)
 
 
-def class_labels(table: PartyTable, *, n_classes: int | None = None,
+def class_labels(table: TableLike, *, n_classes: int | None = None,
                  max_classes: int = MAX_CLASSES) -> np.ndarray:
     """The table's label column as integer classes 0..C-1, checked before any per-class allocation.
 
@@ -146,14 +166,14 @@ def require_classes(y: np.ndarray, what: str = "the training rows") -> None:
                              "(check the label column, the alignment and --test-fraction)")
 
 
-def refuse_label_column(table: PartyTable, label: str | None, who: str = "a feature party") -> None:
+def refuse_label_column(table: TableLike, label: str | None, who: str = "a feature party") -> None:
     """Refuse a feature party's file that holds the label column (it would become a feature)."""
     if label and label in table.columns:
         raise InputDataError(f"{table.source or who}: {who} must not hold the label column {label!r} "
                              "(only the label holder's file has it)")
 
 
-def refuse_missing_values(table: PartyTable) -> None:
+def refuse_missing_values(table: TableLike) -> None:
     """Refuse a table with a missing value, naming its file, line and column."""
     missing = np.argwhere(np.isnan(table.X))
     if len(missing):
@@ -162,7 +182,7 @@ def refuse_missing_values(table: PartyTable) -> None:
                              "every value: impute it first)")
 
 
-def refuse_constant_columns(table: PartyTable, rows: str = "aligned rows") -> None:
+def refuse_constant_columns(table: TableLike, rows: str = "aligned rows") -> None:
     """Refuse missing values and columns constant over the table's rows (they cannot be standardized)."""
     refuse_missing_values(table)
     if len(table) == 0:
