@@ -169,6 +169,14 @@ def test_poisson_on_two_rows_warns_like_every_protocol(tmp_path: Path, capsys: p
     assert "vflcrypto: warning: only 2 aligned rows: the model will mean little" in capsys.readouterr().err
 
 
+def test_woe_on_few_rows_warns_like_every_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _write(tmp_path, "a.csv", "id,y,x\n" + _rows(6, lambda i: f"r{i},{i % 2},{i}\n"))
+    b = _write(tmp_path, "b.csv", "id,z\n" + _rows(6, lambda i: f"r{i},{i % 3}\n"))
+    assert main(["train", "woe", "--active", a, "--passive", b, "--id-column", "id", "--label", "y", "--json",
+                 *SMALL]) == 0
+    assert "vflcrypto: warning: only 6 aligned rows: the WOE and IV will mean little" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- horizontal FL
 
 
@@ -300,3 +308,4 @@ def test_the_flower_scripts_check_their_run_config_before_starting_anything(tmp_
         assert proc.returncode == 2 and proc.stderr == "error: run config timeout=0: timeout must be above 0\n", \
             proc.stderr
         assert not list(tmp_path.iterdir())  # no Flower home, nothing started
+
