@@ -225,6 +225,10 @@ def test_a_table_without_ids_numbers_its_rows_by_line(tmp_path: Path) -> None:
     # a protocol's own setting: refused before the party configuration is even read (no peer waits)
     (["party", "--config", "nowhere.toml", "--as", "active", "train", "sshelr", "--data", "x.csv", "--id-column",
       "id", "--out", "o.json", "--epochs", "0"], "epochs >= 1 and a learning rate in (0, 16] are required"),
+    (["party", "--config", "nowhere.toml", "--as", "active", "train", "logreg", "--data", "x.csv", "--id-column",
+      "id", "--out", "o.npz", "--steps", "-1"], "steps must be >= 0 and the learning rate positive"),
+    (["train", "fedavg", "--dataset", "digits", "--degree", "3"], "--degree (SecAgg+ neighbours per client) must be "
+                                                                  "even and at least 2, got 3"),
 ])
 def test_numeric_flags_are_refused_at_parse_time(argv: list[str], expect: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
