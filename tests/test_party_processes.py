@@ -458,6 +458,29 @@ def test_secureboost_and_logreg_parties_refuse_a_different_plan(tmp_path: Path, 
     assert not (tmp_path / "passive-0.npz").exists()
 
 
+def test_a_different_test_fraction_is_refused_as_such_before_any_work(tmp_path: Path, pki: Path) -> None:
+    """The data parties' --test-fraction is in the hello's shared settings: each data party names the
+    difference (not "not aligned" mid-training); the coordinator, which holds no data, names its peers'."""
+    ids = [f"r{i}" for i in range(30)]
+    rng = np.random.default_rng(0)
+    write_table(tmp_path / "active.csv", ids, ["b0"], rng.normal(size=(30, 1)), rng.normal(size=30))
+    write_table(tmp_path / "passive-0.csv", ids, ["a0"], rng.normal(size=(30, 1)))
+    names = ["active", "passive-0", "coordinator"]
+    cfg = make_config(tmp_path, pki, names, timeout=20.0)
+    fraction = {"active": ["--test-fraction", "0.2"], "passive-0": ["--test-fraction", "0.5"], "coordinator": []}
+    procs = {n: party(cfg, n, "train", "linreg", *([] if n == "coordinator" else
+                                                   ["--data", str(tmp_path / f"{n}.csv"), "--id-column", "id"]),
+                      *(["--label", "y"] if n == "active" else []), *fraction[n], *SMALL_KEYS,
+                      "--out", str(tmp_path / f"{n}.npz")) for n in names}
+    res = finish(procs, timeout=60)
+    assert all(rc != 0 for rc, _, _ in res.values())
+    for me, here, there in (("active", "0.2", "0.5"), ("passive-0", "0.5", "0.2")):
+        err = res[me][2]
+        assert f"--test-fraction {there} (here {here})" in err and "not aligned" not in err, res
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err  # no gRPC log lines either
+    assert "--test-fraction 0.2 at active, 0.5 at passive-0" in res["coordinator"][2]
+
+
 def test_woe_two_processes_with_psi_and_returned_results(tmp_path: Path, pki: Path) -> None:
     """`vflcrypto party ... train woe`: PSI over the link, then the same IVs as in-process."""
     from vflcrypto.protocols import woe

@@ -13,6 +13,7 @@ import numpy as np
 
 from vflcrypto.data.files import check_outputs, write_csv_atomic
 from vflcrypto.data.tables import iter_csv_strings
+from vflcrypto.data.validate import missing_column
 from vflcrypto.errors import InputDataError
 from vflcrypto.psi import primitives as psi
 from vflcrypto.runtime.channel import DEFAULT_TIMEOUT
@@ -71,7 +72,7 @@ def read_id_table(path: str | os.PathLike[str], id_column: str) -> IdTable:
     stream = iter_csv_strings(path)
     _, header = next(stream)
     if id_column not in header:
-        raise InputDataError(f"{path}: no ID column {id_column!r} (columns: {list(header)})")
+        raise missing_column(path, "ID", id_column, header)
     n = sum(1 for _ in stream)
     return IdTable(path, header, id_column, n)
 

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.tables import read_csv_strings, train_test_split
+from vflcrypto.data.tables import read_party_csv, train_test_split
+from vflcrypto.data.validate import class_labels, require_classes, warn_few_rows
 from vflcrypto.errors import InputDataError
-from vflcrypto.spec import Command, add_config_arguments, config_from_args
+from vflcrypto.spec import Command, add_config_arguments, config_from_args, number
 
 from ..secagg.math import SecAggConfig
 from ..secagg.roles import client_names
@@ -34,30 +35,24 @@ __all__ = ["commands", "read_client"]
 
 
 def read_client(path: str, label: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """A client's CSV: every column but ``label`` numeric features, ``label`` integer classes."""
-    header, rows = read_csv_strings(path)
-    if label not in header:
-        raise InputDataError(f"{path}: no label column {label!r}")
-    li = header.index(label)
-    cols = tuple(h for h in header if h != label)
-    try:
-        X = np.asarray([[float(c) for i, c in enumerate(r) if i != li] for _, r in rows], np.float64)
-        y = np.asarray([float(r[li]) for _, r in rows])
-    except ValueError as exc:
-        raise InputDataError(f"{path}: a non-numeric cell ({exc})") from None
-    if not np.array_equal(y, np.round(y)) or (len(y) and y.min() < 0):
-        raise InputDataError(f"{path}: labels must be the integer classes 0..C-1")
-    return X.reshape(len(rows), len(cols)), y.astype(np.int64), cols
+    """A client's CSV: every column but ``label`` numeric features (every value given), ``label``
+    integer classes; the shared checks of :mod:`vflcrypto.data.validate` name the file, line and column."""
+    table = read_party_csv(path, None, label=label, allow_nan=False)
+    return table.X, class_labels(table), table.columns
 
 
 def _add(p: argparse.ArgumentParser, algorithm: str) -> None:
     p.add_argument("--client", action="append", default=[], help="a client's CSV (same columns everywhere); repeat")
     p.add_argument("--label", help="the label column (integer classes)")
     p.add_argument("--dataset", choices=("digits",), help="the bundled digits split across --clients")
-    p.add_argument("--clients", type=int, default=5, help="--dataset digits: number of clients (default 5)")
-    p.add_argument("--skew", type=float, default=0.0, help="--dataset digits: share of rows from home classes")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of every client's rows")
-    p.add_argument("--drop", type=int, default=0, help="clients that vanish mid-round in round 1 (demonstration)")
+    p.add_argument("--clients", type=number(int, at_least=2), default=5,
+                   help="--dataset digits: number of clients (default 5)")
+    p.add_argument("--skew", type=number(float, at_least=0, below=1), default=0.0,
+                   help="--dataset digits: share of rows from home classes")
+    p.add_argument("--test-fraction", type=number(float, at_least=0, below=1), default=0.2,
+                   help="held-out fraction of every client's rows")
+    p.add_argument("--drop", type=number(int, at_least=0), default=0,
+                   help="clients that vanish mid-round in round 1 (demonstration)")
     add_config_arguments(p, HFLConfig, skip=("algorithm",))
     add_config_arguments(p, SecAggConfig, skip=("seed",))
     p.add_argument("--json", action="store_true")
@@ -74,13 +69,20 @@ def _train(args: argparse.Namespace) -> int:
         if len(args.client) < 2 or not args.label:
             raise InputDataError("give two or more --client files and --label, or --dataset digits")
         loaded = [read_client(p, args.label) for p in args.client]
-        if len({cols for _, _, cols in loaded}) != 1:
-            raise InputDataError("every client file must have the same columns")
+        for path, (_, _, cols) in zip(args.client[1:], loaded[1:], strict=True):
+            if cols != loaded[0][2]:
+                raise InputDataError(f"{path} has the columns {list(cols)}, {args.client[0]} has "
+                                     f"{list(loaded[0][2])}: every client file must have the same columns")
         C = int(max(int(y.max()) for _, y, _ in loaded)) + 1
         clients = []
         for k, (X, y, _) in enumerate(loaded):
             tr, te = train_test_split(len(y), args.test_fraction, seed=cfg.seed + k)
+            if not len(tr):
+                raise InputDataError(f"{args.client[k]}: no training row left after --test-fraction "
+                                     f"{args.test_fraction} of its {len(y)} rows")
             clients.append(ClientData(X[tr], y[tr], X[te], y[te]))
+        require_classes(np.concatenate([c.y for c in clients]), "the clients' training rows")
+        warn_few_rows(sum(len(c.y) for c in clients))
     if not 0 <= args.drop < len(clients):
         raise InputDataError("--drop must leave at least one client")
     names = client_names(len(clients))

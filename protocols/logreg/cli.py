@@ -62,6 +62,11 @@ class LogRegConfig:
         "rows: that party then solves its own gradient X^T r for every residual r, at the first step the labels "
         "(Weng et al. 2020's reverse multiplication; the active party refuses it by default)")
 
+    def validate(self) -> None:
+        """What the roles refuse, refused as soon as the flags are parsed (before any peer is contacted)."""
+        if self.steps < 0 or not self.learning_rate > 0:
+            raise InputDataError("steps must be >= 0 and the learning rate positive")
+
 
 def _blocks(parties: list[PartyTable], train: np.ndarray, preprocess: str) -> list[np.ndarray]:
     if preprocess == "standardize":

@@ -31,9 +31,10 @@ import numpy as np
 
 from vflcrypto.data.files import save_model, write_model_dir
 from vflcrypto.data.tables import read_party_csv, train_test_split
+from vflcrypto.data.validate import MAX_CLASSES, class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.steps import drive
-from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args, number
 
 from .._repvfl import PARTY, SERVER, PartyData, ServerData, check_labels, require_torch
 from .._train import add_party_data_arguments, write_metrics
@@ -51,9 +52,11 @@ def _add(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-column", help="the ID column of every file")
     p.add_argument("--label", help="the label column of the server's file (integer classes 0..C-1)")
     p.add_argument("--dataset", choices=("digits",), help="the bundled three-party digits instead of CSV files")
-    p.add_argument("--aligned", type=int, default=20, help="--dataset digits: aligned training rows (default 20)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
-    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    p.add_argument("--aligned", type=number(int, at_least=1), default=20,
+                   help="--dataset digits: aligned training rows (default 20)")
+    p.add_argument("--test-fraction", type=number(float, above=0, below=1), default=0.2,
+                   help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=number(int, at_least=0), default=0, help="public seed of the train/test split")
     add_config_arguments(p, ProtoConfig)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     p.add_argument("--model-dir", help="save the server's fusion model and every party's extractor here "
@@ -76,6 +79,7 @@ def _train(args: argparse.Namespace) -> int:
         labels = read_party_csv(args.server, args.id_column, label=args.label, features=[])
         tables = [read_party_csv(p, args.id_column) for p in args.party]
         inputs = aligned_inputs(labels, tables, test_fraction=args.test_fraction, split_seed=args.split_seed)
+        warn_few_rows(len(inputs.server.y_overlap), of=inputs.n_labelled)
     run = run_local(inputs.server, inputs.parties, config=cfg)
     summary: dict[str, Any] = {
         "protocol": "protovfl", "mode": "secure" if cfg.secure else "plain", "test_accuracy": run.test_accuracy,
@@ -116,9 +120,11 @@ def command() -> Command:
 
 def _add_party(p: argparse.ArgumentParser) -> None:
     add_party_data_arguments(p)
-    p.add_argument("--classes", type=int, help="server: the class count C (default: the largest label + 1)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
-    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    p.add_argument("--classes", type=number(int, at_least=2, at_most=MAX_CLASSES),
+                   help="server: the class count C (default: the largest label + 1)")
+    p.add_argument("--test-fraction", type=number(float, above=0, below=1), default=0.2,
+                   help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=number(int, at_least=0), default=0, help="public seed of the train/test split")
     add_config_arguments(p, ProtoConfig)
 
 
@@ -134,6 +140,11 @@ def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     is_server = ctx.role == SERVER
     table = read_party_csv(args.data, args.id_column, label=args.label if is_server else None,
                            features=[] if is_server else None)
+    if is_server and table.label is not None:
+        class_labels(table, n_classes=args.classes)  # integers 0..C-1, before anything is sized by C
+    elif not is_server:
+        refuse_label_column(table, args.label, "a party's file")
+        refuse_missing_values(table)
     table.check_unique_ids()
     pins = {p: ctx.peer_identity(p) for p in parties} if cfg.secure else None
     if is_server:
@@ -146,6 +157,7 @@ def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         where = {x: r for r, x in enumerate(table.ids)}
         y = np.asarray(table.label)[[where[i] for i in ids]]
         tr, te = train_test_split(len(ids), args.test_fraction, seed=args.split_seed)
+        warn_few_rows(len(tr), of=len(ids))
         C = args.classes if args.classes is not None else int(np.max(y)) + 1
         data = ServerData(check_labels(y[tr], C, "labels of the aligned rows"), C, y[te])
         role = ServerRole(data, parties=parties, config=cfg, n_test=len(te), pins=pins, run_id=aln.session,

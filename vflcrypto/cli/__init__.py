@@ -99,8 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--ray-address needs --parallel ray")
         parallel.configure(args.parallel or parallel.backend(), address=args.ray_address)
     from ..runtime import progress
+    from ..spec import check_config_args
 
     try:
+        check_config_args(args)  # every protocol setting refused or accepted before any work
         if not _shows_progress(args):
             return int(args.handler(args) or 0)
         with progress.reporting(progress.Bars(sys.stderr)):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputDataError
+from ..spec import number
 
 __all__ = ["checks_block", "flower_relay_table", "load_all_protocols", "register", "security_md_blocks"]
 
@@ -235,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("audit", help="per-role leakage of a protocol run (table or JSON)")
     p.add_argument("name", nargs="?", choices=_names(), help="protocol to run and audit")
-    p.add_argument("--key-bits", type=int, default=2048)
+    p.add_argument("--key-bits", type=number(int, at_least=512), default=2048)
     p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (tests only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--transcript", metavar="FILE",

@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..spec import number
+
 __all__ = ["register"]
 
 
@@ -51,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="party name (repeat), e.g. --party active --party passive-0")
     p.add_argument("--ip", action="append", default=None,
                    help="IP address SAN for every certificate (repeat; default 127.0.0.1)")
-    p.add_argument("--base-port", type=int, default=50051,
+    p.add_argument("--base-port", type=number(int, at_least=1, at_most=65535), default=50051,
                    help="first port in parties.example.toml (default 50051)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,14 +67,43 @@ def sidecar_path(out: Path) -> Path:
     return out.with_name(out.name + ".run.json")
 
 
+#: the settings every party that holds data must share, by flag: they decide which rows each party
+#: trains on, so a difference is refused in the hello (before any work) instead of surfacing as
+#: "not aligned" in the middle of training; a party without data (a coordinator) sends none
+SHARED = {"test_fraction": "--test-fraction", "split_seed": "--split-seed", "aligned": "--aligned"}
+
+
+def shared_settings(args: argparse.Namespace) -> dict[str, str]:
+    """This party's :data:`SHARED` settings as the hello carries them (none without ``--data``)."""
+    if not getattr(args, "data", None):
+        return {}
+    def show(v: Any) -> str:
+        return ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+    return {flag: show(getattr(args, dest)) for dest, flag in SHARED.items() if hasattr(args, dest)}
+
+
 def _needs_identity(args: argparse.Namespace, task: str, ctx: TaskContext) -> bool:
     """Whether this party signs with its Ed25519 identity key in ``task``."""
     spec = _tasks().get(task)
     return spec is not None and spec.needs_identity(args, ctx)
 
 
+def quiet_grpc(verbose: bool) -> None:
+    """gRPC core's own log lines (``Got goaway``, ``Handshake failed``, ``add_port``) on stderr only
+    with ``--verbose``: without it they surround the one line that says what went wrong.
+
+    gRPC reads ``GRPC_VERBOSITY`` once, when it is first imported, so this runs before any
+    import of it; a value the user set in the environment is kept.
+    """
+    if "grpc" in sys.modules:
+        return
+    os.environ.setdefault("GRPC_VERBOSITY", "INFO" if verbose else "NONE")
+
+
 def run_party(args: argparse.Namespace) -> int:
     """Connect, agree on the run, run the role, write output + sidecar; abort cleanly on error."""
+    quiet_grpc(bool(getattr(args, "verbose", False)))
     from ..runtime.channel import AuditTap, Transcript
     from ..runtime.identity import PartyIdentity
     from ..runtime.network import connect_party
@@ -109,7 +139,7 @@ def run_party(args: argparse.Namespace) -> int:
     if _needs_identity(args, task, ctx):
         ctx.identity()  # a missing or wrong identity key fails here, before any peer waits on us
     party = connect_party(config, identity, task, transcript=transcript,
-                          allow_insecure=bool(getattr(args, "allow_insecure", False)))
+                          allow_insecure=bool(getattr(args, "allow_insecure", False)), settings=shared_settings(args))
     ctx.channels = party.channels
     try:
         outcome = handler(args, ctx)
@@ -147,6 +177,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                           "= ... in the configuration); needed by --protocol hash "
                                           "and logreg --secure")
     p.add_argument("--json", action="store_true", help="print the run record as JSON on stdout")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print gRPC's own log lines (connections, TLS handshakes, GOAWAY) on stderr")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
 
     t = tasks.add_parser("train", help="train a vertical model")

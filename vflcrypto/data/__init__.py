@@ -1,6 +1,8 @@
 """Data: party tables from CSV, all-or-nothing output files, and the bundled example datasets.
 
 * :mod:`.tables`: reading a party's CSV (errors name file, line and column), splits;
+* :mod:`.validate`: the input checks every protocol shares (header, values, class labels,
+  label columns, constant columns, few rows), each error naming the file, line and column;
 * :mod:`.files`: atomic output files, output checks, pickle-free model files;
 * :mod:`.titanic`, :mod:`.digits`, :mod:`.synthetic`: example data shipped with the
   package (the CSV files in this folder) or generated, no download.
@@ -9,4 +11,4 @@ Imports: :mod:`vflcrypto.psi` (canonical IDs), :mod:`vflcrypto.ml` (preprocessin
 :mod:`vflcrypto.errors`. Public names: the modules above.
 """
 
-__all__ = ["digits", "files", "synthetic", "tables", "titanic"]
+__all__ = ["digits", "files", "synthetic", "tables", "titanic", "validate"]
