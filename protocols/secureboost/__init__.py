@@ -183,12 +183,12 @@ from .tree import (
 )
 
 __all__ = [
-    "ACTIVE", "GAIN_EPS", "IMPORTANCE_TYPES", "PASSIVE", "SPEC", "ActiveModel", "ActiveResult", "ActiveRole", "BoostParams",
-    "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "LocalRun", "PassiveModel", "PassiveResult",
-    "PassiveRole", "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup", "SplitRequest",
-    "SplitResponse", "audit_run", "base_score", "bin_feature", "bin_features", "decode_histograms", "demo_step",
-    "example", "gradients", "label_inference_attack", "leaf_weight", "link", "passive_names", "predict_active",
-    "predict_local", "predict_passive", "run_active", "run_local", "run_passive", "select_split",
+    "ACTIVE", "GAIN_EPS", "IMPORTANCE_TYPES", "PASSIVE", "SPEC", "ActiveModel", "ActiveResult", "ActiveRole",
+    "BoostParams", "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "LocalRun", "PassiveModel",
+    "PassiveResult", "PassiveRole", "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup",
+    "SplitRequest", "SplitResponse", "audit_run", "base_score", "bin_feature", "bin_features", "decode_histograms",
+    "demo_step", "example", "gradients", "label_inference_attack", "leaf_weight", "link", "passive_names",
+    "predict_active", "predict_local", "predict_passive", "run_active", "run_local", "run_passive", "select_split",
     "shuffle_candidates", "split_gain",
 ]
 
