@@ -153,7 +153,7 @@ def test_colsample_bytree_matches_xgboost_on_the_same_columns() -> None:
 
 
 @pytest.mark.parametrize("objective", ["regression", "binary"])
-def test_goss_matches_xgboost_with_its_amplified_weights(objective: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_goss_matches_xgboost_with_its_amplified_weights(objective: str) -> None:
     """LightGBM's GOSS: the top 20 % of rows by |g| (recomputed here from XGBoost's margins), 10 % of the
     rest drawn, their g and h amplified by (1 - 0.2) / 0.1 = 8: as XGBoost sample weights.
 
@@ -162,13 +162,10 @@ def test_goss_matches_xgboost_with_its_amplified_weights(objective: str, monkeyp
     first differing node had two candidates with exactly equal gains (mirror partitions: one row isolated
     on the left by one feature, on the right by another), which the protocol breaks by their sums (it
     cannot see a passive party's shuffled feature order) and XGBoost by feature index."""
-    import secrets
-
-    monkeypatch.setattr(secrets, "token_bytes", lambda n=32: bytes([7] * n))
     Xa, y, Xps = _data(objective=objective)
     p = sb.BoostParams(objective=objective, n_trees=3, max_depth=3, max_bin=8, top_rate=0.2, other_rate=0.1,
                        min_child_weight=0.5)
-    run = _run(Xa, y, Xps, p)
+    run = _run(Xa, y, Xps, p, goss_key=bytes([7] * 32))
     samples = run.active.samples
 
     def weights(t: int, margin: np.ndarray) -> np.ndarray:
@@ -188,10 +185,12 @@ def test_goss_matches_xgboost_with_its_amplified_weights(objective: str, monkeyp
 
 def test_goss_draws_the_rest_with_private_randomness() -> None:
     """Same plan and data twice: the same top rows, different random rows (a passive party cannot replay the
-    draw from the plan's public seed and tell the top rows from the others)."""
+    draw from the plan's public seed and tell the top rows from the others); the active party's key fixes it."""
     Xa, y, Xps = _data(n=200)
     p = sb.BoostParams(n_trees=1, max_depth=2, max_bin=8, top_rate=0.2, other_rate=0.1)
     a, b = (_run(Xa, y, Xps, p).active.samples[0] for _ in range(2))
+    c = _run(Xa, y, Xps, p, goss_key=bytes(32)).active.samples[0]
+    assert np.array_equal(c, _run(Xa, y, Xps, p, goss_key=bytes(32)).active.samples[0])  # the key fixes the draw
     g = np.abs(np.mean(y) - y)  # the first tree's |g|: p0 - y
     top = np.sort(np.argsort(-g, kind="stable")[:40])
     assert np.isin(top, a).all() and np.isin(top, b).all()
@@ -373,3 +372,19 @@ def test_cli_weight_column_early_stopping_and_importance(tmp_path: Path, capsys:
         v["weight"] for v in out["importance"]["passive-0"]["features"].values())
     model = sb.PassiveModel.load(tmp_path / "m" / "passive-0.npz")
     assert model.importance() == out["importance"]["passive-0"]
+
+
+def test_cli_goss_reference_grows_the_same_trees(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The in-process command's plaintext reference draws GOSS with the run's own secret: the same trees."""
+    Xa, y, Xps = _data(n=150)
+    ids = [f"id{i:03d}" for i in range(len(y))]
+    a, ps = tmp_path / "a.csv", tmp_path / "p.csv"
+    write_csv_atomic(a, ["id", "y", "a0", "a1", "a2"], [[ids[i], int(y[i]), *Xa[i]] for i in range(len(y))])
+    write_csv_atomic(ps, ["id", "p0", "p1", "p2"], [[ids[i], *Xps[0][i]] for i in range(len(y))])
+    code = main(["train", "secureboost", "--active", str(a), "--passive", str(ps), "--id-column", "id", "--label", "y",
+                 "--aligned", "--json", "--trees", "3", "--depth", "2", "--max-bin", "8", "--top-rate", "0.2",
+                 "--other-rate", "0.1", "--min-child-weight", "0.5", "--test-fraction", "0.3", "--key-bits", "512",
+                 "--allow-insecure"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["test_auc"] == out["plaintext_test_auc"]

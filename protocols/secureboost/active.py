@@ -235,14 +235,17 @@ class ActiveRole(Role[_ActiveState]):
                  columns: Sequence[str] | None = None, params: BoostParams | None = None, plaintext: bool = False,
                  key_bits: int = DEFAULT_KEY_BITS, keys: tuple[PublicKey, PrivateKey] | None = None,
                  allow_insecure: bool = False, name: str = ACTIVE, scheme: str = "paillier",
-                 precompute: bool = False, weights: np.ndarray | None = None) -> None:
+                 precompute: bool = False, weights: np.ndarray | None = None, goss_key: bytes | None = None) -> None:
         """``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he.schemes`), unless ``keys`` are given.
 
         ``precompute``: fill a stock of the next tree's obfuscators (encryptions of zero) while
         waiting for the passive parties (:mod:`vflcrypto.he.obfuscators`: on the low-priority pool, or
         in a thread without one; paused while this party computes). It pays where this party's CPU
         idles, i.e. on its own machine (the network party task turns it on); with every party in
-        one process there is no idle CPU to fill and it only competes (measured: bench/)."""
+        one process there is no idle CPU to fill and it only competes (measured: bench/).
+
+        ``goss_key``: the 32-byte secret of GOSS's random draws (default: fresh from :mod:`secrets`); the same
+        key and inputs draw the same samples (the in-process command's plaintext reference uses it)."""
         super().__init__(name)
         self.params = BoostParams() if params is None else params
         self.params.validate()
@@ -272,7 +275,10 @@ class ActiveRole(Role[_ActiveState]):
         if not self.w[self.fit_rows].sum() > 0:
             raise InputDataError("the training rows (validation rows aside) all have weight 0")
         self.stopper = EarlyStopping(p.early_stopping_rounds) if p.validation_fraction else None
-        self.goss_key = secrets.token_bytes(32)  # GOSS's random part: this party's alone (see .options)
+        # GOSS's random part: this party's alone (see .options)
+        self.goss_key = secrets.token_bytes(32) if goss_key is None else goss_key
+        if len(self.goss_key) < 16:
+            raise InputDataError("goss_key must hold at least 16 bytes")
         self.samples: list[np.ndarray] = []
         self.pk: PublicKey | None = None
         self.sk: PrivateKey | None = None

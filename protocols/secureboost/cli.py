@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -153,10 +154,11 @@ def train(args: argparse.Namespace) -> int:
     w = None if weights is None else weights[train_rows]
     y = tr[0].label
     assert y is not None  # read_tables requires the label at the active party
+    goss_key = secrets.token_bytes(32)  # one GOSS secret for the run and its plaintext reference: the same trees
     run = run_local(tr[0].X, y, [t.X for t in tr[1:]], params=params, plaintext=args.plaintext,
                     key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, scheme=opts.scheme, ids=list(tr[0].ids),
                     active_columns=tr[0].columns, passive_columns=[t.columns for t in tr[1:]],
-                    timeout=opts.timeout, weights=w)
+                    timeout=opts.timeout, weights=w, goss_key=goss_key)
     passive_models = [run.passive[n].model for n in names[1:]]
     models: list[ActiveModel | PassiveModel] = [run.active.model, *passive_models]
     if len(test):
@@ -174,7 +176,7 @@ def train(args: argparse.Namespace) -> int:
     metrics = _metrics(params.objective, y_eval, pred, on)
     reference = {} if args.plaintext else {f"plaintext_{k}": v for k, v in _metrics(
         params.objective, y_eval, _plaintext_reference(params, tr, [t.take(test) for t in tables] if len(test)
-                                                       else None, opts, w), on).items()}
+                                                       else None, opts, w, goss_key), on).items()}
     for name, b in run.bytes_sent.items():
         bytes_sent[name] = bytes_sent.get(name, 0) + b
     if args.model_dir:
@@ -201,7 +203,7 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _plaintext_reference(params: BoostParams, train: list[PartyTable], evaluate: list[PartyTable] | None,
-                         opts: TrainOptions, weights: np.ndarray | None) -> np.ndarray:
+                         opts: TrainOptions, weights: np.ndarray | None, goss_key: bytes) -> np.ndarray:
     """Predictions of the plaintext reference: the same trees trained unencrypted (``--plaintext``, the
     documented parity reference), on ``evaluate`` (or the training rows)."""
     y = train[0].label
@@ -209,7 +211,8 @@ def _plaintext_reference(params: BoostParams, train: list[PartyTable], evaluate:
     with uncaptured():  # a check beside the run, not part of it: kept out of --html's report
         run = run_local(train[0].X, y, [t.X for t in train[1:]], params=params, plaintext=True,
                         ids=list(train[0].ids), active_columns=train[0].columns,
-                        passive_columns=[t.columns for t in train[1:]], timeout=opts.timeout, weights=weights)
+                        passive_columns=[t.columns for t in train[1:]], timeout=opts.timeout, weights=weights,
+                        goss_key=goss_key)
         if evaluate is None:
             return np.asarray(run.active.train_predictions())
         models = [run.passive[n].model for n in passive_names(len(train) - 1)]
