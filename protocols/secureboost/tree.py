@@ -372,9 +372,13 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     holds at ``min_child_weight = 0``), ``gain > GAIN_EPS`` and, as in XGBoost's hist method,
     a loss reduction ``2 * gain >= gamma`` (XGBoost's loss change is the bracket of
     :func:`split_gain` without the factor 1/2). Ties are broken without looking at the
-    passive parties' (shuffled) order: highest gain, then lowest owner, then smallest
-    ``(G_L, H_L, n_L)``; equal-statistics candidates of one owner are all returned
-    (``ids``) and the owner picks its smallest (feature, bin).
+    passive parties' (shuffled) order: highest gain, then lowest owner (XGBoost's feature
+    order puts the active party's features first, then each passive party's); within the
+    first block (the active party's own candidates, ids in (feature, bin) order) the smallest
+    id, as in XGBoost; within a passive party's block the smallest ``(G_L, H_L, n_L)``, and
+    equal-statistics candidates are all returned (``ids``) for the owner to pick its smallest
+    (feature, bin). (So equal gains from *different* statistics of one passive party, e.g. mirror
+    partitions, can resolve unlike XGBoost, which picks the lower feature index.)
     """
     scale = 2.0 ** -frac_bits
     Gf, Hf = np.asarray(G, np.float64) * scale, np.asarray(H, np.float64) * scale
@@ -397,6 +401,8 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
             continue
         sel = np.flatnonzero(ok & (gain == top))
         keys = sorted((tuple(GL[i].tolist()), tuple(HL[i].tolist()), int(nL[i]), int(ids[i])) for i in sel)
+        if owner == 0:  # the active party's ids are in (feature, bin) order: XGBoost's tie-break
+            keys = [min(keys, key=lambda k: k[3])]
         k0 = keys[0][:3]
         cand = (top, owner, *k0)
         if best is None or top > best[0]:
