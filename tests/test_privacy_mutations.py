@@ -271,7 +271,7 @@ def one_bin_per_value(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.secureboost import passive
 
     strong = passive.bin_features
-    mp.setattr(passive, "bin_features", lambda X, max_bin: strong(X, 10**6))
+    mp.setattr(passive, "bin_features", lambda X, max_bin, fit=None: strong(X, 10**6, fit))
 
 
 def secagg_without_masks(mp: pytest.MonkeyPatch) -> None:
