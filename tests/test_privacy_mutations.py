@@ -420,6 +420,11 @@ def drop_gradient_noise(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
 
 
+def drop_client_noise(mp: pytest.MonkeyPatch) -> None:
+    """HFL's clients add no DP-FedAvg noise to their clipped updates (they still clip them and announce the noise)."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+
+
 def skip_randomized_response(mp: pytest.MonkeyPatch) -> None:
     """Split learning's server trains on the true labels while announcing randomized response."""
     mp.setattr(dp_mechanisms, "randomized_response", lambda labels, k, epsilon: np.asarray(labels).copy())
@@ -626,6 +631,8 @@ MUTATIONS = (
     Mutation("hfl: clients do not compare their neighbours' model digests", "hfl",
              (("secagg.masked_input", P.AGGREGATE),), model_digests_unchecked,
              checks=(hfl_audit.MODEL_CONSISTENCY,)),
+    Mutation("hfl: DP-FedAvg noise dropped", "hfl", (("secagg.masked_input", P.DP),), drop_client_noise,
+             checks=(hfl_audit.NOISE_CHECK,)),
     # prototype VFL (its statistics through secagg; its alignment)
     Mutation("protovfl: statistics without secagg masks", "protovfl",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
@@ -674,6 +681,7 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
         _secagg_except("the sum over the survivors is exact"),
     "hfl: clients do not compare their neighbours' model digests":
         tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.MODEL_CONSISTENCY),
+    "hfl: DP-FedAvg noise dropped": tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.NOISE_CHECK),
 }
 
 

@@ -252,7 +252,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
-                                                  "(split: label-rr, grad-gauss) instead of the audit")
+                                                  "(split: label-rr, grad-gauss; hfl: dp-fedavg) instead of the audit")
     p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8)")
     p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")
     p.set_defaults(handler=run)
