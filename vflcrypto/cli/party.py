@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..data.files import atomic_write_text, check_outputs
+from ..data.files import atomic_set, atomic_write_text, check_outputs
 from ..errors import ProtocolError
 from ..protocols._train import metrics_path
 from ..spec import PartyTask, ProtocolSpec, TaskContext
@@ -118,17 +118,22 @@ def run_party(args: argparse.Namespace) -> int:
         raise
     meta = {"run_id": party.run_id, "party": spec.name, "role": spec.role, "task": task,
             "config_digest": config.digest}
-    outcome.write(out, meta)
-    kept: dict[str, Any] = {}
-    if transcript.tap is not None:
-        count = write_messages(messages_path(out), transcript.tap, party=spec.name, role=spec.role, task=task,
-                               run_id=party.run_id, rows=outcome.rows)
-        kept = {"messages": messages_path(out).name, "messages_kept": count}
-    record = {**meta, "status": "complete", "output": out.name, **kept,
-              "seconds": round(time.perf_counter() - t0, 3),
-              "bytes_sent": sum(e.nbytes for e in transcript.sent()),
-              "transcript": transcript.to_dict(), "summary": outcome.summary}
-    atomic_write_text(sidecar_path(out), json.dumps(record, indent=1, default=str))
+    try:
+        with atomic_set():  # output, metrics, kept messages and the run record: all of them or none
+            outcome.write(out, meta)
+            kept: dict[str, Any] = {}
+            if transcript.tap is not None:
+                count = write_messages(messages_path(out), transcript.tap, party=spec.name, role=spec.role,
+                                       task=task, run_id=party.run_id, rows=outcome.rows)
+                kept = {"messages": messages_path(out).name, "messages_kept": count}
+            record = {**meta, "status": "complete", "output": out.name, **kept,
+                      "seconds": round(time.perf_counter() - t0, 3),
+                      "bytes_sent": sum(e.nbytes for e in transcript.sent()),
+                      "transcript": transcript.to_dict(), "summary": outcome.summary}
+            atomic_write_text(sidecar_path(out), json.dumps(record, indent=1, default=str))
+    except BaseException:
+        party.abort()
+        raise
     party.close()
     if args.json:
         print(json.dumps(record, default=str))
