@@ -36,7 +36,7 @@ from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_co
 from ._repvfl import PARTY, SERVER, PartyData, ServerData, aligned_inputs, check_labels, require_torch, sorted_rows
 from ._train import add_party_data_arguments, write_metrics
 
-__all__ = ["add_party_arguments", "add_train_arguments", "command", "party_task", "task", "train"]
+__all__ = ["add_party_arguments", "add_train_arguments", "command", "party_task", "save_rep_model", "task", "train"]
 
 RunLocal = Callable[..., Any]
 
@@ -94,12 +94,8 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
                  "unaligned": [len(p.X_unaligned) for p in inputs.parties]},
         "seconds": round(time.perf_counter() - t0, 3), "config": dataclasses.asdict(cfg), "roles": roles}
     if args.model_dir:
-        files = {"server.npz": partial(save_model, meta={"protocol": name, "role": SERVER},
-                                       arrays={f"head_{i}": a for i, a in enumerate(run.server.head)})}
-        for k, res in enumerate(run.parties):
-            files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY},
-                                              arrays={f"extractor_{i}": a for i, a in enumerate(res.extractor)})
-        write_model_dir(args.model_dir, name, files, overwrite=getattr(args, "overwrite", False), what="--model-dir")
+        save_rep_model(args.model_dir, name, run.server.head, [res.extractor for res in run.parties],
+                       [t.columns for t in tables], overwrite=getattr(args, "overwrite", False))
     if args.json:
         print(json.dumps(summary, indent=2, default=float))
         return 0
@@ -108,6 +104,19 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
           f"on {summary['rows']['test']} rows; {sum(summary['bytes_sent'].values()):,} bytes; "
           f"{summary['seconds']:.1f} s")
     return 0
+
+
+def save_rep_model(model_dir: str, name: str, head: list[np.ndarray], extractors: list[list[np.ndarray]],
+                   columns: list[tuple[str, ...]], *, overwrite: bool = False, head_prefix: str = "head_") -> None:
+    """The model directory of a representation-VFL run: ``server.npz`` (the head, arrays ``<head_prefix><i>``)
+    and ``party-<k>.npz`` (party k's extractor and its columns), with a manifest (what ``vflcrypto predict
+    NAME`` loads)."""
+    files = {"server.npz": partial(save_model, meta={"protocol": name, "role": SERVER},
+                                   arrays={f"{head_prefix}{i}": a for i, a in enumerate(head)})}
+    for k, (ext, cols) in enumerate(zip(extractors, columns, strict=True)):
+        files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY, "columns": list(cols)},
+                                          arrays={f"extractor_{i}": a for i, a in enumerate(ext)})
+    write_model_dir(model_dir, name, files, overwrite=overwrite, what="--model-dir")
 
 
 # --------------------------------------------------------------------------- network party

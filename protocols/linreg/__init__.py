@@ -258,7 +258,9 @@ SPEC = ProtocolSpec(
     demo=demo_step,
     demo_order=30,
     commands=(Command("linreg", "secure vertical linear regression (Paillier or CKKS)", cli.add_train_arguments,
-                      cli.train, description=cli.__doc__),),
+                      cli.train, description=cli.__doc__),
+              Command("linreg", "apply a saved linear-regression model to new rows (secure prediction)",
+                      cli.add_predict_arguments, cli.predict, group="predict", description=cli.predict.__doc__)),
     party_tasks=(PartyTask("linreg", "secure vertical linear regression (with a coordinator)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(

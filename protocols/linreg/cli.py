@@ -33,12 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import save_model
-from vflcrypto.data.tables import PartyTable
+from vflcrypto.data.files import save_model, verify_model_dir
+from vflcrypto.data.tables import PartyTable, read_party_csv
 from vflcrypto.errors import InputDataError
 from vflcrypto.ml.metrics import r2_score, rmse
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
 
+from .._predict import add_predict_options, check_parties, report, write_predictions
 from .._train import (
     TrainOptions,
     add_party_data_arguments,
@@ -51,12 +52,13 @@ from .._train import (
     write_metrics,
 )
 from .config import LinRegConfig
-from .local import run_active, run_coordinator, run_local, run_passive
+from .local import passive_names, run_active, run_coordinator, run_local, run_passive
 from .messages import ACTIVE, COORD, PASSIVE
-from .model import save_models
+from .model import PartyModel, save_models
 from .predict import predict_local, run_predict_active, run_predict_coordinator, run_predict_passive
 
-__all__ = ["add_party_arguments", "add_train_arguments", "config", "party_task", "train"]
+__all__ = ["add_party_arguments", "add_predict_arguments", "add_train_arguments", "config", "party_task", "predict",
+           "train"]
 
 
 def config(args: argparse.Namespace) -> tuple[LinRegConfig, TrainOptions]:
@@ -141,6 +143,37 @@ def train(args: argparse.Namespace) -> int:
     if args.model_dir:
         print(f"party models saved in {args.model_dir}")
     return 0
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--active", required=True, help="the active party's CSV: the ID column and the model's columns "
+                                                   "(other columns, e.g. the label, are ignored)")
+    p.add_argument("--passive", action="append", default=[],
+                   help="a passive party's CSV (ID column, the model's columns); one per passive party, in the "
+                        "order of training")
+    add_predict_options(p, key=True)
+
+
+def predict(args: argparse.Namespace) -> int:
+    """``vflcrypto predict linreg``: the saved models on new rows by the secure prediction of training
+    (each passive party's [[u_k]], masked at the active party, decrypted by a coordinator with a fresh key)."""
+    t0 = time.perf_counter()
+    names = [ACTIVE, *passive_names(len(args.passive))]
+    d = Path(args.model_dir)
+    check_parties(d, verify_model_dir(d, "linreg"), names, "--passive")
+    models = [PartyModel.load(d / f"{n}.npz") for n in names]
+    tables = [read_party_csv(path, args.id_column, features=list(m.columns))
+              for path, m in zip([args.active, *args.passive], models, strict=True)]
+    query_rows = [len(t) for t in tables]
+    tables, align_bytes = align_tables(tables, names, aligned=args.aligned)
+    pred, transcript = predict_local(models, tables, key_bits=args.key_bits, allow_insecure=args.allow_insecure,
+                                     timeout=args.timeout)
+    write_predictions(args.out, args.id_column, tables[0].ids, {"prediction": pred})
+    bytes_sent = {**({} if args.aligned else {"alignment": align_bytes}), **transcript.bytes_sent_by()}
+    return report(args, "linreg", len(tables[0]), query_rows, t0, bytes_sent)
 
 
 # --------------------------------------------------------------------------- network party

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "vflcrypto.cli.demo",
     "vflcrypto.cli.examples",
     "vflcrypto.cli.train",
+    "vflcrypto.cli.predict",
     "vflcrypto.cli.audit",
     "vflcrypto.cli.bench",
     "vflcrypto.cli.certs",
