@@ -199,3 +199,63 @@ def test_party_tables_keep_their_order_when_already_aligned(tmp_path: Path,
     expected = lr.predict_plain(models, [active, passives[0]])
     np.testing.assert_allclose([float(r.split(",")[1]) for r in out.read_text().splitlines()[1:]], expected,
                                atol=1e-6)
+
+
+# --------------------------------------------------------------------------- one process per party
+
+
+def test_party_predict_linreg_over_the_network(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``vflcrypto party ... predict linreg``: the active party, a passive party and the coordinator (here
+    threads of this process, over real mutual-TLS gRPC links), each with only its own model file; the rows
+    are aligned by PSI over the network; the active party's predictions equal the plaintext reference."""
+    import socket
+    import threading
+
+    from vflcrypto.runtime.certs import write_dev_pki
+    from vflcrypto.runtime.partyconfig import render_config_toml
+
+    active, passives = lr.synthetic_split(n_rows=30, p_active=2, p_passive=(2,), seed=9)
+    models = [lr.PartyModel(n, r, tuple(t.columns), np.asarray([0.5, -1.0]), lr.fit_preprocessing(t.X),
+                            label_offset=3.0, label_scale=2.0 if r == "active" else 1.0)
+              for n, r, t in (("active", "active", active), ("passive-0", "passive", passives[0]))]
+    lr.save_models(models, tmp_path / "models")
+    a = _write(tmp_path / "a.csv", active.ids, list(active.columns), active.X, order=np.arange(25))  # 25 rows
+    p = _write(tmp_path / "p.csv", passives[0].ids, list(passives[0].columns), passives[0].X,
+               order=np.random.default_rng(3).permutation(30))
+    names = ["active", "passive-0", "coordinator"]
+    write_dev_pki(tmp_path / "pki", names)
+
+    def port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+    cfg = tmp_path / "parties.toml"
+    cfg.write_text(render_config_toml({n: (n.split("-")[0], f"127.0.0.1:{port()}") for n in names},
+                                      ca=str(tmp_path / "pki" / "ca.pem"),
+                                      certs={n: (str(tmp_path / "pki" / f"{n}.pem"), str(tmp_path / "pki" / f"{n}.key"))
+                                             for n in names},
+                                      network={"connect_timeout": 10.0, "timeout": 20.0, "linger": 1.0}))
+    task = {"active": ["--data", a, "--id-column", "id", "--model", str(tmp_path / "models" / "active.npz")],
+            "passive-0": ["--data", p, "--id-column", "id", "--model", str(tmp_path / "models" / "passive-0.npz")],
+            "coordinator": []}
+    codes: dict[str, int] = {}
+
+    def run(name: str) -> None:
+        codes[name] = main(["party", "--config", str(cfg), "--as", name, "--json", "predict", "linreg", *task[name],
+                            "--out", str(tmp_path / f"{name}.out"), *SMALL_KEYS])
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert codes == {n: 0 for n in names}, (codes, capsys.readouterr().err)
+    got = _read(tmp_path / "active.out")
+    assert sorted(got) == sorted(active.ids[:25])  # only the IDs on both files
+    expected = dict(zip(active.ids, lr.predict_plain(models, [active, passives[0]]), strict=True))
+    np.testing.assert_allclose([float(got[i][0]) for i in sorted(got)], [expected[i] for i in sorted(got)],
+                               atol=1e-6)
+    record = json.loads((tmp_path / "active.out.run.json").read_text())
+    assert record["status"] == "complete" and record["task"] == "predict-linreg"
+    assert json.loads((tmp_path / "passive-0.out").read_text())["rows"] == 25

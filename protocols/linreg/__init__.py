@@ -262,7 +262,9 @@ SPEC = ProtocolSpec(
               Command("linreg", "apply a saved linear-regression model to new rows (secure prediction)",
                       cli.add_predict_arguments, cli.predict, group="predict", description=cli.predict.__doc__)),
     party_tasks=(PartyTask("linreg", "secure vertical linear regression (with a coordinator)",
-                           cli.add_party_arguments, cli.party_task),),
+                           cli.add_party_arguments, cli.party_task),
+                 PartyTask("linreg", "apply saved linear-regression models to new rows (secure prediction)",
+                           cli.add_party_predict_arguments, cli.party_predict_task, group="predict")),
     flower=FlowerSpec(
         ACTIVE, _flower_parties, _flower_role, _flower_summary,
         relayed={"linreg.public_key": "C's public key (public)",

@@ -9,7 +9,9 @@
 
 Tasks: ``align`` (ECDH or, with pinned identity keys, keyed-hash PSI; two parties or the
 all-party intersection of 3+), ``train logreg`` (plain or ``--secure``), ``train linreg``
-(active, passive parties and a coordinator) and ``train secureboost``. Training tasks read
+(active, passive parties and a coordinator), ``train secureboost`` and the other protocols'
+``train NAME``, and ``predict linreg`` (each party applies its own saved model to new rows;
+the active party writes the predictions). Training tasks read
 only this party's CSV and align rows by PSI first (active and passive parties; the
 coordinator holds no data) unless ``--aligned``; their flags mirror the in-process
 ``vflcrypto train ...`` commands. The label holder also writes ``<out>.metrics.json``.
@@ -80,7 +82,7 @@ def run_party(args: argparse.Namespace) -> int:
     from ..runtime.partyconfig import load_party_config
     from ..runtime.record import messages_path, write_messages
 
-    task = args.task if args.task != "train" else f"train-{args.model}"
+    task = f"{args.task}-{args.model}" if args.task in ("train", "predict") else args.task
     found = _task_specs().get(task)
     if found is None:
         raise ProtocolError(f"no protocol registers the task {task!r}")
@@ -154,15 +156,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help="print the run record as JSON on stdout")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
 
-    t = tasks.add_parser("train", help="train a vertical model")
-    models = t.add_subparsers(dest="model", required=True, metavar="MODEL")
+    groups = {}
+    for group, help in (("train", "train a vertical model"),
+                        ("predict", "apply this party's saved model to new rows (linreg)")):
+        g = tasks.add_parser(group, help=help)
+        groups[group] = g.add_subparsers(dest="model", required=True, metavar="MODEL")
     for task, protocol in _task_specs().values():
-        parent = models if task.group == "train" else tasks
+        parent = groups.get(task.group or "", tasks)
         tp = parent.add_parser(task.name, help=task.help)
         task.add_arguments(tp)
         tp.add_argument("--keep-messages", action="store_true",
                         help="also keep every message this party received and sent, decoded, in OUT.messages "
                              "(owner-only), so that `vflcrypto audit --transcript OUT.run.json` can attack this "
                              "party's view alone")
-        protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
+        if task.group != "predict":  # a prediction's key is the coordinator's fresh Paillier key
+            protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
         tp.set_defaults(handler=run_party)
