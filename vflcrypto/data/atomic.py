@@ -61,6 +61,12 @@ def write_error(path: str | os.PathLike[str], exc: OSError) -> OutputError:
     return err
 
 
+#: a step of publication: no arguments, nothing returned (undo a publication, finish it, discard staged work)
+Undo = Callable[[], None]
+#: publish one staged file or directory; returns (undo, finish)
+Publish = Callable[[], tuple[Undo, Undo]]
+
+
 class OutputSet:
     """The outputs of one command, staged beside their targets and published together (:func:`atomic_set`).
 
@@ -72,7 +78,7 @@ class OutputSet:
     """
 
     def __init__(self) -> None:
-        self._steps: list[tuple[Callable[[], tuple[Callable[[], None], Callable[[], None]]], Callable[[], None]]] = []
+        self._steps: list[tuple[Publish, Undo]] = []  # (publish, discard) per file or directory
         self._files: dict[Path, Path] = {}  # target -> its staged temporary file
         self._made: list[Path] = []  # directories this set created (removed again on failure, if empty)
 
@@ -105,25 +111,21 @@ class OutputSet:
         self._steps.append((lambda: _replace_file(self._files[target], target),
                             lambda: self._files[target].unlink(missing_ok=True)))
 
-    def stage(self, publish: Callable[[], tuple[Callable[[], None], Callable[[], None]]],
-              discard: Callable[[], None]) -> None:
+    def stage(self, publish: Publish, discard: Undo) -> None:
         """A publication step: ``publish()`` returns (undo, finish); ``discard()`` drops the staged work."""
         self._steps.append((publish, discard))
 
     def publish(self) -> None:
-        done: list[tuple[Callable[[], None], Callable[[], None]]] = []
-        k = 0
+        done: list[tuple[Undo, Undo]] = []
         try:
-            for k, (publish, _) in enumerate(self._steps):  # noqa: B007 (k names the failed step below)
+            for publish, _ in self._steps:
                 done.append(publish())
         except BaseException as exc:
-            for undo, _ in reversed(done):
+            for undo, _ in reversed(done):  # each undo puts the new file back where it was staged ...
                 with suppress(OSError):
                     undo()
-            for _, discard in self._steps[k:]:
-                with suppress(OSError):
-                    discard()
-            self._remove_made()
+            self.discard()  # ... and every staged file goes
+
             if isinstance(exc, OSError):
                 raise write_error(exc.filename or "the outputs", exc) from None
             raise
@@ -143,7 +145,7 @@ class OutputSet:
                 d.rmdir()  # only if empty: a directory someone else wrote into meanwhile stays
 
 
-def _replace_file(tmp: Path, target: Path) -> tuple[Callable[[], None], Callable[[], None]]:
+def _replace_file(tmp: Path, target: Path) -> tuple[Undo, Undo]:
     """Rename ``tmp`` over ``target``, keeping a hard link to the file it replaces until the set is published."""
     backup: Path | None = None
     if target.is_file() and not target.is_symlink():
