@@ -274,7 +274,7 @@ def one_bin_per_value(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.secureboost import passive
 
     strong = passive.bin_features
-    mp.setattr(passive, "bin_features", lambda X, max_bin: strong(X, 10**6))
+    mp.setattr(passive, "bin_features", lambda X, max_bin, fit=None: strong(X, 10**6, fit))
 
 
 def secagg_without_masks(mp: pytest.MonkeyPatch) -> None:
@@ -420,6 +420,11 @@ def _secagg_except(*broken: str) -> tuple[str, ...]:
 
 def drop_gradient_noise(mp: pytest.MonkeyPatch) -> None:
     """The label holder adds no Gaussian noise to the clipped gradients it sends (it still clips them)."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+
+
+def drop_client_noise(mp: pytest.MonkeyPatch) -> None:
+    """HFL's clients add no DP-FedAvg noise to their clipped updates (they still clip them and announce the noise)."""
     mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
 
 
@@ -639,6 +644,8 @@ MUTATIONS = (
     Mutation("hfl: clients do not compare their neighbours' model digests", "hfl",
              (("secagg.masked_input", P.AGGREGATE),), model_digests_unchecked,
              checks=(hfl_audit.MODEL_CONSISTENCY,)),
+    Mutation("hfl: DP-FedAvg noise dropped", "hfl", (("secagg.masked_input", P.DP),), drop_client_noise,
+             checks=(hfl_audit.NOISE_CHECK,)),
     # prototype VFL (its statistics through secagg; its alignment)
     Mutation("protovfl: statistics without secagg masks", "protovfl",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
@@ -693,6 +700,7 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
         _secagg_except("the sum over the survivors is exact"),
     "hfl: clients do not compare their neighbours' model digests":
         tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.MODEL_CONSISTENCY),
+    "hfl: DP-FedAvg noise dropped": tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.NOISE_CHECK),
 }
 
 

@@ -68,6 +68,11 @@ class LogRegConfig:
         None, "label DP by randomized response: the active party trains on labels kept with probability "
               "e^eps/(e^eps+1), eps = this (pure eps-label-DP of everything it sends); every party must give the same")
 
+    def validate(self) -> None:
+        """What the roles refuse, refused as soon as the flags are parsed (before any peer is contacted)."""
+        if self.steps < 0 or not self.learning_rate > 0:
+            raise InputDataError("steps must be >= 0 and the learning rate positive")
+
 
 def _blocks(parties: list[PartyTable], train: np.ndarray, preprocess: str) -> list[np.ndarray]:
     if preprocess == "standardize":

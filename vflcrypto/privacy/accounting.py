@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import InputDataError
 
-__all__ = ["Guarantee", "calibrate_noise", "gaussian_epsilon", "gaussian_guarantee", "gaussian_rdp", "rr_guarantee"]
+__all__ = ["Guarantee", "calibrate_noise", "composed_gaussian_epsilon", "gaussian_epsilon", "gaussian_guarantee",
+           "gaussian_rdp", "rr_guarantee"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,33 @@ def gaussian_epsilon(noise_multiplier: float, steps: int, sampling_rate: float, 
     _check(noise_multiplier, steps, sampling_rate, delta)
     accountant = RdpAccountant()
     accountant.compose(_event(noise_multiplier, steps, sampling_rate))
+    return float(accountant.get_epsilon(delta))
+
+
+def composed_gaussian_epsilon(noise_multipliers: Sequence[float], delta: float) -> float:
+    """ε at ``delta`` of Gaussian mechanisms applied one after another, each with its own noise multiplier (no
+    sampling: every row in every step).
+
+    For runs whose noise changed between steps (a distributed mechanism whose share of the
+    noise depends on how many contributors survived a round): the library's RDP accountant
+    composes ``ComposedDpEvent`` of the ``GaussianDpEvent`` of each step (equal multipliers
+    grouped as one ``SelfComposedDpEvent``) and converts to (ε, δ). Equal multipliers give
+    :func:`gaussian_epsilon` at sampling rate 1.
+    """
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    sigmas = [float(s) for s in noise_multipliers]
+    if not sigmas:
+        raise InputDataError("need at least one step to account")
+    for s in sigmas:
+        _check(s, 1, 1.0, delta)
+    groups: dict[float, int] = {}
+    for s in sigmas:
+        groups[s] = groups.get(s, 0) + 1
+    accountant = RdpAccountant()
+    accountant.compose(dp_accounting.ComposedDpEvent(
+        [dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(s), k) for s, k in groups.items()]))
     return float(accountant.get_epsilon(delta))
 
 
