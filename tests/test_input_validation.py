@@ -320,3 +320,39 @@ def test_the_flower_scripts_check_their_run_config_before_starting_anything(tmp_
             proc.stderr
         assert not list(tmp_path.iterdir())  # no Flower home, nothing started
 
+
+
+def test_the_flower_apps_log_the_librarys_own_errors_in_one_line_and_bugs_with_their_traceback() -> None:
+    """Flower logs an app's exception with ``exc_info``; the apps' filter makes a VflError or an OSError
+    one line (the status line that follows says the rest) and leaves any other exception's traceback."""
+    import importlib.util
+    import io
+    import logging
+
+    from vflcrypto.errors import PeerTimeoutError
+
+    spec = importlib.util.spec_from_file_location("flower_logs", ROOT / "flower" / "vflcrypto_flower" / "logs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    logger = logging.getLogger("flwr-test-logs")
+    logger.propagate = False
+    stream = io.StringIO()
+    logger.addHandler(logging.StreamHandler(stream))
+    logger.addFilter(module.OneLineErrors())
+
+    def logged(exc: BaseException) -> str:
+        stream.seek(0)
+        stream.truncate()
+        try:
+            raise exc
+        except BaseException as ex:
+            logger.error("%s raised an exception", "ServerApp", exc_info=ex)
+        return stream.getvalue()
+
+    out = logged(PeerTimeoutError("only 3 of 4 SuperNodes joined within 1 s"))
+    assert out == "ServerApp raised an exception: PeerTimeoutError: only 3 of 4 SuperNodes joined within 1 s\n"
+    out = logged(FileNotFoundError(2, "No such file or directory", "bank.csv"))
+    assert out.count("\n") == 1 and "FileNotFoundError" in out and "bank.csv" in out
+    out = logged(KeyError("a bug"))
+    assert "Traceback (most recent call last)" in out and "KeyError: 'a bug'" in out

@@ -183,7 +183,12 @@ def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> A
 
 @dataclass
 class DemoContext:
-    """What every demo step receives: a scratch directory, the key size, and shared state."""
+    """What every demo step receives: a scratch directory, the key size, and shared state.
+
+    ``workdir`` is where the steps write (and read each other's outputs); ``shown``, if set, is
+    where those outputs will be once the whole demo succeeded (``vflcrypto demo --out-dir``
+    publishes them there together): messages name paths through :meth:`where`.
+    """
 
     workdir: Path
     key_bits: int
@@ -191,10 +196,21 @@ class DemoContext:
     state: dict[str, Any] = field(default_factory=dict)
     verbose: bool = True
     allow_insecure: bool = False  # keys below 2048 bits only when the caller opts in
+    shown: Path | None = None
 
     def say(self, text: str) -> None:
         if self.verbose:
             print(text, flush=True)
+
+    def where(self, path: str | Path) -> Path:
+        """``path`` (under ``workdir``) as the user will find it after the demo."""
+        p = Path(path)
+        if self.shown is None:
+            return p
+        try:
+            return self.shown / p.relative_to(self.workdir)
+        except ValueError:
+            return p
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from vflcrypto.errors import ProtocolError
 from vflcrypto.runtime.declarations import declaration_for
 from vflcrypto.runtime.wire import DecodeContext, decode_frame, message_kind
 
+from . import logs
 from .task import (
     FRAME,
     SENDER,
@@ -28,6 +29,7 @@ from .task import (
 )
 
 app = ClientApp()
+logs.install()  # the library's own errors in one line, not a traceback
 
 
 def _party(context: Context) -> str:

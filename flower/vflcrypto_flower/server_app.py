@@ -23,10 +23,12 @@ from vflcrypto.runtime.flower_meter import MeteredGrid
 from vflcrypto.runtime.transcript import Endpoint, Transcript
 from vflcrypto.runtime.wire import DecodeContext, decode_frame, message_kind, peek_frame
 
+from . import logs
 from .config import check_run_config
 from .task import client_parties, frame, protocol, read_reply, request, role_config, write_output
 
 app = ServerApp()
+logs.install()  # the library's own errors in one line, not a traceback
 POLL_INTERVAL = 0.05  # seconds between pulls of the replies (loopback/LAN SuperLink)
 
 

@@ -44,7 +44,7 @@ def demo_step(ctx: Any) -> dict[str, Any]:
     ctx.say(f"bank: {summary['left_size']} IDs, shop: {summary['right_size']} IDs, "
             f"common: {summary['intersection']} (ECDH-PSI over X25519, both learn)")
     ctx.say(f"{summary['bytes_sent']:,} bytes on the wire in {summary['seconds']:.2f} s; "
-            f"aligned files in {ctx.workdir}")
+            f"aligned files in {ctx.where(ctx.workdir)}")
     ctx.say(audit(run.transcript).to_text())
     return {k: summary[k] for k in ("left_size", "right_size", "intersection", "bytes_sent")}
 

@@ -98,7 +98,7 @@ def demo_step(ctx: Any) -> dict[str, Any]:
     save_models(run.models, model_dir)
     return {"rows": len(active), "epochs": epochs, "epoch_losses": run.epoch_losses, "final_loss": run.epoch_losses[-1],
             "train_rmse": rmse(y, pred), "plaintext_train_rmse": rmse(y, best), "max_weight_diff_vs_plaintext": diff,
-            "bytes": run.transcript.total_bytes, "model_dir": str(model_dir)}
+            "bytes": run.transcript.total_bytes, "model_dir": str(ctx.where(model_dir))}
 
 
 def _streams(tap: AuditTap, receiver: str, kind: type, senders: Sequence[str]) -> list[list[Any]]:

@@ -3,12 +3,19 @@
 Every protocol of the registry with a demo step (``SPEC.demo``, ordered by
 ``SPEC.demo_order``) runs it with a :class:`~vflcrypto.spec.DemoContext` and returns a
 short summary dict; each step prints its own leakage audit.
+
+The steps read each other's outputs (the aligned files), so they write into one staging
+directory beside ``--out-dir``; when every step has succeeded its entries are moved into
+``--out-dir`` together, and when one fails (a full disk, bad data) the staging directory is
+removed: the demo's outputs appear whole or not at all.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -19,27 +26,53 @@ from ..spec import DemoContext, number
 __all__ = ["register"]
 
 
+def _publish(work: Path, final: Path) -> None:
+    """Move every entry of the staging directory ``work`` into ``final`` (replacing a previous demo's
+    entry of the same name), then remove ``work``; a new ``final`` is ``work`` renamed at once."""
+    if not final.exists():
+        os.rename(work, final)
+        return
+    for entry in sorted(work.iterdir()):
+        target = final / entry.name
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        os.replace(entry, target)
+    work.rmdir()
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..data.files import check_output_dir
     from ..protocols import registry
 
-    out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="vflcrypto-demo-"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = DemoContext(workdir=out_dir, key_bits=args.key_bits, quick=args.quick, verbose=not args.json,
-                      allow_insecure=args.allow_insecure)
+    if args.out_dir:
+        final = check_output_dir(args.out_dir)
+        parent = final.absolute().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{final.name}.demo-", dir=parent))
+    else:
+        final = work = Path(tempfile.mkdtemp(prefix="vflcrypto-demo-"))
+    ctx = DemoContext(workdir=work, key_bits=args.key_bits, quick=args.quick, verbose=not args.json,
+                      allow_insecure=args.allow_insecure, shown=final)
     summary: dict[str, Any] = {}
     t_all = time.perf_counter()
-    for spec in sorted((s for s in registry().values() if s.demo is not None), key=lambda s: s.demo_order):
-        assert spec.demo is not None
-        ctx.say(f"\n=== {spec.title} ===")
-        t0 = time.perf_counter()
-        result = spec.demo(ctx)
-        result["seconds"] = round(time.perf_counter() - t0, 3)
-        summary[spec.title] = result
+    try:
+        for spec in sorted((s for s in registry().values() if s.demo is not None), key=lambda s: s.demo_order):
+            assert spec.demo is not None
+            ctx.say(f"\n=== {spec.title} ===")
+            t0 = time.perf_counter()
+            result = spec.demo(ctx)
+            result["seconds"] = round(time.perf_counter() - t0, 3)
+            summary[spec.title] = result
+        if work != final:
+            _publish(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)  # nothing of a failed demo stays
+        raise
     summary["total_seconds"] = round(time.perf_counter() - t_all, 3)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
-        print(f"\nDemo finished in {summary['total_seconds']:.1f} s; outputs in {out_dir}")
+        print(f"\nDemo finished in {summary['total_seconds']:.1f} s; outputs in {final}")
     return 0
 
 
