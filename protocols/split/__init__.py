@@ -19,8 +19,11 @@ Label defences (:mod:`.defence`, off by default)
     ``--grad-noise σ --grad-clip C`` or ``--grad-epsilon ε``: each example's gradient clipped
     and Gaussian noise added, the head trained by DP-SGD ((ε, δ)-label-DP of the whole
     transcript, from the ``dp-accounting`` RDP accountant). Announced in the setup; the
-    gradients then travel as ``split.dp_gradient``. ``vflcrypto audit split --defence
-    label-rr|grad-gauss --budgets 1,2,4,8`` draws their privacy–utility frontier.
+    gradients then travel as ``split.dp_gradient``. ``--marvell-bound s`` (binary labels only):
+    Marvell's optimised noise (Li et al., ICLR 2022) on the gradients sent, an empirical
+    defence bounding any attack's leak AUC per batch; they travel as ``split.marvell_gradient``.
+    ``vflcrypto audit split --defence label-rr|grad-gauss|marvell --budgets 1,2,4,8`` draws
+    their privacy–utility frontier.
 
 Citations
     P. Vepakomma, O. Gupta, T. Swedish, R. Raskar, "Split learning for health", 2018
@@ -48,14 +51,23 @@ from vflcrypto.spec import ProtocolSpec
 
 from .. import _repvfl_cli
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
-from . import audit
+from . import audit, frontier
 from .defence import DEFENCES, LabelDefence
-from .messages import PARTY, SERVER, BatchGradient, BatchRepresentation, DpBatchGradient, Setup, TestRepresentation
+from .messages import (
+    PARTY,
+    SERVER,
+    BatchGradient,
+    BatchRepresentation,
+    DpBatchGradient,
+    MarvellBatchGradient,
+    Setup,
+    TestRepresentation,
+)
 from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, epoch_batches, run_local
 
 __all__ = ["DEFENCES", "PARTY", "SERVER", "SPEC", "BatchGradient", "BatchRepresentation", "DpBatchGradient",
-           "LabelDefence", "PartyData", "PartyResult", "PartyRole", "RepRun", "ServerData", "ServerResult",
-           "ServerRole", "Setup", "SplitConfig", "TestRepresentation", "epoch_batches", "run_local"]
+           "LabelDefence", "MarvellBatchGradient", "PartyData", "PartyResult", "PartyRole", "RepRun", "ServerData",
+           "ServerResult", "ServerRole", "Setup", "SplitConfig", "TestRepresentation", "epoch_batches", "run_local"]
 
 
 def _flower_config(run_config: Mapping[str, Any]) -> SplitConfig:
@@ -79,5 +91,5 @@ SPEC = ProtocolSpec(
     view_attacks=audit.view_attacks,
     checks=audit.CHECKS,
     defences=DEFENCES,
-    frontier=audit.frontier,
+    frontier=frontier.frontier,
 )

@@ -1,5 +1,5 @@
-"""The split-learning audit (attacks on what each role received), its label defences' checks and frontier,
-and its demo step."""
+"""The split-learning audit (attacks on what each role received), its label defences' checks, and its demo step
+(the defences' frontier is :mod:`.frontier`)."""
 
 from __future__ import annotations
 
@@ -9,46 +9,60 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.audit import literature
 from vflcrypto.audit.attacks import not_measured, probe_finding
 from vflcrypto.audit.checks import Check
-from vflcrypto.audit.defences import Frontier, FrontierPoint, noise_floor_finding, randomized_response_finding
+from vflcrypto.audit.defences import noise_floor_finding, randomized_response_finding
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
-from vflcrypto.errors import AuditError, InputDataError
+from vflcrypto.errors import AuditError
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 from vflcrypto.runtime.record import RecordedView
 from vflcrypto.spec import DemoContext
 
-from .._repvfl import PARTY, SERVER, PartyData, RepRun, ServerData, digits_example, party_names, require_torch
+from .._repvfl import (
+    PARTY,
+    SERVER,
+    PartyData,
+    RepRun,
+    ServerData,
+    binary_digits_example,
+    digits_example,
+    party_names,
+    require_torch,
+)
 from .._repvfl_audit import (
-    COMPLETION_LABELS,
     batch_gradient_finding,
     batch_rows,
     inversion_findings,
     label_attack_findings,
     needs_torch,
 )
-from .defence import COVERS, DEFENCES
 from .roles import SplitConfig, epoch_batches, run_local
 
-__all__ = ["CHECKS", "DEFENDED_EPSILON", "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step",
-           "frontier", "view_attacks"]
+__all__ = ["CHECKS", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
+           "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step", "label_attacks",
+           "marvell_findings", "run_tapped", "view_attacks"]
 
 EPOCHS = 20  # the audit's runs: 100 overlap rows of the digits, 2 batches per epoch
 #: the audit's defended run: both label defences at the frontier's tightest budget
 DEFENDED_EPSILON = 1.0
+#: the audit's Marvell run: power bound s on the binary digits (digit 8 against the rest), 200 overlap rows
+DEFENDED_MARVELL = 4.0
 DP_KIND = "split.dp_gradient"
+MARVELL_KIND = "split.marvell_gradient"
 NOISE_CHECK = f"{DP_KIND}: Gaussian noise at the announced scale"
 RR_CHECK = f"{DP_KIND}: training labels kept at randomized response's rate"
+MARVELL_CHECK = f"{MARVELL_KIND}: Marvell's noise at the solved covariance"
 CHECKS: tuple[Check, ...] = (
     Check(NOISE_CHECK, (DP_KIND,), Protection.DP,
           "the gradient noise dropped or scaled down (less than half the announced variance in the rows)", 0.5),
     Check(RR_CHECK, (DP_KIND,), Protection.DP, "randomized response skipped (every training label kept)", 1.0),
+    Check(MARVELL_CHECK, (MARVELL_KIND,), Protection.NOISED,
+          "Marvell's noise dropped or scaled down (less than half the solved variance in the rows sent)", 0.5),
 )
 
 
-def _run(server: ServerData, parties: list[PartyData], cfg: SplitConfig) -> tuple[RepRun, AuditTap]:
+def run_tapped(server: ServerData, parties: list[PartyData], cfg: SplitConfig) -> tuple[RepRun, AuditTap]:
     tap = AuditTap()
     return run_local(server, parties, config=cfg, tap=tap), tap
 
@@ -61,7 +75,7 @@ def _epoch_rows(tap: AuditTap, p: str, kind: str, n: int, batches: list[np.ndarr
     return batch_rows(msgs, batches, n, field) if len(msgs) == len(batches) else None
 
 
-def _label_attacks(tap: AuditTap, names: list[str], kind: str, y: np.ndarray, cfg: SplitConfig,
+def label_attacks(tap: AuditTap, names: list[str], kind: str, y: np.ndarray, cfg: SplitConfig,
                    n_classes: int) -> list[EmpiricalFinding]:
     """Each party's k-means on the first epoch's batch gradients (ARI), then norm and direction scoring on them and
     model completion on the last epoch's representations it sent."""
@@ -95,7 +109,7 @@ def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFind
     s, y = setups[0], np.asarray(y)
     if len(y) != s.n_overlap:
         raise AuditError(f"{len(y)} labels for the {s.n_overlap} overlap rows of the recorded run")
-    kind = DP_KIND if view.tap.received(view.party, DP_KIND) else "split.gradient"
+    kind = next((k for k in (DP_KIND, MARVELL_KIND) if view.tap.received(view.party, k)), "split.gradient")
     first = epoch_batches(s.n_overlap, s.batch_size, s.seed, 0)
     last = epoch_batches(s.n_overlap, s.batch_size, s.seed, s.epochs - 1)
     return label_attack_findings(
@@ -129,6 +143,37 @@ def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> lis
     return out
 
 
+def marvell_findings(tap: AuditTap, names: Sequence[str]) -> list[EmpiricalFinding]:
+    """The check of Marvell on a run under it: for each party, the rows it received less the clean rows the label
+    holder computed, whitened by the covariance the label holder solved for each row's label (λ_1k along Δ̂, λ_2k
+    across it), must carry unit variance in every coordinate that was to be noised (the noise check of
+    :func:`~vflcrypto.audit.defences.noise_floor_finding` at std 1). From the label holder's own records, like the
+    randomized-response check: a party cannot check it alone (the covariance depends on the labels)."""
+    steps = tap.held(SERVER, "marvell_steps")
+    out = []
+    for p in names:
+        msgs = tap.received(p, MARVELL_KIND)
+        mine = [rec[1:] for rec in steps if rec[0] == p]
+        if not msgs or len(mine) != len(msgs):
+            out.append(not_measured(p, MARVELL_CHECK, (MARVELL_KIND,), Protection.NOISED,
+                                    f"{p} received {len(msgs)} {MARVELL_KIND} for {len(mine)} solved steps"))
+            continue
+        rows = []
+        for msg, (G, y, sol, unit) in zip(msgs, mine, strict=True):
+            noise = np.asarray(msg.G, np.float64) - np.asarray(G, np.float64)
+            along = noise @ unit
+            across = noise - np.outer(along, unit)
+            for label, lam1, lam2 in ((1, sol.lam11, sol.lam21), (0, sol.lam10, sol.lam20)):
+                m = np.asarray(y) == label
+                if lam2 > 0 and lam1 > 0:  # Σ^(-1/2) n: d coordinates of unit variance
+                    rows.append(across[m] / np.sqrt(lam2) + np.outer(along[m] / np.sqrt(lam1), unit))
+                elif lam1 > 0:  # noise along Δ̂ only
+                    rows.append(along[m] / np.sqrt(lam1))
+        out.append(noise_floor_finding(p, MARVELL_CHECK, rows, 1.0, attacks=(MARVELL_KIND,),
+                                       protection=Protection.NOISED))
+    return out
+
+
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
     """Split learning on the digits halves (100 overlap rows, 20 epochs), attacked per role; then a defended run.
 
@@ -143,8 +188,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       representations (:func:`~vflcrypto.protocols._repvfl_audit.label_attack_findings`,
       :func:`~vflcrypto.protocols._repvfl_audit.inversion_findings`);
     * the defended run (randomized response and gradient noise, both at ε = 1): the checks
-      that each defence runs as announced (:func:`defence_findings`). What the defences do
-      to the attacks, at several budgets, is the frontier (:func:`frontier`).
+      that each defence runs as announced (:func:`defence_findings`); and a Marvell run on the
+      binary digits (:func:`~vflcrypto.protocols._repvfl.binary_digits_example`, 200 overlap rows, s = 4), whose
+      rows are checked against the noise the label holder solved (:func:`marvell_findings`).
+      What the defences do to the attacks, at several budgets, is the frontier
+      (:func:`~.frontier.frontier`).
 
     No key is involved (``key_bits`` is unused): nothing here is encrypted, by design.
     """
@@ -152,9 +200,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     server, parties = digits_example(100, seed=0)
     cfg = SplitConfig(epochs=EPOCHS)
     names, y, n = party_names(len(parties)), server.y_overlap, len(server.y_overlap)
-    run, tap = _run(server, parties, cfg)
+    run, tap = run_tapped(server, parties, cfg)
     last = epoch_batches(n, cfg.batch_size, cfg.seed, cfg.epochs - 1)
-    findings = _label_attacks(tap, names, "split.gradient", y, cfg, server.n_classes)
+    findings = label_attacks(tap, names, "split.gradient", y, cfg, server.n_classes)
     probes = []
     for p in names:
         msgs = tap.received(SERVER, "split.representation", sender=p)[-len(last):]
@@ -171,83 +219,23 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings += inversion_findings(tap, names, [("split.representation", "features")], rows=lambda p, kind: (
         None if (H := _epoch_rows(tap, p, kind, n, last, "H", last_epoch=True)) is None else (H, X_of[p])))
     dcfg = SplitConfig(epochs=EPOCHS, label_dp=DEFENDED_EPSILON, grad_epsilon=DEFENDED_EPSILON)
-    drun, dtap = _run(server, parties, dcfg)
+    drun, dtap = run_tapped(server, parties, dcfg)
     findings += defence_findings(dtap, names, server.n_classes)
     metrics["defended_test_accuracy"] = float(drun.test_accuracy or 0.0)
     for name, g in drun.server.privacy.items():
         metrics[f"defended_{name.replace('-', '_')}_epsilon"] = g["epsilon"]
         metrics[f"defended_{name.replace('-', '_')}_delta"] = g["delta"]
+    bserver, bparties = binary_digits_example(200, seed=0)
+    mrun, mtap = run_tapped(bserver, bparties, SplitConfig(epochs=EPOCHS, marvell_bound=DEFENDED_MARVELL))
+    findings += marvell_findings(mtap, names)
+    marvell = mrun.server.privacy["marvell"]["params"]
+    metrics.update(marvell_test_accuracy=float(mrun.test_accuracy or 0.0), marvell_max_sum_kl=marvell["max_sum_kl"],
+                   marvell_leak_auc_bound=marvell["leak_auc_bound"])
     label = f"label defences (randomized response and gradient noise, epsilon = {DEFENDED_EPSILON:g} each)"
-    runs = {"undefended": run.transcript, label: drun.transcript}
+    runs = {"undefended": run.transcript, label: drun.transcript,
+            f"Marvell (s = {DEFENDED_MARVELL:g}) on the binary digits": mrun.transcript}
     report, sections = audit_runs(runs)
     return AuditOutcome("split", report, tuple(findings), metrics, sections=sections, transcripts=tuple(runs.items()))
-
-
-#: the frontier's columns: attack -> what it is
-FRONTIER_ATTACKS = {
-    "kmeans_ari": "k-means (K = C) on each first-epoch batch gradient, ARI against the true labels (baseline 0)",
-    "norm_scoring": "norm scoring (Li et al., ICLR 2022), mean one-vs-rest AUC of the row norms (baseline: shuffled)",
-    "direction_scoring": "direction scoring (Li et al.), accuracy from one known label per class (baseline: majority)",
-    "model_completion": "passive model completion (Fu et al., USENIX Security 2022) on the representations it sent, "
-                        "4 known labels per class, accuracy (baseline: the same head on the party's own raw columns, "
-                        "what it predicts without any message)",
-}
-_PREFIX = {"kmeans_ari": "label partition", "norm_scoring": "norm scoring", "direction_scoring": "direction scoring",
-           "model_completion": "model completion"}
-
-
-def _own_columns_completion(server: ServerData, parties: list[PartyData]) -> float:
-    """Model completion's head on each party's own raw columns instead of its representations (the best over the
-    parties): the labels a party predicts from what it holds, with no message at all."""
-    y = server.y_overlap
-    known = literature.known_labels(y, COMPLETION_LABELS)
-    return max(literature.model_completion(p, "own columns", d.X_overlap, y, known, attacks=()).value
-               for p, d in zip(party_names(len(parties)), parties, strict=True))
-
-
-def _point(server: ServerData, parties: list[PartyData], cfg: SplitConfig, defence: str, budget: float | None,
-           own: float, repeats: int) -> FrontierPoint:
-    """One budget's point: the mean over ``repeats`` runs of the test accuracy and of each attack's worst score."""
-    t0 = time.perf_counter()
-    dfn = cfg.defence()
-    kind = DP_KIND if dfn.on else "split.gradient"
-    scores: dict[str, list[float]] = {}
-    baselines: dict[str, float] = {}
-    accuracy: list[float] = []
-    for _ in range(repeats):
-        run, tap = _run(server, parties, cfg)
-        accuracy.append(float(run.test_accuracy or 0.0))
-        found = _label_attacks(tap, party_names(len(parties)), kind, server.y_overlap, cfg, server.n_classes)
-        for key, prefix in _PREFIX.items():
-            hits = [f for f in found if prefix in f.name and f.measured]
-            if hits:
-                scores.setdefault(key, []).append(max(f.value for f in hits))
-                baselines[key] = own if key == "model_completion" else max(f.baseline or 0.0 for f in hits)
-    g = run.server.privacy.get(defence)
-    return FrontierPoint(budget, g["epsilon"] if g else None, g["delta"] if g else None, float(np.mean(accuracy)),
-                         {k: float(np.mean(v)) for k, v in scores.items()}, baselines, dict(g["params"]) if g else {},
-                         time.perf_counter() - t0, repeats)
-
-
-def frontier(defence: str, budgets: Sequence[float], repeats: int = 1) -> Frontier:
-    """The label attacks and the test accuracy of split learning on the digits (the audit's setting) at each ε of
-    ``budgets`` under ``defence`` (``label-rr``: randomized response at ε; ``grad-gauss``: gradient noise calibrated
-    to (ε, δ = 1e-5)), beside the undefended run; each point the mean of ``repeats`` runs (fresh randomness each)."""
-    require_torch()
-    if defence not in DEFENCES:
-        raise InputDataError(f"split's defences are {', '.join(DEFENCES)}, not {defence!r}")
-    if repeats < 1:
-        raise InputDataError(f"the frontier needs >= 1 run per budget, got {repeats}")
-    server, parties = digits_example(100, seed=0)
-    own = _own_columns_completion(server, parties)
-    points = [_point(server, parties, SplitConfig(epochs=EPOCHS), defence, None, own, repeats)]
-    for b in budgets:
-        cfg = (SplitConfig(epochs=EPOCHS, label_dp=b) if defence == "label-rr"
-               else SplitConfig(epochs=EPOCHS, grad_epsilon=b))
-        points.append(_point(server, parties, cfg, defence, b, own, repeats))
-    statement = (f"{defence} protects {COVERS[defence]}; split learning on the digits, 100 overlap rows, "
-                 f"{EPOCHS} epochs, batch 64")
-    return Frontier("split", defence, statement, tuple(points), FRONTIER_ATTACKS)
 
 
 @needs_torch

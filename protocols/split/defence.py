@@ -1,9 +1,11 @@
-"""Split learning's label defences, run by the server (the label holder): randomized response and DP-SGD.
+"""Split learning's label defences, run by the server (the label holder): randomized response, DP-SGD, Marvell.
 
 Each is an option of :class:`~.roles.SplitConfig` (``--label-dp``, ``--grad-noise`` /
-``--grad-epsilon`` with ``--grad-clip`` and ``--dp-delta``), announced in the setup so that
-every party accounts the same (ε, δ); with either on, the gradients travel as
-``split.dp_gradient`` (declared :attr:`~vflcrypto.runtime.declarations.Protection.DP`).
+``--grad-epsilon`` with ``--grad-clip`` and ``--dp-delta``, ``--marvell-bound``), announced in
+the setup so that every party accounts the same (ε, δ); with either DP defence on, the
+gradients travel as ``split.dp_gradient`` (declared
+:attr:`~vflcrypto.runtime.declarations.Protection.DP`), under Marvell as
+``split.marvell_gradient`` (:attr:`~vflcrypto.runtime.declarations.Protection.NOISED`).
 
 **label-rr** (``--label-dp ε``). Before training the server replaces each overlap label by
 randomized response over the C classes (kept with probability e^ε / (e^ε + C − 1); one
@@ -40,12 +42,27 @@ the protocol (a party cannot verify the clipping under the noise; the audit chec
 noise's scale), and the floating-point caveat of :mod:`vflcrypto.privacy.mechanisms`.
 Cost: the extractors learn from rows whose noise is σ times the clip norm, the head from a
 noised sum (the frontier, ``vflcrypto audit split --defence grad-gauss``, measures it).
+
+**marvell** (``--marvell-bound s``; binary labels only, refused for C > 2). Li et al.'s
+optimised noise (ICLR 2022, :mod:`vflcrypto.privacy.marvell`): per step and per party, the
+server splits the batch's gradient rows of that party by label, solves for the noise
+covariance of least symmetrised KL between the two classes' perturbed gradients under the
+power constraint P = s·‖ḡ_1 − ḡ_0‖² (the authors' fixed-scale runs), and adds that noise to
+the rows it sends; the head trains on the true gradient (the paper's setting: only what
+crosses the cut layer is perturbed). No (ε, δ): an **empirical** defence. What it bounds:
+for the Gaussian model of one batch's gradients (each class isotropic around its mean), the
+AUC of *any* scoring of that party's perturbed rows by label is at most ½ + √κ/2 − κ/8 for
+the batch's symmetrised KL κ; the server reports the largest κ and that bound over the run.
+Not covered: rows of several batches pooled (the bound is per batch), the real, non-Gaussian
+distribution of the gradients, parties that pool their blocks (each party's noise is solved
+for its own block), the features and the head. Cost: the extractors learn from noised rows
+(the power s·‖Δ‖² per row on average); the frontier measures it on binary digits.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,17 +71,21 @@ from vflcrypto.errors import InputDataError
 from vflcrypto.privacy import Guarantee
 from vflcrypto.privacy import mechanisms as dpm
 
-__all__ = ["COVERS", "DEFENCES", "LabelDefence", "grad_guarantee", "noise_for_budget", "noised_step", "rr_guarantee"]
+__all__ = ["COVERS", "DEFENCES", "LabelDefence", "MarvellState", "grad_guarantee", "marvell_guarantee",
+           "noise_for_budget", "noised_step", "rr_guarantee"]
 
 #: the defences of split learning: their names in ``vflcrypto audit split --defence``
-DEFENCES = ("label-rr", "grad-gauss")
+DEFENCES = ("label-rr", "grad-gauss", "marvell")
 COVERS_RR = ("each overlap row's label (label-DP, replace-one), in everything the server sends or trains: the "
               "randomized labels are drawn once and everything else is post-processing")
 COVERS_GAUSS = ("each overlap row's label (label-DP, replace-one: sensitivity 2C), in the transcript of every "
                  "party, even all parties together, and in the head; the rows of each step are known to the parties, "
                  "so no amplification by subsampling is claimed")
+COVERS_MARVELL = ("each overlap row's binary label against each party's view of one batch (empirical, no "
+                  "(epsilon, delta)): the AUC of any scoring of the party's perturbed rows is at most 1/2 + sqrt(k)/2 "
+                  "- k/8 for the batch's symmetrised KL k, under the Gaussian model of the batch's gradients")
 #: defence -> what its guarantee protects
-COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS}
+COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS, "marvell": COVERS_MARVELL}
 
 
 def rr_guarantee(epsilon: float, n_classes: int | None) -> Guarantee:
@@ -88,6 +109,21 @@ def grad_guarantee(noise_multiplier: float, clip: float, delta: float, epochs: i
                      {"noise_multiplier": noise_multiplier, "clip": clip, "epochs": epochs, "sampling_rate": 1.0})
 
 
+def marvell_guarantee(scale: float, sum_kls: list[float] | None = None) -> Guarantee:
+    """Marvell's statement: no (ε, δ); the power bound s and, for the server (which solved every step), the largest
+    symmetrised KL over the steps and parties and the leak-AUC bound it implies (a party knows s only)."""
+    from vflcrypto.privacy.marvell import leak_auc_bound
+
+    params: dict[str, float] = {"power_scale": scale}
+    if sum_kls:
+        params.update(steps=len(sum_kls), max_sum_kl=max(sum_kls), mean_sum_kl=float(np.mean(sum_kls)),
+                      leak_auc_bound=leak_auc_bound(max(sum_kls)))
+    return Guarantee("marvell", None, None, "Marvell: per-batch noise of least symmetrised KL between the labels' "
+                     "perturbed gradients, power s * |mean_1 - mean_0|^2 (Li et al., ICLR 2022)",
+                     "none: empirical defence; the AUC bound is for the Gaussian model of each batch's gradients",
+                     COVERS_MARVELL, params)
+
+
 def noise_for_budget(epsilon: float, delta: float, epochs: int) -> float:
     """The noise multiplier σ (std over the clip norm C) whose run meets (ε, δ): twice the library's calibrated
     multiplier of ``epochs`` Gaussian mechanisms (the sensitivity of a label change is 2C)."""
@@ -104,8 +140,16 @@ class LabelDefence:
     noise_multiplier: float | None = None
     clip: float | None = None
     delta: float | None = None
+    #: Marvell's power bound s (P = s·‖ḡ_1 − ḡ_0‖² per batch and party)
+    marvell_bound: float | None = None
 
     def __post_init__(self) -> None:
+        if self.marvell_bound is not None:
+            if not (self.marvell_bound > 0 and math.isfinite(self.marvell_bound)):
+                raise InputDataError(f"--marvell-bound needs a finite power bound > 0, got {self.marvell_bound}")
+            if self.label_epsilon is not None or self.noise_multiplier is not None:
+                raise InputDataError("Marvell runs alone: no --label-dp, --grad-noise or --grad-epsilon with "
+                                     "--marvell-bound")
         if self.label_epsilon is not None and not (self.label_epsilon > 0 and math.isfinite(self.label_epsilon)):
             raise InputDataError(f"--label-dp needs a finite epsilon > 0, got {self.label_epsilon}")
         if self.noise_multiplier is not None:
@@ -119,25 +163,61 @@ class LabelDefence:
 
     @property
     def on(self) -> bool:
+        return self.label_epsilon is not None or self.noise_multiplier is not None or self.marvell_bound is not None
+
+    def check_task(self, n_classes: int) -> None:
+        """Marvell protects binary labels only: refused, in one line, for a task of more classes."""
+        if self.marvell_bound is not None and n_classes != 2:
+            raise InputDataError(f"--marvell-bound: Marvell protects binary labels only, this task has {n_classes} "
+                                 "classes")
+
+    @property
+    def dp(self) -> bool:
+        """A DP defence is on (the gradients travel as ``split.dp_gradient``)."""
         return self.label_epsilon is not None or self.noise_multiplier is not None
 
     @property
     def noised(self) -> bool:
         return self.noise_multiplier is not None
 
-    def guarantees(self, epochs: int, n_classes: int | None = None) -> list[Guarantee]:
-        """Each defence's guarantee (both hold at once when both are on)."""
+    def guarantees(self, epochs: int, n_classes: int | None = None,
+                   sum_kls: list[float] | None = None) -> list[Guarantee]:
+        """Each defence's guarantee (both DP ones hold at once when both are on); Marvell's with the symmetrised KL
+        of every step when the server gives them."""
         out = []
         if self.label_epsilon is not None:
             out.append(rr_guarantee(self.label_epsilon, n_classes))
         if self.noise_multiplier is not None:
             assert self.clip is not None and self.delta is not None  # checked in __post_init__
             out.append(grad_guarantee(self.noise_multiplier, self.clip, self.delta, epochs))
+        if self.marvell_bound is not None:
+            out.append(marvell_guarantee(self.marvell_bound, sum_kls))
         return out
 
-    def privacy(self, epochs: int, n_classes: int | None = None) -> dict[str, Any]:
-        """The guarantees as JSON: defence name -> its (ε, δ), mechanism, accountant and what it covers."""
-        return {g.defence: g.to_dict() for g in self.guarantees(epochs, n_classes)}
+    def privacy(self, epochs: int, n_classes: int | None = None,
+                sum_kls: list[float] | None = None) -> dict[str, Any]:
+        """The guarantees as JSON: defence name -> its (ε, δ) (None for Marvell), mechanism, accountant, coverage."""
+        return {g.defence: g.to_dict() for g in self.guarantees(epochs, n_classes, sum_kls)}
+
+
+@dataclass
+class MarvellState:
+    """The server's Marvell bookkeeping: per party the last batch's solution and direction (reused for a batch of
+    one label, which has no Δ), and every step's symmetrised KL."""
+
+    last: dict[int, tuple[Any, np.ndarray]] = field(default_factory=dict)
+    sum_kls: list[float] = field(default_factory=list)
+
+    def noise(self, k: int, G: np.ndarray, y: np.ndarray, scale: float) -> tuple[np.ndarray, Any, np.ndarray]:
+        """Party ``k``'s rows ``G`` (labels ``y``) with Marvell's noise at power bound ``scale``: the rows (float32),
+        the solution and the unit direction."""
+        from vflcrypto.privacy import marvell
+
+        prev = self.last.get(k)
+        rows, sol, unit = marvell.marvell_noise(G, y, scale, *(prev or (None, None)))
+        self.last[k] = (sol, unit)
+        self.sum_kls.append(sol.sum_kl)
+        return rows.astype(np.float32), sol, unit
 
 
 def noised_step(head: Any, opt: Any, hs: list[np.ndarray], y: np.ndarray, clip: float,

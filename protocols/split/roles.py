@@ -13,10 +13,11 @@ extractor and Adam state are in its (wire-encodable) state after every step, and
 party recomputes the batch's forward pass when the gradient arrives (the extractors
 have no dropout, so the recomputation is exact).
 
-The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-epsilon``) are
-the server's: it announces them in the setup, trains on randomized labels and/or sends
-clipped and noised gradients as ``split.dp_gradient``; every party accounts the announced
-(ε, δ) itself and keeps it in its result.
+The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-epsilon``,
+``--marvell-bound``) are the server's: it announces them in the setup, trains on randomized
+labels and/or sends clipped and noised gradients as ``split.dp_gradient``, or Marvell's noised
+rows as ``split.marvell_gradient``; every party accounts the announced (ε, δ) itself and keeps
+it in its result.
 """
 
 from __future__ import annotations
@@ -46,10 +47,17 @@ from .._repvfl import (
     require_torch,
     run_roles,
 )
-from .defence import LabelDefence, noise_for_budget, noised_step
-from .messages import BatchGradient, BatchRepresentation, DpBatchGradient, Setup, TestRepresentation
+from .defence import LabelDefence, MarvellState, noise_for_budget, noised_step
+from .messages import (
+    BatchGradient,
+    BatchRepresentation,
+    DpBatchGradient,
+    MarvellBatchGradient,
+    Setup,
+    TestRepresentation,
+)
 
-__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "run_local"]
+__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "gradient_kind", "run_local"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,9 @@ class SplitConfig(RepConfig):
                                               "--dp-delta over the epochs (RDP accountant); instead of --grad-noise")
     grad_clip: float = option(1.0, "L2 clip norm C of each example's gradient (with --grad-noise/--grad-epsilon)")
     dp_delta: float = option(1e-5, "delta of the gradient-noise guarantee")
+    marvell_bound: float | None = option(None, "Marvell's optimised gradient noise for binary labels (Li et al. 2022) "
+                                               "at this power bound s: per batch, noise power s*|mean_1 - mean_0|^2 "
+                                               "(empirical, no epsilon; bounds any attack's leak AUC per batch)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -83,8 +94,16 @@ class SplitConfig(RepConfig):
         if self.grad_epsilon is not None:
             sigma = noise_for_budget(self.grad_epsilon, self.dp_delta, self.epochs)
         if sigma is None:
-            return LabelDefence(self.label_dp)
-        return LabelDefence(self.label_dp, sigma, self.grad_clip, self.dp_delta)
+            return LabelDefence(self.label_dp, marvell_bound=self.marvell_bound)
+        return LabelDefence(self.label_dp, sigma, self.grad_clip, self.dp_delta, self.marvell_bound)
+
+
+def gradient_kind(dfn: LabelDefence) -> type[BatchGradient] | type[DpBatchGradient] | type[MarvellBatchGradient]:
+    """The message the gradients travel as: ``split.marvell_gradient`` under Marvell, ``split.dp_gradient`` under a
+    DP defence, else ``split.gradient``."""
+    if dfn.marvell_bound is not None:
+        return MarvellBatchGradient
+    return DpBatchGradient if dfn.dp else BatchGradient
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -133,6 +152,8 @@ class ServerRole(Role[_ServerState]):
         self.head = vnn.head(self.cfg.dim * len(self.parties), data.n_classes, seed=self.cfg.seed)
         self.opt = vnn.adam([self.head], self.cfg.head_lr)
         self.defence = self.cfg.defence()
+        self.defence.check_task(data.n_classes)
+        self.marvell = MarvellState()
         self.y_train = data.y_overlap  # randomized at start() under --label-dp
         self.t0 = time.perf_counter()
 
@@ -154,7 +175,7 @@ class ServerRole(Role[_ServerState]):
             self.y_train = mechanisms.randomized_response(self.data.y_overlap, self.data.n_classes, dfn.label_epsilon)
         self.hold("training_labels", self.y_train)
         setup = Setup(self.n, self.n_test, c.dim, c.epochs, c.batch_size, c.seed, dfn.label_epsilon,
-                      dfn.noise_multiplier, dfn.clip, dfn.delta)
+                      dfn.noise_multiplier, dfn.clip, dfn.delta, dfn.marvell_bound)
         return then([send(p, setup) for p in self.parties], self.parties[0], BatchRepresentation,
                     "on_representation")
 
@@ -170,7 +191,7 @@ class ServerRole(Role[_ServerState]):
         if st.k < len(self.parties):
             return then([], self.parties[st.k], BatchRepresentation, "on_representation")
         grads = self._step(rows)
-        kind = DpBatchGradient if self.defence.on else BatchGradient
+        kind = gradient_kind(self.defence)
         sends = [send(p, kind(st.epoch, st.batch, g)) for p, g in zip(self.parties, grads, strict=True)]
         st.H, st.k = [], 0
         st.batch += 1
@@ -201,7 +222,15 @@ class ServerRole(Role[_ServerState]):
         torch.autograd.backward(loss)
         self.opt.step()
         self.state.losses.append(float(loss.detach()))
-        return [vnn.to_numpy(h.grad) if h.grad is not None else np.zeros(h.shape, np.float32) for h in hs]
+        grads = [vnn.to_numpy(h.grad) if h.grad is not None else np.zeros(h.shape, np.float32) for h in hs]
+        if dfn.marvell_bound is None:
+            return grads
+        out = []
+        for k, G in enumerate(grads):  # each party's block: the rows it receives, noised for its own view
+            noised, sol, unit = self.marvell.noise(k, G, self.y_train[rows], dfn.marvell_bound)
+            self.hold("marvell_steps", (self.parties[k], G, self.y_train[rows], sol, unit))  # audit: its check
+            out.append(noised)
+        return out
 
     def on_test(self, msg: TestRepresentation) -> Next:
         """Step 4: party k's test representations; after the last, the predictions."""
@@ -217,7 +246,8 @@ class ServerRole(Role[_ServerState]):
         y = self.data.y_test
         acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
         return done(ServerResult(vnn.module_arrays(self.head), proba, acc, {"total": time.perf_counter() - self.t0},
-                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes)))
+                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes,
+                                                              self.marvell.sum_kls)))
 
 
 # --------------------------------------------------------------------------- party
@@ -297,7 +327,8 @@ class PartyRole(Role[_PartyState]):
     @staticmethod
     def _announced(setup: Setup) -> LabelDefence:
         try:
-            return LabelDefence(setup.label_epsilon, setup.noise_multiplier, setup.clip, setup.delta)
+            return LabelDefence(setup.label_epsilon, setup.noise_multiplier, setup.clip, setup.delta,
+                                setup.marvell_bound)
         except InputDataError as exc:
             raise ProtocolError(f"the setup announces invalid label defences: {exc}") from None
 
@@ -306,10 +337,10 @@ class PartyRole(Role[_PartyState]):
 
         st = self.state
         H = vnn.forward(self.f, self.data.X_overlap[self._rows()])
-        kind = DpBatchGradient if self._announced(self.setup).on else BatchGradient
+        kind = gradient_kind(self._announced(self.setup))
         return then([send(self.server, BatchRepresentation(st.epoch, st.batch, H))], self.server, kind, "on_gradient")
 
-    def on_gradient(self, msg: BatchGradient | DpBatchGradient) -> Next:
+    def on_gradient(self, msg: BatchGradient | DpBatchGradient | MarvellBatchGradient) -> Next:
         """Step 3: backpropagate the server's gradient through f_k; then the next batch or the test rows."""
         import torch
 
@@ -346,5 +377,6 @@ def run_local(server: ServerData, parties: Sequence[PartyData], *, config: Split
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
               tap: AuditTap | None = None) -> RepRun:
     """Run S and every party in this process (:func:`~vflcrypto.protocols._repvfl.run_roles`)."""
+    (config or SplitConfig()).defence().check_task(server.n_classes)  # before any party starts
     return run_roles(ServerRole, PartyRole, server, parties, config or SplitConfig(), extractors=extractors,
                      timeout=timeout, overrides=overrides, tap=tap)

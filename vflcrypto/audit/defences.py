@@ -74,7 +74,7 @@ def randomized_response_finding(observer: str, name: str, trained: np.ndarray, t
 class FrontierPoint:
     """One run of a frontier: the budget asked for, the accounted (ε, δ), the utility and each attack's score."""
 
-    #: the ε asked for (``None``: the undefended run)
+    #: the ε asked for, or an empirical defence's own budget (Marvell's power bound); ``None``: the undefended run
     budget: float | None
     epsilon: float | None
     delta: float | None
@@ -88,11 +88,13 @@ class FrontierPoint:
     seconds: float = 0.0
     #: the runs the accuracy and the scores are the mean of
     runs: int = 1
+    #: binary tasks: the test AUC of the positive label's probability (the Marvell paper's utility metric)
+    test_auc: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"budget": self.budget, "epsilon": self.epsilon, "delta": self.delta, "test_accuracy": self.accuracy,
-                "scores": dict(self.scores), "baselines": dict(self.baselines), "params": dict(self.params),
-                "runs": self.runs, "seconds": round(self.seconds, 3)}
+                "test_auc": self.test_auc, "scores": dict(self.scores), "baselines": dict(self.baselines),
+                "params": dict(self.params), "runs": self.runs, "seconds": round(self.seconds, 3)}
 
 
 @dataclass(frozen=True)
@@ -106,25 +108,30 @@ class Frontier:
     points: tuple[FrontierPoint, ...]
     #: attack name -> what it is (in the order of the table's columns)
     attacks: Mapping[str, str]
+    #: what the budgets are (``epsilon``; Marvell's ``power bound s``)
+    budget_name: str = "epsilon"
 
     def to_dict(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "defence": self.defence, "guarantee": self.guarantee,
-                "attacks": dict(self.attacks), "points": [p.to_dict() for p in self.points]}
+                "budget_name": self.budget_name, "attacks": dict(self.attacks),
+                "points": [p.to_dict() for p in self.points]}
 
     def to_text(self) -> str:
         def num(x: float | None, fmt: str = ".3f") -> str:
             return "-" if x is None or x != x else format(x, fmt)
 
         names = list(self.attacks)
-        head = ["budget", "epsilon", "delta", "test acc", *names]
+        auc = any(p.test_auc is not None for p in self.points)
+        head = ["budget", "epsilon", "delta", "test acc", *(["test auc"] if auc else []), *names]
         rows = [head]
         for p in self.points:
             rows.append(["none" if p.budget is None else f"{p.budget:g}", num(p.epsilon), num(p.delta, ".0e"),
-                         num(p.accuracy), *(num(p.scores.get(n)) for n in names)])
+                         num(p.accuracy), *([num(p.test_auc)] if auc else []), *(num(p.scores.get(n)) for n in names)])
         base = self.points[0].baselines if self.points else {}
-        rows.append(["baseline", "", "", "", *(num(base.get(n)) for n in names)])
+        rows.append(["baseline", "", "", "", *([""] if auc else []), *(num(base.get(n)) for n in names)])
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = [f"Privacy-utility frontier: {self.protocol}, defence {self.defence}", "", self.guarantee, ""]
+        lines = [f"Privacy-utility frontier: {self.protocol}, defence {self.defence} (budget: {self.budget_name})", "",
+                 self.guarantee, ""]
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
         lines += ["", "Attacks (score: the worst over the attacked parties; baseline: without the messages):"]
         lines += [f"  {n}: {what}" for n, what in self.attacks.items()]
