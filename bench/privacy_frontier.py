@@ -80,21 +80,31 @@ def leak(point: dict[str, Any]) -> float:
     return max(sc.get("norm_scoring", 0.0), sc.get("direction_scoring", 0.0))
 
 
+def figure(point: dict[str, Any], utility: str) -> float | None:
+    """A point's utility figure (of :meth:`~vflcrypto.audit.defences.FrontierPoint.to_dict`): ``test_accuracy``, or a
+    further figure such as ``test_auc`` (None where the point has none)."""
+    if utility == "test_accuracy":
+        return point["test_accuracy"]
+    value = point.get("utility", {}).get(utility)
+    return None if value is None else float(value)
+
+
 def compare(first: dict[str, Any], other: dict[str, Any], utility: str) -> dict[str, Any]:
     """``first``'s points against ``other``'s utility interpolated (piecewise linearly in leak) at the same leak;
     points outside ``other``'s leak range are left out. Dominates: every compared difference >= 0."""
-    pts = sorted((leak(p), p[utility]) for p in other["points"] if p[utility] is not None)
+    pts = sorted((leak(p), u) for p in other["points"] if (u := figure(p, utility)) is not None)
     xs, ys = [x for x, _ in pts], [y for _, y in pts]
     rows = []
     for p in first["points"]:
-        if p["budget"] is None or p[utility] is None:
+        mine = figure(p, utility)
+        if p["budget"] is None or mine is None:
             continue
         x = leak(p)
         if not xs or x < xs[0] or x > xs[-1]:
-            rows.append({"budget": p["budget"], "leak": x, "utility": p[utility], "other": None, "difference": None})
+            rows.append({"budget": p["budget"], "leak": x, "utility": mine, "other": None, "difference": None})
             continue
         u = float(np.interp(x, xs, ys))
-        rows.append({"budget": p["budget"], "leak": x, "utility": p[utility], "other": u, "difference": p[utility] - u})
+        rows.append({"budget": p["budget"], "leak": x, "utility": mine, "other": u, "difference": mine - u})
     diffs = [r["difference"] for r in rows if r["difference"] is not None]
     return {"first": first["defence"], "other": other["defence"], "utility": utility, "points": rows,
             "compared": len(diffs), "dominates": bool(diffs) and min(diffs) >= 0,
@@ -112,7 +122,7 @@ def _table(f: dict[str, Any], utility: str) -> list[str]:
     for p in f["points"]:
         sc = p["scores"]
         lines.append(f"{'none' if p['budget'] is None else format(p['budget'], 'g'):>8}{num(p['epsilon'], '.0f'):>9}"
-                     f"{num(p['test_accuracy']):>10}{num(p['test_auc']):>10}"
+                     f"{num(p['test_accuracy']):>10}{num(figure(p, 'test_auc')):>10}"
                      f"{num(sc.get('norm_scoring')):>9}{num(sc.get('direction_scoring')):>8}"
                      f"{num(sc.get('norm_worst_epoch')):>10}{num(sc.get('direction_worst_epoch')):>9}{leak(p):>7.3f}")
     base = f["points"][0]["baselines"] if f["points"] else {}
@@ -139,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from vflcrypto.protocols.split.frontier import BINARY_OVERLAP, frontier
 
     from vflcrypto.audit.frontier_report import render_frontier_html, utility_name, write_frontier_png
-    from vflcrypto.data.files import atomic_write_text
+    from vflcrypto.data.files import atomic_set, atomic_write_text
 
     budgets = dict(DEFAULT_BUDGETS)
     for spec in args.budgets:
@@ -159,10 +169,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                        "repeats": args.repeats}, "plaintext": plain, "frontiers": dicts,
                            "comparisons": [compare(dicts[0], o, utility) for o in dicts[1:]]}
     out["seconds"] = round(time.perf_counter() - t0, 1)
-    if args.png:
-        write_frontier_png(frontiers, args.png, plaintext=plain[utility])
-    if args.html:
-        atomic_write_text(args.html, render_frontier_html(frontiers, plaintext=plain[utility]))
+    with atomic_set():  # the figure and the page published together, or neither
+        if args.png:
+            write_frontier_png(frontiers, args.png, plaintext=plain[utility])
+        if args.html:
+            atomic_write_text(args.html, render_frontier_html(frontiers, plaintext=plain[utility]))
     if args.json:
         print(json.dumps(out, indent=2))
         return out

@@ -150,6 +150,29 @@ def test_every_party_reads_the_bound_and_the_server_reports_its_kl() -> None:
         assert p.privacy["marvell"]["params"] == {"power_scale": 4.0}
 
 
+def test_a_party_refuses_a_setup_whose_marvell_bound_differs_from_its_own() -> None:
+    """Marvell's flag is a defence of the shared framework: announced in split.setup, read by every party, and a
+    party started with --marvell-bound refuses a setup without it or with another bound (as for the DP flags); a
+    setup that announces it beside a DP defence is invalid."""
+    pytest.importorskip("torch")
+    from vflcrypto.protocols import split
+    from vflcrypto.protocols._repvfl import binary_digits_example
+
+    from vflcrypto.errors import ProtocolError
+
+    _, parties = binary_digits_example(60, seed=0)
+    n_test = len(parties[0].X_test)
+    for announced in ({}, {"marvell_bound": 2.0}, {"label_epsilon": 1.0}):
+        role = split.PartyRole(parties[0], index=0, config=split.SplitConfig(epochs=1, marvell_bound=4.0))
+        role.start()
+        with pytest.raises(ProtocolError, match="label defences"):
+            role.on_setup(split.Setup(60, n_test, 16, 1, 64, 0, **announced))
+    role = split.PartyRole(parties[0], index=0, config=split.SplitConfig(epochs=1))
+    role.start()
+    with pytest.raises(ProtocolError, match=r"invalid label defences.*runs alone"):
+        role.on_setup(split.Setup(60, n_test, 16, 1, 64, 0, label_epsilon=1.0, marvell_bound=4.0))
+
+
 @pytest.fixture(scope="module")
 def binary_frontiers() -> tuple[Any, Any]:
     """Binary digits, 500 overlap rows (49 positives), 10 epochs: Marvell at s = 16 beside the undefended run, and
@@ -192,16 +215,15 @@ def test_marvell_does_not_dominate_clipped_gaussian_noise_here(binary_frontiers:
     def leak(p: Any) -> float:
         return max(p.scores["norm_worst_epoch"], p.scores["direction_worst_epoch"])
 
-    assert m.test_auc is not None and g.test_auc is not None
-    assert not (m.test_auc >= g.test_auc + 0.02 and leak(m) <= leak(g) - 0.02), (m.test_auc, leak(m), g.test_auc,
-                                                                                   leak(g))
+    m_auc, g_auc = m.utility["test_auc"], g.utility["test_auc"]
+    assert not (m_auc >= g_auc + 0.02 and leak(m) <= leak(g) - 0.02), (m_auc, leak(m), g_auc, leak(g))
 
 
 def test_the_frontier_command_draws_html_and_png(tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """``vflcrypto audit split --defence marvell --budgets 1,4 --binary --html F --plot D``: the command passes the
     setting to the protocol's frontier and draws what it returns (a canned frontier here: the runs are the other
-    tests')."""
+    tests'); ``--binary`` is refused for a protocol whose frontier has no such setting."""
     import dataclasses
 
     import vflcrypto.protocols as protocols
@@ -214,9 +236,11 @@ def test_the_frontier_command_draws_html_and_png(tmp_path: Any, monkeypatch: pyt
     def fake(defence: str, budgets: list[float], repeats: int, **setting: Any) -> Frontier:
         asked.update(defence=defence, budgets=budgets, repeats=repeats, **setting)
         pts = [FrontierPoint(b, None, None, 0.9 - 0.01 * i, {"norm_scoring": 0.9 - 0.1 * i}, {"norm_scoring": 0.5},
-                             test_auc=0.95 - 0.02 * i) for i, b in enumerate([None, *budgets])]
+                             utility={"test_auc": 0.95 - 0.02 * i}) for i, b in enumerate([None, *budgets])]
         return Frontier("split", defence, "canned", tuple(pts), {"norm_scoring": "norm"}, budget_name="power bound s")
 
+    assert main(["audit", "hfl", "--defence", "dp-fedavg", "--budgets", "1", "--binary"]) == 2  # split's setting only
+    assert "--binary" in capsys.readouterr().err
     real = protocols.get
     monkeypatch.setattr(protocols, "get", lambda name: dataclasses.replace(real(name), frontier=fake))
     html, plots = tmp_path / "f.html", tmp_path / "png"

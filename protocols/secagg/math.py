@@ -54,6 +54,16 @@ class SecAggConfig:
                                               "colluding clients can unmask one input)")
     seed: int = option(0, "public seed of the sparse neighbour graph")
 
+    def validate(self) -> None:
+        """What :meth:`check` refuses whatever the number of clients (run as soon as the flags are parsed)."""
+        if not 0 <= self.frac_bits < self.value_bits or self.ring_bits not in (32, 64):
+            raise InputDataError("need 0 <= frac_bits < value_bits and a ring of 32 or 64 bits")
+        if self.degree is not None and (self.degree % 2 or self.degree < 2):
+            raise InputDataError(f"--degree (SecAgg+ neighbours per client) must be even and at least 2, "
+                                 f"got {self.degree}")
+        if self.threshold is not None and self.threshold < 1:
+            raise InputDataError(f"--threshold must be at least 1, got {self.threshold}")
+
     def check(self, n_clients: int) -> tuple[int, int]:
         """(neighbourhood size including the client, threshold): refuse parameters that are insecure or unusable."""
         if n_clients < 2:

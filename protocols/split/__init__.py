@@ -35,11 +35,13 @@ Message flow (kinds ``split.*``; steps of :mod:`.roles`)
     Per batch (epochs × ⌈overlap / batch⌉ times):
     1. party k → S ``representation``: f_k(X^k) of the batch rows (current extractor).
     2. S: cross-entropy of f_c on the concatenation, one Adam step of f_c; S → party k
-       ``gradient``: ∂L/∂H^k of the batch (``dp_gradient`` under a label defence).
+       ``gradient``: ∂L/∂H^k of the batch (``dp_gradient`` under a DP label defence,
+       ``marvell_gradient`` under Marvell).
     3. party k: backpropagates it through f_k, one Adam step.
     4. (prediction) party k → S ``test_representation``; S predicts.
 
-Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.defence`, :mod:`.audit`; the commands are ``protocols/_repvfl_cli.py``.
+Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.defence`, :mod:`.audit`, :mod:`.frontier`; the commands are
+``protocols/_repvfl_cli.py``.
 """
 
 from __future__ import annotations
@@ -49,10 +51,10 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_cli
+from .. import _repvfl_cli, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
-from . import audit, frontier
-from .defence import DEFENCES, LabelDefence
+from . import audit, frontier, messages
+from .defence import DEFENCES, LabelDefence, SplitDefence
 from .messages import (
     PARTY,
     SERVER,
@@ -67,7 +69,8 @@ from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, epoch_batche
 
 __all__ = ["DEFENCES", "PARTY", "SERVER", "SPEC", "BatchGradient", "BatchRepresentation", "DpBatchGradient",
            "LabelDefence", "MarvellBatchGradient", "PartyData", "PartyResult", "PartyRole", "RepRun", "ServerData",
-           "ServerResult", "ServerRole", "Setup", "SplitConfig", "TestRepresentation", "epoch_batches", "run_local"]
+           "ServerResult", "ServerRole", "Setup", "SplitConfig", "SplitDefence", "TestRepresentation", "epoch_batches",
+           "run_local"]
 
 
 def _flower_config(run_config: Mapping[str, Any]) -> SplitConfig:
@@ -84,7 +87,8 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=55,
     commands=(_repvfl_cli.command("split", "split learning, the many-round baseline (PyTorch extractors)",
-                                  SplitConfig, run_local),),
+                                  SplitConfig, run_local),
+              _repvfl_predict.command(_repvfl_predict.Predictor("split", messages.TestRepresentation))),
     party_tasks=(_repvfl_cli.task("split", "split learning (server with labels, parties with columns)",
                                   SplitConfig, ServerRole, PartyRole),),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "split"),

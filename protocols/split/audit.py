@@ -11,7 +11,7 @@ import numpy as np
 
 from vflcrypto.audit.attacks import not_measured, probe_finding
 from vflcrypto.audit.checks import Check
-from vflcrypto.audit.defences import noise_floor_finding, randomized_response_finding
+from vflcrypto.audit.defences import noise_floor_finding
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.errors import AuditError
 from vflcrypto.runtime.channel import AuditTap
@@ -37,11 +37,12 @@ from .._repvfl_audit import (
     label_attack_findings,
     needs_torch,
 )
+from .._repvfl_defence_audit import defence_checks, noise_check_name, rr_check_name, rr_finding
 from .roles import SplitConfig, epoch_batches, run_local
 
 __all__ = ["CHECKS", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
-           "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step", "label_attacks",
-           "marvell_findings", "run_tapped", "view_attacks"]
+           "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step", "gradient_kind_received",
+           "label_attacks", "marvell_findings", "run_tapped", "view_attacks"]
 
 EPOCHS = 20  # the audit's runs: 100 overlap rows of the digits, 2 batches per epoch
 #: the audit's defended run: both label defences at the frontier's tightest budget
@@ -50,13 +51,10 @@ DEFENDED_EPSILON = 1.0
 DEFENDED_MARVELL = 4.0
 DP_KIND = "split.dp_gradient"
 MARVELL_KIND = "split.marvell_gradient"
-NOISE_CHECK = f"{DP_KIND}: Gaussian noise at the announced scale"
-RR_CHECK = f"{DP_KIND}: training labels kept at randomized response's rate"
+NOISE_CHECK, RR_CHECK = noise_check_name(DP_KIND), rr_check_name(DP_KIND)
 MARVELL_CHECK = f"{MARVELL_KIND}: Marvell's noise at the solved covariance"
 CHECKS: tuple[Check, ...] = (
-    Check(NOISE_CHECK, (DP_KIND,), Protection.DP,
-          "the gradient noise dropped or scaled down (less than half the announced variance in the rows)", 0.5),
-    Check(RR_CHECK, (DP_KIND,), Protection.DP, "randomized response skipped (every training label kept)", 1.0),
+    *defence_checks(DP_KIND, (DP_KIND,)),
     Check(MARVELL_CHECK, (MARVELL_KIND,), Protection.NOISED,
           "Marvell's noise dropped or scaled down (less than half the solved variance in the rows sent)", 0.5),
 )
@@ -77,23 +75,32 @@ def _epoch_rows(tap: AuditTap, p: str, kind: str, n: int, batches: list[np.ndarr
 
 def label_attacks(tap: AuditTap, names: list[str], kind: str, y: np.ndarray, cfg: SplitConfig,
                    n_classes: int) -> list[EmpiricalFinding]:
-    """Each party's k-means on the first epoch's batch gradients (ARI), then norm and direction scoring on them and
-    model completion on the last epoch's representations it sent."""
+    """Each party's k-means on the first epoch's batch gradients (``kind``: the gradient message the run sends) (ARI),
+    then norm and direction scoring on them and model completion on the last epoch's representations it sent."""
     n = len(y)
     first = epoch_batches(n, cfg.batch_size, cfg.seed, 0)
     last = epoch_batches(n, cfg.batch_size, cfg.seed, cfg.epochs - 1)
     out = [batch_gradient_finding(tap, p, kind, y, first, n_classes) for p in names]
     for p in names:
-        out += label_attack_findings(p, kind, _epoch_rows(tap, p, kind, n, first, "G", last_epoch=False),
-                                     "split.representation",
-                                     _epoch_rows(tap, p, "split.representation", n, last, "H", last_epoch=True), y)
+        out += _published_label_attacks(tap, p, kind, y, first, last)
     return out
+
+
+def _published_label_attacks(tap: AuditTap, party: str, kind: str, y: np.ndarray, first: list[np.ndarray],
+                             last: list[np.ndarray]) -> list[EmpiricalFinding]:
+    """``party``'s norm and direction scoring on the first epoch's gradient rows it received (``kind``) and model
+    completion on the last epoch's representations it sent (an in-process audit and a recorded view alike)."""
+    n = len(y)
+    return label_attack_findings(party, kind, _epoch_rows(tap, party, kind, n, first, "G", last_epoch=False),
+                                 "split.representation",
+                                 _epoch_rows(tap, party, "split.representation", n, last, "H", last_epoch=True), y)
 
 
 def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFinding]:
     """The published attacks on one party's recorded view of a network run (``vflcrypto party ... train split
     --keep-messages``): a feature party's norm and direction scoring on the first epoch's gradient rows it received
-    (``split.gradient``, or ``split.dp_gradient`` under gradient noise) and model completion on the last epoch's
+    (``split.gradient``, ``split.dp_gradient`` under a DP defence, ``split.marvell_gradient`` under Marvell) and model
+    completion on the last epoch's
     representations it sent, from the setup and the messages it kept alone; ``y`` (the true labels of its overlap
     rows, in their order) only scores them. The server's decoder needs the party's true columns to score and is
     not run on a recorded view."""
@@ -109,13 +116,16 @@ def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFind
     s, y = setups[0], np.asarray(y)
     if len(y) != s.n_overlap:
         raise AuditError(f"{len(y)} labels for the {s.n_overlap} overlap rows of the recorded run")
-    kind = next((k for k in (DP_KIND, MARVELL_KIND) if view.tap.received(view.party, k)), "split.gradient")
+    kind = gradient_kind_received(view.tap, view.party)
     first = epoch_batches(s.n_overlap, s.batch_size, s.seed, 0)
     last = epoch_batches(s.n_overlap, s.batch_size, s.seed, s.epochs - 1)
-    return label_attack_findings(
-        view.party, kind, _epoch_rows(view.tap, view.party, kind, s.n_overlap, first, "G", last_epoch=False),
-        "split.representation",
-        _epoch_rows(view.tap, view.party, "split.representation", s.n_overlap, last, "H", last_epoch=True), y)
+    return _published_label_attacks(view.tap, view.party, kind, y, first, last)
+
+def gradient_kind_received(tap: AuditTap, party: str) -> str:
+    """The gradient message ``party`` received: ``split.dp_gradient``, ``split.marvell_gradient`` or
+    ``split.gradient``."""
+    return next((k for k in (DP_KIND, MARVELL_KIND) if tap.received(party, k)), "split.gradient")
+
 
 def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> list[EmpiricalFinding]:
     """The checks of the label defences on a defended run: each party's noise check on the rows it received
@@ -133,13 +143,7 @@ def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> lis
         sizes = [len(b) for e in range(s.epochs) for b in epoch_batches(s.n_overlap, s.batch_size, s.seed, e)]
         rows = [np.asarray(m.G, np.float64) * b for m, b in zip(msgs, sizes, strict=False)]
         out.append(noise_floor_finding(p, NOISE_CHECK, rows, s.noise_multiplier * s.clip, attacks=(DP_KIND,)))
-    setups = tap.received(names[0], "split.setup") if names else []
-    if not setups or setups[0].label_epsilon is None:
-        out.append(not_measured(SERVER, RR_CHECK, (DP_KIND,), Protection.DP, "no randomized response announced"))
-    else:
-        out.append(randomized_response_finding(SERVER, RR_CHECK, tap.held(SERVER, "training_labels")[0],
-                                               tap.held(SERVER, "labels")[0], setups[0].label_epsilon, n_classes,
-                                               attacks=(DP_KIND,)))
+    out.append(rr_finding(tap, names, "split.setup", RR_CHECK, (DP_KIND,), n_classes))
     return out
 
 
@@ -189,10 +193,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       :func:`~vflcrypto.protocols._repvfl_audit.inversion_findings`);
     * the defended run (randomized response and gradient noise, both at ε = 1): the checks
       that each defence runs as announced (:func:`defence_findings`); and a Marvell run on the
-      binary digits (:func:`~vflcrypto.protocols._repvfl.binary_digits_example`, 200 overlap rows, s = 4), whose
-      rows are checked against the noise the label holder solved (:func:`marvell_findings`).
-      What the defences do to the attacks, at several budgets, is the frontier
-      (:func:`~.frontier.frontier`).
+      binary digits (:func:`~vflcrypto.protocols._repvfl.binary_digits_example`, 200 overlap rows,
+      s = 4), whose rows are checked against the noise the label holder solved
+      (:func:`marvell_findings`). What the defences do to the attacks, at several budgets, is
+      the frontier (:func:`~.frontier.frontier`).
 
     No key is involved (``key_bits`` is unused): nothing here is encrypted, by design.
     """

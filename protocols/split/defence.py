@@ -1,11 +1,15 @@
 """Split learning's label defences, run by the server (the label holder): randomized response, DP-SGD, Marvell.
 
 Each is an option of :class:`~.roles.SplitConfig` (``--label-dp``, ``--grad-noise`` /
-``--grad-epsilon`` with ``--grad-clip`` and ``--dp-delta``, ``--marvell-bound``), announced in
-the setup so that every party accounts the same (ε, δ); with either DP defence on, the
-gradients travel as ``split.dp_gradient`` (declared
+``--grad-epsilon`` with ``--grad-clip`` and ``--dp-delta``: the options every representation-VFL
+protocol shares, :mod:`vflcrypto.protocols._repvfl_defence`; ``--marvell-bound``, split
+learning's own), announced in the setup (:class:`SplitDefence`, the shared
+:class:`~vflcrypto.protocols._repvfl_defence.LabelDefence` plus Marvell's bound) so that every
+party accounts the same guarantee and refuses a setup that differs from its own flags; with
+either DP defence on, the gradients travel as ``split.dp_gradient`` (declared
 :attr:`~vflcrypto.runtime.declarations.Protection.DP`), under Marvell as
-``split.marvell_gradient`` (:attr:`~vflcrypto.runtime.declarations.Protection.NOISED`).
+``split.marvell_gradient`` (:attr:`~vflcrypto.runtime.declarations.Protection.NOISED`: noise
+without an (ε, δ)).
 
 **label-rr** (``--label-dp ε``). Before training the server replaces each overlap label by
 randomized response over the C classes (kept with probability e^ε / (e^ε + C − 1); one
@@ -55,13 +59,16 @@ AUC of *any* scoring of that party's perturbed rows by label is at most ½ + √
 the batch's symmetrised KL κ; the server reports the largest κ and that bound over the run.
 Not covered: rows of several batches pooled (the bound is per batch), the real, non-Gaussian
 distribution of the gradients, parties that pool their blocks (each party's noise is solved
-for its own block), the features and the head. Cost: the extractors learn from noised rows
-(the power s·‖Δ‖² per row on average); the frontier measures it on binary digits.
+for its own block), the features and the head. Marvell runs alone (not with the DP
+defences). Cost: the extractors learn from noised rows (the power s·‖Δ‖² per row on
+average); the frontier (``vflcrypto audit split --defence marvell``) measures it on binary
+digits, beside clipped Gaussian noise there (``--defence grad-gauss --binary``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,11 +78,15 @@ from vflcrypto.errors import InputDataError
 from vflcrypto.privacy import Guarantee
 from vflcrypto.privacy import mechanisms as dpm
 
-__all__ = ["COVERS", "DEFENCES", "LabelDefence", "MarvellState", "grad_guarantee", "marvell_guarantee",
-           "noise_for_budget", "noised_step", "rr_guarantee"]
+from .._repvfl_defence import DEFENCES as SHARED_DEFENCES
+from .._repvfl_defence import LabelDefence, Statement, noise_for_budget
 
-#: the defences of split learning: their names in ``vflcrypto audit split --defence``
-DEFENCES = ("label-rr", "grad-gauss", "marvell")
+__all__ = ["COVERS", "DEFENCES", "STATEMENT", "LabelDefence", "MarvellState", "SplitDefence", "grad_guarantee",
+           "marvell_guarantee", "noise_for_budget", "noised_step", "rr_guarantee"]
+
+#: split learning's defences (their names in ``vflcrypto audit split --defence``): the shared ones and Marvell
+DEFENCES = (*SHARED_DEFENCES, "marvell")
+
 COVERS_RR = ("each overlap row's label (label-DP, replace-one), in everything the server sends or trains: the "
               "randomized labels are drawn once and everything else is post-processing")
 COVERS_GAUSS = ("each overlap row's label (label-DP, replace-one: sensitivity 2C), in the transcript of every "
@@ -86,61 +97,36 @@ COVERS_MARVELL = ("each overlap row's binary label against each party's view of 
                   "- k/8 for the batch's symmetrised KL k, under the Gaussian model of the batch's gradients")
 #: defence -> what its guarantee protects
 COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS, "marvell": COVERS_MARVELL}
+#: split learning's statement of its defences (the shared :class:`~vflcrypto.protocols._repvfl_defence.LabelDefence`
+#: reports its guarantees with it); each row's label enters one noised step per epoch
+STATEMENT = Statement(COVERS, "per-example joint clipping to C and Gaussian noise of std sigma*C (DP-SGD on the "
+                              "server's step)", releases_name="epochs")
 
 
 def rr_guarantee(epsilon: float, n_classes: int | None) -> Guarantee:
     """The guarantee of randomized response at ε: pure ε-label-DP, exact (no accountant needed)."""
-    params: dict[str, float] = {"epsilon": epsilon}
-    if n_classes is not None:
-        params.update(classes=n_classes, keep_probability=dpm.rr_keep_probability(epsilon, n_classes))
-    return Guarantee("label-rr", float(epsilon), 0.0, "randomized response on the training labels (one draw per row)",
-                     "exact: pure epsilon-DP of k-ary randomized response", COVERS_RR, params)
+    return LabelDefence(epsilon).guarantees(1, n_classes, STATEMENT)[0]
 
 
 def grad_guarantee(noise_multiplier: float, clip: float, delta: float, epochs: int) -> Guarantee:
     """The guarantee of the clipped and noised gradients: ``epochs`` Gaussian mechanisms of noise multiplier
     σ / 2 (replace-one sensitivity 2C) at sampling rate 1, by the library's RDP accountant."""
-    from vflcrypto.privacy import gaussian_epsilon
-
-    eps = gaussian_epsilon(noise_multiplier / 2, epochs, 1.0, delta)
-    return Guarantee("grad-gauss", eps, float(delta),
-                     "per-example joint clipping to C and Gaussian noise of std sigma*C (DP-SGD on the server's step)",
-                     "dp_accounting RdpAccountant", COVERS_GAUSS,
-                     {"noise_multiplier": noise_multiplier, "clip": clip, "epochs": epochs, "sampling_rate": 1.0})
+    return LabelDefence(None, noise_multiplier, clip, delta).guarantees(epochs, None, STATEMENT)[0]
 
 
-def marvell_guarantee(scale: float, sum_kls: list[float] | None = None) -> Guarantee:
+def marvell_guarantee(scale: float, sum_kls: Sequence[float] | None = None) -> Guarantee:
     """Marvell's statement: no (ε, δ); the power bound s and, for the server (which solved every step), the largest
     symmetrised KL over the steps and parties and the leak-AUC bound it implies (a party knows s only)."""
-    from vflcrypto.privacy.marvell import leak_auc_bound
+    from vflcrypto.privacy import marvell
 
-    params: dict[str, float] = {"power_scale": scale}
-    if sum_kls:
-        params.update(steps=len(sum_kls), max_sum_kl=max(sum_kls), mean_sum_kl=float(np.mean(sum_kls)),
-                      leak_auc_bound=leak_auc_bound(max(sum_kls)))
-    return Guarantee("marvell", None, None, "Marvell: per-batch noise of least symmetrised KL between the labels' "
-                     "perturbed gradients, power s * |mean_1 - mean_0|^2 (Li et al., ICLR 2022)",
-                     "none: empirical defence; the AUC bound is for the Gaussian model of each batch's gradients",
-                     COVERS_MARVELL, params)
-
-
-def noise_for_budget(epsilon: float, delta: float, epochs: int) -> float:
-    """The noise multiplier σ (std over the clip norm C) whose run meets (ε, δ): twice the library's calibrated
-    multiplier of ``epochs`` Gaussian mechanisms (the sensitivity of a label change is 2C)."""
-    from vflcrypto.privacy import calibrate_noise
-
-    return 2.0 * calibrate_noise(epsilon, delta, epochs, 1.0)
+    return marvell.guarantee(scale, COVERS_MARVELL, sum_kls)
 
 
 @dataclass(frozen=True)
-class LabelDefence:
-    """The label defences of one run, as the setup announces them (``None``: off)."""
+class SplitDefence(LabelDefence):
+    """The shared label defences plus Marvell's power bound s (P = s·‖ḡ_1 − ḡ_0‖² per batch and party; ``None``:
+    off), as split learning's setup announces them."""
 
-    label_epsilon: float | None = None
-    noise_multiplier: float | None = None
-    clip: float | None = None
-    delta: float | None = None
-    #: Marvell's power bound s (P = s·‖ḡ_1 − ḡ_0‖² per batch and party)
     marvell_bound: float | None = None
 
     def __post_init__(self) -> None:
@@ -150,20 +136,16 @@ class LabelDefence:
             if self.label_epsilon is not None or self.noise_multiplier is not None:
                 raise InputDataError("Marvell runs alone: no --label-dp, --grad-noise or --grad-epsilon with "
                                      "--marvell-bound")
-        if self.label_epsilon is not None and not (self.label_epsilon > 0 and math.isfinite(self.label_epsilon)):
-            raise InputDataError(f"--label-dp needs a finite epsilon > 0, got {self.label_epsilon}")
-        if self.noise_multiplier is not None:
-            if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
-                raise InputDataError(f"the gradient noise multiplier must be finite and > 0, "
-                                     f"got {self.noise_multiplier}")
-            if self.clip is None or not (self.clip > 0 and math.isfinite(self.clip)):
-                raise InputDataError(f"gradient noise needs a finite clip norm > 0, got {self.clip}")
-            if self.delta is None or not 0 < self.delta < 1:
-                raise InputDataError(f"gradient noise needs 0 < delta < 1, got {self.delta}")
+        super().__post_init__()
 
     @property
     def on(self) -> bool:
-        return self.label_epsilon is not None or self.noise_multiplier is not None or self.marvell_bound is not None
+        return self.dp or self.marvell_bound is not None
+
+    @property
+    def dp(self) -> bool:
+        """A DP defence is on (the gradients travel as ``split.dp_gradient``)."""
+        return self.label_epsilon is not None or self.noise_multiplier is not None
 
     def check_task(self, n_classes: int) -> None:
         """Marvell protects binary labels only: refused, in one line, for a task of more classes."""
@@ -171,33 +153,19 @@ class LabelDefence:
             raise InputDataError(f"--marvell-bound: Marvell protects binary labels only, this task has {n_classes} "
                                  "classes")
 
-    @property
-    def dp(self) -> bool:
-        """A DP defence is on (the gradients travel as ``split.dp_gradient``)."""
-        return self.label_epsilon is not None or self.noise_multiplier is not None
-
-    @property
-    def noised(self) -> bool:
-        return self.noise_multiplier is not None
-
-    def guarantees(self, epochs: int, n_classes: int | None = None,
-                   sum_kls: list[float] | None = None) -> list[Guarantee]:
-        """Each defence's guarantee (both DP ones hold at once when both are on); Marvell's with the symmetrised KL
-        of every step when the server gives them."""
-        out = []
-        if self.label_epsilon is not None:
-            out.append(rr_guarantee(self.label_epsilon, n_classes))
-        if self.noise_multiplier is not None:
-            assert self.clip is not None and self.delta is not None  # checked in __post_init__
-            out.append(grad_guarantee(self.noise_multiplier, self.clip, self.delta, epochs))
+    def guarantees(self, releases: int, n_classes: int | None, statement: Statement,
+                   sum_kls: Sequence[float] | None = None) -> list[Guarantee]:
+        """The shared defences' guarantees, then Marvell's (with the symmetrised KL of every step when the server
+        gives them)."""
+        out = super().guarantees(releases, n_classes, statement)
         if self.marvell_bound is not None:
             out.append(marvell_guarantee(self.marvell_bound, sum_kls))
         return out
 
-    def privacy(self, epochs: int, n_classes: int | None = None,
-                sum_kls: list[float] | None = None) -> dict[str, Any]:
+    def privacy(self, releases: int, n_classes: int | None, statement: Statement,
+                sum_kls: Sequence[float] | None = None) -> dict[str, Any]:
         """The guarantees as JSON: defence name -> its (ε, δ) (None for Marvell), mechanism, accountant, coverage."""
-        return {g.defence: g.to_dict() for g in self.guarantees(epochs, n_classes, sum_kls)}
+        return {g.defence: g.to_dict() for g in self.guarantees(releases, n_classes, statement, sum_kls)}
 
 
 @dataclass

@@ -47,9 +47,9 @@ class BatchRepresentation:
 
 
 @declare("split.gradient", sender=SERVER, receiver=PARTY, protection=Protection.PLAINTEXT,
-         reveals="dL/dH^k of the batch, every step, undefended (no --label-dp, --grad-noise or --grad-epsilon): the "
-                 "label partition of the batch rows by design (rows of one class point the same way: k-means ARI "
-                 "measured), repeated over many rounds")
+         reveals="dL/dH^k of the batch, every step, undefended (no --label-dp, --grad-noise, --grad-epsilon or "
+                 "--marvell-bound): the label partition of the batch rows by design (rows of one class point the "
+                 "same way: k-means ARI measured), repeated over many rounds")
 @dataclass(frozen=True)
 class BatchGradient:
     epoch: int

@@ -16,8 +16,8 @@ have no dropout, so the recomputation is exact).
 The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-epsilon``,
 ``--marvell-bound``) are the server's: it announces them in the setup, trains on randomized
 labels and/or sends clipped and noised gradients as ``split.dp_gradient``, or Marvell's noised
-rows as ``split.marvell_gradient``; every party accounts the announced (ε, δ) itself and keeps
-it in its result.
+rows as ``split.marvell_gradient``; every party refuses a setup whose defences differ from its
+own flags, accounts the announced guarantee itself and keeps it in its result.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from .._repvfl import (
     PARTY,
     SERVER,
     PartyData,
-    RepConfig,
     RepRun,
     ServerData,
     ServerResult,
@@ -47,7 +46,8 @@ from .._repvfl import (
     require_torch,
     run_roles,
 )
-from .defence import LabelDefence, MarvellState, noise_for_budget, noised_step
+from .._repvfl_defence import DefendedConfig
+from .defence import STATEMENT, MarvellState, SplitDefence, noised_step
 from .messages import (
     BatchGradient,
     BatchRepresentation,
@@ -61,44 +61,32 @@ __all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batch
 
 
 @dataclass(frozen=True)
-class SplitConfig(RepConfig):
-    """Split learning's parameters: :class:`RepConfig`, the number of joint epochs and the label defences
-    (:mod:`.defence`; all off by default)."""
+class SplitConfig(DefendedConfig):
+    """Split learning's parameters: :class:`RepConfig`, the label defences (:mod:`.defence`; all off by default:
+    the shared ones and Marvell) and the number of joint epochs (each row's label enters one noised step per
+    epoch)."""
 
     epochs: int = option(200, "epochs over the overlap rows (every batch is one round trip per party)")
-    label_dp: float | None = option(None, "label DP by randomized response: the server trains on labels kept with "
-                                          "probability e^eps/(e^eps+C-1), eps = this (pure eps-label-DP)")
-    grad_noise: float | None = option(None, "Gaussian noise on the server's gradients: its std over --grad-clip "
-                                            "(each example's gradient clipped, the head trained by DP-SGD)")
-    grad_epsilon: float | None = option(None, "Gaussian gradient noise calibrated to this label-DP eps at "
-                                              "--dp-delta over the epochs (RDP accountant); instead of --grad-noise")
-    grad_clip: float = option(1.0, "L2 clip norm C of each example's gradient (with --grad-noise/--grad-epsilon)")
-    dp_delta: float = option(1e-5, "delta of the gradient-noise guarantee")
     marvell_bound: float | None = option(None, "Marvell's optimised gradient noise for binary labels (Li et al. 2022) "
                                                "at this power bound s: per batch, noise power s*|mean_1 - mean_0|^2 "
                                                "(empirical, no epsilon; bounds any attack's leak AUC per batch)")
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if self.epochs < 1:
             raise InputDataError("split learning needs at least one epoch")
-        if self.grad_noise is not None and self.grad_epsilon is not None:
-            raise InputDataError("give --grad-noise or --grad-epsilon, not both")
-        if self.grad_epsilon is not None and not self.grad_epsilon > 0:
-            raise InputDataError(f"--grad-epsilon must be > 0, got {self.grad_epsilon}")
-        self.defence()  # the defences' own checks, before any party starts
+        super().__post_init__()
 
-    def defence(self) -> LabelDefence:
-        """The label defences this configuration asks for (the noise multiplier calibrated to --grad-epsilon)."""
-        sigma = self.grad_noise
-        if self.grad_epsilon is not None:
-            sigma = noise_for_budget(self.grad_epsilon, self.dp_delta, self.epochs)
-        if sigma is None:
-            return LabelDefence(self.label_dp, marvell_bound=self.marvell_bound)
-        return LabelDefence(self.label_dp, sigma, self.grad_clip, self.dp_delta, self.marvell_bound)
+    def releases(self) -> int:
+        return self.epochs
+
+    def defence(self) -> SplitDefence:
+        """The shared label defences this configuration asks for, and Marvell's bound."""
+        shared = super().defence()
+        return SplitDefence(shared.label_epsilon, shared.noise_multiplier, shared.clip, shared.delta,
+                            self.marvell_bound)
 
 
-def gradient_kind(dfn: LabelDefence) -> type[BatchGradient] | type[DpBatchGradient] | type[MarvellBatchGradient]:
+def gradient_kind(dfn: SplitDefence) -> type[BatchGradient] | type[DpBatchGradient] | type[MarvellBatchGradient]:
     """The message the gradients travel as: ``split.marvell_gradient`` under Marvell, ``split.dp_gradient`` under a
     DP defence, else ``split.gradient``."""
     if dfn.marvell_bound is not None:
@@ -246,7 +234,7 @@ class ServerRole(Role[_ServerState]):
         y = self.data.y_test
         acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
         return done(ServerResult(vnn.module_arrays(self.head), proba, acc, {"total": time.perf_counter() - self.t0},
-                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes,
+                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes, STATEMENT,
                                                               self.marvell.sum_kls)))
 
 
@@ -315,29 +303,18 @@ class PartyRole(Role[_PartyState]):
                                  f"server {setup.n_overlap} and {setup.n_test}: not aligned")
         if setup.dim != self.cfg.dim or setup.epochs < 1 or setup.batch_size < 1:
             raise ProtocolError(f"setup asks for d = {setup.dim}, {setup.epochs} epochs, batch {setup.batch_size}")
-        announced = self._announced(setup)
-        mine = self.cfg.defence()
-        if mine.on and mine != announced:
-            raise ProtocolError(f"{self.name} asks for the label defences {mine}, the server announced {announced}")
+        SplitDefence.announced(setup, self.name, self.cfg.defence())
         self.state.setup = setup
         self.hold("features", d.X_overlap)
         self._save()
         return self._send_batch()
-
-    @staticmethod
-    def _announced(setup: Setup) -> LabelDefence:
-        try:
-            return LabelDefence(setup.label_epsilon, setup.noise_multiplier, setup.clip, setup.delta,
-                                setup.marvell_bound)
-        except InputDataError as exc:
-            raise ProtocolError(f"the setup announces invalid label defences: {exc}") from None
 
     def _send_batch(self) -> Next:
         from vflcrypto.ml import nn as vnn
 
         st = self.state
         H = vnn.forward(self.f, self.data.X_overlap[self._rows()])
-        kind = gradient_kind(self._announced(self.setup))
+        kind = gradient_kind(SplitDefence.announced(self.setup, self.name))
         return then([send(self.server, BatchRepresentation(st.epoch, st.batch, H))], self.server, kind, "on_gradient")
 
     def on_gradient(self, msg: BatchGradient | DpBatchGradient | MarvellBatchGradient) -> Next:
@@ -365,7 +342,7 @@ class PartyRole(Role[_PartyState]):
         if st.epoch < s.epochs:
             return self._send_batch()
         test = TestRepresentation(vnn.forward(self.f, self.data.X_test))
-        privacy = self._announced(s).privacy(s.epochs)
+        privacy = SplitDefence.announced(s, self.name).privacy(s.epochs, None, STATEMENT)
         return done(PartyResult(self.state.extractor, st.steps, privacy), [send(self.server, test)])
 
 

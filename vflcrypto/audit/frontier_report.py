@@ -28,11 +28,11 @@ _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b")
 def utility_name(frontiers: Sequence[Frontier]) -> str:
     """``test AUC`` when every point of every frontier has one (a binary task), else ``test accuracy``."""
     pts = [p for f in frontiers for p in f.points]
-    return "test AUC" if pts and all(p.test_auc is not None for p in pts) else "test accuracy"
+    return "test AUC" if pts and all("test_auc" in p.utility for p in pts) else "test accuracy"
 
 
 def utility(p: FrontierPoint, name: str) -> float | None:
-    return p.test_auc if name == "test AUC" else p.accuracy
+    return p.utility.get("test_auc") if name == "test AUC" else p.accuracy
 
 
 def attack_keys(frontiers: Sequence[Frontier]) -> list[str]:
@@ -114,12 +114,12 @@ def _num(x: float | None, fmt: str = ".3f") -> str:
 
 
 def _table(f: Frontier) -> str:
-    auc = any(p.test_auc is not None for p in f.points)
-    names = ["budget", "epsilon", "delta", "test acc", *(["test auc"] if auc else []), *f.attacks]
+    extra = sorted({k for p in f.points for k in p.utility})  # as Frontier.to_text: e.g. the test AUC
+    names = ["budget", "epsilon", "delta", "test acc", *(k.replace("_", " ") for k in extra), *f.attacks]
     rows = [["none" if p.budget is None else f"{p.budget:g}", _num(p.epsilon), _num(p.delta, ".0e"), _num(p.accuracy),
-             *([_num(p.test_auc)] if auc else []), *(_num(p.scores.get(k)) for k in f.attacks)] for p in f.points]
+             *(_num(p.utility.get(k)) for k in extra), *(_num(p.scores.get(k)) for k in f.attacks)] for p in f.points]
     base = f.points[0].baselines if f.points else {}
-    rows.append(["baseline", "", "", "", *([""] if auc else []), *(_num(base.get(k)) for k in f.attacks)])
+    rows.append(["baseline", "", "", "", *("" for _ in extra), *(_num(base.get(k)) for k in f.attacks)])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
     head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
     attacks = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in f.attacks.items())
@@ -162,8 +162,11 @@ def render_frontier_html(frontiers: Sequence[Frontier], *, title: str | None = N
 
 
 def write_frontier_png(frontiers: Sequence[Frontier], path: str | Path, *, plaintext: float | None = None) -> Path:
-    """The same charts as one PNG (matplotlib): a panel per attack and one against ε."""
+    """The same charts as one PNG (matplotlib): a panel per attack and one against ε; written atomically (inside
+    :func:`~vflcrypto.data.atomic.atomic_set`, published with the command's other outputs)."""
     import matplotlib
+
+    from ..data.files import atomic_open
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -205,6 +208,9 @@ def write_frontier_png(frontiers: Sequence[Frontier], path: str | Path, *, plain
         ax.legend(fontsize=7)
     fig.suptitle(f"{frontiers[0].protocol}: privacy-utility frontier (squares: undefended)", fontsize=10)
     out = Path(path)
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        with atomic_open(out, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=130, bbox_inches="tight")
+    finally:
+        plt.close(fig)
     return out

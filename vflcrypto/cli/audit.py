@@ -22,12 +22,14 @@ rewrites the generated leakage tables in SECURITY.md from the declarations.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputDataError
+from ..spec import number
 
 __all__ = ["checks_block", "flower_relay_table", "load_all_protocols", "register", "security_md_blocks"]
 
@@ -145,18 +147,22 @@ def _attack_view(path: Path, task: str, args: argparse.Namespace) -> list[Any]:
 
 
 def _outputs(outcome: object, args: argparse.Namespace) -> None:
-    """``--html FILE`` and ``--plot DIR``: the report of the audit (written atomically) and its PNG figures."""
+    """``--html FILE`` and ``--plot DIR``: the report of the audit and its PNG figures, published together
+    (:func:`~vflcrypto.data.files.atomic_set`: all of them, or none after a failed write)."""
     from ..audit.ledger import AuditOutcome
     from ..audit.report import render_html, write_plots
-    from ..data.files import atomic_write_text
+    from ..data.files import atomic_set, atomic_write_text
 
     assert isinstance(outcome, AuditOutcome)
-    if args.html:
-        atomic_write_text(args.html, render_html(outcome))
-        print(f"wrote {args.html}", file=sys.stderr)
-    if args.plot:
-        for p in write_plots(outcome, args.plot):
-            print(f"wrote {p}", file=sys.stderr)
+    written: list[str | Path] = []
+    with atomic_set():
+        if args.html:
+            atomic_write_text(args.html, render_html(outcome))
+            written.append(args.html)
+        if args.plot:
+            written += write_plots(outcome, args.plot)
+    for p in written:
+        print(f"wrote {p}", file=sys.stderr)
 
 
 def _budgets(text: str) -> list[float]:
@@ -178,25 +184,30 @@ def _frontier(args: argparse.Namespace) -> int:
         raise InputDataError(f"{args.name} has no defence {args.defence!r} (its defences: {offered})")
     if args.repeats < 1:
         raise InputDataError(f"--repeats takes a count >= 1, got {args.repeats}")
-    from ..data.files import atomic_write_text, check_output_dir, check_outputs
+    setting = {"binary": True} if args.binary else {}
+    params = inspect.signature(spec.frontier).parameters
+    if setting and "binary" not in params and not any(q.kind is q.VAR_KEYWORD for q in params.values()):
+        raise InputDataError(f"--binary: {args.name}'s frontier has one setting only (split's runs on binary digits)")
+    from ..data.files import atomic_set, atomic_write_text, check_output_dir, check_outputs
 
     if args.html:
         check_outputs({"HTML report": args.html})  # before the (long) runs
     if args.plot:
         check_output_dir(args.plot, "--plot directory")
-    setting = {"binary": True} if args.binary else {}
     frontier = spec.frontier(args.defence, _budgets(args.budgets), args.repeats, **setting)
-    if args.html:
-        from ..audit.frontier_report import render_frontier_html
+    written: list[str | Path] = []
+    with atomic_set():  # the page and the figure published together, or neither
+        if args.html:
+            from ..audit.frontier_report import render_frontier_html
 
-        atomic_write_text(args.html, render_frontier_html([frontier]))
-        print(f"wrote {args.html}", file=sys.stderr)
-    if args.plot:
-        from ..audit.frontier_report import write_frontier_png
+            atomic_write_text(args.html, render_frontier_html([frontier]))
+            written.append(args.html)
+        if args.plot:
+            from ..audit.frontier_report import write_frontier_png
 
-        Path(args.plot).mkdir(parents=True, exist_ok=True)
-        out = write_frontier_png([frontier], Path(args.plot) / f"{args.name}-frontier-{args.defence}.png")
-        print(f"wrote {out}", file=sys.stderr)
+            written.append(write_frontier_png([frontier], Path(args.plot) / f"{args.name}-frontier-{args.defence}.png"))
+    for p in written:
+        print(f"wrote {p}", file=sys.stderr)
     print(json.dumps(frontier.to_dict(), indent=2) if args.json else frontier.to_text())
     return 0
 
@@ -220,7 +231,9 @@ def run(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
         new = render_security_md(text, security_md_blocks())
         if new != text:
-            path.write_text(new, encoding="utf-8")
+            from ..data.files import atomic_write_text
+
+            atomic_write_text(path, new)
             print(f"updated {path}")
         else:
             print(f"{path} is up to date")
@@ -255,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("audit", help="per-role leakage of a protocol run (table or JSON)")
     p.add_argument("name", nargs="?", choices=_names(), help="protocol to run and audit")
-    p.add_argument("--key-bits", type=int, default=2048)
+    p.add_argument("--key-bits", type=number(int, at_least=512), default=2048)
     p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (tests only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--transcript", metavar="FILE",
@@ -271,10 +284,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
-                                                  "(split: label-rr, grad-gauss, marvell) instead of the audit")
+                                                  "(split: label-rr, grad-gauss, marvell; hfl: dp-fedavg) instead of "
+                                                  "the audit")
     p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8; marvell: "
                                                         "its power bounds s)")
-    p.add_argument("--binary", action="store_true", help="--defence: run the frontier on the binary digits (digit 8 "
-                                                         "against the rest; marvell always does)")
+    p.add_argument("--binary", action="store_true", help="--defence: split's frontier on the binary digits (digit 8 "
+                                                         "against the rest; marvell always runs there)")
     p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")
     p.set_defaults(handler=run)

@@ -52,14 +52,17 @@ Randomness: the OS CSPRNG (:func:`.mechanisms.gaussian_noise`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputDataError
 from . import mechanisms as dpm
+from .accounting import Guarantee
 
-__all__ = ["MarvellSolution", "batch_statistics", "draw", "leak_auc_bound", "marvell_noise", "solve", "sym_kl"]
+__all__ = ["MarvellSolution", "batch_statistics", "draw", "guarantee", "leak_auc_bound", "marvell_noise", "solve",
+           "sym_kl"]
 
 _GRID = 129  # linear and geometric grid points of the outer search
 _GOLDEN = 60  # golden-section steps of the refinement
@@ -103,6 +106,22 @@ def leak_auc_bound(sum_kl: float) -> float:
         return 1.0
     tv = math.sqrt(sum_kl) / 2
     return 0.5 + tv - tv * tv / 2
+
+
+def guarantee(scale: float, covers: str, sum_kls: Sequence[float] | None = None, *,
+              defence: str = "marvell") -> Guarantee:
+    """Marvell's statement (beside :func:`~.accounting.rr_guarantee` and :func:`~.accounting.gaussian_guarantee`): no
+    (ε, δ); the power bound s and, for whoever solved the steps (the label holder), the largest symmetrised KL over
+    them and the leak-AUC bound it implies (a party that only reads the announced s states s alone). ``covers`` is
+    the protocol's statement of what it protects."""
+    params: dict[str, float] = {"power_scale": float(scale)}
+    if sum_kls:
+        params.update(steps=len(sum_kls), max_sum_kl=max(sum_kls), mean_sum_kl=float(np.mean(sum_kls)),
+                      leak_auc_bound=leak_auc_bound(max(sum_kls)))
+    return Guarantee(defence, None, None, "Marvell: per-batch noise of least symmetrised KL between the labels' "
+                     "perturbed gradients, power s * |mean_1 - mean_0|^2 (Li et al., ICLR 2022)",
+                     "none: empirical defence; the AUC bound is for the Gaussian model of each batch's gradients",
+                     covers, params)
 
 
 def sym_kl(lam10: float | np.ndarray, lam20: float | np.ndarray, lam11: float | np.ndarray,
