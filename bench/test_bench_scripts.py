@@ -111,6 +111,22 @@ def test_repvfl_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert {r["method"] for r in out["table"].values()} == {"split", "oneshot"}
 
 
+def test_privacy_frontier_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Marvell and grad-gauss at one budget each on 120 binary overlap rows, 2 epochs: tables, the comparison at
+    equal leak, the plaintext model, a PNG and an HTML page."""
+    pytest.importorskip("torch")
+    png, page = tmp_path / "f.png", tmp_path / "f.html"
+    out = _load("privacy_frontier").main(["--overlap", "120", "--epochs", "2", "--budgets", "marvell=4",
+                                          "--budgets", "grad-gauss=64", "--png", str(png), "--html", str(page),
+                                          "--json"])
+    assert [f["defence"] for f in out["frontiers"]] == ["marvell", "grad-gauss"]
+    assert all(len(f["points"]) == 2 and 0 < f["points"][1]["utility"]["test_auc"] <= 1 for f in out["frontiers"])
+    assert out["frontiers"][0]["points"][1]["epsilon"] is None and out["frontiers"][1]["points"][1]["epsilon"] > 0
+    assert out["comparisons"][0]["first"] == "marvell" and 0 < out["plaintext"]["test_auc"] <= 1
+    assert png.read_bytes()[:4] == b"\x89PNG" and "<svg" in page.read_text()
+    assert _json_lines(capsys.readouterr().out)[0]["setting"]["overlap"] == 120
+
+
 def test_secagg_bench_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     if not (Path(sys.prefix) / "bin" / "flwr").exists():
         pytest.skip("Flower not installed (the flower extra)")

@@ -42,6 +42,7 @@ __all__ = [
     "MAX_DIM",
     "MAX_ROWS",
     "PARTY",
+    "POSITIVE_DIGIT",
     "SERVER",
     "AlignedInputs",
     "PartyData",
@@ -50,6 +51,7 @@ __all__ = [
     "ServerData",
     "ServerResult",
     "aligned_inputs",
+    "binary_digits_example",
     "check_labels",
     "check_matrix",
     "digits_example",
@@ -273,6 +275,18 @@ def digits_example(overlap: int = 100, *, seed: int = 0) -> tuple[ServerData, li
     parties = [PartyData(v.X[:n_o], v.X[n_o : n_o + n_t], v.X[n_o + n_t :]) for v in sp.parties]
     y_o = np.asarray([sp.labels[i] for i in sp.overlap_ids], np.int64)
     return ServerData(y_o, sp.n_classes, sp.y_test), parties
+
+
+#: the positive label of :func:`binary_digits_example`: this digit against all the others
+POSITIVE_DIGIT = 8
+
+
+def binary_digits_example(overlap: int = 500, *, seed: int = 0) -> tuple[ServerData, list[PartyData]]:
+    """:func:`digits_example` made binary by a public rule: label 1 for digit :data:`POSITIVE_DIGIT`, 0 for every other
+    (about 10 % positives, imbalanced like the click-through data of Li et al., ICLR 2022, which Marvell protects)."""
+    server, parties = digits_example(overlap, seed=seed)
+    y_test = None if server.y_test is None else (np.asarray(server.y_test) == POSITIVE_DIGIT).astype(np.int64)
+    return ServerData((server.y_overlap == POSITIVE_DIGIT).astype(np.int64), 2, y_test), parties
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,11 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
           f"on {summary['rows']['test']} rows; {sum(summary['bytes_sent'].values()):,} bytes; "
           f"{summary['seconds']:.1f} s")
     for d, g in run.server.privacy.items():
+        if g["epsilon"] is None:  # an empirical defence (Marvell): what it bounds, no (epsilon, delta)
+            bound = g["params"].get("leak_auc_bound")
+            print(f"  {d}: no (epsilon, delta) ({g['accountant']}); "
+                  f"{'' if bound is None else f'leak AUC bound {bound:.3f}; '}protects {g['covers']}")
+            continue
         print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-label-DP ({g['accountant']}); protects {g['covers']}")
     return 0
 

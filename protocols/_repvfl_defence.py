@@ -8,7 +8,9 @@ and add clipped Gaussian noise to the gradients it sends (``--grad-noise σ --gr
 * :class:`LabelDefence`: what the server announces in its setup, so that every party accounts the
   same (ε, δ), and the guarantees each role reports (:meth:`LabelDefence.privacy`);
 * :func:`announced_defence`: a party reads the announcement and refuses one that differs from the
-  defences it was itself asked to run with;
+  defences it was itself asked to run with (:meth:`LabelDefence.announced`: a protocol that offers
+  more defences extends :class:`LabelDefence` and :class:`DefendedConfig`, and its setup carries the
+  subclass's fields by name: split learning's Marvell, :mod:`vflcrypto.protocols.split.defence`);
 * :func:`noise_for_budget`: the noise multiplier that meets (ε, δ) over a protocol's releases.
 
 How a protocol applies the noise and what its guarantee covers are its own
@@ -19,11 +21,12 @@ response's exact ε; ``dp-accounting``'s RDP accountant for the Gaussian mechani
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.privacy import Guarantee, calibrate_noise, gaussian_guarantee, rr_guarantee
@@ -102,18 +105,24 @@ class LabelDefence:
         """The guarantees as JSON: defence name -> its (ε, δ), mechanism, accountant and what it covers."""
         return {g.defence: g.to_dict() for g in self.guarantees(releases, n_classes, statement)}
 
+    @classmethod
+    def announced(cls, setup: Any, party: str, mine: LabelDefence | None = None) -> Self:
+        """The defences a setup announces: every field of ``cls`` read from the setup's field of the same name
+        (``label_epsilon``, ``noise_multiplier``, ``clip``, ``delta``, and a subclass's own);
+        :class:`ProtocolError` when they are invalid, or when ``mine`` (the defences the party was itself asked
+        for) is on and differs."""
+        try:
+            announced = cls(**{f.name: getattr(setup, f.name) for f in dataclasses.fields(cls)})
+        except InputDataError as exc:
+            raise ProtocolError(f"the setup announces invalid label defences: {exc}") from None
+        if mine is not None and mine.on and mine != announced:
+            raise ProtocolError(f"{party} asks for the label defences {mine}, the server announced {announced}")
+        return announced
+
 
 def announced_defence(setup: Any, party: str, mine: LabelDefence | None = None) -> LabelDefence:
-    """The defences a setup announces (its fields ``label_epsilon``, ``noise_multiplier``, ``clip``, ``delta``);
-    :class:`ProtocolError` when they are invalid, or when ``mine`` (the defences the party was itself asked for)
-    is on and differs."""
-    try:
-        announced = LabelDefence(setup.label_epsilon, setup.noise_multiplier, setup.clip, setup.delta)
-    except InputDataError as exc:
-        raise ProtocolError(f"the setup announces invalid label defences: {exc}") from None
-    if mine is not None and mine.on and mine != announced:
-        raise ProtocolError(f"{party} asks for the label defences {mine}, the server announced {announced}")
-    return announced
+    """:meth:`LabelDefence.announced` of the shared defences (one-shot and few-shot VFL)."""
+    return LabelDefence.announced(setup, party, mine)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@
 * :data:`FRONTIER_ATTACKS`, :data:`ATTACK_PATTERNS` and :func:`own_columns_completion`: the frontier's
   columns (the audits' label attacks) and model completion's baseline, shared by every frontier here;
 * :func:`d1_frontier`: one-shot and few-shot VFL's frontier on the digits (split's runs per epoch:
-  :func:`vflcrypto.protocols.split.audit.frontier`).
+  :func:`vflcrypto.protocols.split.frontier.frontier`, on the same columns).
 
 The checks are of the mechanism (the noise is there, the labels are randomized at the announced
 rate); what the defences do to the attacks is the frontier, never a ceiling a check holds them to.

@@ -184,7 +184,7 @@ def test_gradient_noise_at_the_tightest_budget_drops_direction_scoring_to_its_ba
     from 0.85 undefended to chance (measured 0.08-0.20): at 100 overlap rows one clipped row's signal is 1/36 of the
     noise's standard deviation."""
     pytest.importorskip("torch")
-    from vflcrypto.protocols.split.audit import frontier
+    from vflcrypto.protocols.split.frontier import frontier
 
     f = frontier("grad-gauss", [1.0])
     none, tight = f.points

@@ -36,6 +36,7 @@ from vflcrypto.audit.ledger import AuditOutcome
 from vflcrypto.cli.audit import load_all_protocols
 from vflcrypto.he import ckks, paillier
 from vflcrypto.he.paillier import fixed_base
+from vflcrypto.privacy import marvell as dp_marvell
 from vflcrypto.privacy import mechanisms as dp_mechanisms
 from vflcrypto.psi import primitives as psi
 from vflcrypto.runtime.declarations import Protection, declarations
@@ -433,12 +434,19 @@ def skip_randomized_response(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(dp_mechanisms, "randomized_response", lambda labels, k, epsilon: np.asarray(labels).copy())
 
 
+def drop_marvell_noise(mp: pytest.MonkeyPatch) -> None:
+    """Split learning's server solves Marvell's covariance for every batch but sends the rows without its noise."""
+    mp.setattr(dp_marvell, "draw", lambda positive, sol, unit: np.zeros((len(positive), len(unit))))
+
+
 MUTATIONS = (
     # split learning's label defences (the audit's defended run)
     Mutation("split: gradient noise dropped", "split", (("split.dp_gradient", P.DP),), drop_gradient_noise,
              checks=(split_audit.NOISE_CHECK,)),
     Mutation("split: randomized response skipped", "split", (("split.dp_gradient", P.DP),), skip_randomized_response,
              checks=(split_audit.RR_CHECK,)),
+    Mutation("split: Marvell's noise dropped", "split", (("split.marvell_gradient", P.NOISED),), drop_marvell_noise,
+             checks=(split_audit.MARVELL_CHECK,)),
     # one-shot and few-shot VFL's label defences (the audits' defended runs alone)
     *(m for proto, audit in (("oneshot", oneshot_audit), ("fewshot", fewshot_audit)) for m in (
         Mutation(f"{proto}: D1 noise dropped", proto, ((f"{proto}.dp_gradient", P.DP),), drop_gradient_noise,
@@ -676,8 +684,9 @@ MODULES = sorted({m.module for m in MUTATIONS})
 #: check of another party's (or another kind's) protection that flags too would not be proven blind-free
 #: by it (a seam that breaks two things at once proves only that *some* check of them works)
 UNAFFECTED: dict[str, tuple[str, ...]] = {
-    "split: gradient noise dropped": (split_audit.RR_CHECK,),
-    "split: randomized response skipped": (split_audit.NOISE_CHECK,),
+    "split: gradient noise dropped": (split_audit.RR_CHECK,),  # Marvell draws from the same CSPRNG noise: flags too
+    "split: randomized response skipped": (split_audit.NOISE_CHECK, split_audit.MARVELL_CHECK),
+    "split: Marvell's noise dropped": (split_audit.NOISE_CHECK, split_audit.RR_CHECK),
     "oneshot: D1 noise dropped": (oneshot_audit.RR_CHECK,),
     "oneshot: randomized response skipped": (oneshot_audit.NOISE_CHECK,),
     "fewshot: D1 noise dropped": (fewshot_audit.RR_CHECK,),

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from sklearn.metrics import adjusted_rand_score  # noqa: E402
 from vflcrypto.protocols import fewshot, oneshot, split  # noqa: E402
-from vflcrypto.protocols._repvfl import PartyData, ServerData, digits_example  # noqa: E402
+from vflcrypto.protocols._repvfl import PartyData, ServerData, binary_digits_example, digits_example  # noqa: E402
 from vflcrypto.protocols.fewshot.math import attention_estimate, dual_gate  # noqa: E402
 
 from vflcrypto.audit.ledger import audit  # noqa: E402
@@ -331,6 +331,8 @@ def test_every_message_is_declared_and_the_audit_sees_each(small: Any) -> None:
             fewshot.run_local(server, parties, config=fewshot.FewShotConfig(variant="partition", **FAST)),
             split.run_local(server, parties, config=split.SplitConfig(epochs=1)),
             split.run_local(server, parties, config=split.SplitConfig(epochs=1, label_dp=1.0)),  # split.dp_gradient
+            split.run_local(*binary_digits_example(60, seed=1),  # Marvell (binary labels): split.marvell_gradient
+                            config=split.SplitConfig(epochs=1, marvell_bound=1.0)),
             # the label defences' kinds: D1 as dp_gradient and dp_partition
             oneshot.run_local(server, parties, config=oneshot.OneShotConfig(label_dp=1.0, **FAST)),
             oneshot.run_local(server, parties, config=oneshot.OneShotConfig(variant="partition", grad_noise=4.0,

@@ -363,9 +363,10 @@ class ProtocolSpec:
     #: the labels only score the attacks
     view_attacks: Callable[[RecordedView, np.ndarray | None], list[EmpiricalFinding]] | None = None
     #: the defences it offers (names for ``vflcrypto audit NAME --defence``) and ``frontier(defence, budgets,
-    #: repeats)``: its audit's attacks and utility re-measured at each privacy budget beside the undefended run
+    #: repeats, **setting)``: its audit's attacks and utility re-measured at each privacy budget beside the
+    #: undefended run (``setting``: the protocol's own keywords, e.g. split's ``binary=True``)
     defences: tuple[str, ...] = ()
-    frontier: Callable[[str, Sequence[float], int], Frontier] | None = None
+    frontier: Callable[..., Frontier] | None = None
 
     def run_audit(self, key_bits: int = 2048, *, allow_insecure: bool = False, **kwargs: Any) -> AuditOutcome:
         """Run :attr:`audit` and hold its findings to :attr:`checks`: a declared check that did not run, or

@@ -19,8 +19,11 @@ Label defences (:mod:`.defence`, off by default)
     ``--grad-noise σ --grad-clip C`` or ``--grad-epsilon ε``: each example's gradient clipped
     and Gaussian noise added, the head trained by DP-SGD ((ε, δ)-label-DP of the whole
     transcript, from the ``dp-accounting`` RDP accountant). Announced in the setup; the
-    gradients then travel as ``split.dp_gradient``. ``vflcrypto audit split --defence
-    label-rr|grad-gauss --budgets 1,2,4,8`` draws their privacy–utility frontier.
+    gradients then travel as ``split.dp_gradient``. ``--marvell-bound s`` (binary labels only):
+    Marvell's optimised noise (Li et al., ICLR 2022) on the gradients sent, an empirical
+    defence bounding any attack's leak AUC per batch; they travel as ``split.marvell_gradient``.
+    ``vflcrypto audit split --defence label-rr|grad-gauss|marvell --budgets 1,2,4,8`` draws
+    their privacy–utility frontier.
 
 Citations
     P. Vepakomma, O. Gupta, T. Swedish, R. Raskar, "Split learning for health", 2018
@@ -32,11 +35,13 @@ Message flow (kinds ``split.*``; steps of :mod:`.roles`)
     Per batch (epochs × ⌈overlap / batch⌉ times):
     1. party k → S ``representation``: f_k(X^k) of the batch rows (current extractor).
     2. S: cross-entropy of f_c on the concatenation, one Adam step of f_c; S → party k
-       ``gradient``: ∂L/∂H^k of the batch (``dp_gradient`` under a label defence).
+       ``gradient``: ∂L/∂H^k of the batch (``dp_gradient`` under a DP label defence,
+       ``marvell_gradient`` under Marvell).
     3. party k: backpropagates it through f_k, one Adam step.
     4. (prediction) party k → S ``test_representation``; S predicts.
 
-Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.defence`, :mod:`.audit`; the commands are ``protocols/_repvfl_cli.py``.
+Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.defence`, :mod:`.audit`, :mod:`.frontier`; the commands are
+``protocols/_repvfl_cli.py``.
 """
 
 from __future__ import annotations
@@ -48,14 +53,24 @@ from vflcrypto.spec import ProtocolSpec
 
 from .. import _repvfl_cli, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
-from . import audit, messages
-from .defence import DEFENCES, LabelDefence
-from .messages import PARTY, SERVER, BatchGradient, BatchRepresentation, DpBatchGradient, Setup, TestRepresentation
+from . import audit, frontier, messages
+from .defence import DEFENCES, LabelDefence, SplitDefence
+from .messages import (
+    PARTY,
+    SERVER,
+    BatchGradient,
+    BatchRepresentation,
+    DpBatchGradient,
+    MarvellBatchGradient,
+    Setup,
+    TestRepresentation,
+)
 from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, epoch_batches, run_local
 
 __all__ = ["DEFENCES", "PARTY", "SERVER", "SPEC", "BatchGradient", "BatchRepresentation", "DpBatchGradient",
-           "LabelDefence", "PartyData", "PartyResult", "PartyRole", "RepRun", "ServerData", "ServerResult",
-           "ServerRole", "Setup", "SplitConfig", "TestRepresentation", "epoch_batches", "run_local"]
+           "LabelDefence", "MarvellBatchGradient", "PartyData", "PartyResult", "PartyRole", "RepRun", "ServerData",
+           "ServerResult", "ServerRole", "Setup", "SplitConfig", "SplitDefence", "TestRepresentation", "epoch_batches",
+           "run_local"]
 
 
 def _flower_config(run_config: Mapping[str, Any]) -> SplitConfig:
@@ -80,5 +95,5 @@ SPEC = ProtocolSpec(
     view_attacks=audit.view_attacks,
     checks=audit.CHECKS,
     defences=DEFENCES,
-    frontier=audit.frontier,
+    frontier=frontier.frontier,
 )

@@ -1,5 +1,5 @@
-"""The split-learning audit (attacks on what each role received), its label defences' checks and frontier,
-and its demo step."""
+"""The split-learning audit (attacks on what each role received), its label defences' checks, and its demo step
+(the defences' frontier is :mod:`.frontier`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,25 @@ import numpy as np
 
 from vflcrypto.audit.attacks import not_measured, probe_finding
 from vflcrypto.audit.checks import Check
-from vflcrypto.audit.defences import Frontier, FrontierPoint, FrontierRun, frontier_point, noise_floor_finding
+from vflcrypto.audit.defences import noise_floor_finding
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
-from vflcrypto.errors import AuditError, InputDataError
+from vflcrypto.errors import AuditError
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 from vflcrypto.runtime.record import RecordedView
 from vflcrypto.spec import DemoContext
 
-from .._repvfl import PARTY, SERVER, PartyData, RepRun, ServerData, digits_example, party_names, require_torch
+from .._repvfl import (
+    PARTY,
+    SERVER,
+    PartyData,
+    RepRun,
+    ServerData,
+    binary_digits_example,
+    digits_example,
+    party_names,
+    require_torch,
+)
 from .._repvfl_audit import (
     batch_gradient_finding,
     batch_rows,
@@ -27,30 +37,30 @@ from .._repvfl_audit import (
     label_attack_findings,
     needs_torch,
 )
-from .._repvfl_defence_audit import (
-    ATTACK_PATTERNS,
-    FRONTIER_ATTACKS,
-    defence_checks,
-    noise_check_name,
-    own_columns_completion,
-    rr_check_name,
-    rr_finding,
-)
-from .defence import COVERS, DEFENCES
+from .._repvfl_defence_audit import defence_checks, noise_check_name, rr_check_name, rr_finding
 from .roles import SplitConfig, epoch_batches, run_local
 
-__all__ = ["CHECKS", "DEFENDED_EPSILON", "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step",
-           "frontier", "view_attacks"]
+__all__ = ["CHECKS", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
+           "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step", "gradient_kind_received",
+           "label_attacks", "marvell_findings", "run_tapped", "view_attacks"]
 
 EPOCHS = 20  # the audit's runs: 100 overlap rows of the digits, 2 batches per epoch
 #: the audit's defended run: both label defences at the frontier's tightest budget
 DEFENDED_EPSILON = 1.0
+#: the audit's Marvell run: power bound s on the binary digits (digit 8 against the rest), 200 overlap rows
+DEFENDED_MARVELL = 4.0
 DP_KIND = "split.dp_gradient"
+MARVELL_KIND = "split.marvell_gradient"
 NOISE_CHECK, RR_CHECK = noise_check_name(DP_KIND), rr_check_name(DP_KIND)
-CHECKS: tuple[Check, ...] = defence_checks(DP_KIND, (DP_KIND,))
+MARVELL_CHECK = f"{MARVELL_KIND}: Marvell's noise at the solved covariance"
+CHECKS: tuple[Check, ...] = (
+    *defence_checks(DP_KIND, (DP_KIND,)),
+    Check(MARVELL_CHECK, (MARVELL_KIND,), Protection.NOISED,
+          "Marvell's noise dropped or scaled down (less than half the solved variance in the rows sent)", 0.5),
+)
 
 
-def _run(server: ServerData, parties: list[PartyData], cfg: SplitConfig) -> tuple[RepRun, AuditTap]:
+def run_tapped(server: ServerData, parties: list[PartyData], cfg: SplitConfig) -> tuple[RepRun, AuditTap]:
     tap = AuditTap()
     return run_local(server, parties, config=cfg, tap=tap), tap
 
@@ -63,10 +73,10 @@ def _epoch_rows(tap: AuditTap, p: str, kind: str, n: int, batches: list[np.ndarr
     return batch_rows(msgs, batches, n, field) if len(msgs) == len(batches) else None
 
 
-def _label_attacks(tap: AuditTap, names: list[str], kind: str, y: np.ndarray, cfg: SplitConfig,
+def label_attacks(tap: AuditTap, names: list[str], kind: str, y: np.ndarray, cfg: SplitConfig,
                    n_classes: int) -> list[EmpiricalFinding]:
-    """Each party's k-means on the first epoch's batch gradients (ARI), then norm and direction scoring on them and
-    model completion on the last epoch's representations it sent."""
+    """Each party's k-means on the first epoch's batch gradients (``kind``: the gradient message the run sends) (ARI),
+    then norm and direction scoring on them and model completion on the last epoch's representations it sent."""
     n = len(y)
     first = epoch_batches(n, cfg.batch_size, cfg.seed, 0)
     last = epoch_batches(n, cfg.batch_size, cfg.seed, cfg.epochs - 1)
@@ -89,7 +99,8 @@ def _published_label_attacks(tap: AuditTap, party: str, kind: str, y: np.ndarray
 def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFinding]:
     """The published attacks on one party's recorded view of a network run (``vflcrypto party ... train split
     --keep-messages``): a feature party's norm and direction scoring on the first epoch's gradient rows it received
-    (``split.gradient``, or ``split.dp_gradient`` under gradient noise) and model completion on the last epoch's
+    (``split.gradient``, ``split.dp_gradient`` under a DP defence, ``split.marvell_gradient`` under Marvell) and model
+    completion on the last epoch's
     representations it sent, from the setup and the messages it kept alone; ``y`` (the true labels of its overlap
     rows, in their order) only scores them. The server's decoder needs the party's true columns to score and is
     not run on a recorded view."""
@@ -105,10 +116,16 @@ def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFind
     s, y = setups[0], np.asarray(y)
     if len(y) != s.n_overlap:
         raise AuditError(f"{len(y)} labels for the {s.n_overlap} overlap rows of the recorded run")
-    kind = DP_KIND if view.tap.received(view.party, DP_KIND) else "split.gradient"
+    kind = gradient_kind_received(view.tap, view.party)
     first = epoch_batches(s.n_overlap, s.batch_size, s.seed, 0)
     last = epoch_batches(s.n_overlap, s.batch_size, s.seed, s.epochs - 1)
     return _published_label_attacks(view.tap, view.party, kind, y, first, last)
+
+def gradient_kind_received(tap: AuditTap, party: str) -> str:
+    """The gradient message ``party`` received: ``split.dp_gradient``, ``split.marvell_gradient`` or
+    ``split.gradient``."""
+    return next((k for k in (DP_KIND, MARVELL_KIND) if tap.received(party, k)), "split.gradient")
+
 
 def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> list[EmpiricalFinding]:
     """The checks of the label defences on a defended run: each party's noise check on the rows it received
@@ -130,6 +147,37 @@ def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> lis
     return out
 
 
+def marvell_findings(tap: AuditTap, names: Sequence[str]) -> list[EmpiricalFinding]:
+    """The check of Marvell on a run under it: for each party, the rows it received less the clean rows the label
+    holder computed, whitened by the covariance the label holder solved for each row's label (λ_1k along Δ̂, λ_2k
+    across it), must carry unit variance in every coordinate that was to be noised (the noise check of
+    :func:`~vflcrypto.audit.defences.noise_floor_finding` at std 1). From the label holder's own records, like the
+    randomized-response check: a party cannot check it alone (the covariance depends on the labels)."""
+    steps = tap.held(SERVER, "marvell_steps")
+    out = []
+    for p in names:
+        msgs = tap.received(p, MARVELL_KIND)
+        mine = [rec[1:] for rec in steps if rec[0] == p]
+        if not msgs or len(mine) != len(msgs):
+            out.append(not_measured(p, MARVELL_CHECK, (MARVELL_KIND,), Protection.NOISED,
+                                    f"{p} received {len(msgs)} {MARVELL_KIND} for {len(mine)} solved steps"))
+            continue
+        rows = []
+        for msg, (G, y, sol, unit) in zip(msgs, mine, strict=True):
+            noise = np.asarray(msg.G, np.float64) - np.asarray(G, np.float64)
+            along = noise @ unit
+            across = noise - np.outer(along, unit)
+            for label, lam1, lam2 in ((1, sol.lam11, sol.lam21), (0, sol.lam10, sol.lam20)):
+                m = np.asarray(y) == label
+                if lam2 > 0 and lam1 > 0:  # Σ^(-1/2) n: d coordinates of unit variance
+                    rows.append(across[m] / np.sqrt(lam2) + np.outer(along[m] / np.sqrt(lam1), unit))
+                elif lam1 > 0:  # noise along Δ̂ only
+                    rows.append(along[m] / np.sqrt(lam1))
+        out.append(noise_floor_finding(p, MARVELL_CHECK, rows, 1.0, attacks=(MARVELL_KIND,),
+                                       protection=Protection.NOISED))
+    return out
+
+
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
     """Split learning on the digits halves (100 overlap rows, 20 epochs), attacked per role; then a defended run.
 
@@ -144,8 +192,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       representations (:func:`~vflcrypto.protocols._repvfl_audit.label_attack_findings`,
       :func:`~vflcrypto.protocols._repvfl_audit.inversion_findings`);
     * the defended run (randomized response and gradient noise, both at ε = 1): the checks
-      that each defence runs as announced (:func:`defence_findings`). What the defences do
-      to the attacks, at several budgets, is the frontier (:func:`frontier`).
+      that each defence runs as announced (:func:`defence_findings`); and a Marvell run on the
+      binary digits (:func:`~vflcrypto.protocols._repvfl.binary_digits_example`, 200 overlap rows,
+      s = 4), whose rows are checked against the noise the label holder solved
+      (:func:`marvell_findings`). What the defences do to the attacks, at several budgets, is
+      the frontier (:func:`~.frontier.frontier`).
 
     No key is involved (``key_bits`` is unused): nothing here is encrypted, by design.
     """
@@ -153,9 +204,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     server, parties = digits_example(100, seed=0)
     cfg = SplitConfig(epochs=EPOCHS)
     names, y, n = party_names(len(parties)), server.y_overlap, len(server.y_overlap)
-    run, tap = _run(server, parties, cfg)
+    run, tap = run_tapped(server, parties, cfg)
     last = epoch_batches(n, cfg.batch_size, cfg.seed, cfg.epochs - 1)
-    findings = _label_attacks(tap, names, "split.gradient", y, cfg, server.n_classes)
+    findings = label_attacks(tap, names, "split.gradient", y, cfg, server.n_classes)
     probes = []
     for p in names:
         msgs = tap.received(SERVER, "split.representation", sender=p)[-len(last):]
@@ -172,50 +223,23 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings += inversion_findings(tap, names, [("split.representation", "features")], rows=lambda p, kind: (
         None if (H := _epoch_rows(tap, p, kind, n, last, "H", last_epoch=True)) is None else (H, X_of[p])))
     dcfg = SplitConfig(epochs=EPOCHS, label_dp=DEFENDED_EPSILON, grad_epsilon=DEFENDED_EPSILON)
-    drun, dtap = _run(server, parties, dcfg)
+    drun, dtap = run_tapped(server, parties, dcfg)
     findings += defence_findings(dtap, names, server.n_classes)
     metrics["defended_test_accuracy"] = float(drun.test_accuracy or 0.0)
     for name, g in drun.server.privacy.items():
         metrics[f"defended_{name.replace('-', '_')}_epsilon"] = g["epsilon"]
         metrics[f"defended_{name.replace('-', '_')}_delta"] = g["delta"]
+    bserver, bparties = binary_digits_example(200, seed=0)
+    mrun, mtap = run_tapped(bserver, bparties, SplitConfig(epochs=EPOCHS, marvell_bound=DEFENDED_MARVELL))
+    findings += marvell_findings(mtap, names)
+    marvell = mrun.server.privacy["marvell"]["params"]
+    metrics.update(marvell_test_accuracy=float(mrun.test_accuracy or 0.0), marvell_max_sum_kl=marvell["max_sum_kl"],
+                   marvell_leak_auc_bound=marvell["leak_auc_bound"])
     label = f"label defences (randomized response and gradient noise, epsilon = {DEFENDED_EPSILON:g} each)"
-    runs = {"undefended": run.transcript, label: drun.transcript}
+    runs = {"undefended": run.transcript, label: drun.transcript,
+            f"Marvell (s = {DEFENDED_MARVELL:g}) on the binary digits": mrun.transcript}
     report, sections = audit_runs(runs)
     return AuditOutcome("split", report, tuple(findings), metrics, sections=sections, transcripts=tuple(runs.items()))
-
-
-def _point(server: ServerData, parties: list[PartyData], cfg: SplitConfig, defence: str, budget: float | None,
-           own: float, repeats: int) -> FrontierPoint:
-    """One budget's point: the mean over ``repeats`` runs of the test accuracy and of each attack's worst score."""
-    kind = DP_KIND if cfg.defence().on else "split.gradient"
-
-    def once() -> FrontierRun:
-        run, tap = _run(server, parties, cfg)
-        found = _label_attacks(tap, party_names(len(parties)), kind, server.y_overlap, cfg, server.n_classes)
-        return {"test_accuracy": float(run.test_accuracy or 0.0)}, run.server.privacy, found
-
-    return frontier_point(budget, defence, repeats, once, ATTACK_PATTERNS, {"model_completion": own})
-
-
-def frontier(defence: str, budgets: Sequence[float], repeats: int = 1) -> Frontier:
-    """The label attacks and the test accuracy of split learning on the digits (the audit's setting) at each ε of
-    ``budgets`` under ``defence`` (``label-rr``: randomized response at ε; ``grad-gauss``: gradient noise calibrated
-    to (ε, δ = 1e-5)), beside the undefended run; each point the mean of ``repeats`` runs (fresh randomness each)."""
-    require_torch()
-    if defence not in DEFENCES:
-        raise InputDataError(f"split's defences are {', '.join(DEFENCES)}, not {defence!r}")
-    if repeats < 1:
-        raise InputDataError(f"the frontier needs >= 1 run per budget, got {repeats}")
-    server, parties = digits_example(100, seed=0)
-    own = own_columns_completion(server, parties)
-    points = [_point(server, parties, SplitConfig(epochs=EPOCHS), defence, None, own, repeats)]
-    for b in budgets:
-        cfg = (SplitConfig(epochs=EPOCHS, label_dp=b) if defence == "label-rr"
-               else SplitConfig(epochs=EPOCHS, grad_epsilon=b))
-        points.append(_point(server, parties, cfg, defence, b, own, repeats))
-    statement = (f"{defence} protects {COVERS[defence]}; split learning on the digits, 100 overlap rows, "
-                 f"{EPOCHS} epochs, batch 64")
-    return Frontier("split", defence, statement, tuple(points), FRONTIER_ATTACKS)
 
 
 @needs_torch

@@ -1,9 +1,15 @@
-"""Split learning's label defences, run by the server (the label holder): randomized response and DP-SGD.
+"""Split learning's label defences, run by the server (the label holder): randomized response, DP-SGD, Marvell.
 
 Each is an option of :class:`~.roles.SplitConfig` (``--label-dp``, ``--grad-noise`` /
-``--grad-epsilon`` with ``--grad-clip`` and ``--dp-delta``), announced in the setup so that
-every party accounts the same (ε, δ); with either on, the gradients travel as
-``split.dp_gradient`` (declared :attr:`~vflcrypto.runtime.declarations.Protection.DP`).
+``--grad-epsilon`` with ``--grad-clip`` and ``--dp-delta``: the options every representation-VFL
+protocol shares, :mod:`vflcrypto.protocols._repvfl_defence`; ``--marvell-bound``, split
+learning's own), announced in the setup (:class:`SplitDefence`, the shared
+:class:`~vflcrypto.protocols._repvfl_defence.LabelDefence` plus Marvell's bound) so that every
+party accounts the same guarantee and refuses a setup that differs from its own flags; with
+either DP defence on, the gradients travel as ``split.dp_gradient`` (declared
+:attr:`~vflcrypto.runtime.declarations.Protection.DP`), under Marvell as
+``split.marvell_gradient`` (:attr:`~vflcrypto.runtime.declarations.Protection.NOISED`: noise
+without an (ε, δ)).
 
 **label-rr** (``--label-dp ε``). Before training the server replaces each overlap label by
 randomized response over the C classes (kept with probability e^ε / (e^ε + C − 1); one
@@ -40,29 +46,57 @@ the protocol (a party cannot verify the clipping under the noise; the audit chec
 noise's scale), and the floating-point caveat of :mod:`vflcrypto.privacy.mechanisms`.
 Cost: the extractors learn from rows whose noise is σ times the clip norm, the head from a
 noised sum (the frontier, ``vflcrypto audit split --defence grad-gauss``, measures it).
+
+**marvell** (``--marvell-bound s``; binary labels only, refused for C > 2). Li et al.'s
+optimised noise (ICLR 2022, :mod:`vflcrypto.privacy.marvell`): per step and per party, the
+server splits the batch's gradient rows of that party by label, solves for the noise
+covariance of least symmetrised KL between the two classes' perturbed gradients under the
+power constraint P = s·‖ḡ_1 − ḡ_0‖² (the authors' fixed-scale runs), and adds that noise to
+the rows it sends; the head trains on the true gradient (the paper's setting: only what
+crosses the cut layer is perturbed). No (ε, δ): an **empirical** defence. What it bounds:
+for the Gaussian model of one batch's gradients (each class isotropic around its mean), the
+AUC of *any* scoring of that party's perturbed rows by label is at most ½ + √κ/2 − κ/8 for
+the batch's symmetrised KL κ; the server reports the largest κ and that bound over the run.
+Not covered: rows of several batches pooled (the bound is per batch), the real, non-Gaussian
+distribution of the gradients, parties that pool their blocks (each party's noise is solved
+for its own block), the features and the head. Marvell runs alone (not with the DP
+defences). Cost: the extractors learn from noised rows (the power s·‖Δ‖² per row on
+average); the frontier (``vflcrypto audit split --defence marvell``) measures it on binary
+digits, beside clipped Gaussian noise there (``--defence grad-gauss --binary``).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from vflcrypto.errors import InputDataError
 from vflcrypto.privacy import Guarantee
 from vflcrypto.privacy import mechanisms as dpm
 
-from .._repvfl_defence import DEFENCES, LabelDefence, Statement, noise_for_budget
+from .._repvfl_defence import DEFENCES as SHARED_DEFENCES
+from .._repvfl_defence import LabelDefence, Statement, noise_for_budget
 
-__all__ = ["COVERS", "DEFENCES", "STATEMENT", "LabelDefence", "grad_guarantee", "noise_for_budget", "noised_step",
-           "rr_guarantee"]
+__all__ = ["COVERS", "DEFENCES", "STATEMENT", "LabelDefence", "MarvellState", "SplitDefence", "grad_guarantee",
+           "marvell_guarantee", "noise_for_budget", "noised_step", "rr_guarantee"]
+
+#: split learning's defences (their names in ``vflcrypto audit split --defence``): the shared ones and Marvell
+DEFENCES = (*SHARED_DEFENCES, "marvell")
 
 COVERS_RR = ("each overlap row's label (label-DP, replace-one), in everything the server sends or trains: the "
               "randomized labels are drawn once and everything else is post-processing")
 COVERS_GAUSS = ("each overlap row's label (label-DP, replace-one: sensitivity 2C), in the transcript of every "
                  "party, even all parties together, and in the head; the rows of each step are known to the parties, "
                  "so no amplification by subsampling is claimed")
+COVERS_MARVELL = ("each overlap row's binary label against each party's view of one batch (empirical, no "
+                  "(epsilon, delta)): the AUC of any scoring of the party's perturbed rows is at most 1/2 + sqrt(k)/2 "
+                  "- k/8 for the batch's symmetrised KL k, under the Gaussian model of the batch's gradients")
 #: defence -> what its guarantee protects
-COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS}
+COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS, "marvell": COVERS_MARVELL}
 #: split learning's statement of its defences (the shared :class:`~vflcrypto.protocols._repvfl_defence.LabelDefence`
 #: reports its guarantees with it); each row's label enters one noised step per epoch
 STATEMENT = Statement(COVERS, "per-example joint clipping to C and Gaussian noise of std sigma*C (DP-SGD on the "
@@ -78,6 +112,80 @@ def grad_guarantee(noise_multiplier: float, clip: float, delta: float, epochs: i
     """The guarantee of the clipped and noised gradients: ``epochs`` Gaussian mechanisms of noise multiplier
     σ / 2 (replace-one sensitivity 2C) at sampling rate 1, by the library's RDP accountant."""
     return LabelDefence(None, noise_multiplier, clip, delta).guarantees(epochs, None, STATEMENT)[0]
+
+
+def marvell_guarantee(scale: float, sum_kls: Sequence[float] | None = None) -> Guarantee:
+    """Marvell's statement: no (ε, δ); the power bound s and, for the server (which solved every step), the largest
+    symmetrised KL over the steps and parties and the leak-AUC bound it implies (a party knows s only)."""
+    from vflcrypto.privacy import marvell
+
+    return marvell.guarantee(scale, COVERS_MARVELL, sum_kls)
+
+
+@dataclass(frozen=True)
+class SplitDefence(LabelDefence):
+    """The shared label defences plus Marvell's power bound s (P = s·‖ḡ_1 − ḡ_0‖² per batch and party; ``None``:
+    off), as split learning's setup announces them."""
+
+    marvell_bound: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.marvell_bound is not None:
+            if not (self.marvell_bound > 0 and math.isfinite(self.marvell_bound)):
+                raise InputDataError(f"--marvell-bound needs a finite power bound > 0, got {self.marvell_bound}")
+            if self.label_epsilon is not None or self.noise_multiplier is not None:
+                raise InputDataError("Marvell runs alone: no --label-dp, --grad-noise or --grad-epsilon with "
+                                     "--marvell-bound")
+        super().__post_init__()
+
+    @property
+    def on(self) -> bool:
+        return self.dp or self.marvell_bound is not None
+
+    @property
+    def dp(self) -> bool:
+        """A DP defence is on (the gradients travel as ``split.dp_gradient``)."""
+        return self.label_epsilon is not None or self.noise_multiplier is not None
+
+    def check_task(self, n_classes: int) -> None:
+        """Marvell protects binary labels only: refused, in one line, for a task of more classes."""
+        if self.marvell_bound is not None and n_classes != 2:
+            raise InputDataError(f"--marvell-bound: Marvell protects binary labels only, this task has {n_classes} "
+                                 "classes")
+
+    def guarantees(self, releases: int, n_classes: int | None, statement: Statement,
+                   sum_kls: Sequence[float] | None = None) -> list[Guarantee]:
+        """The shared defences' guarantees, then Marvell's (with the symmetrised KL of every step when the server
+        gives them)."""
+        out = super().guarantees(releases, n_classes, statement)
+        if self.marvell_bound is not None:
+            out.append(marvell_guarantee(self.marvell_bound, sum_kls))
+        return out
+
+    def privacy(self, releases: int, n_classes: int | None, statement: Statement,
+                sum_kls: Sequence[float] | None = None) -> dict[str, Any]:
+        """The guarantees as JSON: defence name -> its (ε, δ) (None for Marvell), mechanism, accountant, coverage."""
+        return {g.defence: g.to_dict() for g in self.guarantees(releases, n_classes, statement, sum_kls)}
+
+
+@dataclass
+class MarvellState:
+    """The server's Marvell bookkeeping: per party the last batch's solution and direction (reused for a batch of
+    one label, which has no Δ), and every step's symmetrised KL."""
+
+    last: dict[int, tuple[Any, np.ndarray]] = field(default_factory=dict)
+    sum_kls: list[float] = field(default_factory=list)
+
+    def noise(self, k: int, G: np.ndarray, y: np.ndarray, scale: float) -> tuple[np.ndarray, Any, np.ndarray]:
+        """Party ``k``'s rows ``G`` (labels ``y``) with Marvell's noise at power bound ``scale``: the rows (float32),
+        the solution and the unit direction."""
+        from vflcrypto.privacy import marvell
+
+        prev = self.last.get(k)
+        rows, sol, unit = marvell.marvell_noise(G, y, scale, *(prev or (None, None)))
+        self.last[k] = (sol, unit)
+        self.sum_kls.append(sol.sum_kl)
+        return rows.astype(np.float32), sol, unit
 
 
 def noised_step(head: Any, opt: Any, hs: list[np.ndarray], y: np.ndarray, clip: float,

@@ -10,14 +10,14 @@ from vflcrypto.runtime.declarations import Protection, declare
 
 from .._repvfl import PARTY, SERVER
 
-__all__ = ["PARTY", "SERVER", "BatchGradient", "BatchRepresentation", "DpBatchGradient", "Setup",
-           "TestRepresentation"]
+__all__ = ["PARTY", "SERVER", "BatchGradient", "BatchRepresentation", "DpBatchGradient", "MarvellBatchGradient",
+           "Setup", "TestRepresentation"]
 
 
 @declare("split.setup", sender=SERVER, receiver=PARTY, protection=Protection.PUBLIC,
          reveals="the numbers of overlap and test rows, d, the epochs, the batch size and the public schedule seed; "
                  "the label defences of the run (randomized response's epsilon; the gradient noise multiplier, "
-                 "clip norm and delta), so that every party accounts the same (epsilon, delta)")
+                 "clip norm and delta; Marvell's power bound), so that every party accounts the same (epsilon, delta)")
 @dataclass(frozen=True)
 class Setup:
     n_overlap: int
@@ -32,6 +32,8 @@ class Setup:
     noise_multiplier: float | None = None
     clip: float | None = None
     delta: float | None = None
+    #: Marvell's power bound s (None: off)
+    marvell_bound: float | None = None
 
 
 @declare("split.representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
@@ -45,9 +47,9 @@ class BatchRepresentation:
 
 
 @declare("split.gradient", sender=SERVER, receiver=PARTY, protection=Protection.PLAINTEXT,
-         reveals="dL/dH^k of the batch, every step, undefended (no --label-dp, --grad-noise or --grad-epsilon): the "
-                 "label partition of the batch rows by design (rows of one class point the same way: k-means ARI "
-                 "measured), repeated over many rounds")
+         reveals="dL/dH^k of the batch, every step, undefended (no --label-dp, --grad-noise, --grad-epsilon or "
+                 "--marvell-bound): the label partition of the batch rows by design (rows of one class point the "
+                 "same way: k-means ARI measured), repeated over many rounds")
 @dataclass(frozen=True)
 class BatchGradient:
     epoch: int
@@ -65,6 +67,20 @@ class BatchGradient:
                  "features; the label partition and label attacks fall toward their baselines as epsilon shrinks")
 @dataclass(frozen=True)
 class DpBatchGradient:
+    epoch: int
+    batch: int
+    G: np.ndarray
+
+
+@declare("split.marvell_gradient", sender=SERVER, receiver=PARTY, protection=Protection.NOISED,
+         reveals="dL/dH^k of the batch with Marvell's noise (--marvell-bound s, binary labels; Li et al., ICLR 2022), "
+                 "every step: per batch, noise along the two labels' mean difference and across it, of the covariance "
+                 "that minimises the symmetrised KL k between the labels' perturbed rows under the power s * "
+                 "|mean_1 - mean_0|^2. Empirical, no (epsilon, delta): for the Gaussian model of one batch's rows, any "
+                 "scoring of them by label has AUC <= 1/2 + sqrt(k)/2 - k/8 (the server reports the largest k); rows "
+                 "pooled over batches, the true gradient distribution and the features are not covered")
+@dataclass(frozen=True)
+class MarvellBatchGradient:
     epoch: int
     batch: int
     G: np.ndarray

@@ -13,10 +13,11 @@ extractor and Adam state are in its (wire-encodable) state after every step, and
 party recomputes the batch's forward pass when the gradient arrives (the extractors
 have no dropout, so the recomputation is exact).
 
-The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-epsilon``) are
-the server's: it announces them in the setup, trains on randomized labels and/or sends
-clipped and noised gradients as ``split.dp_gradient``; every party accounts the announced
-(ε, δ) itself and keeps it in its result.
+The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-epsilon``,
+``--marvell-bound``) are the server's: it announces them in the setup, trains on randomized
+labels and/or sends clipped and noised gradients as ``split.dp_gradient``, or Marvell's noised
+rows as ``split.marvell_gradient``; every party refuses a setup whose defences differ from its
+own flags, accounts the announced guarantee itself and keeps it in its result.
 """
 
 from __future__ import annotations
@@ -45,19 +46,30 @@ from .._repvfl import (
     require_torch,
     run_roles,
 )
-from .._repvfl_defence import DefendedConfig, announced_defence
-from .defence import STATEMENT, noised_step
-from .messages import BatchGradient, BatchRepresentation, DpBatchGradient, Setup, TestRepresentation
+from .._repvfl_defence import DefendedConfig
+from .defence import STATEMENT, MarvellState, SplitDefence, noised_step
+from .messages import (
+    BatchGradient,
+    BatchRepresentation,
+    DpBatchGradient,
+    MarvellBatchGradient,
+    Setup,
+    TestRepresentation,
+)
 
-__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "run_local"]
+__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "gradient_kind", "run_local"]
 
 
 @dataclass(frozen=True)
 class SplitConfig(DefendedConfig):
-    """Split learning's parameters: :class:`RepConfig`, the label defences (:mod:`.defence`; all off by default)
-    and the number of joint epochs (each row's label enters one noised step per epoch)."""
+    """Split learning's parameters: :class:`RepConfig`, the label defences (:mod:`.defence`; all off by default:
+    the shared ones and Marvell) and the number of joint epochs (each row's label enters one noised step per
+    epoch)."""
 
     epochs: int = option(200, "epochs over the overlap rows (every batch is one round trip per party)")
+    marvell_bound: float | None = option(None, "Marvell's optimised gradient noise for binary labels (Li et al. 2022) "
+                                               "at this power bound s: per batch, noise power s*|mean_1 - mean_0|^2 "
+                                               "(empirical, no epsilon; bounds any attack's leak AUC per batch)")
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -66,6 +78,20 @@ class SplitConfig(DefendedConfig):
 
     def releases(self) -> int:
         return self.epochs
+
+    def defence(self) -> SplitDefence:
+        """The shared label defences this configuration asks for, and Marvell's bound."""
+        shared = super().defence()
+        return SplitDefence(shared.label_epsilon, shared.noise_multiplier, shared.clip, shared.delta,
+                            self.marvell_bound)
+
+
+def gradient_kind(dfn: SplitDefence) -> type[BatchGradient] | type[DpBatchGradient] | type[MarvellBatchGradient]:
+    """The message the gradients travel as: ``split.marvell_gradient`` under Marvell, ``split.dp_gradient`` under a
+    DP defence, else ``split.gradient``."""
+    if dfn.marvell_bound is not None:
+        return MarvellBatchGradient
+    return DpBatchGradient if dfn.dp else BatchGradient
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -114,6 +140,8 @@ class ServerRole(Role[_ServerState]):
         self.head = vnn.head(self.cfg.dim * len(self.parties), data.n_classes, seed=self.cfg.seed)
         self.opt = vnn.adam([self.head], self.cfg.head_lr)
         self.defence = self.cfg.defence()
+        self.defence.check_task(data.n_classes)
+        self.marvell = MarvellState()
         self.y_train = data.y_overlap  # randomized at start() under --label-dp
         self.t0 = time.perf_counter()
 
@@ -135,7 +163,7 @@ class ServerRole(Role[_ServerState]):
             self.y_train = mechanisms.randomized_response(self.data.y_overlap, self.data.n_classes, dfn.label_epsilon)
         self.hold("training_labels", self.y_train)
         setup = Setup(self.n, self.n_test, c.dim, c.epochs, c.batch_size, c.seed, dfn.label_epsilon,
-                      dfn.noise_multiplier, dfn.clip, dfn.delta)
+                      dfn.noise_multiplier, dfn.clip, dfn.delta, dfn.marvell_bound)
         return then([send(p, setup) for p in self.parties], self.parties[0], BatchRepresentation,
                     "on_representation")
 
@@ -151,7 +179,7 @@ class ServerRole(Role[_ServerState]):
         if st.k < len(self.parties):
             return then([], self.parties[st.k], BatchRepresentation, "on_representation")
         grads = self._step(rows)
-        kind = DpBatchGradient if self.defence.on else BatchGradient
+        kind = gradient_kind(self.defence)
         sends = [send(p, kind(st.epoch, st.batch, g)) for p, g in zip(self.parties, grads, strict=True)]
         st.H, st.k = [], 0
         st.batch += 1
@@ -182,7 +210,15 @@ class ServerRole(Role[_ServerState]):
         torch.autograd.backward(loss)
         self.opt.step()
         self.state.losses.append(float(loss.detach()))
-        return [vnn.to_numpy(h.grad) if h.grad is not None else np.zeros(h.shape, np.float32) for h in hs]
+        grads = [vnn.to_numpy(h.grad) if h.grad is not None else np.zeros(h.shape, np.float32) for h in hs]
+        if dfn.marvell_bound is None:
+            return grads
+        out = []
+        for k, G in enumerate(grads):  # each party's block: the rows it receives, noised for its own view
+            noised, sol, unit = self.marvell.noise(k, G, self.y_train[rows], dfn.marvell_bound)
+            self.hold("marvell_steps", (self.parties[k], G, self.y_train[rows], sol, unit))  # audit: its check
+            out.append(noised)
+        return out
 
     def on_test(self, msg: TestRepresentation) -> Next:
         """Step 4: party k's test representations; after the last, the predictions."""
@@ -198,7 +234,8 @@ class ServerRole(Role[_ServerState]):
         y = self.data.y_test
         acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
         return done(ServerResult(vnn.module_arrays(self.head), proba, acc, {"total": time.perf_counter() - self.t0},
-                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes, STATEMENT)))
+                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes, STATEMENT,
+                                                              self.marvell.sum_kls)))
 
 
 # --------------------------------------------------------------------------- party
@@ -266,7 +303,7 @@ class PartyRole(Role[_PartyState]):
                                  f"server {setup.n_overlap} and {setup.n_test}: not aligned")
         if setup.dim != self.cfg.dim or setup.epochs < 1 or setup.batch_size < 1:
             raise ProtocolError(f"setup asks for d = {setup.dim}, {setup.epochs} epochs, batch {setup.batch_size}")
-        announced_defence(setup, self.name, self.cfg.defence())
+        SplitDefence.announced(setup, self.name, self.cfg.defence())
         self.state.setup = setup
         self.hold("features", d.X_overlap)
         self._save()
@@ -277,10 +314,10 @@ class PartyRole(Role[_PartyState]):
 
         st = self.state
         H = vnn.forward(self.f, self.data.X_overlap[self._rows()])
-        kind = DpBatchGradient if announced_defence(self.setup, self.name).on else BatchGradient
+        kind = gradient_kind(SplitDefence.announced(self.setup, self.name))
         return then([send(self.server, BatchRepresentation(st.epoch, st.batch, H))], self.server, kind, "on_gradient")
 
-    def on_gradient(self, msg: BatchGradient | DpBatchGradient) -> Next:
+    def on_gradient(self, msg: BatchGradient | DpBatchGradient | MarvellBatchGradient) -> Next:
         """Step 3: backpropagate the server's gradient through f_k; then the next batch or the test rows."""
         import torch
 
@@ -305,7 +342,7 @@ class PartyRole(Role[_PartyState]):
         if st.epoch < s.epochs:
             return self._send_batch()
         test = TestRepresentation(vnn.forward(self.f, self.data.X_test))
-        privacy = announced_defence(s, self.name).privacy(s.epochs, None, STATEMENT)
+        privacy = SplitDefence.announced(s, self.name).privacy(s.epochs, None, STATEMENT)
         return done(PartyResult(self.state.extractor, st.steps, privacy), [send(self.server, test)])
 
 
@@ -317,5 +354,6 @@ def run_local(server: ServerData, parties: Sequence[PartyData], *, config: Split
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
               tap: AuditTap | None = None) -> RepRun:
     """Run S and every party in this process (:func:`~vflcrypto.protocols._repvfl.run_roles`)."""
+    (config or SplitConfig()).defence().check_task(server.n_classes)  # before any party starts
     return run_roles(ServerRole, PartyRole, server, parties, config or SplitConfig(), extractors=extractors,
                      timeout=timeout, overrides=overrides, tap=tap)

@@ -12,10 +12,11 @@
 * :mod:`.defences`: checks that a defence's mechanism runs as announced, and its privacy–utility
   frontier;
 * :mod:`.report`: the audit as one self-contained HTML report and PNG figures;
+  :mod:`.frontier_report` a defence's frontier likewise;
 * :mod:`.net`: the audit of the network runtime's own hello.
 
 Imports: :mod:`vflcrypto.runtime`, :mod:`vflcrypto.ml`, :mod:`vflcrypto.he`,
 :mod:`vflcrypto.data`, :mod:`vflcrypto.privacy`, :mod:`vflcrypto.errors`. Public names: the modules above.
 """
 
-__all__ = ["attacks", "defences", "ledger", "literature", "net", "report"]
+__all__ = ["attacks", "defences", "frontier_report", "ledger", "literature", "net", "report"]

@@ -76,7 +76,7 @@ def randomized_response_finding(observer: str, name: str, trained: np.ndarray, t
 class FrontierPoint:
     """One run of a frontier: the budget asked for, the accounted (ε, δ), the utility and each attack's score."""
 
-    #: the ε asked for (``None``: the undefended run)
+    #: the ε asked for, or an empirical defence's own budget (Marvell's power bound); ``None``: the undefended run
     budget: float | None
     epsilon: float | None
     delta: float | None
@@ -111,10 +111,13 @@ class Frontier:
     points: tuple[FrontierPoint, ...]
     #: attack name -> what it is (in the order of the table's columns)
     attacks: Mapping[str, str]
+    #: what the budgets are (``epsilon``; Marvell's ``power bound s``)
+    budget_name: str = "epsilon"
 
     def to_dict(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "defence": self.defence, "guarantee": self.guarantee,
-                "attacks": dict(self.attacks), "points": [p.to_dict() for p in self.points]}
+                "budget_name": self.budget_name, "attacks": dict(self.attacks),
+                "points": [p.to_dict() for p in self.points]}
 
     def to_text(self) -> str:
         def num(x: float | None, fmt: str = ".3f") -> str:
@@ -131,7 +134,8 @@ class Frontier:
         base = self.points[0].baselines if self.points else {}
         rows.append(["baseline", "", "", "", *("" for _ in extra), *(num(base.get(n)) for n in names)])
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-        lines = [f"Privacy-utility frontier: {self.protocol}, defence {self.defence}", "", self.guarantee, ""]
+        lines = [f"Privacy-utility frontier: {self.protocol}, defence {self.defence} (budget: {self.budget_name})", "",
+                 self.guarantee, ""]
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
         lines += ["", "Attacks (score: the worst over the attacked parties; baseline: without the messages):"]
         lines += [f"  {n}: {what}" for n, what in self.attacks.items()]

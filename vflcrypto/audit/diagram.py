@@ -26,12 +26,13 @@ __all__ = ["MAX_ARROWS", "PROTECTION_COLOURS", "SEQUENCE_WIDTH", "arrows", "fit"
 #: one colour per protection class (colour-blind-safe where it matters: red = in the clear)
 PROTECTION_COLOURS = {
     "plaintext": "#d62728", "ciphertext": "#1f77b4", "masked": "#9467bd", "aggregate": "#2ca02c",
-    "public": "#7f7f7f", "blinded": "#17becf", "dp": "#ff7f0e", "undeclared": "#000000",
+    "public": "#7f7f7f", "blinded": "#17becf", "dp": "#ff7f0e", "noised": "#bcbd22",
+    "undeclared": "#000000",
 }
 MAX_ARROWS = 120  # per run; the rest is summarised in one line
 MAX_PERIOD = 48  # longest round (in arrows) that rounds() looks for
 SEQUENCE_WIDTH = 1300  # px: the report's page width (1400 px) less its margins
-_ORDER = ("plaintext", "ciphertext", "masked", "aggregate", "dp", "blinded", "public")
+_ORDER = ("plaintext", "noised", "ciphertext", "masked", "aggregate", "dp", "blinded", "public")
 
 # advance widths of DejaVu Sans, characters 32..126, in hundredths of an em
 _WIDTHS = (32, 40, 46, 84, 64, 95, 78, 27, 39, 39, 50, 84, 32, 36, 32, 34, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,

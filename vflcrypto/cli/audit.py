@@ -9,7 +9,9 @@ could not be measured (no messages to attack, or too little power to detect its 
 ``net`` audits the network hello of :mod:`vflcrypto.runtime.network`.
 ``--defence D --budgets 1,2,4,8`` draws a protocol's privacy–utility frontier instead: its
 audit's attacks, the test accuracy and the accounted (ε, δ) at each budget, beside the
-undefended run (:class:`vflcrypto.audit.defences.Frontier`).
+undefended run (:class:`vflcrypto.audit.defences.Frontier`); ``--html FILE`` and ``--plot DIR``
+draw it (:mod:`vflcrypto.audit.frontier_report`); split's ``--binary`` runs it on the binary
+digits (Marvell, ``--defence marvell``, always does: its budgets are power bounds, not ε).
 ``--transcript FILE`` audits a recorded run instead (a ``vflcrypto party`` run record or
 a Flower run's transcript: declared leakage); when the party kept its messages
 (``--keep-messages``), its protocol's published attacks run on that party's view alone,
@@ -20,6 +22,7 @@ rewrites the generated leakage tables in SECURITY.md from the declarations.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -181,17 +184,40 @@ def _frontier(args: argparse.Namespace) -> int:
         raise InputDataError(f"{args.name} has no defence {args.defence!r} (its defences: {offered})")
     if args.repeats < 1:
         raise InputDataError(f"--repeats takes a count >= 1, got {args.repeats}")
-    frontier = spec.frontier(args.defence, _budgets(args.budgets), args.repeats)
+    setting = {"binary": True} if args.binary else {}
+    params = inspect.signature(spec.frontier).parameters
+    if setting and "binary" not in params and not any(q.kind is q.VAR_KEYWORD for q in params.values()):
+        raise InputDataError(f"--binary: {args.name}'s frontier has one setting only (split's runs on binary digits)")
+    from ..data.files import atomic_set, atomic_write_text, check_output_dir, check_outputs
+
+    if args.html:
+        check_outputs({"HTML report": args.html})  # before the (long) runs
+    if args.plot:
+        check_output_dir(args.plot, "--plot directory")
+    frontier = spec.frontier(args.defence, _budgets(args.budgets), args.repeats, **setting)
+    written: list[str | Path] = []
+    with atomic_set():  # the page and the figure published together, or neither
+        if args.html:
+            from ..audit.frontier_report import render_frontier_html
+
+            atomic_write_text(args.html, render_frontier_html([frontier]))
+            written.append(args.html)
+        if args.plot:
+            from ..audit.frontier_report import write_frontier_png
+
+            written.append(write_frontier_png([frontier], Path(args.plot) / f"{args.name}-frontier-{args.defence}.png"))
+    for p in written:
+        print(f"wrote {p}", file=sys.stderr)
     print(json.dumps(frontier.to_dict(), indent=2) if args.json else frontier.to_text())
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.defence or args.budgets:
+    if args.defence or args.budgets or args.binary:
         if not args.name or args.name == NET or not args.defence:
             raise InputDataError("--defence D [--budgets 1,2,4,8] needs a protocol with defences (e.g. split)")
-        if args.html or args.plot or args.transcript or args.security_md:
-            raise InputDataError("--defence draws a frontier: no --html, --plot, --transcript or --security-md")
+        if args.transcript or args.security_md:
+            raise InputDataError("--defence draws a frontier: no --transcript or --security-md")
         args.budgets = args.budgets or "1,2,4,8"
         return _frontier(args)
     if args.security_md:
@@ -258,7 +284,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
-                                                  "(split: label-rr, grad-gauss; hfl: dp-fedavg) instead of the audit")
-    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8)")
+                                                  "(split: label-rr, grad-gauss, marvell; hfl: dp-fedavg) instead of "
+                                                  "the audit")
+    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8; marvell: "
+                                                        "its power bounds s)")
+    p.add_argument("--binary", action="store_true", help="--defence: split's frontier on the binary digits (digit 8 "
+                                                         "against the rest; marvell always runs there)")
     p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")
     p.set_defaults(handler=run)

@@ -4,7 +4,9 @@
   that meets a budget, from Google's ``dp-accounting`` RDP accountant (no hand-written
   accountant); :class:`Guarantee`, one defence's stated guarantee;
 * :mod:`.mechanisms`: randomized response on class labels (pure ε-DP), per-row L2
-  clipping and Gaussian noise, with randomness from the OS CSPRNG.
+  clipping and Gaussian noise, with randomness from the OS CSPRNG;
+* :mod:`.marvell`: Marvell's optimised gradient noise for binary labels (Li et al., ICLR
+  2022), an empirical defence (no (ε, δ)) whose symmetrised KL bounds any attack's leak AUC.
 
 Nothing here knows a protocol: a protocol's defence module decides what the sensitivity
 is, what is clipped, which rows take part in which step, and states what its guarantee
@@ -14,6 +16,7 @@ Imports: :mod:`vflcrypto.errors` only (and numpy; ``dp_accounting`` inside the f
 that account). Public names: the modules above and their main functions.
 """
 
+from . import marvell
 from .accounting import (
     Guarantee,
     calibrate_noise,
@@ -42,6 +45,7 @@ __all__ = [
     "gaussian_guarantee",
     "gaussian_noise",
     "gaussian_rdp",
+    "marvell",
     "mechanisms",
     "randomized_response",
     "rr_epsilon",

@@ -32,12 +32,13 @@ __all__ = ["Guarantee", "calibrate_noise", "composed_gaussian_epsilon", "gaussia
 
 @dataclass(frozen=True)
 class Guarantee:
-    """One defence's stated guarantee: (ε, δ), the mechanism, the accountant and what it covers."""
+    """One defence's stated guarantee: (ε, δ), the mechanism, the accountant and what it covers (an empirical
+    defence, Marvell, states what it bounds with ε = δ = None)."""
 
-    #: the defence's name (``label-rr``, ``grad-gauss``)
+    #: the defence's name (``label-rr``, ``grad-gauss``, ``marvell``)
     defence: str
-    epsilon: float
-    delta: float
+    epsilon: float | None
+    delta: float | None
     mechanism: str
     #: where the figure comes from (the library's accountant, or the mechanism's exact pure-DP bound)
     accountant: str

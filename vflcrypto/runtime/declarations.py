@@ -59,6 +59,7 @@ class Protection(enum.Enum):
     BLINDED = "blinded"  # pseudorandom blinding of IDs (PSI)
     SHUFFLED = "shuffled"  # order carries no information
     DP = "differentially private"  # the output of a DP mechanism of the data it depends on; reveals states (ε, δ)
+    NOISED = "noised"  # perturbed by an empirical defence's noise (no (ε, δ)); reveals states what it bounds
 
 
 @dataclass(frozen=True)
