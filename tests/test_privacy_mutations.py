@@ -27,6 +27,7 @@ import pytest
 from vflcrypto.protocols import get
 from vflcrypto.protocols.hfl import audit as hfl_audit
 from vflcrypto.protocols.protovfl import audit as protovfl_audit
+from vflcrypto.protocols.secureboost import audit as secureboost_audit
 from vflcrypto.protocols.split import audit as split_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
@@ -420,6 +421,11 @@ def drop_gradient_noise(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
 
 
+def drop_histogram_noise(mp: pytest.MonkeyPatch) -> None:
+    """SecureBoost's active party adds no Gaussian noise to the G sums under --dp-epsilon (it still clips g)."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+
+
 def skip_randomized_response(mp: pytest.MonkeyPatch) -> None:
     """Split learning's server trains on the true labels while announcing randomized response."""
     mp.setattr(dp_mechanisms, "randomized_response", lambda labels, k, epsilon: np.asarray(labels).copy())
@@ -586,6 +592,8 @@ MUTATIONS = (
              (("secureboost.histograms", P.SHUFFLED), ("secureboost.plain_histograms", P.SHUFFLED)),
              unshuffled_candidates,
              checks=("secureboost.histograms: candidate order", "secureboost.plain_histograms: candidate order")),
+    Mutation("secureboost: label-DP noise on the G sums dropped", "secureboost", (("secureboost.dp_level", P.DP),),
+             drop_histogram_noise, checks=(secureboost_audit.DP_CHECK,)),
     # secure aggregation
     Mutation("secagg: no self-masks and no pairwise masks", "secagg",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,

@@ -106,27 +106,57 @@ class Frontier:
     points: tuple[FrontierPoint, ...]
     #: attack name -> what it is (in the order of the table's columns)
     attacks: Mapping[str, str]
+    #: the utility figure of ``FrontierPoint.accuracy`` (``accuracy``, ``AUC``)
+    metric: str = "accuracy"
+    #: attack name -> its score on the structure a label-independent run reveals (the floor a defence that
+    #: hides the labels entirely leaves: the features' own share), where the protocol measures one
+    floors: Mapping[str, float] = field(default_factory=dict)
+    #: reference model -> its utility on the same rows (e.g. the plaintext XGBoost model)
+    references: Mapping[str, float] = field(default_factory=dict)
+    #: what the budgets are when they are not epsilons (e.g. a count of rounds of an empirical defence)
+    budget_unit: str = "epsilon"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "defence": self.defence, "guarantee": self.guarantee,
-                "attacks": dict(self.attacks), "points": [p.to_dict() for p in self.points]}
+        points = [p.to_dict() for p in self.points]
+        if self.metric != "accuracy":
+            for p in points:
+                p[f"test_{self.metric.lower()}"] = p.pop("test_accuracy")
+        out: dict[str, Any] = {"protocol": self.protocol, "defence": self.defence, "guarantee": self.guarantee,
+                               "attacks": dict(self.attacks), "points": points}
+        if self.metric != "accuracy":
+            out["metric"] = self.metric
+        if self.floors:
+            out["floors"] = dict(self.floors)
+        if self.references:
+            out["references"] = dict(self.references)
+        if self.budget_unit != "epsilon":
+            out["budget_unit"] = self.budget_unit
+        return out
 
     def to_text(self) -> str:
         def num(x: float | None, fmt: str = ".3f") -> str:
             return "-" if x is None or x != x else format(x, fmt)
 
         names = list(self.attacks)
-        head = ["budget", "epsilon", "delta", "test acc", *names]
+        head = ["budget", "epsilon", "delta", "test acc" if self.metric == "accuracy" else f"test {self.metric}",
+                *names]
         rows = [head]
         for p in self.points:
             rows.append(["none" if p.budget is None else f"{p.budget:g}", num(p.epsilon), num(p.delta, ".0e"),
                          num(p.accuracy), *(num(p.scores.get(n)) for n in names)])
         base = self.points[0].baselines if self.points else {}
         rows.append(["baseline", "", "", "", *(num(base.get(n)) for n in names)])
+        if self.floors:
+            rows.append(["label-free", "", "", "", *(num(self.floors.get(n)) for n in names)])
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = [f"Privacy-utility frontier: {self.protocol}, defence {self.defence}", "", self.guarantee, ""]
+        if self.budget_unit != "epsilon":
+            lines += [f"budget: {self.budget_unit}", ""]
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-        lines += ["", "Attacks (score: the worst over the attacked parties; baseline: without the messages):"]
+        lines += [f"{name}: test {self.metric} {num(v)}" for name, v in self.references.items()]
+        lines += ["", "Attacks (score: the worst over the attacked parties; baseline: without the messages"
+                      + ("; label-free: on the structure of runs grown from shuffled labels" if self.floors else "")
+                      + "):"]
         lines += [f"  {n}: {what}" for n, what in self.attacks.items()]
         secs, runs = sum(p.seconds for p in self.points), sum(p.runs for p in self.points)
         per = self.points[0].runs if self.points else 1
