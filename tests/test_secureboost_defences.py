@@ -1,10 +1,11 @@
 """SecureBoost's label defences (``protocols/secureboost/defence.py``): rounds on the active party's features alone
 and Gaussian noise on the G sums (label DP), their plan checks, accounting, audit check and frontier.
 
-Tolerances of the frontier test (the mean of 4 runs at epsilon = 1, on the bundled bank/shop data; 20 single runs
-measured: first-split leak AUC 0.54 on average, 0.50-0.77; majority vote 0.68 against a 0.677 baseline, at most
-0.78; ID2Graph 0.64 against 0.686, at most 0.78): the first-split leak within 0.15 of chance (0.5), the other two
-within 0.06 of the majority class's share, while the undefended run is at least 0.2, 0.1 and 0.05 above them.
+Tolerances of the frontier test (the mean of 6 runs at epsilon = 1, on the bundled bank/shop data; 200 single runs
+measured: first-split leak AUC 0.538 on average, standard deviation 0.062; majority vote 0.677 (sd 0.041) against
+a 0.677 baseline; ID2Graph 0.649 (sd 0.069) against 0.686): the first-split leak within 0.15 of chance (0.5), the
+majority vote within 0.07 and ID2Graph within 0.08 of the majority class's share (each about 4 standard deviations
+of a 6-run mean above its average), while the undefended run is at least 0.2, 0.1 and 0.05 above the baselines.
 """
 
 from __future__ import annotations
@@ -114,16 +115,16 @@ def test_label_attacks_fall_to_their_baselines_at_the_tightest_budget() -> None:
     data = frontier.frontier_data()
     base = sb.BoostParams(**frontier.FRONTIER_PARAMS)
     none = frontier._point(data, base, "hist-gauss", None, 1)
-    tight = frontier._point(data, dataclasses.replace(base, dp_epsilon=1.0), "hist-gauss", 1.0, 4)
+    tight = frontier._point(data, dataclasses.replace(base, dp_epsilon=1.0), "hist-gauss", 1.0, 6)
     b = tight.baselines
     assert none.scores["first_split"] > b["first_split"] + 0.2
     assert none.scores["majority_vote"] > b["majority_vote"] + 0.1
     assert none.scores["id2graph"] > b["id2graph"] + 0.05
     assert tight.scores["first_split"] <= b["first_split"] + 0.15, tight
-    assert tight.scores["majority_vote"] <= b["majority_vote"] + 0.06, tight
-    assert tight.scores["id2graph"] <= b["id2graph"] + 0.06, tight
+    assert tight.scores["majority_vote"] <= b["majority_vote"] + 0.07, tight
+    assert tight.scores["id2graph"] <= b["id2graph"] + 0.08, tight
     assert tight.epsilon is not None and 1.0 - 1e-3 < tight.epsilon <= 1.0 and tight.delta == 1e-5
-    assert 0.6 < tight.accuracy < none.accuracy  # the cost: test AUC 0.75 on average against 0.905
+    assert 0.6 < tight.accuracy < none.accuracy  # the cost: test AUC 0.76 on average against 0.905
 
 
 def test_the_active_only_frontier_attacks_the_first_tree_the_passive_party_sees() -> None:
