@@ -6,9 +6,9 @@ on the server and on every party (found by the all-party ECDH PSI) are the align
 rows; a public, seeded ``--test-fraction`` of them is held out (their labels only
 evaluate); every party's other rows are its unaligned rows. ``--dataset digits
 --overlap N`` runs the bundled digits halves instead (360 test rows). ``--json`` prints
-``test_accuracy``, ``bytes_sent`` and ``messages`` per role, and ``seconds``; under a
-defence (split's ``--label-dp``, ``--grad-noise``/``--grad-epsilon``) also ``privacy``: each
-role's accounted (ε, δ) per defence, which the model files' metadata keep too.
+``test_accuracy``, ``bytes_sent`` and ``messages`` per role, and ``seconds``; under a label
+defence (``--label-dp``, ``--grad-noise``/``--grad-epsilon``: :mod:`._repvfl_defence`) also
+``privacy``: each role's accounted (ε, δ) per defence, which the model files' metadata keep too.
 
 Network (``vflcrypto party ... train NAME``): the configuration names one ``server``
 party and ``party`` parties; each reads only its own CSV, the PSI aligns them, and each
@@ -22,7 +22,7 @@ import dataclasses
 import json
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_co
 from ._repvfl import PARTY, SERVER, PartyData, ServerData, aligned_inputs, check_labels, require_torch, sorted_rows
 from ._train import add_party_data_arguments, write_metrics
 
-__all__ = ["add_party_arguments", "add_train_arguments", "command", "party_task", "task", "train"]
+__all__ = ["add_party_arguments", "add_train_arguments", "command", "party_task", "save_rep_model", "task", "train"]
 
 RunLocal = Callable[..., Any]
 
@@ -104,14 +104,8 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
     if any(privacy.values()):
         summary["privacy"] = privacy  # each role's own accounting of the announced defences
     if args.model_dir:
-        dp = {"privacy": privacy[SERVER]} if privacy[SERVER] else {}
-        files = {"server.npz": partial(save_model, meta={"protocol": name, "role": SERVER, **dp},
-                                       arrays={f"head_{i}": a for i, a in enumerate(run.server.head)})}
-        for k, res in enumerate(run.parties):
-            pdp = {"privacy": privacy[f"party-{k}"]} if privacy[f"party-{k}"] else {}
-            files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY, **pdp},
-                                              arrays={f"extractor_{i}": a for i, a in enumerate(res.extractor)})
-        write_model_dir(args.model_dir, name, files, overwrite=getattr(args, "overwrite", False), what="--model-dir")
+        save_rep_model(args.model_dir, name, run.server.head, [res.extractor for res in run.parties],
+                       [t.columns for t in tables], overwrite=getattr(args, "overwrite", False), privacy=privacy)
     if args.json:
         print(json.dumps(summary, indent=2, default=float))
         return 0
@@ -122,6 +116,24 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
     for d, g in run.server.privacy.items():
         print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-label-DP ({g['accountant']}); protects {g['covers']}")
     return 0
+
+
+def save_rep_model(model_dir: str, name: str, head: list[np.ndarray], extractors: list[list[np.ndarray]],
+                   columns: list[tuple[str, ...]], *, overwrite: bool = False, head_prefix: str = "head_",
+                   privacy: Mapping[str, Any] | None = None) -> None:
+    """The model directory of a representation-VFL run: ``server.npz`` (the head, arrays ``<head_prefix><i>``)
+    and ``party-<k>.npz`` (party k's extractor and its columns), with a manifest (what ``vflcrypto predict
+    NAME`` loads); ``privacy`` (role name -> its accounting of the announced defences) goes in each role's file."""
+    def dp(role: str) -> dict[str, Any]:
+        return {"privacy": privacy[role]} if privacy and privacy.get(role) else {}
+
+    files = {"server.npz": partial(save_model, meta={"protocol": name, "role": SERVER, **dp(SERVER)},
+                                   arrays={f"{head_prefix}{i}": a for i, a in enumerate(head)})}
+    for k, (ext, cols) in enumerate(zip(extractors, columns, strict=True)):
+        files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY, "columns": list(cols),
+                                                            **dp(f"party-{k}")},
+                                          arrays={f"extractor_{i}": a for i, a in enumerate(ext)})
+    write_model_dir(model_dir, name, files, overwrite=overwrite, what="--model-dir")
 
 
 # --------------------------------------------------------------------------- network party

@@ -437,7 +437,9 @@ def test_a_party_with_different_training_flags_refuses_the_plan(tmp_path: Path, 
 @pytest.mark.parametrize(("task", "flag", "active_value", "passive_value", "named"), [
     ("secureboost", "--trees", "2", "3", "trees 2 (here 3)"),
     ("secureboost", "--subsample", "0.5", "1.0", "subsample 0.5 (here 1.0)"),
+    ("secureboost", "--dp-epsilon", "1", "2", "dp-epsilon 1.0 (here 2.0)"),
     ("logreg", "--steps", "2", "3", "steps 2 (here 3)"),
+    ("logreg", "--label-dp", "1", "2", "label-DP epsilon 1.0 (here 2.0)"),
 ])
 def test_secureboost_and_logreg_parties_refuse_a_different_plan(tmp_path: Path, pki: Path, task: str, flag: str,
                                                                active_value: str, passive_value: str,
@@ -638,6 +640,30 @@ def test_secureboost_options_over_the_network(tmp_path: Path, pki: Path) -> None
     assert recs["passive-0"]["summary"]["importance"] == local.passive["passive-0"].model.importance()
 
 
+def test_secureboost_label_defences_over_the_network(tmp_path: Path, pki: Path) -> None:
+    """--dp-epsilon and --active-only-trees as party processes: both parties account the same plan, report it in
+    their summaries and model files, and the passive party takes no instance space of the first round."""
+    from vflcrypto.protocols import secureboost as sb
+
+    Xa, y, ca, Xp, cp = sb.example(n=120)
+    ids = [f"r{i}" for i in range(120)]
+    write_table(tmp_path / "active.csv", ids, list(ca), Xa, y)
+    write_table(tmp_path / "passive-0.csv", ids, list(cp), Xp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
+    args = ["--trees", "3", "--depth", "2", "--max-bin", "8", "--aligned", "--dp-epsilon", "4", "--active-only-trees",
+            "1", *SMALL_KEYS]
+    procs = {n: party(cfg, n, "train", "secureboost", "--data", str(tmp_path / f"{n}.csv"),
+                      "--id-column", "id", *(["--label", "y"] if n == "active" else []), *args,
+                      "--out", str(tmp_path / f"{n}.npz")) for n in ("active", "passive-0")}
+    recs = check_ok(finish(procs, timeout=60))
+    privacy = recs["passive-0"]["summary"]["privacy"]
+    assert privacy == recs["active"]["summary"]["privacy"]
+    assert 4 - 1e-3 < privacy["hist-gauss"]["epsilon"] <= 4 and privacy["active-only"]["rounds"] == 1
+    am, pm = sb.ActiveModel.load(tmp_path / "active.npz"), sb.PassiveModel.load(tmp_path / "passive-0.npz")
+    assert am.privacy == pm.privacy == json.loads(json.dumps(privacy))
+    assert not (am.kind[am.offsets[0]:am.offsets[1]] == 2).any()  # the first round: the active party's features
+
+
 def test_secure_logistic_regression_four_processes(tmp_path: Path, pki: Path) -> None:
     """--secure: three feature parties agree on pairwise masks with pinned identity keys."""
     from vflcrypto.protocols import logreg as lr
@@ -757,16 +783,12 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     assert summary["test_accuracy"] == pytest.approx(local["test_accuracy"])
 
 
-def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The server and two parties each in a process; PSI aligns them; the same model as in-process; a party that
-    kept its messages is attacked from its view alone."""
-    pytest.importorskip("torch")
+def representation_processes(tmp_path: Path, model: str, args: list[str], *, keep: str,
+                             timeout: float) -> tuple[Path, list[Path], dict[str, dict]]:
+    """A representation-VFL protocol as three processes (server, party-0, party-1) on the digits views, each file
+    aligned by PSI (test fraction 0.5), ``keep`` keeping its messages; the label file, the parties' files and the
+    run records."""
     from test_cli_repvfl import write_views
-    from vflcrypto.protocols import oneshot
-    from vflcrypto.protocols._repvfl import aligned_inputs
-
-    from vflcrypto.cli import main
-    from vflcrypto.data.tables import read_party_csv
 
     names = ["server", "party-0", "party-1"]
     pki = tmp_path / "pki"
@@ -774,12 +796,25 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pyt
     labels, parties = write_views(tmp_path)
     files = {"server": labels, "party-0": parties[0], "party-1": parties[1]}
     cfg = make_config(tmp_path, pki, names, timeout=30.0)
-    args = ["--id-column", "id", "--test-fraction", "0.5", "--ssl-epochs", "3", "--head-epochs", "10"]
-    procs = {n: party(cfg, n, "train", "oneshot", "--data", str(files[n]), *args,
-                      *(["--label", "digit"] if n == "server" else []),
-                      *(["--keep-messages"] if n == "party-1" else []), "--out", str(tmp_path / f"{n}.npz"))
+    procs = {n: party(cfg, n, "train", model, "--data", str(files[n]), "--id-column", "id", "--test-fraction", "0.5",
+                      *args, *(["--label", "digit"] if n == "server" else []),
+                      *(["--keep-messages"] if n == keep else []), "--out", str(tmp_path / f"{n}.npz"))
              for n in names}
-    recs = check_ok(finish(procs, timeout=90))
+    return labels, parties, check_ok(finish(procs, timeout=timeout))
+
+
+def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server and two parties each in a process; PSI aligns them; the same model as in-process; a party that
+    kept its messages is attacked from its view alone."""
+    pytest.importorskip("torch")
+    from vflcrypto.protocols import oneshot
+    from vflcrypto.protocols._repvfl import aligned_inputs
+
+    from vflcrypto.cli import main
+    from vflcrypto.data.tables import read_party_csv
+
+    labels, parties, recs = representation_processes(tmp_path, "oneshot", ["--ssl-epochs", "3", "--head-epochs", "10"],
+                                                     keep="party-1", timeout=90)
     inputs = aligned_inputs(read_party_csv(labels, "id", label="digit", features=[]),
                             [read_party_csv(p, "id") for p in parties], test_fraction=0.5)
     local = oneshot.run_local(inputs.server, inputs.parties,

@@ -124,16 +124,17 @@ def test_label_attacks_fall_to_their_baselines_at_the_tightest_budget() -> None:
     assert tight.scores["majority_vote"] <= b["majority_vote"] + 0.07, tight
     assert tight.scores["id2graph"] <= b["id2graph"] + 0.08, tight
     assert tight.epsilon is not None and 1.0 - 1e-3 < tight.epsilon <= 1.0 and tight.delta == 1e-5
-    assert 0.6 < tight.accuracy < none.accuracy  # the cost: test AUC 0.76 on average against 0.905
+    assert 0.6 < tight.utility["test_auc"] < none.utility["test_auc"]  # cost: AUC 0.76 on average, not 0.905
 
 
 def test_the_active_only_frontier_attacks_the_first_tree_the_passive_party_sees() -> None:
     f = sb.SPEC.frontier("active-only", [2], 1)  # type: ignore[misc]
     _, two = f.points
-    assert two.epsilon is None and two.params == {"rounds": 2} and f.metric == "AUC"
+    assert two.epsilon is None and two.params == {"rounds": 2} and two.accuracy is not None
     assert all(v == v for v in two.scores.values())  # measured on tree 2
     assert set(f.floors) == set(f.attacks) and "label-free" in f.to_text()
-    assert json.loads(json.dumps(f.to_dict()))["points"][1]["test_auc"] == two.accuracy
+    assert json.loads(json.dumps(f.to_dict()))["points"][1]["utility"]["test_auc"] == two.utility["test_auc"]
+    assert "test auc" in f.to_text() and f.budget_unit != "epsilon"
     with pytest.raises(InputDataError):
         sb.SPEC.frontier("active-only", [1.5], 1)  # type: ignore[misc]
 

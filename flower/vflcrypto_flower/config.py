@@ -88,6 +88,11 @@ SCHEMA: dict[str, tuple[type, Check | None]] = {
     "features": (int, _at_least(1)),
     "meter": (bool, None),
     "out-dir": (str, None),
+    "dp-epsilon": (float, _at_least(0)),
+    "dp-noise": (float, _at_least(0)),
+    "dp-clip": (float, _above(0)),
+    "dp-delta": (float, (lambda v: 0 < v < 1, "in (0, 1)")),
+    "dp-min-clients": (int, _at_least(0)),
 }
 
 _WORDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a quoted text ('...')"}

@@ -8,6 +8,12 @@ counts). ``--dataset digits --clients N [--skew S]`` splits the bundled digits i
 same fixed-point updates in the clear. ``--drop K`` makes K clients vanish in the middle
 of round 1's aggregation (a demonstration of dropout recovery). ``--json`` prints
 ``test_accuracy``, ``bytes_sent``, ``seconds`` and ``survivors`` (per round).
+
+DP-FedAvg (``--dp-epsilon ε`` or ``--dp-noise σ``, with ``--dp-clip C``, ``--dp-delta`` and
+``--dp-min-clients m``; :mod:`.defence`): each client clips its update and adds its share
+of the noise before aggregation; ``--json`` then prints ``privacy`` (the client-level
+(ε, δ) accounted with each round's survivors, the mechanism, what it covers), and
+``--model-dir`` keeps it in the model file beside the final global model.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from vflcrypto.data.files import save_model, write_model_dir
 from vflcrypto.data.tables import read_party_csv, train_test_split
 from vflcrypto.data.validate import class_labels, require_classes, warn_few_rows
 from vflcrypto.errors import InputDataError
@@ -56,6 +64,8 @@ def _add(p: argparse.ArgumentParser, algorithm: str) -> None:
     add_config_arguments(p, HFLConfig, skip=("algorithm",))
     add_config_arguments(p, SecAggConfig, skip=("seed",))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--model-dir", help="save the final global model here (server.npz, with the DP guarantee under "
+                                       "DP-FedAvg, and a manifest.json of its digest)")
     p.set_defaults(algorithm=algorithm)
 
 
@@ -93,6 +103,14 @@ def _train(args: argparse.Namespace) -> int:
         "algorithm": cfg.algorithm, "mode": "secure" if cfg.secure else "plain", "test_accuracy": run.test_accuracy,
         "bytes_sent": run.transcript.bytes_sent_by("sender_role"), "seconds": round(time.perf_counter() - t0, 3),
         "survivors": [len(s) for s in run.result.survivors], "clients": len(clients), "rounds": cfg.rounds}
+    if run.result.privacy:
+        summary["privacy"] = run.result.privacy  # the server's accounting with each round's survivors
+    if args.model_dir:
+        meta = {"protocol": "hfl", "role": "server", "algorithm": cfg.algorithm, "classes": C,
+                **({"privacy": run.result.privacy} if run.result.privacy else {})}
+        write_model_dir(args.model_dir, "hfl", {"server.npz": partial(save_model, meta=meta,
+                                                                      arrays={"w": np.asarray(run.result.w)})},
+                        overwrite=getattr(args, "overwrite", False), what="--model-dir")
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -100,6 +118,9 @@ def _train(args: argparse.Namespace) -> int:
     print(f"{cfg.algorithm} ({summary['mode']}), {len(clients)} clients, {cfg.rounds} rounds: test accuracy {acc}; "
           f"survivors per round {summary['survivors']}; {sum(summary['bytes_sent'].values()):,} bytes; "
           f"{summary['seconds']:.1f} s")
+    for d, g in run.result.privacy.items():
+        print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-DP at client level ({g['accountant']}, survivors "
+              f"{g['survivors']}); protects {g['covers']}")
     return 0
 
 

@@ -10,7 +10,11 @@ Steps, numbered as in the package docstring:
   :class:`~vflcrypto.protocols.secagg.ClientSession` steps (or its plaintext update) →
   the next ``on_model``, or ``on_done`` (4: its held-out rows evaluated).
 
-A client that drops out of a round's aggregation is left out of the later rounds.
+A client that drops out of a round's aggregation is left out of the later rounds. Under
+DP-FedAvg (:mod:`.defence`) the server announces the noise in every ``hfl.model``, each
+client checks it against its own configuration, clips its update and adds its noise share
+before the encoding (and before any mask); the server accounts the realised (ε, δ) from
+each round's survivors at the end (:attr:`HFLResult.privacy`).
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ def model_digest(msg: GlobalModel) -> bytes:
     """
     h = hashlib.sha256(b"vflcrypto.hfl.model.v1|")
     h.update(f"{msg.round}|{msg.algorithm}|{msg.local_steps}|{msg.lr!r}|{msg.mu!r}|".encode())
+    if msg.dp_noise is not None:  # DP-FedAvg's announced noise: clients with other noise never aggregate together
+        h.update(f"dp|{msg.dp_noise!r}|{msg.dp_clip!r}|{msg.dp_min_clients!r}|".encode())
     for a in (msg.w, msg.c):
         v = np.ascontiguousarray(np.asarray(a, dtype="<f8"))
         h.update(len(v).to_bytes(8, "big") + v.tobytes())
@@ -94,12 +100,14 @@ class ClientData:
 
 @dataclass
 class HFLResult:
-    """The server's final model, per-round survivors, the test accuracy over the clients' held-out rows."""
+    """The server's final model, per-round survivors, the test accuracy over the clients' held-out rows and, under
+    DP-FedAvg, the realised guarantee (defence name -> (ε, δ), mechanism, accountant, what it covers)."""
 
     w: np.ndarray
     survivors: list[list[str]]
     test_accuracy: float | None
     history: list[np.ndarray]
+    privacy: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- server
@@ -133,6 +141,9 @@ class ServerRole(ServerSessionSteps, Role[_ServerState]):
         self.clients, self.cfg, self.C = list(clients), config, n_classes
         self.sa = secagg or sm.SecAggConfig()
         self.p = (n_features + 1) * n_classes
+        self.dp = config.dp(len(self.clients))
+        if self.dp is not None:
+            self.dp.check_ring(self.sa.frac_bits, self.sa.value_bits)
         self.session = ServerSession(name, pins, run_id, self.state.agg, self._aggregated, self.hold)
         self.survivors: list[list[str]] = []
         self.history: list[np.ndarray] = []
@@ -153,7 +164,9 @@ class ServerRole(ServerSessionSteps, Role[_ServerState]):
     def _broadcast(self) -> Next:
         """Step 1: the global model to every active client; step 2: the aggregation."""
         st, c = self.state, self.cfg
-        msg = GlobalModel(st.round, c.algorithm, st.w, st.c, c.local_steps, c.lr, c.mu)
+        dp = self.dp
+        msg = GlobalModel(st.round, c.algorithm, st.w, st.c, c.local_steps, c.lr, c.mu,
+                          *((dp.noise_multiplier, dp.clip, dp.min_clients) if dp else (None, None, None)))
         sends = [send(u, msg) for u in st.active]
         if c.secure:
             nxt = self.session.begin(st.round, st.active, self.length, self.sa)
@@ -206,7 +219,8 @@ class ServerRole(ServerSessionSteps, Role[_ServerState]):
         if st.k < len(st.active):
             return then([], st.active[st.k], Evaluation, "on_evaluation", optional=True)
         acc = st.correct / st.rows if st.rows else None
-        return done(HFLResult(st.w, self.survivors, acc, self.history))
+        privacy = {} if self.dp is None else self.dp.privacy(self.cfg.rounds, [len(s) for s in self.survivors])
+        return done(HFLResult(st.w, self.survivors, acc, self.history, privacy))
 
 
 # --------------------------------------------------------------------------- client
@@ -239,6 +253,9 @@ class ClientRole(Role[_ClientState]):
         self.session = ClientSession(name, server, identity, pins, run_id, secagg or sm.SecAggConfig(),
                                      self.state.agg, self._aggregated, self.hold)
         self.p = (data.X.shape[1] + 1) * n_classes
+        self.dp = config.dp(len(pins))  # m defaults to every client pinned in the run
+        if self.dp is not None:
+            self.dp.check_ring(self.session.config.frac_bits, self.session.config.value_bits)
 
     def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
         super().load_state(data, allow_insecure=allow_insecure)
@@ -256,10 +273,15 @@ class ClientRole(Role[_ClientState]):
     def on_model(self, msg: GlobalModel) -> Next:
         """Step 1: K local steps from the global model; step 2: its vector into the aggregation."""
         st, c = self.state, self.cfg
+        dp = self.dp
+        mine = (dp.noise_multiplier, dp.clip, dp.min_clients) if dp else (None, None, None)
         if (msg.algorithm, msg.local_steps, msg.lr, msg.mu) != (c.algorithm, c.local_steps, c.lr, c.mu) or \
                 msg.round != st.round:
             raise ProtocolError(f"{self.name}: the server's round {msg.round} or parameters differ from this "
                                 "client's")
+        if (msg.dp_noise, msg.dp_clip, msg.dp_min_clients) != mine:
+            raise ProtocolError(f"{self.name}: the server announces DP-FedAvg noise {msg.dp_noise}, clip "
+                                f"{msg.dp_clip}, m = {msg.dp_min_clients}; this client's are {mine}")
         w, cg = np.asarray(msg.w, np.float64), np.asarray(msg.c, np.float64)
         if w.shape != (self.p,) or cg.shape != (self.p,) or not np.isfinite(w).all() or not np.isfinite(cg).all():
             raise ProtocolError(f"{self.name}: a malformed global model")
@@ -270,8 +292,14 @@ class ClientRole(Role[_ClientState]):
                                  seed=c.seed * 100_003 + self.index * 1009 + st.round)
         dc = c_new - st.c_i if c.algorithm == "scaffold" else None
         st.c_i = c_new
-        st.vector = client_vector(w, w_i, len(self.data.y), dc)
-        self.hold("update", st.vector)
+        if dp is None:
+            st.vector = client_vector(w, w_i, len(self.data.y), dc)
+            self.hold("update", st.vector)
+        else:  # clipped, weight 1, its noise share added before the encoding (and any mask)
+            clean, noise = dp.noised(w, w_i)
+            self.hold("update", clean)
+            self.hold("dp_noise", noise)
+            st.vector = clean + np.concatenate([noise, [0.0]])
         if c.secure:
             return then([], self.server, AggSetup, "on_setup", patience=self._patience())
         if self._gone("masked"):

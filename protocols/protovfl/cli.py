@@ -23,27 +23,32 @@ import argparse
 import dataclasses
 import json
 import time
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import save_model, write_model_dir
-from vflcrypto.data.tables import read_party_csv, train_test_split
+from vflcrypto.data.files import save_model
+from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
 from vflcrypto.data.validate import MAX_CLASSES, class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
-from vflcrypto.errors import InputDataError
+from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args, number
 
+from .. import _repvfl_predict
 from .._repvfl import PARTY, SERVER, PartyData, ServerData, check_labels, require_torch
+from .._repvfl_cli import save_rep_model
+from .._repvfl_predict import psi_rows
 from .._train import add_party_data_arguments, write_metrics
-from .align import PsiPartyRole, PsiServerRole, aligned_inputs, unaligned_rows
+from . import math as pm
+from .align import PsiPartyRole, PsiServerRole, aligned_inputs, run_align_local, unaligned_rows
 from .data import digits_tables
 from .math import ProtoConfig
+from .messages import TestEmbedding
 from .roles import PartyRole, ServerRole, run_local
 
-__all__ = ["command", "party_task"]
+__all__ = ["command", "party_task", "predict_command"]
 
 
 def _add(p: argparse.ArgumentParser) -> None:
@@ -92,13 +97,8 @@ def _train(args: argparse.Namespace) -> int:
         "gate_means": [float(w) for w in run.server.gate_means],
         "seconds": round(time.perf_counter() - t0, 3), "config": dataclasses.asdict(cfg)}
     if args.model_dir:
-        files = {"server.npz": partial(save_model, meta={"protocol": "protovfl", "role": SERVER},
-                                       arrays={f"fusion_{i}": a for i, a in enumerate(run.server.head)})}
-        for k, res in enumerate(run.parties):
-            files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": "protovfl", "role": PARTY},
-                                              arrays={f"extractor_{i}": a for i, a in enumerate(res.extractor)})
-        write_model_dir(args.model_dir, "protovfl", files, overwrite=getattr(args, "overwrite", False),
-                        what="--model-dir")
+        save_rep_model(args.model_dir, "protovfl", run.server.head, [res.extractor for res in run.parties],
+                       [t.columns for t in tables], overwrite=getattr(args, "overwrite", False), head_prefix="fusion_")
     if args.json:
         print(json.dumps(summary, indent=2, default=float))
         return 0
@@ -113,6 +113,44 @@ def _train(args: argparse.Namespace) -> int:
 def command() -> Command:
     return Command("protovfl", "prototype VFL with unaligned data: 3+ parties and a server (PyTorch extractors)",
                    _add, _train, description=__doc__)
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def _fuse(fusion: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> np.ndarray:
+    """The server's gated fusion (adapters, gate, classifier) on every party's embeddings: class probabilities."""
+    state = pm.FusionState.from_flat(fusion, len(H))
+    width, dim = np.shape(state.adapters[0][0])
+    n_classes = np.shape(state.classifier[0])[0]
+    return pm.fuse_rows(H, state, int(n_classes), pm.ProtoConfig(dim=int(dim), width=int(width)))[0]
+
+
+def _proto_rows(server: PartyTable, tables: Sequence[PartyTable], aligned: bool
+                ) -> tuple[Sequence[str], list[np.ndarray], int]:
+    """The rows of training's all-party-only alignment: the server's IDs in A, the intersection of every
+    party's IDs (no party learns a pairwise overlap), canonical order."""
+    if aligned:
+        return psi_rows(server, tables, True)
+    if len(tables) < 2:
+        raise InputDataError("prototype VFL needs at least two party files")
+    for t in (server, *tables):
+        t.check_unique_ids()
+    run = run_align_local(list(server.ids), [list(t.ids) for t in tables])
+    ids = [i for i, keep in zip(run.server.ids, run.server.labelled, strict=True) if keep]
+    if not ids:
+        raise InputDataError("no ID of the server's file is on every party")
+    X = [t.X[np.asarray(got.rows, np.int64)] for t, got in zip(tables, run.parties, strict=True)]
+    if any(len(x) != len(ids) for x in X):
+        raise ProtocolError("the parties disagree on the aligned rows")
+    return ids, X, run.transcript.total_bytes
+
+
+def predict_command() -> Command:
+    """``vflcrypto predict protovfl``: every party's embeddings of the query rows (``protovfl.test_embedding``)
+    to the server, which fuses them."""
+    return _repvfl_predict.command(_repvfl_predict.Predictor("protovfl", TestEmbedding, head_prefix="fusion_",
+                                                             combine=_fuse, align=_proto_rows))
 
 
 # --------------------------------------------------------------------------- network party

@@ -82,10 +82,13 @@ class Forward:
 
 
 @declare("secagg.masked_input", sender=CONTRIBUTORS, receiver=SERVER,
-         protection=(Protection.MASKED, Protection.AGGREGATE),
+         protection=(Protection.MASKED, Protection.AGGREGATE, Protection.DP),
          hiding_bits=PERFECT,
          reveals="x_u + PRG(b_u) + sum_v +-PRG(s_uv) mod 2^b: uniform on its own (pseudorandom masks); only the "
-                 "sum over the surviving clients is revealed after unmasking")
+                 "sum over the surviving clients is revealed after unmasking. Under hfl's DP-FedAvg (announced in "
+                 "hfl.model) x_u is the client's clipped update plus its share of Gaussian noise, so the sum is "
+                 "(epsilon, delta)-DP at client level (noise sigma*C with at least m survivors; accounted over the "
+                 "rounds with each round's survivors); secagg alone and protovfl add no noise")
 @dataclass(frozen=True)
 class MaskedInput:
     round: int

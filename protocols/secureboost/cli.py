@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import write_model_dir
-from vflcrypto.data.tables import PartyTable
+from vflcrypto.data.files import verify_model_dir, write_model_dir
+from vflcrypto.data.tables import PartyTable, read_party_csv
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.schemes import describe
 from vflcrypto.ml.metrics import multiclass_accuracy, rmse, roc_auc
@@ -56,6 +56,7 @@ from vflcrypto.runtime.channel import Transcript
 from vflcrypto.runtime.transcript import uncaptured
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
+from .._predict import add_predict_options, check_parties, report, write_predictions
 from .._train import (
     TrainOptions,
     add_party_data_arguments,
@@ -74,7 +75,8 @@ from .model import ActiveModel, PassiveModel
 from .predict import predict_active, predict_local, predict_passive
 from .tree import BoostParams
 
-__all__ = ["add_party_arguments", "add_train_arguments", "config", "party_task", "train"]
+__all__ = ["add_party_arguments", "add_predict_arguments", "add_train_arguments", "config", "party_task", "predict",
+           "train"]
 
 
 def config(args: argparse.Namespace) -> tuple[BoostParams, TrainOptions]:
@@ -232,6 +234,54 @@ def _plaintext_reference(params: BoostParams, train: list[PartyTable], evaluate:
         return np.asarray(predict_local(run.active.model, evaluate[0].X,
                                         [(m, t.X) for m, t in zip(models, evaluate[1:], strict=True)],
                                         transcript=Transcript()))
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--active", required=True, help="the active party's CSV: the ID column and the model's columns "
+                                                   "(other columns, e.g. the label, are ignored)")
+    p.add_argument("--passive", action="append", default=[],
+                   help="a passive party's CSV (ID column, the model's columns); one per passive party, in the "
+                        "order of training")
+    add_predict_options(p)
+
+
+def predict(args: argparse.Namespace) -> int:
+    """``vflcrypto predict secureboost``: the saved trees on new rows by the joint prediction of training (the
+    active party walks the trees; each passive party answers only left/right at its own nodes)."""
+    t0 = time.perf_counter()
+    names = [ACTIVE, *passive_names(len(args.passive))]
+    d = Path(args.model_dir)
+    check_parties(d, verify_model_dir(d, "secureboost"), names, "--passive")
+    active = ActiveModel.load(d / f"{ACTIVE}.npz")
+    passives = [PassiveModel.load(d / f"{n}.npz") for n in names[1:]]
+    if list(active.passive_parties) != names[1:] or [m.party for m in passives] != names[1:]:
+        raise InputDataError(f"the model in {d} names passive parties {list(active.passive_parties)}, its files "
+                             f"{[m.party for m in passives]}: not a model of `vflcrypto train secureboost`")
+    columns = [active.columns, *(m.columns for m in passives)]
+    tables = [read_party_csv(path, args.id_column, features=list(c))
+              for path, c in zip([args.active, *args.passive], columns, strict=True)]
+    query_rows = [len(t) for t in tables]
+    tables, align_bytes = align_tables(tables, names, aligned=args.aligned)
+    transcript = Transcript()
+    out = predict_local(active, tables[0].X, [(m, t.X) for m, t in zip(passives, tables[1:], strict=True)],
+                        timeout=args.timeout, transcript=transcript)
+    write_predictions(args.out, args.id_column, tables[0].ids, prediction_columns(active.objective, out))
+    bytes_sent = {**({} if args.aligned else {"alignment": align_bytes}), **transcript.bytes_sent_by()}
+    return report(args, "secureboost", len(tables[0]), query_rows, t0, bytes_sent,
+                  {"objective": active.objective, "trees": active.n_trees})
+
+
+def prediction_columns(objective: str, out: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of the predictions file: the class and its probability (binary), the class (multiclass:
+    the most probable) or the value (regression)."""
+    if objective == "binary":
+        return {"prediction": (out >= 0.5).astype(np.int64), "probability": out}
+    if objective == "multiclass":
+        return {"prediction": np.argmax(out, axis=1)}
+    return {"prediction": out}
 
 
 # --------------------------------------------------------------------------- network party

@@ -104,14 +104,14 @@ def noise_multiplier(params: BoostParams, per_round: int = 1) -> float:
 
 
 def dp_guarantee(params: BoostParams, per_round: int = 1) -> Guarantee:
-    """The guarantee of ``--dp-epsilon``: (ε, δ) accounted by the library for the plan's releases."""
-    from vflcrypto.privacy import gaussian_epsilon
+    """The guarantee of ``--dp-epsilon``: (ε, δ) accounted by the library for the plan's releases
+    (:func:`vflcrypto.privacy.gaussian_guarantee`; ``z`` is already the std over the release's sensitivity ``D``,
+    so the sensitivity in its units is 1)."""
+    from vflcrypto.privacy import gaussian_guarantee
 
-    z = noise_multiplier(params, per_round)
-    steps = releases(params, per_round)
-    eps = gaussian_epsilon(z, steps, 1.0, params.dp_delta)
-    return Guarantee("hist-gauss", eps, float(params.dp_delta), MECHANISM, "dp_accounting RdpAccountant", DP_COVERS,
-                     {"noise_multiplier": z, "clip": params.dp_clip, "releases": steps, "sampling_rate": 1.0})
+    return gaussian_guarantee(noise_multiplier(params, per_round), params.dp_clip, params.dp_delta,
+                              releases(params, per_round), DP_COVERS, mechanism=MECHANISM, sensitivity=1.0,
+                              defence="hist-gauss")
 
 
 def privacy(params: BoostParams, per_round: int = 1) -> dict[str, Any]:

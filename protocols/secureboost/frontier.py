@@ -1,6 +1,6 @@
 """SecureBoost's privacy–utility frontier (``vflcrypto audit secureboost --defence D --budgets ...``): the audit's
-label attacks on a passive party's instance spaces and the test AUC, at each budget of a defence (:mod:`.defence`),
-beside the undefended run, the plaintext XGBoost model on the same rows and the attacks' floors.
+label attacks on a passive party's instance spaces and the test accuracy and AUC, at each budget of a defence
+(:mod:`.defence`), beside the undefended run, the plaintext XGBoost model on the same rows and the attacks' floors.
 
 The setting is the bundled default_credit-like data (``bank.csv`` with the label ``defaulted`` at the active party,
 ``shop.csv`` at the passive party, joined by ID: 800 rows), a public seeded 70/30 train/test split, and the
@@ -13,13 +13,13 @@ the defences' own randomness comes from the OS CSPRNG (every run draws fresh noi
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.audit.defences import Frontier, FrontierPoint
+from vflcrypto.audit.attacks import accuracy_finding
+from vflcrypto.audit.defences import Frontier, FrontierPoint, FrontierRun, frontier_point
 from vflcrypto.audit.ledger import EmpiricalFinding
 from vflcrypto.data.tables import train_test_split
 from vflcrypto.errors import InputDataError
@@ -32,7 +32,7 @@ from .local import run_local
 from .predict import predict_local
 from .tree import BoostParams
 
-__all__ = ["FRONTIER_ATTACKS", "FRONTIER_PARAMS", "attack_scores", "frontier", "frontier_data"]
+__all__ = ["ATTACK_PATTERNS", "FRONTIER_ATTACKS", "FRONTIER_PARAMS", "attack_findings", "frontier", "frontier_data"]
 
 #: the frontier's training parameters (every run: undefended, defended, the label-free floors, XGBoost's)
 FRONTIER_PARAMS: dict[str, Any] = {"n_trees": 10, "max_depth": 3, "max_bin": 16, "reg_lambda": 10.0,
@@ -69,70 +69,60 @@ def frontier_data() -> FrontierData:
     return FrontierData(Xa, y, Xp, train, test, source)
 
 
-def _score(found: EmpiricalFinding) -> tuple[float, float]:
-    return (float(found.value), float(found.baseline or 0.0)) if found.measured else (float("nan"), float("nan"))
+#: the frontier's columns -> the name of their finding (:func:`attack_findings`)
+ATTACK_PATTERNS = {"id2graph": "(ID2Graph)", "first_split": "root split", "majority_vote": "(majority vote)"}
 
 
-def attack_scores(tap: AuditTap, y: np.ndarray, first_tree: int,
-                  party: str = PASSIVE) -> dict[str, tuple[float, float]]:
-    """attack -> (score, baseline) on what ``party`` received in one run (``y``: the training labels, which only
-    score); ``first_tree``: the first tree it takes part in (the rounds before it grown on the active party's
-    features alone)."""
+def attack_findings(tap: AuditTap, y: np.ndarray, first_tree: int, party: str = PASSIVE) -> list[EmpiricalFinding]:
+    """The frontier's attacks on what ``party`` received in one run (``y``: the training labels, which only
+    score): the scorecard's ID2Graph and first-split leak, and the audit's majority vote on the first tree it
+    takes part in (``first_tree``: the rounds before it grown on the active party's features alone)."""
     n = len(y)
-    id2g, first = literature_findings(tap, party, y, per_class=max(2, round(0.025 * n)))
-    partitions = tap.held(party, "instance_partition")
-    guess, unknown = label_inference_attack(partitions[first_tree], y)
-    majority = float(max(np.mean(y[unknown]), 1 - np.mean(y[unknown])))
-    return {"id2graph": _score(id2g), "first_split": _score(first),
-            "majority_vote": (float(np.mean(guess[unknown] == y[unknown])), majority)}
+    found = literature_findings(tap, party, y, per_class=max(2, round(0.025 * n)))
+    guess, unknown = label_inference_attack(tap.held(party, "instance_partition")[first_tree], y)
+    found.append(accuracy_finding(party, "label inference from the first instance spaces it received (majority vote)",
+                                  guess[unknown], y[unknown], float(max(np.mean(y[unknown]), 1 - np.mean(y[unknown]))),
+                                  attacks=("secureboost.level", "secureboost.dp_level"), protection=None,
+                                  description="majority vote of 5 % known labels per cell of the finest partition "
+                                              "it saw in the first tree it took part in"))
+    return found
 
 
-def _run(data: FrontierData, params: BoostParams, y: np.ndarray | None = None) -> tuple[float, dict[str, Any]]:
-    """One plaintext run on the training rows (labels ``y`` instead of the true ones, for the floors): its test AUC
-    (against the true labels) and the attacks' scores against the true training labels."""
+def _run(data: FrontierData, params: BoostParams, y: np.ndarray | None = None) -> FrontierRun:
+    """One plaintext run on the training rows (labels ``y`` instead of the true ones, for the floors): its test
+    accuracy and AUC (against the true labels), its guarantees (the active-only rounds as ``params``, without
+    epsilon) and the attacks' findings against the true training labels."""
     tr, te = data.train, data.test
     tap = AuditTap()
     run = run_local(data.Xa[tr], data.y[tr] if y is None else y, [data.Xp[tr]], params=params, plaintext=True,
                     tap=tap)
     pred = predict_local(run.active.model, data.Xa[te], [(run.passive[PASSIVE].model, data.Xp[te])],
                          transcript=Transcript())
-    scores = attack_scores(tap, data.y[tr], params.active_only_rounds)
-    return roc_auc(data.y[te], pred), {"scores": scores, "privacy": run.active.model.privacy}
+    privacy: dict[str, Any] = dict(run.active.model.privacy)
+    if "active-only" in privacy:
+        privacy["active-only"] = {"epsilon": None, "delta": None, "params": {"rounds": params.active_only_rounds}}
+    figures = {"test_accuracy": float(np.mean((pred >= 0.5) == data.y[te])), "test_auc": roc_auc(data.y[te], pred)}
+    return figures, privacy, attack_findings(tap, data.y[tr], params.active_only_rounds)
 
 
 def _point(data: FrontierData, params: BoostParams, defence: str, budget: float | None,
            repeats: int) -> FrontierPoint:
-    """One budget's point: the mean over ``repeats`` runs of the test AUC and of each attack's score."""
-    t0 = time.perf_counter()
-    aucs: list[float] = []
-    scores: dict[str, list[float]] = {}
-    for _ in range(repeats):
-        auc, out = _run(data, params)
-        aucs.append(auc)
-        for k, (v, _) in out["scores"].items():
-            scores.setdefault(k, []).append(v)
-    baselines = {k: b for k, (_, b) in out["scores"].items()}
-    g = out["privacy"].get(defence) if defence == "hist-gauss" else None
-    extra = {"rounds": params.active_only_rounds} if defence == "active-only" and budget is not None else {}
-    return FrontierPoint(budget, g["epsilon"] if g else None, g["delta"] if g else None, float(np.mean(aucs)),
-                         {k: float(np.nanmean(v)) for k, v in scores.items()}, baselines,
-                         dict(g["params"]) if g else extra, time.perf_counter() - t0, repeats)
+    """One budget's point: the mean over ``repeats`` runs of the test accuracy and AUC and of each attack's
+    score (:func:`~vflcrypto.audit.defences.frontier_point`)."""
+    return frontier_point(budget, defence, repeats, lambda: _run(data, params), ATTACK_PATTERNS)
 
 
 def _floors(data: FrontierData, params: BoostParams, repeats: int) -> dict[str, float]:
     """Each attack's mean score over ``repeats`` undefended runs grown from shuffled training labels (seeded numpy:
     a simulation), scored against the true labels: what a tree structure independent of the labels reveals."""
     rng = np.random.default_rng(0)  # which permutation: a simulation, not a secret
-    found: dict[str, list[float]] = {}
-    for _ in range(repeats):
-        _, out = _run(data, params, rng.permutation(data.y[data.train]))
-        for k, (v, _) in out["scores"].items():
-            found.setdefault(k, []).append(v)
-    return {k: float(np.nanmean(v)) for k, v in found.items()}
+    return dict(frontier_point(None, "none", repeats, lambda: _run(data, params, rng.permutation(data.y[data.train])),
+                               ATTACK_PATTERNS).scores)
 
 
-def _xgboost_auc(data: FrontierData, params: BoostParams) -> dict[str, float]:
-    """The plaintext XGBoost model with the same parameters on the joined columns ({} without xgboost)."""
+def _xgboost(data: FrontierData, params: BoostParams) -> dict[str, dict[str, float]]:
+    """The plaintext XGBoost model with the same parameters on the joined columns: its test accuracy and AUC ({}
+    without xgboost)."""
     try:
         import xgboost
     except ImportError:
@@ -142,13 +132,15 @@ def _xgboost_auc(data: FrontierData, params: BoostParams) -> dict[str, float]:
                                   learning_rate=params.learning_rate, max_bin=params.max_bin, tree_method="hist",
                                   reg_lambda=params.reg_lambda, min_child_weight=params.min_child_weight, n_jobs=1)
     model.fit(X[data.train], data.y[data.train])
+    pred = model.predict_proba(X[data.test])[:, 1]
     return {"plaintext XGBoost (same parameters, joined columns)":
-            roc_auc(data.y[data.test], model.predict_proba(X[data.test])[:, 1])}
+            {"test_accuracy": float(np.mean((pred >= 0.5) == data.y[data.test])),
+             "test_auc": roc_auc(data.y[data.test], pred)}}
 
 
 def frontier(defence: str, budgets: Sequence[float], repeats: int = 1) -> Frontier:
-    """The label attacks and the test AUC of SecureBoost on the bundled data at each budget of ``defence``:
-    ``active-only`` (budget K: the first K rounds on the active party's features alone; no epsilon) or
+    """The label attacks and the test accuracy and AUC of SecureBoost on the bundled data at each budget of
+    ``defence``: ``active-only`` (budget K: the first K rounds on the active party's features alone; no epsilon) or
     ``hist-gauss`` (budget epsilon: Gaussian noise on the G sums calibrated to (epsilon, 1e-5)), beside the
     undefended run; each point the mean of ``repeats`` runs."""
     if defence not in DEFENCES:
@@ -169,7 +161,7 @@ def frontier(defence: str, budgets: Sequence[float], repeats: int = 1) -> Fronti
                  f"{len(data.test)} test rows), {base.n_trees} trees of depth {base.max_depth}, {base.max_bin} bins, "
                  f"lambda {base.reg_lambda:g}, min_child_weight {base.min_child_weight:g}; plaintext mode (the same "
                  "trees and instance spaces as encrypted runs)")
-    return Frontier("secureboost", defence, statement, tuple(points), FRONTIER_ATTACKS, metric="AUC",
-                    floors=_floors(data, base, repeats), references=_xgboost_auc(data, base),
+    return Frontier("secureboost", defence, statement, tuple(points), FRONTIER_ATTACKS,
+                    floors=_floors(data, base, repeats), references=_xgboost(data, base),
                     budget_unit="epsilon" if defence == "hist-gauss" else
                     "rounds grown on the active party's features alone (no epsilon)")

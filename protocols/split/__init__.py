@@ -46,9 +46,9 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_cli
+from .. import _repvfl_cli, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
-from . import audit
+from . import audit, messages
 from .defence import DEFENCES, LabelDefence
 from .messages import PARTY, SERVER, BatchGradient, BatchRepresentation, DpBatchGradient, Setup, TestRepresentation
 from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, epoch_batches, run_local
@@ -72,7 +72,8 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=55,
     commands=(_repvfl_cli.command("split", "split learning, the many-round baseline (PyTorch extractors)",
-                                  SplitConfig, run_local),),
+                                  SplitConfig, run_local),
+              _repvfl_predict.command(_repvfl_predict.Predictor("split", messages.TestRepresentation))),
     party_tasks=(_repvfl_cli.task("split", "split learning (server with labels, parties with columns)",
                                   SplitConfig, ServerRole, PartyRole),),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "split"),

@@ -144,18 +144,22 @@ def _attack_view(path: Path, task: str, args: argparse.Namespace) -> list[Any]:
 
 
 def _outputs(outcome: object, args: argparse.Namespace) -> None:
-    """``--html FILE`` and ``--plot DIR``: the report of the audit (written atomically) and its PNG figures."""
+    """``--html FILE`` and ``--plot DIR``: the report of the audit and its PNG figures, published together
+    (:func:`~vflcrypto.data.files.atomic_set`: all of them, or none after a failed write)."""
     from ..audit.ledger import AuditOutcome
     from ..audit.report import render_html, write_plots
-    from ..data.files import atomic_write_text
+    from ..data.files import atomic_set, atomic_write_text
 
     assert isinstance(outcome, AuditOutcome)
-    if args.html:
-        atomic_write_text(args.html, render_html(outcome))
-        print(f"wrote {args.html}", file=sys.stderr)
-    if args.plot:
-        for p in write_plots(outcome, args.plot):
-            print(f"wrote {p}", file=sys.stderr)
+    written: list[str | Path] = []
+    with atomic_set():
+        if args.html:
+            atomic_write_text(args.html, render_html(outcome))
+            written.append(args.html)
+        if args.plot:
+            written += write_plots(outcome, args.plot)
+    for p in written:
+        print(f"wrote {p}", file=sys.stderr)
 
 
 def _budgets(text: str) -> list[float]:
@@ -201,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
         new = render_security_md(text, security_md_blocks())
         if new != text:
-            path.write_text(new, encoding="utf-8")
+            from ..data.files import atomic_write_text
+
+            atomic_write_text(path, new)
             print(f"updated {path}")
         else:
             print(f"{path} is up to date")
@@ -252,7 +258,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
-                                                  "(split: label-rr, grad-gauss) instead of the audit")
-    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8)")
+                                                  "(split, oneshot, fewshot: label-rr, grad-gauss; logreg: label-rr; "
+                                                  "hfl: dp-fedavg; secureboost: hist-gauss, active-only) instead of "
+                                                  "the audit")
+    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8; "
+                                                        "secureboost active-only: numbers of rounds)")
     p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")
     p.set_defaults(handler=run)

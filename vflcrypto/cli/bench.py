@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from ..spec import number
 from .gradbench import OPERATIONS, BackendResult, run_gradient_bench
@@ -106,7 +107,11 @@ def _plot(results: list[BackendResult], path: str) -> None:
     ax.set_title("Encrypted-gradient throughput per core, same machine, same run (median)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from ..data.files import atomic_open
+
+    with atomic_open(path, "wb") as fh:  # never a half-written figure
+        fig.savefig(fh, format=Path(path).suffix.lstrip(".").lower() or "png", dpi=120)
+    plt.close(fig)
 
 
 #: ``bench gradients`` sizes: the default runs every backend in about 100 CPU seconds (about two

@@ -9,7 +9,9 @@
 
 Tasks: ``align`` (ECDH or, with pinned identity keys, keyed-hash PSI; two parties or the
 all-party intersection of 3+), ``train logreg`` (plain or ``--secure``), ``train linreg``
-(active, passive parties and a coordinator) and ``train secureboost``. Training tasks read
+(active, passive parties and a coordinator), ``train secureboost`` and the other protocols'
+``train NAME``, and ``predict linreg`` (each party applies its own saved model to new rows;
+the active party writes the predictions). Training tasks read
 only this party's CSV and align rows by PSI first (active and passive parties; the
 coordinator holds no data) unless ``--aligned``; their flags mirror the in-process
 ``vflcrypto train ...`` commands. The label holder also writes ``<out>.metrics.json``.
@@ -36,8 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..data.files import atomic_write_text, check_outputs
-from ..errors import ProtocolError
+from ..data.files import atomic_set, atomic_write_text, check_outputs
+from ..errors import OutputError, ProtocolError
 from ..protocols._train import metrics_path
 from ..spec import PartyTask, ProtocolSpec, TaskContext
 
@@ -110,7 +112,7 @@ def run_party(args: argparse.Namespace) -> int:
     from ..runtime.partyconfig import load_party_config
     from ..runtime.record import messages_path, write_messages
 
-    task = args.task if args.task != "train" else f"train-{args.model}"
+    task = f"{args.task}-{args.model}" if args.task in ("train", "predict") else args.task
     found = _task_specs().get(task)
     if found is None:
         raise ProtocolError(f"no protocol registers the task {task!r}")
@@ -148,17 +150,30 @@ def run_party(args: argparse.Namespace) -> int:
         raise
     meta = {"run_id": party.run_id, "party": spec.name, "role": spec.role, "task": task,
             "config_digest": config.digest}
-    outcome.write(out, meta)
-    kept: dict[str, Any] = {}
-    if transcript.tap is not None:
-        count = write_messages(messages_path(out), transcript.tap, party=spec.name, role=spec.role, task=task,
-                               run_id=party.run_id, rows=outcome.rows)
-        kept = {"messages": messages_path(out).name, "messages_kept": count}
-    record = {**meta, "status": "complete", "output": out.name, **kept,
-              "seconds": round(time.perf_counter() - t0, 3),
-              "bytes_sent": sum(e.nbytes for e in transcript.sent()),
-              "transcript": transcript.to_dict(), "summary": outcome.summary}
-    atomic_write_text(sidecar_path(out), json.dumps(record, indent=1, default=str))
+    try:
+        with atomic_set():  # output, metrics, kept messages and the run record: all of them or none
+            outcome.write(out, meta)
+            kept: dict[str, Any] = {}
+            if transcript.tap is not None:
+                count = write_messages(messages_path(out), transcript.tap, party=spec.name, role=spec.role,
+                                       task=task, run_id=party.run_id, rows=outcome.rows)
+                kept = {"messages": messages_path(out).name, "messages_kept": count}
+            record = {**meta, "status": "complete", "output": out.name, **kept,
+                      "seconds": round(time.perf_counter() - t0, 3),
+                      "bytes_sent": sum(e.nbytes for e in transcript.sent()),
+                      "transcript": transcript.to_dict(), "summary": outcome.summary}
+            atomic_write_text(sidecar_path(out), json.dumps(record, indent=1, default=str))
+            party.confirm_outputs()  # staged here and at every peer, or published nowhere
+    except OutputError as exc:
+        if exc.path:  # this party's own write failed: its peers learn it and keep nothing either
+            party.confirm_outputs(failure=exc.reason or "an output could not be written")
+            party.close()
+        else:
+            party.abort()
+        raise
+    except BaseException:
+        party.abort()
+        raise
     party.close()
     if args.json:
         print(json.dumps(record, default=str))
@@ -181,15 +196,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="also print gRPC's own log lines (connections, TLS handshakes, GOAWAY) on stderr")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
 
-    t = tasks.add_parser("train", help="train a vertical model")
-    models = t.add_subparsers(dest="model", required=True, metavar="MODEL")
+    groups = {}
+    for group, help in (("train", "train a vertical model"),
+                        ("predict", "apply this party's saved model to new rows (linreg)")):
+        g = tasks.add_parser(group, help=help)
+        groups[group] = g.add_subparsers(dest="model", required=True, metavar="MODEL")
     for task, protocol in _task_specs().values():
-        parent = models if task.group == "train" else tasks
+        parent = groups.get(task.group or "", tasks)
         tp = parent.add_parser(task.name, help=task.help)
         task.add_arguments(tp)
         tp.add_argument("--keep-messages", action="store_true",
                         help="also keep every message this party received and sent, decoded, in OUT.messages "
                              "(owner-only), so that `vflcrypto audit --transcript OUT.run.json` can attack this "
                              "party's view alone")
-        protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
+        if task.group != "predict":  # a prediction's key is the coordinator's fresh Paillier key
+            protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
         tp.set_defaults(handler=run_party)
