@@ -437,6 +437,7 @@ def test_a_party_with_different_training_flags_refuses_the_plan(tmp_path: Path, 
 @pytest.mark.parametrize(("task", "flag", "active_value", "passive_value", "named"), [
     ("secureboost", "--trees", "2", "3", "trees 2 (here 3)"),
     ("secureboost", "--subsample", "0.5", "1.0", "subsample 0.5 (here 1.0)"),
+    ("secureboost", "--dp-epsilon", "1", "2", "dp-epsilon 1.0 (here 2.0)"),
     ("logreg", "--steps", "2", "3", "steps 2 (here 3)"),
     ("logreg", "--label-dp", "1", "2", "label-DP epsilon 1.0 (here 2.0)"),
 ])
@@ -637,6 +638,30 @@ def test_secureboost_options_over_the_network(tmp_path: Path, pki: Path) -> None
     assert metrics["rounds_trained"] == len(local.active.eval_history)
     assert metrics["importance"] == json.loads(json.dumps(lm.importance()))
     assert recs["passive-0"]["summary"]["importance"] == local.passive["passive-0"].model.importance()
+
+
+def test_secureboost_label_defences_over_the_network(tmp_path: Path, pki: Path) -> None:
+    """--dp-epsilon and --active-only-trees as party processes: both parties account the same plan, report it in
+    their summaries and model files, and the passive party takes no instance space of the first round."""
+    from vflcrypto.protocols import secureboost as sb
+
+    Xa, y, ca, Xp, cp = sb.example(n=120)
+    ids = [f"r{i}" for i in range(120)]
+    write_table(tmp_path / "active.csv", ids, list(ca), Xa, y)
+    write_table(tmp_path / "passive-0.csv", ids, list(cp), Xp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
+    args = ["--trees", "3", "--depth", "2", "--max-bin", "8", "--aligned", "--dp-epsilon", "4", "--active-only-trees",
+            "1", *SMALL_KEYS]
+    procs = {n: party(cfg, n, "train", "secureboost", "--data", str(tmp_path / f"{n}.csv"),
+                      "--id-column", "id", *(["--label", "y"] if n == "active" else []), *args,
+                      "--out", str(tmp_path / f"{n}.npz")) for n in ("active", "passive-0")}
+    recs = check_ok(finish(procs, timeout=60))
+    privacy = recs["passive-0"]["summary"]["privacy"]
+    assert privacy == recs["active"]["summary"]["privacy"]
+    assert 4 - 1e-3 < privacy["hist-gauss"]["epsilon"] <= 4 and privacy["active-only"]["rounds"] == 1
+    am, pm = sb.ActiveModel.load(tmp_path / "active.npz"), sb.PassiveModel.load(tmp_path / "passive-0.npz")
+    assert am.privacy == pm.privacy == json.loads(json.dumps(privacy))
+    assert not (am.kind[am.offsets[0]:am.offsets[1]] == 2).any()  # the first round: the active party's features
 
 
 def test_secure_logistic_regression_four_processes(tmp_path: Path, pki: Path) -> None:

@@ -30,6 +30,7 @@ from vflcrypto.protocols.hfl import audit as hfl_audit
 from vflcrypto.protocols.logreg import audit as logreg_audit
 from vflcrypto.protocols.oneshot import audit as oneshot_audit
 from vflcrypto.protocols.protovfl import audit as protovfl_audit
+from vflcrypto.protocols.secureboost import audit as secureboost_audit
 from vflcrypto.protocols.split import audit as split_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
@@ -429,6 +430,11 @@ def drop_client_noise(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
 
 
+def drop_histogram_noise(mp: pytest.MonkeyPatch) -> None:
+    """SecureBoost's active party adds no Gaussian noise to the G sums under --dp-epsilon (it still clips g)."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+
+
 def skip_randomized_response(mp: pytest.MonkeyPatch) -> None:
     """The label holder trains on the true labels while announcing randomized response."""
     mp.setattr(dp_mechanisms, "randomized_response", lambda labels, k, epsilon: np.asarray(labels).copy())
@@ -612,6 +618,8 @@ MUTATIONS = (
              (("secureboost.histograms", P.SHUFFLED), ("secureboost.plain_histograms", P.SHUFFLED)),
              unshuffled_candidates,
              checks=("secureboost.histograms: candidate order", "secureboost.plain_histograms: candidate order")),
+    Mutation("secureboost: label-DP noise on the G sums dropped", "secureboost", (("secureboost.dp_level", P.DP),),
+             drop_histogram_noise, checks=(secureboost_audit.DP_CHECK,)),
     # secure aggregation
     Mutation("secagg: no self-masks and no pairwise masks", "secagg",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,

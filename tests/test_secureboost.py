@@ -633,10 +633,10 @@ def test_audit_kinds_per_role_and_check() -> None:
     outcome = sb.audit_run(key_bits=512, allow_insecure=True)
     report = outcome.report
     report.check()
-    # the encrypted and the plaintext-mode run
+    # the encrypted and the plaintext-mode run, and the defended runs (label DP: secureboost.dp_level)
     assert report.kinds_received("passive-0") == {
         "secureboost.setup", "secureboost.gradients", "secureboost.plain_gradients", "secureboost.level",
-        "secureboost.split_request", "secureboost.predict_query"}
+        "secureboost.dp_level", "secureboost.split_request", "secureboost.predict_query"}
     assert report.kinds_received("active") == {
         "secureboost.histograms", "secureboost.plain_histograms", "secureboost.split_response",
         "secureboost.predict_answer"}

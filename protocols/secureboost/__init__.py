@@ -71,6 +71,19 @@ Training options (XGBoost's names and meanings; :mod:`.options`)
     after each round and the model keeps the best round). Sampling cuts the ciphertexts per
     tree and the rows summed into histograms; the passive parties learn the sampled set.
 
+Label defences (:mod:`.defence`; off by default, part of the plan every party checks)
+    ``--first-tree-active-only`` / ``--active-only-trees K``: the first K rounds on the active
+    party's features alone; the passive parties receive only each such tree's end (no gradients,
+    no instance space) and refuse anything else of it (SecretFlow SGB's
+    ``first_tree_with_label_holder_feature``, FATE's ``complete_secure``). ``--dp-epsilon EPS``:
+    each row's g clipped, Gaussian noise on every node's G sums (own bins, passive candidates,
+    the node total) before the split choice and on every leaf's G; the level requests then travel
+    as ``secureboost.dp_level``: (EPS, delta)-label-DP of everything the passive parties receive
+    and of the model, accounted over ``1 + trees x (depth + 1)`` releases by dp-accounting.
+    ``vflcrypto audit secureboost --defence active-only|hist-gauss --budgets ...`` draws their
+    frontier (:mod:`.frontier`). Returning to a passive party only the splits it owns is not an
+    option: its histograms need every node's rows (SECURITY.md says why and what it would cost).
+
 Feature importance (:meth:`ActiveModel.importance`, :meth:`PassiveModel.importance`)
     Computed from what each party already holds, no message: the active party has XGBoost's
     weight, gain and cover for its own features and, for passive splits, per party and opaque
@@ -116,9 +129,10 @@ Optimisations (and why)
 
 Modules: :mod:`.messages` (declarations), :mod:`.tree` (parameters, binning, gain math,
 quantization, split selection, ciphertext kernels), :mod:`.model` (the party models),
-:mod:`.active` and :mod:`.passive` (training as named steps), :mod:`.local` (over
-Channels and in one process), :mod:`.predict` (joint prediction), :mod:`.audit`,
-:mod:`.cli`.
+:mod:`.active` and :mod:`.passive` (training as named steps), :mod:`.histograms` (reading a
+histogram message, the level's histogram plan), :mod:`.defence` (the label defences),
+:mod:`.local` (over Channels and in one process), :mod:`.predict` (joint prediction),
+:mod:`.audit`, :mod:`.frontier`, :mod:`.cli`.
 
 Multiclass (``objective="multiclass"``, softmax; labels 0..K-1)
     Gradients ``g_k = p_k - [y = k]`` and XGBoost's diagonal hessian ``h_k = 2 p_k (1 - p_k)``
@@ -148,10 +162,11 @@ from typing import Any
 
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
-from . import cli
+from . import cli, frontier
 from .active import ActiveResult, ActiveRole, decode_histograms
 from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example, label_inference_attack
+from .defence import DEFENCES
 from .local import LocalRun, passive_names, run_active, run_local, run_passive
 from .messages import (
     ACTIVE,
@@ -246,4 +261,6 @@ SPEC = ProtocolSpec(
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
     schemes=("paillier", "ou", "ou-heu"),
+    defences=DEFENCES,
+    frontier=frontier.frontier,
 )

@@ -22,24 +22,26 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.data.tables import ids_digest
-from vflcrypto.errors import EncodingOverflowError, InputDataError, ProtocolError
+from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.he.encoding import PackingSpec
 from vflcrypto.he.obfuscators import ObfuscatorStock, StockStats
-from vflcrypto.he.paillier import DEFAULT_KEY_BITS, PaillierPrivateKey
+from vflcrypto.he.paillier import DEFAULT_KEY_BITS
 from vflcrypto.he.schemes import PrivateKey, PublicKey, describe, generate_keypair
 from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 
+from .defence import clip_gradients, noise_multiplier, noised_base, noised_leaves, noised_node, privacy, sensitivity
+from .histograms import decode_histograms, histogram_plan
 from .messages import (
     ACTIVE,
     EncryptedGradients,
     EncryptedHistograms,
-    LevelRequest,
     PlainGradients,
     PlainHistograms,
     Setup,
     SplitRequest,
     SplitResponse,
+    level_kind,
 )
 from .model import ActiveModel, link, margin_out
 from .options import EarlyStopping, column_mask, eval_metric, goss_rows, metric_name, subsample_rows, validation_mask
@@ -58,8 +60,6 @@ from .tree import (
     quantize,
     select_split,
     slots_fit,
-    unfold_candidates,
-    unpack_candidates,
     valid_candidates,
     value_bound_bits,
 )
@@ -91,6 +91,7 @@ class ActiveResult:
     obfuscators: StockStats | None = None  # where the gradients' obfuscators came from (with precompute)
     samples: list[np.ndarray] = field(default_factory=list)  # per tree: the rows it was grown on
     eval_history: list[float] = field(default_factory=list)  # per round: the validation metric
+    privacy: dict[str, Any] = field(default_factory=dict)  # the defences' guarantees (defence.privacy)
 
     def train_predictions(self) -> np.ndarray:
         return link(self.model.objective, self.train_margin)
@@ -156,55 +157,13 @@ class _ActiveState:
     own: list[Any] = field(default_factory=list)
     passive_blocks: list[Any] = field(default_factory=list)
     choices: list[Any] = field(default_factory=list)
+    true_blocks: list[Any] = field(default_factory=list)  # per node: the candidate blocks before any noise
     lefts: dict[int, tuple[np.ndarray, int, int]] = field(default_factory=dict)
 
 
-def decode_histograms(hist: EncryptedHistograms | PlainHistograms, sk: PrivateKey | None,
-                      spec: PackingSpec, name: str = "passive party", outputs: int = 1) -> tuple[np.ndarray, ...]:
-    """(G_L (c, K), H_L (c, K), n_L (c,)) of every candidate in a histogram message, in its
-    order (layout checked; ``K = outputs``)."""
-    total = int(np.asarray(hist.counts).sum())
-    if isinstance(hist, PlainHistograms):
-        GL, HL, NL = (np.asarray(a) for a in (hist.grad, hist.hess, hist.rows))
-        if any(a.shape != (total, outputs) or a.dtype.kind not in "iu" for a in (GL, HL)) or \
-                NL.shape != (total,) or NL.dtype.kind not in "iu":
-            raise ProtocolError(f"{name} sent malformed plaintext histograms")
-        return GL.astype(np.int64), HL.astype(np.int64), NL.astype(np.int64)
-    if sk is None:
-        raise ProtocolError(f"{name} sent encrypted histograms in plaintext mode")
-    bits = 2 * outputs * spec.slot_bits
-    per = sk.public_key.plaintext_bits // bits
-    if hist.value_bits != bits or hist.per_ciphertext != per:
-        raise ProtocolError(f"{name} folded its histograms with the wrong layout")
-    if len(hist.folded) != -(-total // per):
-        raise ProtocolError(f"{name} sent {len(hist.folded)} folded ciphertexts for {total} candidates")
-    if hist.folded.public_key != sk.public_key:
-        raise ProtocolError(f"{name} sent histograms under another key")
-    # Paillier's signed decryptions are taken back modulo n; OU's are refused outside their bound
-    n = int(sk.public_key.n) if isinstance(sk, PaillierPrivateKey) else 0
-    try:
-        raw = [v % n if n else v for v in sk.decrypt(hist.folded)] if total else []
-    except EncodingOverflowError:
-        raise ProtocolError(f"{name} sent histograms outside the plaintext range (wrong key or tampered)") from None
-    return unpack_candidates(unfold_candidates(raw, total, per, bits), spec, outputs)
-
-
-def _plan(level: list[_Node]) -> tuple[np.ndarray, np.ndarray]:
-    """Which nodes to sum row by row (root; the smaller sibling) and which to derive."""
-    if len(level) == 1 and level[0].parent_slot < 0:
-        return np.zeros(1, np.int32), np.zeros((0, 3), np.int32)
-    compute: list[int] = []
-    derive: list[tuple[int, int, int]] = []
-    for i in range(0, len(level), 2):
-        a, b = i, i + 1  # siblings are appended consecutively (left, right)
-        small, large = (a, b) if len(level[a].rows) <= len(level[b].rows) else (b, a)
-        compute.append(small)
-        derive.append((large, level[large].parent_slot, small))
-    return np.asarray(compute, np.int32), np.asarray(derive, np.int32).reshape(-1, 3)
-
-
 def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, base: np.ndarray,
-              columns: tuple[str, ...], names: tuple[str, ...], stop: EarlyStopping | None) -> ActiveModel:
+              columns: tuple[str, ...], names: tuple[str, ...], stop: EarlyStopping | None,
+              dp: dict[str, Any]) -> ActiveModel:
     offsets = np.cumsum([0] + [len(t.kind) for t in trees]).astype(np.int64)
 
     def cat(attr: str, dtype: Any) -> np.ndarray:
@@ -217,7 +176,7 @@ def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, bas
                        cat("value", np.float64).reshape(-1, len(base)), cat("gain", np.float64),
                        cat("cover", np.float64), -1 if stop is None else stop.best_round,
                        math.nan if stop is None else stop.best_score,
-                       "" if stop is None else metric_name(params.objective))
+                       "" if stop is None else metric_name(params.objective), dp)
 
 
 class ActiveRole(Role[_ActiveState]):
@@ -280,6 +239,8 @@ class ActiveRole(Role[_ActiveState]):
         if len(self.goss_key) < 16:
             raise InputDataError("goss_key must hold at least 16 bytes")
         self.samples: list[np.ndarray] = []
+        # label DP (.defence): the noise multiplier of every release, from the library's calibration
+        self.z = noise_multiplier(p, self.per_round) if p.dp_epsilon is not None else 0.0
         self.pk: PublicKey | None = None
         self.sk: PrivateKey | None = None
         self.stock: ObfuscatorStock[Any] | None = None
@@ -327,6 +288,10 @@ class ActiveRole(Role[_ActiveState]):
         self.timer.add("binning", t0)
         fit = self.fit_rows
         self.base = base_score(p.objective, self.y[fit], self.w[fit], self.K)
+        if self.z:  # label DP: the base score from the noised count of positives (one release)
+            rate, record = noised_base(self.y[fit], self.w[fit], self.z)
+            self.base = np.asarray([math.log(rate / (1 - rate))])
+            self.hold("dp_base", record)
         self.state.margin = np.tile(self.base, (self.n, 1))
         self.state.best_margin = self.state.margin.copy()
         return _prefix([send(q, setup) for q in self.names], self._begin_tree())
@@ -355,12 +320,16 @@ class ActiveRole(Role[_ActiveState]):
         if st.t % self.per_round == 0:
             g, h = gradients(self.params.objective, self.y, st.margin)
             st.round_g, st.round_h = g * self.w[:, None], h * self.w[:, None]
+            if self.z:  # label DP: each row's g clipped (h does not depend on the label)
+                st.round_g = clip_gradients(st.round_g, self.params.dp_clip)
         k = st.t % self.per_round
         cols = slice(k, k + 1) if self.per_round > 1 else slice(None)
         rows, mult = self._sample(st.round_g[:, cols])
         self.samples.append(rows)
         g_s, h_s = st.round_g[rows, cols] * mult[:, None], st.round_h[rows, cols] * mult[:, None]
-        st.vbb = max(st.vbb, value_bound_bits(g_s, h_s))
+        # the packing's bound is public: under label DP from the clip norm and weights, never from the labels
+        st.vbb = max(st.vbb, value_bound_bits(*((np.asarray([self.params.dp_clip]), 0.25 * self.w) if self.z
+                                                 else (g_s, h_s))))
         st.frac = choose_frac_bits(st.vbb, self.n)
         st.spec = packing_spec(self.n, st.frac, st.vbb)
         st.gq = np.zeros((self.n, g_s.shape[1]), np.int64)
@@ -373,8 +342,11 @@ class ActiveRole(Role[_ActiveState]):
         self.hold("packing", st.spec)
         self.hold("sample", st.sample)
         t0 = time.perf_counter()
-        if self.plaintext:
-            grad_msg: Any = PlainGradients(st.t, st.frac, sample_bits, st.gq[rows], st.hq[rows])
+        grad_msg: Any = None
+        if self._alone():
+            pass  # a round on our features alone: the passive parties receive nothing of it
+        elif self.plaintext:
+            grad_msg = PlainGradients(st.t, st.frac, sample_bits, st.gq[rows], st.hq[rows])
         else:
             assert self.sk is not None and st.spec is not None
             gh = np.ldexp(np.column_stack([st.gq[rows], st.hq[rows]]).astype(np.float64), -st.frac)
@@ -388,7 +360,12 @@ class ActiveRole(Role[_ActiveState]):
         st.leaves, st.depth = [], 0
         self.colmask = column_mask(self.X.shape[1], self.params.colsample_bytree, self.params.random_state,
                                    self.name, st.t)
-        return _prefix([send(q, grad_msg) for q in self.names], self._begin_level())
+        sends = [] if grad_msg is None else [send(q, grad_msg) for q in self.names]
+        return _prefix(sends, self._begin_level())
+
+    def _alone(self) -> bool:
+        """Whether this tree is grown on our features alone (``--first-tree-active-only``, ``--active-only-trees``)."""
+        return self.state.t < self.params.active_only_rounds * self.per_round
 
     def _cover(self, H: np.ndarray) -> float:
         return float(np.ldexp(H.astype(np.float64), -self.state.frac).sum())
@@ -403,8 +380,8 @@ class ActiveRole(Role[_ActiveState]):
         node_of_row = np.full(self.n, -1, dtype=np.int32)
         for i, nd in enumerate(st.level):
             node_of_row[nd.route] = i
-        compute, derive = _plan(st.level)
-        req = LevelRequest(st.t, st.depth, False, node_of_row, compute, derive)
+        compute, derive = histogram_plan(st.level)
+        req = level_kind(self.params)(st.t, st.depth, False, node_of_row, compute, derive)
         t0 = time.perf_counter()
         st.own = []
         for nd in st.level:
@@ -416,6 +393,8 @@ class ActiveRole(Role[_ActiveState]):
             st.own.append((cg[flat], ch_[flat], cn.ravel()[flat], flat))
         self.timer.add("split_search", t0)
         st.passive_blocks, st.k = [], 0
+        if self._alone():
+            return self._choose()
         return then([send(q, req) for q in self.names], self.names[0], self._histogram_kind(), "on_histograms")
 
     def _histogram_kind(self) -> type:
@@ -429,10 +408,31 @@ class ActiveRole(Role[_ActiveState]):
         st.k += 1
         if st.k < len(self.names):
             return then([], self.names[st.k], self._histogram_kind(), "on_histograms")
+        return self._choose()
+
+    def _choose(self) -> Next:
+        """Steps 4-5: every node's best split (from noised G sums under label DP), the split requests."""
+        st = self.state
         t0 = time.perf_counter()
-        st.choices = [select_split([st.own[i]] + [pb[i] for pb in st.passive_blocks], nd.G, nd.H, st.frac,
-                                   self.params) for i, nd in enumerate(st.level)]
+        st.true_blocks = [[st.own[i]] + [pb[i] for pb in st.passive_blocks] for i in range(len(st.level))]
+        blocks: list[Any] = st.true_blocks
+        if self.z:  # label DP: each node's release (.defence): its candidates' and its total G, noised
+            sens = sensitivity(self.params, float(self.w[self.fit_rows].max()), st.frac)
+            blocks = []
+            for nd, b in zip(st.level, st.true_blocks, strict=True):
+                noised, G, record = noised_node(b, nd.G, z=self.z, sens=sens, frac=st.frac,
+                                                n_features=self.X.shape[1], own_features=int(self.colmask.sum()),
+                                                width=self.width)
+                blocks.append((noised, G))
+                self.hold("dp_release", record)  # the true and released sums: the audit's ground truth
+        else:
+            blocks = [(b, nd.G) for b, nd in zip(blocks, st.level, strict=True)]
+        st.choices = [select_split(b, G, nd.H, st.frac, self.params) for (b, G), nd in zip(blocks, st.level,
+                                                                                          strict=True)]
         self.timer.add("split_search", t0)
+        st.lefts, st.k = {}, 0
+        if self._alone():
+            return self._grow()
         sends = []
         for p, name in enumerate(self.names):
             won = [(i, c) for i, c in enumerate(st.choices) if c is not None and c.owner == p + 1]
@@ -440,7 +440,6 @@ class ActiveRole(Role[_ActiveState]):
             cand = np.asarray([x for _, c in won for x in c.ids], dtype=np.int32)
             sends.append(send(name, SplitRequest(st.t, st.depth, np.asarray([i for i, _ in won], np.int32),
                                                  offs, cand)))
-        st.lefts, st.k = {}, 0
         return then(sends, self.names[0], SplitResponse, "on_split_response")
 
     def _read_histograms(self, hist: Any, name: str) -> list[tuple[np.ndarray, ...]]:
@@ -476,6 +475,17 @@ class ActiveRole(Role[_ActiveState]):
         st.k += 1
         if st.k < len(self.names):
             return then([], self.names[st.k], SplitResponse, "on_split_response")
+        return self._grow()
+
+    def _true_left(self, i: int, c: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The true (G_L, H_L) of node ``i``'s chosen candidate (``c`` holds the noised G_L under label DP)."""
+        gl, hl, _, ids = self.state.true_blocks[i][c.owner]
+        j = int(np.flatnonzero(np.asarray(ids) == c.ids[0])[0])
+        return tuple(gl[j].tolist()), tuple(hl[j].tolist())
+
+    def _grow(self) -> Next:
+        """The children of every split node (every row routed by its owner's left set), then the next level."""
+        st = self.state
         nxt: list[_Node] = []
         tree = st.tree
         for i, (nd, c) in enumerate(zip(st.level, st.choices, strict=True)):
@@ -493,8 +503,8 @@ class ActiveRole(Role[_ActiveState]):
             tree.gain[nd.index] = 2.0 * c.gain  # XGBoost's loss change (importance "gain")
             in_sample = st.sample[nd.route]
             left_rows = nd.route[mask & in_sample]
-            if len(left_rows) != c.nL or tuple(st.gq[left_rows].sum(axis=0).tolist()) != c.GL or \
-                    tuple(st.hq[left_rows].sum(axis=0).tolist()) != c.HL:
+            if len(left_rows) != c.nL or (tuple(st.gq[left_rows].sum(axis=0).tolist()),
+                                          tuple(st.hq[left_rows].sum(axis=0).tolist())) != self._true_left(i, c):
                 raise ProtocolError("left instance set does not match the chosen candidate")
             for side, m in (("left", mask), ("right", ~mask)):
                 rows = nd.route[m & in_sample]
@@ -532,8 +542,12 @@ class ActiveRole(Role[_ActiveState]):
         st.leaves.extend(st.level)
         scale = 2.0 ** -st.frac
         cols = slice(None) if self.per_round == 1 else [st.t % self.per_round]  # the outputs this tree sets
-        for nd in st.leaves:
-            w = leaf_weight(nd.G * scale, nd.H * scale, p.reg_lambda)
+        G = [nd.G * scale for nd in st.leaves]
+        if self.z:  # label DP: the leaves' G sums, one more release (.defence)
+            G, record = noised_leaves(G, self.z, sensitivity(p, float(self.w[self.fit_rows].max()), st.frac))
+            self.hold("dp_leaves", record)
+        for nd, g_leaf in zip(st.leaves, G, strict=True):
+            w = leaf_weight(g_leaf, nd.H * scale, p.reg_lambda)
             st.tree.value[nd.index][cols] = w
             st.margin[np.ix_(nd.route, np.arange(self.K)[cols])] += p.learning_rate * w
         st.trees.append(st.tree)
@@ -549,21 +563,21 @@ class ActiveRole(Role[_ActiveState]):
         kept = -1
         if last:
             kept = self.stopper.kept if self.stopper is not None else p.n_trees
-        done_req = LevelRequest(st.t - 1, p.max_depth, True, np.zeros(0, np.int32), np.zeros(0, np.int32),
-                                np.zeros((0, 3), np.int32), kept)
+        done_req = level_kind(p)(st.t - 1, p.max_depth, True, np.zeros(0, np.int32), np.zeros(0, np.int32),
+                                 np.zeros((0, 3), np.int32), kept)
         sends = [send(q, done_req) for q in self.names]
         if not last:
             return _prefix(sends, self._begin_tree())
         margin = st.margin if kept * self.per_round == st.t else st.best_margin
         model = _assemble(st.trees[: kept * self.per_round], self.model_id, p, self.base, self.columns,
-                          tuple(self.names), self.stopper)
+                          tuple(self.names), self.stopper, privacy(p, self.per_round))
         stats = None
         if self.stock is not None:
             stats = self.stock.stats()
             self.stock.close()
         history = [] if self.stopper is None else list(self.stopper.history)
         return done(ActiveResult(model, margin_out(margin), self.timer.phases, self.pk, stats, self.samples,
-                                 history), sends)
+                                 history, model.privacy), sends)
 
 
 def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -11,9 +12,11 @@ from vflcrypto.audit.attacks import (
     accuracy_finding,
     adjacent_order_finding,
     equal_ciphertext_classes,
+    not_measured,
     unrandomized_paillier,
 )
 from vflcrypto.audit.checks import EXACT, Check
+from vflcrypto.audit.defences import noise_floor_finding
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, Figure, audit, audit_runs
 from vflcrypto.audit.literature import known_labels
 from vflcrypto.audit.literature_tabular import first_split, id2graph
@@ -23,14 +26,28 @@ from vflcrypto.he.schemes import scheme_of
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 
-from .active import decode_histograms
+from .defence import residuals
+from .histograms import decode_histograms
 from .local import run_local
-from .messages import ACTIVE, EncryptedGradients, EncryptedHistograms, LevelRequest, PlainGradients, PlainHistograms
+from .messages import (
+    ACTIVE,
+    DpLevelRequest,
+    EncryptedGradients,
+    EncryptedHistograms,
+    LevelRequest,
+    PlainGradients,
+    PlainHistograms,
+)
 from .predict import predict_local
 from .tree import BoostParams, check_labels, unpack_candidates
 
-__all__ = ["CHECKS", "audit_run", "demo_step", "example", "goss_findings", "literature_findings",
-           "received_instance_spaces"]
+__all__ = ["CHECKS", "DEFENDED_EPSILON", "DP_CHECK", "audit_run", "demo_step", "dp_findings", "example",
+           "goss_findings", "literature_findings", "received_instance_spaces"]
+
+#: the audit's run under label DP (``--dp-epsilon``): its budget
+DEFENDED_EPSILON = 1.0
+DP_KIND = "secureboost.dp_level"
+DP_CHECK = f"{DP_KIND}: G sums noised at the announced scale before the split choice"
 
 #: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
 CHECKS = (
@@ -44,6 +61,8 @@ CHECKS = (
     *(Check(f"{kind}: rows singled out by a candidate", (kind,), Protection.AGGREGATE,
             "a candidate that sums a single row (its gradient in the clear)", EXACT)
       for kind in ("secureboost.histograms", "secureboost.plain_histograms")),
+    Check(DP_CHECK, (DP_KIND,), Protection.DP,
+          "the noise on the G sums dropped or scaled down (less than half the announced variance)", 0.5),
 )
 
 
@@ -275,24 +294,27 @@ def goss_findings(tap: AuditTap, party: str, y: np.ndarray) -> list[EmpiricalFin
 
 
 def received_instance_spaces(tap: AuditTap, party: str) -> tuple[list[np.ndarray], np.ndarray | None]:
-    """The instance spaces ``party`` received in ``secureboost.level`` messages, per tree and as its first split.
+    """The instance spaces ``party`` received in ``secureboost.level`` (or ``secureboost.dp_level``) messages, per
+    tree and as its first split.
 
-    Returns, per tree, the deepest node each row was seen in (one id per (depth, node); -1 if
-    never), and the first tree's partition after its root split (depth 1; None without one).
-    Reads only the level requests the party received: not its own split responses.
+    Returns, per tree it received an instance space of, the deepest node each row was seen in
+    (one id per (depth, node); -1 if never), and the partition after the root split of the first
+    tree it saw split (depth 1; None without one: the first tree when no round is grown on the
+    active party's features alone). Reads only the level requests the party received: not its
+    own split responses.
     """
     trees: dict[int, np.ndarray] = {}
-    root: np.ndarray | None = None
-    for req in tap.received(party, LevelRequest):
+    roots: dict[int, np.ndarray] = {}
+    for req in [*tap.received(party, LevelRequest), *tap.received(party, DpLevelRequest)]:
         node = np.asarray(req.node_of_row, np.int64)
         if req.done or not len(node):
             continue
         cell = trees.setdefault(int(req.tree), np.full(len(node), -1, np.int64))
         seen = node >= 0
         cell[seen] = int(req.depth) * (len(node) + 1) + node[seen]
-        if int(req.tree) == 0 and int(req.depth) == 1:
-            root = node.copy()
-    return [trees[t] for t in sorted(trees)], root
+        if int(req.depth) == 1:
+            roots[int(req.tree)] = node.copy()
+    return [trees[t] for t in sorted(trees)], roots[min(roots)] if roots else None
 
 
 def literature_findings(tap: AuditTap, party: str, y: np.ndarray, *, per_class: int = 15) -> list[EmpiricalFinding]:
@@ -300,7 +322,7 @@ def literature_findings(tap: AuditTap, party: str, y: np.ndarray, *, per_class: 
     ID2Graph over every tree and the first tree's root split (Takahashi et al. 2023), each with
     ``per_class`` labels per class it is assumed to know (5 % of the example's 600 rows)."""
     spaces, root = received_instance_spaces(tap, party)
-    kinds = ("secureboost.level",)
+    kinds = ("secureboost.dp_level",) if tap.received(party, DpLevelRequest) else ("secureboost.level",)
     labels = np.asarray(y).astype(np.int64)
     known = known_labels(labels, per_class)
     out = []
@@ -311,6 +333,23 @@ def literature_findings(tap: AuditTap, party: str, y: np.ndarray, *, per_class: 
     out.append(first_split(party, name, root, labels, known, attacks=kinds) if root is not None else EmpiricalFinding(
         party, name, 0.0, None, "the first tree has no second level (depth 1)", attacks=kinds, measured=False))
     return out
+
+
+def dp_findings(tap: AuditTap) -> list[EmpiricalFinding]:
+    """The check of ``--dp-epsilon`` on a defended run: every release's noise (released minus true sums, which the
+    active party holds for this audit only, over the announced std: :func:`.defence.residuals`) has at least the
+    announced variance (chi-square lower tail, :func:`~vflcrypto.audit.defences.noise_floor_finding`)."""
+    records = [*tap.held(ACTIVE, "dp_release"), *tap.held(ACTIVE, "dp_leaves")]
+    if not records:
+        return [not_measured(ACTIVE, DP_CHECK, (DP_KIND,), Protection.DP, "no release under --dp-epsilon")]
+    z = [residuals(r) for r in records]
+    z += [np.asarray([(b["noised"] - b["true"]) / b["std"]]) for b in tap.held(ACTIVE, "dp_base")]
+    found = noise_floor_finding(ACTIVE, DP_CHECK, z, 1.0, attacks=(DP_KIND,))
+    k = int(sum(len(r) for r in z))
+    return [dataclasses.replace(found, description=(
+        f"the noise of the {len(records)} node and leaf releases and the base score ({k} independent draws), "
+        f"released minus true G sums over the announced std: mean square {1 - found.value:.4g} (1 when the noise "
+        "is as announced, 0 without noise); the active party's true sums are the audit's ground truth"))]
 
 
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
@@ -325,7 +364,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     * active: decodes the passive candidates it received with its own key and tests their
       order (shuffled?) and whether single candidates isolate single rows;
     * passive, in a GOSS run: the top-``|g|`` rows and the labels from the samples it received
-      (:func:`goss_findings`, by design).
+      (:func:`goss_findings`, by design);
+    * the defences: a run under ``--dp-epsilon 1`` (encrypted), whose noise is checked against the true
+      sums (:func:`dp_findings`), and a plaintext run with the first tree on the active party's features
+      alone; the published attacks on both are in the metrics. What the defences do at several budgets is
+      the frontier (:func:`.frontier.frontier`).
     """
     Xa, y, ca, Xp, cp = example()
     params = BoostParams(n_trees=3, max_depth=3, max_bin=16)
@@ -340,6 +383,16 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     goss_tap = AuditTap()
     goss = run_local(Xa, y, [Xp], params=BoostParams(n_trees=3, max_depth=2, max_bin=16, top_rate=0.2, other_rate=0.1),
                      key_bits=key_bits, allow_insecure=allow_insecure, tap=goss_tap)
+    dp_tap, alone_tap = AuditTap(), AuditTap()
+    dp = run_local(Xa, y, [Xp], params=BoostParams(n_trees=2, max_depth=3, max_bin=16, dp_epsilon=DEFENDED_EPSILON),
+                   key_bits=key_bits, allow_insecure=allow_insecure, tap=dp_tap)
+    alone = run_local(Xa, y, [Xp], params=dataclasses.replace(params, first_tree_active_only=True), plaintext=True,
+                      tap=alone_tap)
+    metrics: dict[str, float] = {}
+    for label, t in (("undefended", tap), ("dp_epsilon_1", dp_tap), ("first_tree_active_only", alone_tap)):
+        id2g, first = literature_findings(t, "passive-0", y)
+        metrics[f"{label}_id2graph_accuracy"], metrics[f"{label}_first_split_auc"] = id2g.value, first.value
+    metrics["dp_epsilon_1_epsilon"] = dp.active.model.privacy["hist-gauss"]["epsilon"]
     guess, unknown = label_inference_attack(tap.held("passive-0", "instance_partition")[0], y)
     findings = [
         accuracy_finding(
@@ -356,8 +409,12 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
         *_histogram_findings(plain_tap, "passive-0", "secureboost.plain_histograms"),
         *literature_findings(tap, "passive-0", y),
         *goss_findings(goss_tap, "passive-0", y),
+        *dp_findings(dp_tap),
     ]
     runs = {"encrypted (Paillier)": run.transcript, "encrypted (OU)": ou_run.transcript,
-            "plaintext (debug/parity)": plain.transcript, "encrypted, GOSS (top 20 %, other 10 %)": goss.transcript}
+            "plaintext (debug/parity)": plain.transcript, "encrypted, GOSS (top 20 %, other 10 %)": goss.transcript,
+            f"encrypted, label DP (--dp-epsilon {DEFENDED_EPSILON:g}, 2 trees)": dp.transcript,
+            "plaintext, first tree on the active party's features alone": alone.transcript}
     report, sections = audit_runs(runs)
-    return AuditOutcome("secureboost", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()))
+    return AuditOutcome("secureboost", report, tuple(findings), metrics, sections=sections,
+                        transcripts=tuple(runs.items()))

@@ -26,6 +26,13 @@ sample weights (it is not a feature). Every option is part of the training plan 
 party sends, and a network party whose own flags differ refuses it. The JSON summary and the
 model files carry each party's feature importance (its own features only; the active party
 sees passive splits as party and opaque record id) and, with a validation set, the best round.
+
+Label defences (:mod:`.defence`, off by default; part of the plan every party checks):
+``--first-tree-active-only`` / ``--active-only-trees K`` grow the first round(s) on the active party's features
+alone (the passive parties receive none of their instance spaces); ``--dp-epsilon EPS`` (``--dp-delta``,
+``--dp-clip``) noises the G sums of every node before the split choice: (EPS, delta)-label-DP of everything the
+passive parties receive and of the model, accounted by dp-accounting. The JSON summary and the model files then
+carry each party's accounting under ``privacy``.
 """
 
 from __future__ import annotations
@@ -190,6 +197,8 @@ def train(args: argparse.Namespace) -> int:
         "evaluated_on": on, "rows": {"train": len(train_rows), "test": len(test)},
         "mode": _mode(args, opts, run.active.public_key), **_stopping(run.active.model, run.active.eval_history),
         "importance": {n: m.importance() for n, m in zip(names, models, strict=True)}}
+    if run.active.model.privacy:  # each party's own accounting of the plan's defences (.defence)
+        summary["privacy"] = {n: m.privacy for n, m in zip(names, models, strict=True)}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -199,6 +208,9 @@ def train(args: argparse.Namespace) -> int:
     print(f"trained {params.n_trees} rounds (depth {params.max_depth}, {summary['mode']}) on {len(train_rows)} rows; "
           f"{on} {metric.upper() if metric != 'accuracy' else metric} {value:.4f}{ref}; "
           f"{summary['seconds']:.1f} s; {sum(bytes_sent.values()):,} bytes sent")
+    for d, g in run.active.model.privacy.items():
+        print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-label-DP ({g['accountant']}); protects {g['covers']}"
+              if "epsilon" in g else f"  {d}: the first {g['rounds']} round(s); {g['covers']}")
     if args.model_dir:
         print(f"party models saved in {args.model_dir}")
     return 0
@@ -207,7 +219,8 @@ def train(args: argparse.Namespace) -> int:
 def _plaintext_reference(params: BoostParams, train: list[PartyTable], evaluate: list[PartyTable] | None,
                          opts: TrainOptions, weights: np.ndarray | None, goss_key: bytes) -> np.ndarray:
     """Predictions of the plaintext reference: the same trees trained unencrypted (``--plaintext``, the
-    documented parity reference), on ``evaluate`` (or the training rows)."""
+    documented parity reference), on ``evaluate`` (or the training rows). Under ``--dp-epsilon`` the reference
+    draws its own noise: a run of the same plan, not the same trees."""
     y = train[0].label
     assert y is not None  # read_tables requires the label at the active party
     with uncaptured():  # a check beside the run, not part of it: kept out of --html's report
@@ -317,7 +330,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                                    "evaluated_on": on,
                                    "rows": {"train": len(train_rows), "test": len(test)},
                                    "mode": _mode(args, opts, res.public_key),
-                                   **_stopping(res.model, res.eval_history), "importance": res.model.importance()}
+                                   **_stopping(res.model, res.eval_history), "importance": res.model.importance(),
+                                   **({"privacy": res.model.privacy} if res.model.privacy else {})}
 
         def write(out: Path, meta: dict[str, Any]) -> None:
             res.model.save(out)
@@ -337,4 +351,5 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         pres.model.save(out)
 
     return PartyOutcome({"model_id": pres.model.model_id, "records": len(pres.model.record_ids),
-                         "importance": pres.model.importance()}, write_passive)
+                         "importance": pres.model.importance(),
+                         **({"privacy": pres.model.privacy} if pres.model.privacy else {})}, write_passive)

@@ -12,8 +12,9 @@ from vflcrypto.runtime.declarations import Protection, declare
 
 from .tree import BoostParams
 
-__all__ = ["ACTIVE", "PASSIVE", "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "PlainGradients",
-           "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup", "SplitRequest", "SplitResponse"]
+__all__ = ["ACTIVE", "PASSIVE", "DpLevelRequest", "EncryptedGradients", "EncryptedHistograms", "LevelRequest",
+           "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup", "SplitRequest",
+           "SplitResponse", "level_kind"]
 
 ACTIVE = "active"
 PASSIVE = "passive"
@@ -22,7 +23,8 @@ PASSIVE = "passive"
 @declare("secureboost.setup", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
          reveals="the model id, the training plan (every BoostParams option: rounds, depth, bins, "
                  "learning rate, lambda, gamma, min_child_weight, subsample, colsample_bytree, the GOSS "
-                 "rates, the public seed, the validation fraction and early-stopping rounds), whether rows "
+                 "rates, the public seed, the validation fraction and early-stopping rounds, the rounds grown on "
+                 "the active party's features alone, and the label-DP budget, delta and clip norm), whether rows "
                  "are weighted (not the weights), the number of aligned rows, a digest "
                  "of the ordered row IDs (equality check only), the active party's public key "
                  "(Paillier or Okamoto-Uchiyama, so the scheme; none in plaintext mode) and, for a "
@@ -50,7 +52,9 @@ class Setup:
                  "With GOSS every row of the top |g| share is in the sample, so membership tells which rows "
                  "have large gradients (for the logistic loss, mostly the positives of a rare class: the "
                  "audit measures it); not which sampled rows are top rows (the rest is drawn with the "
-                 "active party's private randomness), nor multipliers or weights (inside the ciphertexts)")
+                 "active party's private randomness), nor multipliers or weights (inside the ciphertexts). "
+                 "None is sent for a round grown on the active party's features alone; under --dp-epsilon each "
+                 "weighted g is clipped to the announced C first")
 @dataclass(frozen=True)
 class EncryptedGradients:
     tree: int
@@ -78,7 +82,9 @@ class PlainGradients:
                  "parties' included), for every row (those outside this tree's sample and the "
                  "validation rows too: they are routed, not summed), and which nodes are leaves; with "
                  "the last tree, the number of rounds the model keeps (early stopping's best round); "
-                 "not features, thresholds, gradients or labels")
+                 "not features, thresholds, gradients or labels. Of a round grown on the active party's "
+                 "features alone (--first-tree-active-only, --active-only-trees) only its end (done): no "
+                 "instance space")
 @dataclass(frozen=True)
 class LevelRequest:
     tree: int
@@ -88,6 +94,32 @@ class LevelRequest:
     compute: np.ndarray  # int32 node ids whose histograms are summed row by row
     derive: np.ndarray  # int32 (k, 3): node, parent (previous depth), sibling (this depth)
     kept: int = -1  # with ``done`` on the last tree: the rounds the model keeps; else -1
+
+
+@declare("secureboost.dp_level", sender=ACTIVE, receiver=PASSIVE, protection=Protection.DP,
+         reveals="under --dp-epsilon, the level request in place of secureboost.level (the same fields): the "
+                 "instance space of every node, grown by split choices the active party made from G sums it "
+                 "noised first (Gaussian noise of std z*D*sqrt(k) per node: D how far one row's label moves its "
+                 "clipped g, k the sums a row can move; every leaf's G noised too; z calibrated by dp-accounting's "
+                 "RDP accountant over 1 + trees x (depth + 1) releases), so everything the passive parties "
+                 "receive, even together, is "
+                 "(epsilon, delta)-label-DP as the setup states; not the features; no amplification by "
+                 "subsampling is claimed. Label attacks on the instance spaces fall toward their baselines as "
+                 "epsilon shrinks")
+@dataclass(frozen=True)
+class DpLevelRequest:
+    tree: int
+    depth: int
+    done: bool
+    node_of_row: np.ndarray  # as in LevelRequest
+    compute: np.ndarray
+    derive: np.ndarray
+    kept: int = -1
+
+
+def level_kind(params: BoostParams) -> type[LevelRequest] | type[DpLevelRequest]:
+    """The kind the level requests of a plan travel as: ``secureboost.dp_level`` under label DP."""
+    return DpLevelRequest if params.dp_epsilon is not None else LevelRequest
 
 
 @declare("secureboost.histograms", sender=PASSIVE, receiver=ACTIVE,
@@ -127,7 +159,8 @@ class PlainHistograms:
 @declare("secureboost.split_request", sender=ACTIVE, receiver=PASSIVE,
          protection=Protection.PLAINTEXT,
          reveals="which of its anonymous candidates won which node (ties listed together): the "
-                 "owner learns that its feature/threshold is the best split of that node")
+                 "owner learns that its feature/threshold is the best split of that node (under --dp-epsilon, "
+                 "chosen from noised G sums: covered by the label-DP guarantee of secureboost.dp_level)")
 @dataclass(frozen=True)
 class SplitRequest:
     tree: int

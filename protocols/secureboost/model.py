@@ -81,6 +81,8 @@ class ActiveModel:
     best_iteration: int = -1
     best_score: float = math.nan
     eval_metric: str = ""
+    #: the label defences' guarantees of the run that trained it (``defence.privacy``; empty without one)
+    privacy: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_trees(self) -> int:
@@ -125,7 +127,8 @@ class ActiveModel:
                 "columns": list(self.columns), "passive_parties": list(self.passive_parties),
                 "best_iteration": self.best_iteration,
                 "best_score": None if math.isnan(self.best_score) else self.best_score,
-                "eval_metric": self.eval_metric, "importance": self.importance()}
+                "eval_metric": self.eval_metric, "importance": self.importance(),
+                **({"privacy": self.privacy} if self.privacy else {})}
         arrays = {k: getattr(self, k) for k in ("offsets", "kind", "party", "feature", "bin",
                                                 "threshold", "record", "left", "right", "value", "gain", "cover")}
         save_model(path, meta, arrays)
@@ -154,7 +157,7 @@ class ActiveModel:
                        gain=a.get("gain", np.zeros(0)), cover=a.get("cover", np.zeros(0)),
                        best_iteration=int(meta.get("best_iteration", -1)),
                        best_score=math.nan if meta.get("best_score") is None else float(meta["best_score"]),
-                       eval_metric=str(meta.get("eval_metric", "")))
+                       eval_metric=str(meta.get("eval_metric", "")), privacy=dict(meta.get("privacy", {})))
         except KeyError as exc:
             raise ModelFileError(f"{path}: model file lacks {exc}") from None
 
@@ -170,6 +173,8 @@ class PassiveModel:
     feature: np.ndarray
     bin: np.ndarray
     threshold: np.ndarray
+    #: the label defences' guarantees, as this party accounted them from the plan it received
+    privacy: dict[str, Any] = field(default_factory=dict)
 
     def importance(self) -> dict[str, Any]:
         """Split counts (XGBoost's ``weight``) per own column with at least one split, from this party's
@@ -180,7 +185,8 @@ class PassiveModel:
 
     def save(self, path: str | Path) -> None:
         meta = {"format": "vflcrypto.secureboost.passive/1", "model_id": self.model_id,
-                "party": self.party, "columns": list(self.columns), "importance": self.importance()}
+                "party": self.party, "columns": list(self.columns), "importance": self.importance(),
+                **({"privacy": self.privacy} if self.privacy else {})}
         save_model(path, meta, {"record_ids": self.record_ids, "feature": self.feature,
                                 "bin": self.bin, "threshold": self.threshold})
 
@@ -191,6 +197,6 @@ class PassiveModel:
             raise ModelFileError(f"{path} is not a SecureBoost passive-party model")
         try:
             return cls(meta["model_id"], meta["party"], tuple(meta["columns"]),
-                       a["record_ids"], a["feature"], a["bin"], a["threshold"])
+                       a["record_ids"], a["feature"], a["bin"], a["threshold"], dict(meta.get("privacy", {})))
         except KeyError as exc:
             raise ModelFileError(f"{path}: model file lacks {exc}") from None

@@ -32,9 +32,11 @@ from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 
 from .active import Timer
+from .defence import privacy
 from .messages import (
     ACTIVE,
     PASSIVE,
+    DpLevelRequest,
     EncryptedGradients,
     EncryptedHistograms,
     LevelRequest,
@@ -43,6 +45,7 @@ from .messages import (
     Setup,
     SplitRequest,
     SplitResponse,
+    level_kind,
 )
 from .model import PassiveModel
 from .options import column_mask, validation_mask
@@ -176,7 +179,14 @@ class PassiveRole(Role[_PassiveState]):
         """Trees in the whole run at most (early stopping may end it sooner): rounds times trees per round."""
         return self.setup.params.n_trees * self.setup.trees_per_round
 
+    def _alone(self) -> bool:
+        """Whether the plan grows this tree on the active party's features alone (then nothing but its end comes)."""
+        return self.state.t < self.setup.params.active_only_rounds * self.setup.trees_per_round
+
     def _await_gradients(self) -> Next:
+        if self._alone():
+            self.state.partition = np.zeros(self.X.shape[0], np.int64)  # we see no instance space of this tree
+            return then([], self.active, level_kind(self.setup.params), "on_level")
         kind = PlainGradients if self.setup.plaintext else EncryptedGradients
         return then([], self.active, kind, "on_gradients")
 
@@ -206,7 +216,7 @@ class PassiveRole(Role[_PassiveState]):
         st.sample = sample
         st.depth, st.prev_plain, st.prev_enc = 0, [], []
         st.partition = np.zeros(n, dtype=np.int64)
-        return then([], self.active, LevelRequest, "on_level")
+        return then([], self.active, level_kind(self.setup.params), "on_level")
 
     def _node_rows(self) -> list[np.ndarray]:
         node_of_row = self.state.node_of_row
@@ -215,13 +225,16 @@ class PassiveRole(Role[_PassiveState]):
         starts = np.searchsorted(node_of_row[order], np.arange(n_nodes + 1))
         return [order[starts[i] : starts[i + 1]] for i in range(n_nodes)]
 
-    def on_level(self, req: LevelRequest) -> Next:
+    def on_level(self, req: LevelRequest | DpLevelRequest) -> Next:
         """Steps 2-3 (or 7): the nodes of this level → every node's shuffled candidate histograms."""
         st, setup = self.state, self.setup
         if req.tree != st.t:
             raise ProtocolError(f"level request for tree {req.tree} during tree {st.t}")
         if req.done:
             return self._end_tree(int(req.kept))
+        if self._alone():
+            raise ProtocolError(f"the plan grows tree {st.t} on the active party's features alone: this party takes "
+                                "no instance space of it")
         if st.depth == setup.params.max_depth or req.depth != st.depth:
             raise ProtocolError("level request out of order")
         n = self.X.shape[0]
@@ -312,7 +325,7 @@ class PassiveRole(Role[_PassiveState]):
         left_bits = np.concatenate(bit_parts) if bit_parts else np.zeros(0, np.uint8)
         resp = SplitResponse(st.t, st.depth, won.astype(np.int32), np.asarray(rec_ids, np.int64), left_bits)
         st.depth += 1
-        return then([send(self.active, resp)], self.active, LevelRequest, "on_level")
+        return then([send(self.active, resp)], self.active, level_kind(self.setup.params), "on_level")
 
     def _end_tree(self, kept: int) -> Next:
         """Step 7: the tree is done; the next tree's gradients, or (``kept`` >= 0: the last tree) the
@@ -332,7 +345,8 @@ class PassiveRole(Role[_PassiveState]):
         f = np.asarray([st.rec_f[i] for i in keep], np.int32)
         b = np.asarray([st.rec_b[i] for i in keep], np.int32)
         thr = np.asarray([float(splits[i][j]) for i, j in zip(f.tolist(), b.tolist(), strict=True)], np.float64)
-        model = PassiveModel(self.setup.model_id, self.name, self.columns, np.asarray(keep, np.int64), f, b, thr)
+        model = PassiveModel(self.setup.model_id, self.name, self.columns, np.asarray(keep, np.int64), f, b, thr,
+                             privacy(self.setup.params, self.setup.trees_per_round))
         return done(PassiveResult(model, self.timer.phases))
 
 

@@ -100,6 +100,23 @@ class BoostParams:
                                              "evaluates)")
     early_stopping_rounds: int = option(0, "stop when the validation metric (logloss, mlogloss or rmse) has not "
                                            "improved for this many rounds and keep the best round (0: off)")
+    first_tree_active_only: bool = option(False, "grow the first round on the active party's features alone: the "
+                                                 "passive parties receive no gradients and no instance space of it "
+                                                 "(SecretFlow SGB's first_tree_with_label_holder_feature)")
+    active_only_trees: int = option(0, "grow the first K rounds on the active party's features alone "
+                                       "(--first-tree-active-only is K = 1)")
+    dp_epsilon: float | None = option(None, "label DP of the split decisions (binary objective): the active party "
+                                            "adds Gaussian noise to the G sums of every node before it chooses the "
+                                            "split, calibrated to this epsilon at --dp-delta over every level of "
+                                            "every tree (dp-accounting's RDP accountant)")
+    dp_delta: float = option(1e-5, "delta of --dp-epsilon")
+    dp_clip: float = option(1.0, "with --dp-epsilon: every row's weighted g clipped to [-C, C] before it is "
+                                 "summed (a label then moves a G sum by at most min(2C, its weight))")
+
+    @property
+    def active_only_rounds(self) -> int:
+        """Rounds grown on the active party's features alone, from the first (0: none)."""
+        return max(self.active_only_trees, int(self.first_tree_active_only))
 
     @property
     def goss(self) -> bool:
@@ -130,6 +147,18 @@ class BoostParams:
             raise InputDataError("validation_fraction must lie in [0, 1)")
         if self.early_stopping_rounds and not self.validation_fraction:
             raise InputDataError("early stopping needs a validation set: set validation_fraction > 0")
+        if self.active_only_trees < 0 or self.active_only_rounds >= self.n_trees:
+            raise InputDataError(f"{self.active_only_rounds} active-only rounds of {self.n_trees}: at least the "
+                                 "last round must include the passive parties")
+        if self.dp_epsilon is not None:
+            if not (self.dp_epsilon > 0 and math.isfinite(self.dp_epsilon)) or not 0 < self.dp_delta < 1 or \
+                    not (self.dp_clip > 0 and math.isfinite(self.dp_clip)):
+                raise InputDataError("--dp-epsilon needs a finite epsilon > 0, 0 < --dp-delta < 1 and a finite "
+                                     "--dp-clip > 0")
+            if self.objective != "binary" or self.goss or self.early_stopping_rounds:
+                raise InputDataError("--dp-epsilon is for the binary objective without GOSS or early stopping "
+                                     "(GOSS samples and the rounds kept would depend on the labels outside the "
+                                     "accounted noise)")
 
 
 # =========================================================================== math

@@ -111,13 +111,24 @@ class Frontier:
     points: tuple[FrontierPoint, ...]
     #: attack name -> what it is (in the order of the table's columns)
     attacks: Mapping[str, str]
-    #: what the budgets are (``epsilon``; Marvell's ``power bound s``)
+    #: attack name -> its score on the structure a label-independent run reveals (the floor a defence that
+    #: hides the labels entirely leaves: the features' own share), where the protocol measures one
+    floors: Mapping[str, float] = field(default_factory=dict)
+    #: reference model -> its utility figures on the same rows (``test_accuracy`` and the points' other keys,
+    #: e.g. the plaintext XGBoost model's)
+    references: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: what the budgets are (``epsilon``; Marvell's ``power bound s``; a count of rounds of an empirical defence)
     budget_name: str = "epsilon"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "defence": self.defence, "guarantee": self.guarantee,
-                "budget_name": self.budget_name, "attacks": dict(self.attacks),
-                "points": [p.to_dict() for p in self.points]}
+        out: dict[str, Any] = {"protocol": self.protocol, "defence": self.defence, "guarantee": self.guarantee,
+                               "budget_name": self.budget_name, "attacks": dict(self.attacks),
+                               "points": [p.to_dict() for p in self.points]}
+        if self.floors:
+            out["floors"] = dict(self.floors)
+        if self.references:
+            out["references"] = {k: dict(v) for k, v in self.references.items()}
+        return out
 
     def to_text(self) -> str:
         def num(x: float | None, fmt: str = ".3f") -> str:
@@ -133,11 +144,17 @@ class Frontier:
                          *(num(p.scores.get(n)) for n in names)])
         base = self.points[0].baselines if self.points else {}
         rows.append(["baseline", "", "", "", *("" for _ in extra), *(num(base.get(n)) for n in names)])
+        if self.floors:
+            rows.append(["label-free", "", "", "", *("" for _ in extra), *(num(self.floors.get(n)) for n in names)])
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = [f"Privacy-utility frontier: {self.protocol}, defence {self.defence} (budget: {self.budget_name})", "",
                  self.guarantee, ""]
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-        lines += ["", "Attacks (score: the worst over the attacked parties; baseline: without the messages):"]
+        lines += [f"{name}: " + ", ".join(f"{k.replace('_', ' ')} {num(v)}" for k, v in figures.items())
+                  for name, figures in self.references.items()]
+        lines += ["", "Attacks (score: the worst over the attacked parties; baseline: without the messages"
+                      + ("; label-free: on the structure of runs grown from shuffled labels" if self.floors else "")
+                      + "):"]
         lines += [f"  {n}: {what}" for n, what in self.attacks.items()]
         secs, runs = sum(p.seconds for p in self.points), sum(p.runs for p in self.points)
         per = self.points[0].runs if self.points else 1

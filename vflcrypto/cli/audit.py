@@ -284,10 +284,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
-                                                  "(split: label-rr, grad-gauss, marvell; hfl: dp-fedavg) instead of "
-                                                  "the audit")
-    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8; marvell: "
-                                                        "its power bounds s)")
+                                                  "(split: label-rr, grad-gauss, marvell; oneshot, fewshot: "
+                                                  "label-rr, grad-gauss; logreg: label-rr; hfl: dp-fedavg; "
+                                                  "secureboost: hist-gauss, active-only) instead of the audit")
+    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8; "
+                                                        "marvell: its power bounds s; secureboost active-only: "
+                                                        "numbers of rounds)")
     p.add_argument("--binary", action="store_true", help="--defence: split's frontier on the binary digits (digit 8 "
                                                          "against the rest; marvell always runs there)")
     p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")
