@@ -389,7 +389,8 @@ def test_linear_regression_three_processes_with_alignment(tmp_path: Path, pki: P
 def test_ckks_linear_regression_on_the_bundled_example_in_three_processes(
         tmp_path: Path, pki: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The README's bank/shop run with --scheme ckks as three network parties: the label
-    (credit scores ~700) is scaled inside the protocol, and the RMSE equals the in-process run."""
+    (credit scores ~700) is scaled inside the protocol, and the RMSE equals the in-process run's to 1e-3 (the
+    coordinator's returns are flooded afresh in each run: they move the RMSE by about 3e-5 relative)."""
     from vflcrypto.cli import main
 
     assert main(["examples", str(tmp_path)]) == 0

@@ -58,6 +58,7 @@ class Protection(enum.Enum):
     AGGREGATE = "aggregate"  # only a sum over many rows or parties
     BLINDED = "blinded"  # pseudorandom blinding of IDs (PSI)
     SHUFFLED = "shuffled"  # order carries no information
+    FLOODED = "flooded"  # a CKKS decryption plus fresh Gaussian noise covering its key-dependent error (IND-CPA^D)
 
 
 @dataclass(frozen=True)
