@@ -4,7 +4,9 @@ Trains SecureBoost on default_credit (30,000 × (13 + 10), ``../shared/data/fate
 synthetic split of that shape without it) at Paillier ``--key-bits`` twice in one process:
 once with the process pool (:mod:`vflcrypto.parallel`'s default) and once with every chunk
 of encryption, histogram sums, folding and decryption sent as a Ray task to a local Ray
-instance of ``--cpus`` CPUs (a one-node stand-in for a party's own cluster). Reports wall
+instance of ``--cpus`` CPUs (a one-node stand-in for a party's own cluster); without Ray's
+TLS (``RAY_USE_TLS``) the private-key chunks (the active party's encryption and decryption)
+stay in the local pool (:func:`vflcrypto.parallel.on_ray`). Reports wall
 time per contender (median over ``--repeat`` runs), the Ray start-up separately, the
 overhead ratio, the tasks dispatched and whether the trees are identical (they must be).
 Full run: ``.venv/bin/python bench/ray_backend_bench.py``.

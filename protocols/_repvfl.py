@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.data.tables import PartyTable, train_test_split
+from vflcrypto.data.validate import class_labels, refuse_label_column, refuse_missing_values, require_classes
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
@@ -110,6 +111,7 @@ class ServerData:
 
     def __post_init__(self) -> None:
         y = check_labels(self.y_overlap, self.n_classes, "overlap labels")
+        require_classes(y, "the labels of the overlap (training) rows")  # one class: accuracy 1.0, nothing learned
         object.__setattr__(self, "y_overlap", y)
         if self.y_test is not None:
             object.__setattr__(self, "y_test", check_labels(self.y_test, self.n_classes, "test labels",
@@ -171,12 +173,14 @@ class RepConfig:
 
 @dataclass
 class ServerResult:
-    """The server's head (arrays), the test predictions and, if test labels were given, the accuracy."""
+    """The server's head (arrays), the test predictions and, if test labels were given, the accuracy; and the
+    guarantees of the run's defences (defence name -> (ε, δ) and what it covers; empty when undefended)."""
 
     head: list[np.ndarray]
     test_proba: np.ndarray
     test_accuracy: float | None
     seconds: dict[str, float]
+    privacy: dict[str, Any] = field(default_factory=dict, kw_only=True)  # keyword-only: subclasses add fields
 
     @property
     def test_predictions(self) -> np.ndarray:
@@ -297,6 +301,10 @@ def aligned_inputs(labels: PartyTable, tables: Sequence[PartyTable], *, n_classe
         raise InputDataError("the server's file needs the label column")
     if not tables:
         raise InputDataError("need at least one party file")
+    class_labels(labels, n_classes=n_classes)  # integers 0..C-1, before anything is sized by C
+    for t in tables:
+        refuse_label_column(t, labels.label_name, "a party's file")
+        refuse_missing_values(t)
     for t in (labels, *tables):
         t.check_unique_ids()
     if len(tables) == 1:

@@ -30,12 +30,13 @@ import numpy as np
 from vflcrypto.audit import literature
 from vflcrypto.audit.attacks import accuracy_finding, not_measured, partition_finding, probe_finding
 from vflcrypto.audit.ledger import EmpiricalFinding, Figure
-from vflcrypto.errors import InputDataError
+from vflcrypto.errors import AuditError, InputDataError
 from vflcrypto.ml.cluster import kmeans
 from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.record import RecordedView
 from vflcrypto.spec import DemoContext
 
-from ._repvfl import SERVER, require_torch
+from ._repvfl import PARTY, SERVER, require_torch
 
 __all__ = [
     "COMPLETION_LABELS",
@@ -48,6 +49,7 @@ __all__ = [
     "needs_torch",
     "probe_findings",
     "received_label_attacks",
+    "view_attacks",
 ]
 
 #: the labels per class the feature party is assumed to know for model completion (Fu et al. grant 40 for
@@ -183,10 +185,32 @@ def received_label_attacks(tap: AuditTap, parties: Sequence[str], protocol: str,
     out: list[EmpiricalFinding] = []
     for p in parties:
         (d1,) = tap.received(p, f"{protocol}.gradient")
-        u2 = tap.received(SERVER, f"{protocol}.representation_update", sender=p)
+        u2 = tap.received(None, f"{protocol}.representation_update", sender=p)
         out += label_attack_findings(p, f"{protocol}.gradient", np.asarray(d1.G),
                                      f"{protocol}.representation_update", np.asarray(u2[-1].H) if u2 else None, y)
     return out
+
+
+def view_attacks(protocol: str) -> Callable[[RecordedView, np.ndarray | None], list[EmpiricalFinding]]:
+    """The published attacks on a feature party's recorded view of a network run of ``protocol`` (one-shot,
+    few-shot): :func:`received_label_attacks` on the messages it kept (``--keep-messages``); the labels of its
+    overlap rows, in their order, only score them."""
+    kinds = (f"{protocol}.gradient", f"{protocol}.representation_update")
+
+    def attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFinding]:
+        if view.role != PARTY:
+            return [not_measured(view.party, "attacks on a recorded view", kinds, None,
+                                 f"no published attack on a recorded {view.role} view of {protocol} (the feature "
+                                 "parties' label attacks run on a party's view)")]
+        got = view.tap.received(view.party, kinds[0])
+        if y is None or len(got) != 1:
+            why = "no labels to score against (--truth)" if y is None else f"{len(got)} {kinds[0]} messages"
+            return [not_measured(view.party, "label attacks on its recorded view", kinds, None, why)]
+        if len(y) != len(got[0].G):
+            raise AuditError(f"{len(y)} labels for the {len(got[0].G)} overlap rows of the recorded run")
+        return received_label_attacks(view.tap, [view.party], protocol, np.asarray(y))
+
+    return attacks
 
 
 def label_attack_findings(party: str, gradient_kind: str, G: np.ndarray | None, own_kind: str, H: np.ndarray | None,

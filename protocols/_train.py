@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import numpy as np
 
 from vflcrypto.data.files import atomic_write_text
 from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
+from vflcrypto.data.validate import refuse_constant_columns, refuse_label_column, warn_few_rows
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.channel import AuditTap, Channel, Endpoint, LocalNetwork, Transcript, run_parties
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args, option
@@ -39,6 +39,7 @@ __all__ = [
     "add_train_options",
     "align_rows",
     "align_tables",
+    "exact_columns",
     "json_outcome",
     "metrics_path",
     "pair_weights",
@@ -85,23 +86,26 @@ def add_train_options(parser: argparse.ArgumentParser, *, test_fraction: float |
         parser.set_defaults(test_fraction=test_fraction)
 
 
-#: fewer training rows than this train a model that means little: the commands say so on stderr
-FEW_ROWS = 10
-
-
 def split_rows(n_rows: int, opts: TrainOptions) -> tuple[np.ndarray, np.ndarray]:
     """The public, seeded train/test split of ``n_rows`` aligned rows; refuse fewer than 2 training rows.
 
-    Fewer than :data:`FEW_ROWS` training rows still train, with a warning on stderr.
+    Fewer than :data:`~vflcrypto.data.validate.FEW_ROWS` training rows still train, with a warning on stderr.
     """
     train, test = train_test_split(n_rows, opts.test_fraction, seed=opts.split_seed)
     if len(train) < 2:
         raise InputDataError(f"only {len(train)} training row(s) of {n_rows} common rows after the split: too few "
                              "to train (check the IDs, the alignment and --test-fraction)")
-    if len(train) < FEW_ROWS:
-        print(f"vflcrypto: warning: only {len(train)} training rows ({n_rows} common rows): the model will mean "
-              "little", file=sys.stderr)
+    warn_few_rows(len(train), of=n_rows)
     return train, test
+
+
+def exact_columns(table: PartyTable, result: str = "the model") -> PartyTable:
+    """For protocols that standardize every column exactly (sshelr, poisson, pearson): refuse a
+    missing value or a column constant over the aligned rows (naming the file, line and column),
+    and warn when the rows are few. Returns ``table``."""
+    refuse_constant_columns(table)
+    warn_few_rows(len(table), what="aligned rows", result=result)
+    return table
 
 
 # --------------------------------------------------------------------------- in-process
@@ -120,8 +124,7 @@ def read_tables(label_path: str, feature_paths: Sequence[str], id_column: str, l
                            features=None if label_party_features else [])
     others = [read_party_csv(p, id_column) for p in feature_paths]
     for path, t in zip(feature_paths, others, strict=True):
-        if label in t.columns:
-            raise InputDataError(f"{path}: a feature party must not hold the label {label!r}")
+        refuse_label_column(t, label)
         if not t.columns:
             raise InputDataError(f"{path}: no feature columns")
     return [first, *others]
@@ -149,8 +152,8 @@ def read_own(args: argparse.Namespace, ctx: TaskContext, *, label_role: str) -> 
     table = read_party_csv(args.data, args.id_column, label=args.label if ctx.role == label_role else None)
     if ctx.role == label_role and table.label is None:
         raise InputDataError(f"the {label_role} party needs --label")
-    if ctx.role != label_role and args.label and args.label in table.columns:
-        raise InputDataError(f"{args.data}: a {ctx.role} party must not hold the label {args.label!r}")
+    if ctx.role != label_role:
+        refuse_label_column(table, args.label, f"a {ctx.role} party")
     return table
 
 
@@ -239,6 +242,8 @@ def read_pair(args: argparse.Namespace, opts: TrainOptions
     party's columns (``None`` without any) and the alignment's bytes."""
     tables = read_tables(args.active, [args.passive], args.id_column, args.label)
     tables, align_bytes = align_tables(tables, ["active", "passive-0"], aligned=opts.aligned)
+    exact_columns(tables[0])
+    refuse_constant_columns(tables[1])
     y = tables[0].label
     assert y is not None  # read_tables requires the label at the active party
     return tables, y, (tables[0].X if tables[0].columns else None), align_bytes

@@ -23,6 +23,13 @@ for tool in flwr flower-superlink flower-supernode python; do
   fi
 done
 
+# The run-config overrides ("$@" of the calling script) are checked before anything starts: an
+# unknown key, a value of the wrong type or out of range ends the script with one line, exit 2.
+if [[ -f "$APP/vflcrypto_flower/config.py" ]]; then
+  PYTHONWARNINGS=ignore PYTHONPATH="$APP${PYTHONPATH:+:$PYTHONPATH}" "$BIN/python" -m vflcrypto_flower.config "$@" \
+    || exit 2
+fi
+
 # Flower spawns flower-superexec / flwr-serverapp / flwr-clientapp by name: they must be on PATH.
 export PATH="$BIN:$PATH"
 # No telemetry, no update checks, no runtime `uv pip install` of the app's dependencies

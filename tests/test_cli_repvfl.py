@@ -59,8 +59,10 @@ def test_csv_files_are_aligned_by_psi_and_split(tmp_path: Path, capsys: pytest.C
     assert main(["train", "split", *args, "--epochs", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["messages"]["party"] == 2 * (4 + 1)  # 4 batches of 64 + test
-    # only split's own settings: none of one-/few-shot's semi-supervised ones
-    assert set(out["config"]) == {"dim", "hidden", "lr", "head_lr", "batch_size", "seed", "epochs"}
+    # only split's own settings (its label defences among them): none of one-/few-shot's semi-supervised ones
+    assert set(out["config"]) == {"dim", "hidden", "lr", "head_lr", "batch_size", "seed", "epochs", "label_dp",
+                                  "grad_noise", "grad_epsilon", "grad_clip", "dp_delta"}
+    assert "privacy" not in out  # undefended by default
 
 
 def test_split_refuses_the_semi_supervised_flags_it_would_ignore(capsys: pytest.CaptureFixture[str]) -> None:

@@ -56,7 +56,7 @@ def test_nan_can_be_refused(tmp_path: Path) -> None:
 def test_csv_strings_keep_cells_verbatim(tmp_path: Path) -> None:
     header, rows = read_csv_strings(_write(tmp_path, "id , name\n 007 ,Ana\n\n008,Bo\n"))
     assert header == ("id", "name")
-    assert rows == [(2, (" 007 ", "Ana")), (4, ("008", "Bo"))]
+    assert rows == [(2, (" 007 ", "Ana")), (3, ("", "")), (4, ("008", "Bo"))]  # a blank line: empty cells
 
 
 def test_require_same_ids(tmp_path: Path) -> None:

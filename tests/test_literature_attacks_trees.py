@@ -12,6 +12,8 @@ succeeds on an unprotected setting, stays at its baseline where it should, and t
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -205,3 +207,32 @@ def test_linreg_audit_scorecard_lists_reverse_multiplication_at_zero() -> None:
     rows = [r for r in honest_audit("linreg").scorecard() if r["paper"] == WENG_2020]
     assert {r["observer"] for r in rows} == {"passive-0", "passive-1"}
     assert all(r["score"] == 0.0 for r in rows)
+
+
+def _logreg_tap(n_rows: int, features: int, *, allow: bool, keys: Any) -> AuditTap:
+    """Secure logistic regression with one passive party of ``features`` columns on ``n_rows`` rows."""
+    from vflcrypto.protocols.logreg.roles import run_local
+
+    rng = np.random.default_rng(5)  # example data only
+    X = rng.normal(size=(n_rows, features))
+    y = (X[:, 0] + rng.normal(size=n_rows) > 0).astype(np.float64)
+    y[:2] = (0.0, 1.0)  # both classes
+    tap = AuditTap()
+    run_local([X], y, secure=True, steps=2, key_bits=512, allow_insecure=True, keys=keys, tap=tap,
+              allow_small_batches=allow)
+    return tap
+
+
+def test_logreg_refuses_a_passive_gradient_as_wide_as_the_rows(small_paillier_keys: Any) -> None:
+    """The active party refuses before it decrypts anything: 6 features on 6 rows would give away every residual."""
+    with pytest.raises(ConfigurationError, match=r"6 entries for 6 training rows.*allow_small_batches"):
+        _logreg_tap(6, 6, allow=False, keys=small_paillier_keys)
+
+
+def test_logreg_reverse_multiplication_recovers_the_residuals_only_when_allowed(small_paillier_keys: Any) -> None:
+    from vflcrypto.protocols.logreg.audit import residual_recovery_finding
+
+    leaked = residual_recovery_finding(_logreg_tap(6, 6, allow=True, keys=small_paillier_keys), "passive-0")
+    assert leaked.paper == WENG_2020 and leaked.flagged and leaked.value == 1.0 and leaked.samples == 12, leaked
+    safe = residual_recovery_finding(_logreg_tap(40, 6, allow=False, keys=small_paillier_keys), "passive-0")
+    assert safe.measured and not safe.flagged and safe.value == 0.0, safe

@@ -93,24 +93,32 @@ if __name__ == "__main__":
     params = sb.BoostParams(n_trees=2, max_depth=3, max_bin=16)
     on_ray = sb.run_local(Xa, y, [Xp], params=params, keys=keys, allow_insecure=True)
     ray_tasks = parallel.dispatch_counts()["ray"]
+    secureboost_local = parallel.dispatch_counts()["process"]
     ids = [f"id{i}".encode() for i in range(12_288)]  # three chunks
     order = np.arange(len(ids))
     secret = bytes(range(32))
     psi_ray = b"".join(blind_stream(secret, ids, order))
     psi_tasks = parallel.dispatch_counts()["ray"] - ray_tasks
+    values = np.arange(4000) - 2000
+    public = keys[0].encrypt(values)  # public-key work: Ray's
+    public_tasks = parallel.dispatch_counts()["ray"] - ray_tasks - psi_tasks
+    same_public = bool(np.array_equal(keys[1].decrypt(public), values))
+    kept_local = parallel.dispatch_counts()["process"]  # private-key chunks: no Ray TLS here
     parallel.configure("process")
     local = sb.run_local(Xa, y, [Xp], params=params, keys=keys, allow_insecure=True)
     same = all(np.array_equal(getattr(on_ray.active.model, k), getattr(local.active.model, k))
                for k in ("kind", "party", "feature", "bin", "value"))
     same_psi = psi_ray == b"".join(blind_stream(secret, ids, order))
-    print(json.dumps({"same": same, "same_psi": same_psi, "ray_tasks": ray_tasks, "psi_tasks": psi_tasks,
-                      "process_tasks": parallel.dispatch_counts()["process"]}))
+    print(json.dumps({"same": same, "same_psi": same_psi, "same_public": same_public, "ray_tasks": ray_tasks,
+                      "psi_tasks": psi_tasks, "public_tasks": public_tasks, "secureboost_local": secureboost_local,
+                      "process_tasks": parallel.dispatch_counts()["process"] - kept_local}))
 """
 
 
 def test_ray_backend_gives_identical_results(tmp_path: Path) -> None:
-    """SecureBoost's encryption, histograms and decryption and ECDH PSI's blinding as Ray tasks on a
-    local 2-CPU instance: the same trees and the same blinded points as the process pool."""
+    """A local 2-CPU Ray instance without Ray's TLS: public-key encryption runs as Ray tasks, while
+    SecureBoost's private-key encryption and decryption and ECDH PSI's blinding (the secret scalar) stay in
+    the local pool; the same trees, blinded points and plaintexts as the process pool alone."""
     pytest.importorskip("ray")
     script = tmp_path / "ray_run.py"
     script.write_text(RAY_RUN)
@@ -119,10 +127,62 @@ def test_ray_backend_gives_identical_results(tmp_path: Path) -> None:
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["same"] and out["same_psi"], out
-    assert out["psi_tasks"] == 3, out  # 12,288 IDs: three chunks of 4,096, each one Ray task
-    # the same SecureBoost run sends the same chunks to either backend (measured 8 and 8)
-    assert out["ray_tasks"] == out["process_tasks"] > 0, out
+    assert out["same"] and out["same_psi"] and out["same_public"], out
+    assert out["psi_tasks"] == 0, out  # the blinding carries the PSI secret: never to a Ray cluster without TLS
+    assert out["public_tasks"] > 0, out  # public-key encryption is Ray's work
+    # SecureBoost's pooled chunks here are the active party's encryption and decryption (its histograms stay
+    # below the pool's threshold): all private-key work, so none goes to Ray, and the same chunks as the
+    # process backend run in the local pool (measured 8 and 8)
+    assert out["ray_tasks"] == 0 and out["secureboost_local"] == out["process_tasks"] > 0, out
+
+
+class _ReachedRay(Exception):
+    pass
+
+
+def test_private_key_work_never_reaches_a_ray_cluster_without_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``--parallel ray`` and no Ray TLS, decryption, key-holder encryption and PSI blinding (p, q or the
+    PSI scalar in every chunk) run in this machine's pool; public-key work still goes to Ray. Ray never starts
+    here: reaching it raises."""
+    import numpy as np
+
+    from vflcrypto.he.paillier import generate_keypair
+    from vflcrypto.psi.primitives import blind_stream
+
+    monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
+    for name in ("RAY_USE_TLS", *parallel.RAY_TLS_FILES):
+        monkeypatch.delenv(name, raising=False)
+    reached: list[bool] = []
+
+    def no_ray() -> None:
+        reached.append(True)
+        raise _ReachedRay
+
+    monkeypatch.setattr(parallel, "_ray_executor", no_ray)
+    pk, sk = generate_keypair(1024, allow_insecure=True)
+    try:
+        parallel.configure("ray")
+        assert parallel.on_ray() and not parallel.on_ray(secret=True)
+        before = parallel.dispatch_counts()
+        values = np.arange(3000) - 1500
+        enc = sk.encrypt(values)  # the key holder's CRT encryption: p and q in every chunk
+        assert np.array_equal(sk.decrypt(enc), values)
+        ids = [f"id{i}".encode() for i in range(4096)]
+        assert len(b"".join(blind_stream(bytes(range(32)), ids, np.arange(len(ids))))) == 32 * len(ids)
+        after = parallel.dispatch_counts()
+        assert after["ray"] == before["ray"] and after["process"] > before["process"] and not reached
+        with pytest.raises(_ReachedRay):  # public-key encryption is Ray's work
+            pk.encrypt(values)
+        # with Ray's TLS configured (every file named), private-key work may go to the cluster
+        monkeypatch.setenv("RAY_USE_TLS", "1")
+        assert not parallel.on_ray(secret=True)  # TLS without its certificate and key is not TLS
+        for name in parallel.RAY_TLS_FILES:
+            monkeypatch.setenv(name, f"/etc/ray/{name.lower()}.pem")
+        assert parallel.ray_tls() and parallel.on_ray(secret=True)
+        parallel.configure("process")
+        assert not parallel.on_ray() and not parallel.on_ray(secret=True)
+    finally:
+        parallel.configure(None)
 
 
 def test_parallel_backend_is_chosen_by_configuration(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -437,6 +437,7 @@ def test_a_party_with_different_training_flags_refuses_the_plan(tmp_path: Path, 
 
 @pytest.mark.parametrize(("task", "flag", "active_value", "passive_value", "named"), [
     ("secureboost", "--trees", "2", "3", "trees 2 (here 3)"),
+    ("secureboost", "--subsample", "0.5", "1.0", "subsample 0.5 (here 1.0)"),
     ("logreg", "--steps", "2", "3", "steps 2 (here 3)"),
 ])
 def test_secureboost_and_logreg_parties_refuse_a_different_plan(tmp_path: Path, pki: Path, task: str, flag: str,
@@ -457,6 +458,29 @@ def test_secureboost_and_logreg_parties_refuse_a_different_plan(tmp_path: Path, 
     err = res["passive-0"][2]
     assert "training plan differs" in err and named in err and "Traceback" not in err
     assert not (tmp_path / "passive-0.npz").exists()
+
+
+def test_a_different_test_fraction_is_refused_as_such_before_any_work(tmp_path: Path, pki: Path) -> None:
+    """The data parties' --test-fraction is in the hello's shared settings: each data party names the
+    difference (not "not aligned" mid-training); the coordinator, which holds no data, names its peers'."""
+    ids = [f"r{i}" for i in range(30)]
+    rng = np.random.default_rng(0)
+    write_table(tmp_path / "active.csv", ids, ["b0"], rng.normal(size=(30, 1)), rng.normal(size=30))
+    write_table(tmp_path / "passive-0.csv", ids, ["a0"], rng.normal(size=(30, 1)))
+    names = ["active", "passive-0", "coordinator"]
+    cfg = make_config(tmp_path, pki, names, timeout=20.0)
+    fraction = {"active": ["--test-fraction", "0.2"], "passive-0": ["--test-fraction", "0.5"], "coordinator": []}
+    procs = {n: party(cfg, n, "train", "linreg", *([] if n == "coordinator" else
+                                                   ["--data", str(tmp_path / f"{n}.csv"), "--id-column", "id"]),
+                      *(["--label", "y"] if n == "active" else []), *fraction[n], *SMALL_KEYS,
+                      "--out", str(tmp_path / f"{n}.npz")) for n in names}
+    res = finish(procs, timeout=60)
+    assert all(rc != 0 for rc, _, _ in res.values())
+    for me, here, there in (("active", "0.2", "0.5"), ("passive-0", "0.5", "0.2")):
+        err = res[me][2]
+        assert f"--test-fraction {there} (here {here})" in err and "not aligned" not in err, res
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err  # no gRPC log lines either
+    assert "--test-fraction 0.2 at active, 0.5 at passive-0" in res["coordinator"][2]
 
 
 def test_woe_two_processes_with_psi_and_returned_results(tmp_path: Path, pki: Path) -> None:
@@ -580,6 +604,41 @@ def test_secureboost_two_processes(tmp_path: Path, pki: Path, scheme: str) -> No
     assert_same_transcript(local.transcript, recs, rel=0.01)
 
 
+def test_secureboost_options_over_the_network(tmp_path: Path, pki: Path) -> None:
+    """The training options as party processes: sample weights from the active file's column, subsampling,
+    column sampling and early stopping on the validation split every party routes; the model equals run_local's
+    and each party reports the importance of its own features."""
+    from vflcrypto.protocols import secureboost as sb
+
+    Xa, y, ca, Xp, cp = sb.example(n=160)
+    w = np.random.default_rng(4).uniform(0.5, 2.0, size=160)  # example weights, not a secret
+    ids = [f"r{i}" for i in range(160)]
+    write_table(tmp_path / "active.csv", ids, [*ca, "w"], np.column_stack([Xa, w]), y)
+    write_table(tmp_path / "passive-0.csv", ids, list(cp), Xp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
+    args = ["--trees", "8", "--depth", "2", "--max-bin", "8", "--lr", "0.8", "--aligned", "--subsample", "0.8",
+            "--colsample-bytree", "0.7", "--validation-fraction", "0.3", "--early-stopping-rounds", "2",
+            "--weight-column", "w", *SMALL_KEYS]
+    procs = {n: party(cfg, n, "train", "secureboost", "--data", str(tmp_path / f"{n}.csv"),
+                      "--id-column", "id", *(["--label", "y"] if n == "active" else []), *args,
+                      "--out", str(tmp_path / f"{n}.npz")) for n in ("active", "passive-0")}
+    recs = check_ok(finish(procs, timeout=60))
+    params = sb.BoostParams(n_trees=8, max_depth=2, max_bin=8, learning_rate=0.8, subsample=0.8,
+                            colsample_bytree=0.7, validation_fraction=0.3, early_stopping_rounds=2)
+    local = sb.run_local(Xa, y, [Xp], params=params, plaintext=True, ids=ids, active_columns=ca,
+                         passive_columns=[cp], weights=w)
+    am = sb.ActiveModel.load(tmp_path / "active.npz")
+    lm = local.active.model
+    for k in ("offsets", "kind", "feature", "bin", "left", "right"):
+        np.testing.assert_array_equal(getattr(am, k), getattr(lm, k), err_msg=k)
+    np.testing.assert_allclose(am.value, lm.value, rtol=1e-9, atol=1e-12)
+    assert am.best_iteration == lm.best_iteration and am.columns == ca  # the weight column is no feature
+    metrics = json.loads((tmp_path / "active.npz.metrics.json").read_text())
+    assert metrics["rounds_trained"] == len(local.active.eval_history)
+    assert metrics["importance"] == json.loads(json.dumps(lm.importance()))
+    assert recs["passive-0"]["summary"]["importance"] == local.passive["passive-0"].model.importance()
+
+
 def test_secure_logistic_regression_four_processes(tmp_path: Path, pki: Path) -> None:
     """--secure: three feature parties agree on pairwise masks with pinned identity keys."""
     from vflcrypto.protocols import logreg as lr
@@ -699,13 +758,15 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     assert summary["test_accuracy"] == pytest.approx(local["test_accuracy"])
 
 
-def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
-    """The server and two parties each in a process; PSI aligns them; the same model as in-process."""
+def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server and two parties each in a process; PSI aligns them; the same model as in-process; a party that
+    kept its messages is attacked from its view alone."""
     pytest.importorskip("torch")
     from test_cli_repvfl import write_views
     from vflcrypto.protocols import oneshot
     from vflcrypto.protocols._repvfl import aligned_inputs
 
+    from vflcrypto.cli import main
     from vflcrypto.data.tables import read_party_csv
 
     names = ["server", "party-0", "party-1"]
@@ -716,7 +777,8 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
     cfg = make_config(tmp_path, pki, names, timeout=30.0)
     args = ["--id-column", "id", "--test-fraction", "0.5", "--ssl-epochs", "3", "--head-epochs", "10"]
     procs = {n: party(cfg, n, "train", "oneshot", "--data", str(files[n]), *args,
-                      *(["--label", "digit"] if n == "server" else []), "--out", str(tmp_path / f"{n}.npz"))
+                      *(["--label", "digit"] if n == "server" else []),
+                      *(["--keep-messages"] if n == "party-1" else []), "--out", str(tmp_path / f"{n}.npz"))
              for n in names}
     recs = check_ok(finish(procs, timeout=90))
     inputs = aligned_inputs(read_party_csv(labels, "id", label="digit", features=[]),
@@ -728,6 +790,12 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path) -> None:
     assert recs["party-1"]["summary"]["rows"] == {"overlap": 210, "test": 210,
                                                   "unaligned": len(inputs.parties[1].X_unaligned)}
     assert_same_transcript(local.transcript, recs, prefix="oneshot.")
+    # party-1 kept its messages: the published label attacks run on its view alone (D1 it received, U2 it sent)
+    assert main(["audit", "--transcript", str(tmp_path / "party-1.npz.run.json"), "--truth", str(labels),
+                 "--truth-id-column", "id", "--truth-label", "digit", "--json"]) == 0
+    card = {r["attack"]: r for r in json.loads(capsys.readouterr().out)["scorecard"]}
+    assert {r["observer"] for r in card.values()} == {"party-1"} and len(card) == 3, card
+    assert card["oneshot.gradient: direction scoring label inference"]["score"] > 0.9
 
 
 def test_prototype_vfl_four_processes_with_all_party_only_alignment(tmp_path: Path) -> None:

@@ -25,12 +25,15 @@ from typing import Any
 import numpy as np
 import pytest
 from vflcrypto.protocols import get
+from vflcrypto.protocols.hfl import audit as hfl_audit
 from vflcrypto.protocols.protovfl import audit as protovfl_audit
+from vflcrypto.protocols.split import audit as split_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
 from vflcrypto.cli.audit import load_all_protocols
 from vflcrypto.he import ckks, flooding, paillier
 from vflcrypto.he.paillier import fixed_base
+from vflcrypto.privacy import mechanisms as dp_mechanisms
 from vflcrypto.psi import primitives as psi
 from vflcrypto.runtime.declarations import Protection, declarations
 from vflcrypto.sharing import masking
@@ -274,7 +277,7 @@ def one_bin_per_value(mp: pytest.MonkeyPatch) -> None:
     from vflcrypto.protocols.secureboost import passive
 
     strong = passive.bin_features
-    mp.setattr(passive, "bin_features", lambda X, max_bin: strong(X, 10**6))
+    mp.setattr(passive, "bin_features", lambda X, max_bin, fit=None: strong(X, 10**6, fit))
 
 
 def secagg_without_masks(mp: pytest.MonkeyPatch) -> None:
@@ -350,6 +353,14 @@ def secagg_server_keeps_dropped_masks(mp: pytest.MonkeyPatch) -> None:
                                          np.zeros(n, np.uint64), honest))
 
 
+def model_digests_unchecked(mp: pytest.MonkeyPatch) -> None:
+    """Clients do not compare the context digests (the global model) their neighbours signed with their own: the
+    HFL audit's inconsistent server (one model for the victim, another for everyone else) gets its round summed."""
+    from vflcrypto.protocols.secagg import math as sm
+
+    mp.setattr(sm, "check_contexts", lambda me, mine, names, contexts: None)
+
+
 def psi_tables_unmasked(mp: pytest.MonkeyPatch) -> None:
     """Prototype VFL's alignment: empty cells left 0 and no zero-sharing (the masks of the tables)."""
     from vflcrypto.psi import mpsi
@@ -410,7 +421,27 @@ def _secagg_except(*broken: str) -> tuple[str, ...]:
     return tuple(c.name for c in CHECKS if not c.name.startswith(broken))
 
 
+def drop_gradient_noise(mp: pytest.MonkeyPatch) -> None:
+    """Split learning's server adds no Gaussian noise to the clipped gradients (it still clips them)."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+
+
+def drop_client_noise(mp: pytest.MonkeyPatch) -> None:
+    """HFL's clients add no DP-FedAvg noise to their clipped updates (they still clip them and announce the noise)."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+
+
+def skip_randomized_response(mp: pytest.MonkeyPatch) -> None:
+    """Split learning's server trains on the true labels while announcing randomized response."""
+    mp.setattr(dp_mechanisms, "randomized_response", lambda labels, k, epsilon: np.asarray(labels).copy())
+
+
 MUTATIONS = (
+    # split learning's label defences (the audit's defended run)
+    Mutation("split: gradient noise dropped", "split", (("split.dp_gradient", P.DP),), drop_gradient_noise,
+             checks=(split_audit.NOISE_CHECK,)),
+    Mutation("split: randomized response skipped", "split", (("split.dp_gradient", P.DP),), skip_randomized_response,
+             checks=(split_audit.RR_CHECK,)),
     # alignment
     Mutation("ECDH: passive party's scalar fixed across sessions", "align",
              (("align.blinded", P.BLINDED),), passive_fixed_scalar,
@@ -606,6 +637,11 @@ MUTATIONS = (
              secagg_masks_reused_across_rounds, checks=_reused("masked updates")),
     Mutation("hfl: shares relayed unencrypted", "hfl", (("secagg.shares", P.CIPHERTEXT),), secagg_shares_unencrypted,
              checks=("secagg.shares: self-mask seeds read from the relayed shares",)),
+    Mutation("hfl: clients do not compare their neighbours' model digests", "hfl",
+             (("secagg.masked_input", P.AGGREGATE),), model_digests_unchecked,
+             checks=(hfl_audit.MODEL_CONSISTENCY,)),
+    Mutation("hfl: DP-FedAvg noise dropped", "hfl", (("secagg.masked_input", P.DP),), drop_client_noise,
+             checks=(hfl_audit.NOISE_CHECK,)),
     # prototype VFL (its statistics through secagg; its alignment)
     Mutation("protovfl: statistics without secagg masks", "protovfl",
              (("secagg.masked_input", P.MASKED), ("secagg.masked_input", P.AGGREGATE)), secagg_without_masks,
@@ -638,6 +674,8 @@ MODULES = sorted({m.module for m in MUTATIONS})
 UNAFFECTED: dict[str, tuple[str, ...]] = {
     "linreg: CKKS decryptions returned without flooding": ("masked gradient (CKKS): uniform on [-R, R]",
                                                             "masked gradient (CKKS): fresh mask per message"),
+    "split: gradient noise dropped": (split_audit.RR_CHECK,),
+    "split: randomized response skipped": (split_audit.NOISE_CHECK,),
     "woe: features sent by column, bins shuffled": ("order of the passive party's bins within each feature",),
     "woe: bins sent by edge, features shuffled": ("order of the passive party's features",),
     "woe: bin sums not re-randomized": ("woe.labels: ciphertexts read without the key",),
@@ -652,6 +690,9 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
         _secagg_except("secagg.unmask", "a late client"),  # with both secrets the late client is bare too
     "secagg: the server keeps the dropped clients' pairwise masks in the sum":
         _secagg_except("the sum over the survivors is exact"),
+    "hfl: clients do not compare their neighbours' model digests":
+        tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.MODEL_CONSISTENCY),
+    "hfl: DP-FedAvg noise dropped": tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.NOISE_CHECK),
 }
 
 

@@ -34,7 +34,7 @@ PAGES = ("README.md", "docs/command-line.md", "docs/network.md", "docs/flower.md
 BLOCK = re.compile(r"(?:<!-- readme-test: skip: (?P<skip>[^>]*?) -->\s*\n)?```sh\n(?P<body>.*?)```", re.S)
 SMALL_KEYS = ("--key-bits", "512", "--allow-insecure")
 KEYED = re.compile(r"\bvflcrypto (?:train (?:linreg|secureboost|logreg|pearson|poisson|sshelr|woe)"
-                   r"|audit|bench gradients|party .* train)\b")
+                   r"|predict linreg|audit|bench gradients|party .* (?:train|predict))\b")
 TIMEOUT = 600
 
 

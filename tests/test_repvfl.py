@@ -329,7 +329,8 @@ def test_every_message_is_declared_and_the_audit_sees_each(small: Any) -> None:
             oneshot.run_local(server, parties, config=oneshot.OneShotConfig(variant="partition", **FAST)),
             fewshot.run_local(server, parties, config=fewshot.FewShotConfig(mode="client", gate=0.5, **FAST)),
             fewshot.run_local(server, parties, config=fewshot.FewShotConfig(variant="partition", **FAST)),
-            split.run_local(server, parties, config=split.SplitConfig(epochs=1))]
+            split.run_local(server, parties, config=split.SplitConfig(epochs=1)),
+            split.run_local(server, parties, config=split.SplitConfig(epochs=1, label_dp=1.0))]  # split.dp_gradient
     for run in runs:
         report = audit(run.transcript)
         assert not report.undeclared

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -283,11 +284,53 @@ def test_a_replayed_round_message_is_refused() -> None:
 def test_keys_not_signed_by_the_pinned_identity_are_refused() -> None:
     def forge(msg: Any) -> Any:
         if isinstance(msg, secagg.Advertise):
-            return secagg.Advertise(msg.round, msg.c_pk, msg.s_pk, bytes(64))
+            return dataclasses.replace(msg, signature=bytes(64))
         return msg
 
     with pytest.raises(ProtocolError, match="pinned identity"):
         _run_with(forge)
+
+
+def test_a_setup_that_differs_for_one_client_is_detected() -> None:
+    """A server that sends client-0 the clients in another order (other Shamir points) is caught by the digests."""
+    import vflcrypto.protocols.secagg.roles as roles
+
+    honest = roles.ServerRole
+
+    class Reordered(honest):  # type: ignore[misc, valid-type]
+        def start(self) -> Any:
+            nxt = super().start()
+            sends = []
+            for to, msg in nxt.sends:
+                if to == "client-0":
+                    names = list(reversed(msg.clients))
+                    nb = sm.neighbours(names, None, msg.round)
+                    msg = dataclasses.replace(msg, clients=names, neighbours=[nb[c] for c in names])
+                sends.append((to, msg))
+            return dataclasses.replace(nxt, sends=tuple(sends))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(roles, "ServerRole", Reordered)
+        with pytest.raises(ProtocolError, match="inconsistent models"):
+            secagg.run_local([np.ones(4) for _ in range(4)], timeout=5)
+
+
+def test_a_context_digest_changed_in_transit_breaks_the_signature() -> None:
+    """The server cannot make the digests agree by rewriting them: they are signed with the clients' identities."""
+    import vflcrypto.protocols.secagg.roles as roles
+
+    honest = roles.ServerRole
+
+    class Rewriting(honest):  # type: ignore[misc, valid-type]
+        def on_advertise(self, msg: Any) -> Any:
+            if msg is not None:
+                msg = dataclasses.replace(msg, context=bytes(32))
+            return super().on_advertise(msg)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(roles, "ServerRole", Rewriting)
+        with pytest.raises(ProtocolError, match="pinned identity"):
+            secagg.run_local([np.ones(4) for _ in range(4)], timeout=5)
 
 
 def test_a_client_checks_the_setup_against_its_own_parameters() -> None:

@@ -14,6 +14,7 @@ import pytest
 from conftest import spawn_connected_then_hanging
 
 from vflcrypto.errors import (
+    ConfigurationError,
     DecodeError,
     InputDataError,
     PeerDisconnectedError,
@@ -231,6 +232,32 @@ def test_different_configuration_or_task_is_refused(tmp_path: Path, pki: Path) -
     for t in ts:
         t.join(20)
     assert any(isinstance(e, ProtocolError) and "different party configuration" in str(e) for e in errs)
+
+
+def test_different_shared_settings_are_refused_on_both_sides(tmp_path: Path, pki: Path) -> None:
+    """A --test-fraction mismatch is refused in the hello, named as such at both parties (not as
+    misaligned rows later, not as the peer's disconnect); a party without data sends no settings."""
+    cfg = load_party_config(make_config(tmp_path, pki, NAMES))
+    sent = {"active": {"--test-fraction": "0.2", "--split-seed": "0"},
+            "passive-0": {"--test-fraction": "0.5", "--split-seed": "0"}, "passive-1": {}}
+    errs: dict[str, BaseException] = {}
+
+    def run(n: str) -> None:
+        try:
+            connect_party(cfg, identity(pki, n), "train-linreg", settings=sent[n]).abort()
+        except BaseException as exc:
+            errs[n] = exc
+
+    ts = [threading.Thread(target=run, args=(n,)) for n in NAMES]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    for me, peer, here, there in (("active", "passive-0", "0.2", "0.5"), ("passive-0", "active", "0.5", "0.2")):
+        assert isinstance(errs[me], ConfigurationError), errs
+        assert f"{me}: {peer} runs with other shared settings than this party: --test-fraction {there} " \
+               f"(here {here})" in str(errs[me])
+    assert not isinstance(errs.get("passive-1"), ConfigurationError)  # no data: nothing to compare
 
 
 def test_stalled_peer_times_out(tmp_path: Path, pki: Path) -> None:

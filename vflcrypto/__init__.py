@@ -9,7 +9,8 @@ The package in layers; a module imports only from its own layer or the layers be
     analysis       audit/: ledger, attacks, HTML report
     runtime        runtime/: wire, declarations, channels, transcript, steps, gRPC transport
     data, sharing  data/: tables, output files, datasets; sharing/: masks, Shamir
-    primitives     he/: Paillier, OU, CKKS, encoding;  psi/: ECDH, OT, KKRT;  ml/: local models
+    primitives     he/: Paillier, OU, CKKS, encoding;  psi/: ECDH, OT, KKRT;  ml/: local models;
+                   privacy/: DP mechanisms and the dp-accounting wrappers
     foundation     errors, parallel (the process pool and the Ray backend)
 
 Nothing below ``protocols`` knows any protocol.

@@ -20,6 +20,7 @@ __all__ = [
     "InsecureParameterError",
     "KeyMismatchError",
     "ModelFileError",
+    "OutputError",
     "PeerDisconnectedError",
     "PeerTimeoutError",
     "ProtocolError",
@@ -86,6 +87,15 @@ class InputDataError(VflError, ValueError):
 class ModelFileError(InputDataError):
     """A model file or model directory is unusable: truncated, corrupted, a text file, another
     protocol's model, or a directory that already holds another run's model (the message names the file)."""
+
+
+class OutputError(VflError, OSError):
+    """An output could not be written (a full disk, a read-only or vanished directory): the message
+    names the file, and nothing of the command's outputs was left half-written. An :class:`OSError`
+    too, with the ``errno`` of the failed call; ``path`` is the file, ``reason`` the system's words."""
+
+    path: str = ""
+    reason: str = ""
 
 
 class TrainingDivergedError(VflError, ArithmeticError):

@@ -28,11 +28,19 @@ Ray backend (one party across several machines). With ``VFLCRYPTO_BACKEND=ray`` 
 ``VFLCRYPTO_RAY_ADDRESS`` names it (``auto``, ``host:port``); unset, a local instance with
 :func:`worker_count` CPUs is started. FATE spreads a party over Spark/Eggroll and
 SecretFlow over Ray in the same way. The kernels are the same functions, so results are
-identical; only the dispatch differs. Every node needs this package installed. Secrets
-(``p``, ``q``) and plaintexts travel inside the party's cluster through Ray's own
-(pickle-based) transport and object store: the cluster is part of the party's trust
-domain, never shared with another party, and should be reachable only on its private
-network (Ray has no authentication of its own). Messages between parties never use it.
+identical; only the dispatch differs. Every node needs this package installed. Ray moves
+chunks through its own (pickle-based) transport and object store, which has no
+authentication and no encryption unless the cluster runs Ray's TLS (``RAY_USE_TLS=1`` with
+``RAY_TLS_SERVER_CERT``, ``RAY_TLS_SERVER_KEY`` and ``RAY_TLS_CA_CERT``, on every node and
+in this process: :func:`ray_tls`). **Private-key work never goes to a cluster without TLS**:
+a chunk that carries a private key (Paillier/OU decryption and key-holder encryption with
+``p``, ``q``; ECDH-PSI blinding with the party's secret scalar; ``secret=True`` in
+:func:`parallel_map` / :func:`get_executor`) then runs in this machine's own process pool
+instead (local pipes, as with the ``process`` backend), and only public-key work
+(encryption under a public key, homomorphic operations, histograms) goes to Ray. Those
+chunks still hold the party's own plaintext operands, so the cluster remains part of the
+party's trust domain, never shared with another party, and reachable only on its private
+network. Messages between parties never use it.
 
 Background work (:func:`background`). Work that only fills idle time (precomputed
 obfuscators, :mod:`vflcrypto.he.obfuscators`) runs on a second pool of the same size whose
@@ -74,8 +82,10 @@ __all__ = [
     "cpu_seconds",
     "dispatch_counts",
     "get_executor",
+    "on_ray",
     "parallel_map",
     "pool_usage",
+    "ray_tls",
     "shutdown",
     "unguarded_main_line",
     "worker_count",
@@ -98,6 +108,7 @@ _thread = threading.local()  # .background: this thread's parallel work goes to 
 _ray: _RayExecutor | None = None
 _config: dict[str, str | None] = {}  # set by configure(); overrides the environment
 _dispatched: dict[str, int] = {"process": 0, "ray": 0, "background": 0}
+_log = logging.getLogger(__name__)
 
 
 def configure(backend: str | None = None, *, address: str | None = None) -> None:
@@ -126,16 +137,52 @@ def dispatch_counts() -> dict[str, int]:
     return dict(_dispatched)
 
 
-def worker_count() -> int:
+#: the environment variables that configure Ray's TLS (Ray reads the same ones, on every node)
+RAY_TLS_FILES = ("RAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_KEY", "RAY_TLS_CA_CERT")
+
+
+def ray_tls() -> bool:
+    """Whether Ray's TLS is on for this process: ``RAY_USE_TLS`` true and every :data:`RAY_TLS_FILES` set.
+
+    Ray then authenticates and encrypts every connection of the cluster (gRPC over mutual
+    TLS); without it, anyone who can reach the cluster's ports can read the chunks or submit
+    work, so private-key work stays off it (:func:`on_ray`).
+    """
+    on = os.environ.get("RAY_USE_TLS", "").strip().lower() in ("1", "true", "yes", "on")
+    return on and all(os.environ.get(name, "").strip() for name in RAY_TLS_FILES)
+
+
+def on_ray(*, secret: bool = False) -> bool:
+    """Whether work goes to the Ray cluster: the Ray backend, and for ``secret`` (private-key) work Ray's TLS too."""
+    if backend() != "ray":
+        return False
+    if secret and not ray_tls():
+        _note_kept_local()
+        return False
+    return True
+
+
+_kept_local_noted = False
+
+
+def _note_kept_local() -> None:
+    global _kept_local_noted
+    if not _kept_local_noted:
+        _kept_local_noted = True
+        _log.info("vflcrypto: private-key work stays in this machine's process pool: the Ray cluster has no TLS "
+                  "(RAY_USE_TLS=1 with %s sends it to Ray)", ", ".join(RAY_TLS_FILES))
+
+
+def worker_count(*, secret: bool = False) -> int:
     """Workers the pool uses: ``$VFLCRYPTO_WORKERS`` if set, else the Ray cluster's CPUs
-    (Ray backend), else ``os.cpu_count()``."""
+    (Ray backend, :func:`on_ray`), else ``os.cpu_count()``."""
     env = os.environ.get("VFLCRYPTO_WORKERS")
     if env is not None and env.strip() != "":
         try:
             return max(0, int(env))
         except ValueError:
             return 1
-    if backend() == "ray":
+    if on_ray(secret=secret):
         return _ray_executor().cpus
     return os.cpu_count() or 1
 
@@ -267,7 +314,6 @@ def unguarded_main_line() -> tuple[str, int] | None:
     return path, line
 
 
-_log = logging.getLogger(__name__)
 _unguarded_noted = False  # the one line about an unguarded script is logged once per process
 
 
@@ -284,18 +330,20 @@ def _pool_allowed() -> bool:
     return False
 
 
-def get_executor() -> Executor | None:
+def get_executor(*, secret: bool = False) -> Executor | None:
     """The shared pool (created on first use), or ``None`` when parallelism is disabled.
 
-    With the Ray backend: an executor whose tasks run on the party's Ray cluster. Inside
-    :func:`background`: the low-priority pool (process backend). ``None`` as well while an
-    unguarded main script runs (:func:`unguarded_main_line`): its workers would re-run it.
+    With the Ray backend: an executor whose tasks run on the party's Ray cluster, except for
+    ``secret`` (private-key) work while the cluster has no TLS (:func:`on_ray`), which gets
+    this machine's process pool. Inside :func:`background`: the low-priority pool (process
+    backend). ``None`` as well while an unguarded main script runs
+    (:func:`unguarded_main_line`): its workers would re-run it.
     """
     global _executor, _executor_pid, _background, _background_pid
-    workers = worker_count()
+    workers = worker_count(secret=secret)
     if workers <= 1:
         return None
-    if backend() == "ray":
+    if on_ray(secret=secret):
         return _ray_executor()
     with _lock:
         current = _background if _in_background() else _executor
@@ -428,17 +476,18 @@ def _star(args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
 
 
 def parallel_map(fn: Callable[..., T], chunks: Sequence[tuple[Any, ...]], *,
-                 cost: int | None = None) -> list[T]:
+                 cost: int | None = None, secret: bool = False) -> list[T]:
     """``[fn(*chunk) for chunk in chunks]``, over the pool when worthwhile.
 
     ``fn`` must be a module-level function and every chunk a tuple of plain values
     (ints, bytes, tuples). ``cost`` estimates the total work in 4096-bit modular
     multiplications; below :data:`PARALLEL_MIN_COST` (or with one chunk, or with the pool
-    disabled) the chunks run in the calling process.
+    disabled) the chunks run in the calling process. ``secret``: the chunks carry a private
+    key, which never goes to a Ray cluster without TLS (:func:`on_ray`).
     """
     if len(chunks) <= 1 or (cost is not None and cost < PARALLEL_MIN_COST):
         return [fn(*c) for c in chunks]
-    ex = get_executor()
+    ex = get_executor(secret=secret)
     if ex is None:
         return [fn(*c) for c in chunks]
     if isinstance(ex, _RayExecutor):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -30,8 +32,12 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigurationError, InputDataError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .audit.checks import Check
-    from .audit.ledger import AuditOutcome
+    from .audit.defences import Frontier
+    from .audit.ledger import AuditOutcome, EmpiricalFinding
+    from .runtime.record import RecordedView
     from .runtime.steps import Role
 
 __all__ = [
@@ -44,7 +50,9 @@ __all__ = [
     "ProtocolSpec",
     "TaskContext",
     "add_config_arguments",
+    "check_config_args",
     "config_from_args",
+    "number",
     "option",
 ]
 
@@ -65,6 +73,54 @@ def option(default: Any, help: str, *, flag: str | None = None, aliases: Sequenc
     return field(default=default, metadata=meta)
 
 
+def number(kind: type = float, *, at_least: float | None = None, above: float | None = None,
+           at_most: float | None = None, below: float | None = None) -> Callable[[str], Any]:
+    """An argparse type: a finite ``int`` or ``float`` within the given bounds.
+
+    A value out of range is refused while the command line is parsed, in one line naming
+    the flag (``argument --chunk-size: must be at least 1, got 0``), before any file is
+    read or any peer is contacted.
+    """
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{'a whole number' if kind is int else 'a number'} is needed, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        for bound, fails, words in ((at_least, value < (at_least or 0), "at least"),
+                                    (above, value <= (above or 0), "above"),
+                                    (at_most, value > (at_most or 0), "at most"),
+                                    (below, value >= (below or 0), "below")):
+            if bound is not None and fails:
+                raise argparse.ArgumentTypeError(f"must be {words} {bound:g}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse's fallback message names the type
+    return parse
+
+
+#: where :func:`add_config_arguments` lists the configuration classes of a parser's flags
+CONFIG_CLASSES = "_vflcrypto_config_classes"
+
+
+def check_config_args(args: argparse.Namespace) -> None:
+    """Build and validate every configuration the parsed flags describe, right after parsing.
+
+    Each class registered by :func:`add_config_arguments` is built from the flags and its
+    ``validate()`` (if any) called, so a value the protocol refuses is refused before any
+    file is read or any peer is contacted (a network party then never leaves its peers
+    waiting to blame each other); :class:`InputDataError` or :class:`ConfigurationError`.
+    """
+    for cls in getattr(args, CONFIG_CLASSES, ()):
+        cfg = config_from_args(cls, args)
+        validate = getattr(cfg, "validate", None)
+        if callable(validate) and all(p.default is not p.empty
+                                      for p in inspect.signature(validate).parameters.values()):
+            validate()
+
+
 def _flag(f: dataclasses.Field[Any]) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
@@ -78,7 +134,12 @@ def _base_type(tp: Any) -> tuple[Any, bool]:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: Sequence[str] = ()) -> None:
-    """One flag per CLI field of the configuration dataclass ``cls`` (defaults from ``cls``)."""
+    """One flag per CLI field of the configuration dataclass ``cls`` (defaults from ``cls``).
+
+    Numbers must be finite (``--lr nan`` is refused while parsing); ``cls`` is registered
+    on the parser, so that :func:`check_config_args` validates it right after parsing.
+    """
+    parser.set_defaults(**{CONFIG_CLASSES: (*(parser.get_default(CONFIG_CLASSES) or ()), cls)})
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if not f.metadata.get("cli", False) or f.name in skip:
@@ -98,7 +159,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, *, skip: Se
         kw: dict[str, Any] = {"dest": f.name, "help": help_text, "default": default}
         if f.metadata.get("choices"):
             kw["choices"] = f.metadata["choices"]
-        parser.add_argument(*flags, type=tp if tp in (int, float, str) else str, **kw)
+        seed = tp is int and (f.name == "seed" or f.name.endswith("_seed"))  # public seeds: numpy takes >= 0
+        parser.add_argument(*flags, type=number(tp, at_least=0 if seed else None) if tp in (int, float) else str,
+                            **kw)
         del optional
 
 
@@ -152,6 +215,9 @@ class PartyOutcome:
 
     summary: dict[str, Any]
     write: Callable[[Path, dict[str, Any]], None]
+    #: the IDs of the rows this party's messages are indexed by, in order (the aligned training rows), kept with
+    #: its messages (``--keep-messages``) so that an attack on its view can be scored against labels by ID
+    rows: tuple[str, ...] = ()
 
 
 @dataclass
@@ -276,6 +342,14 @@ class ProtocolSpec:
     oracle: str = ""  # why OU is refused: whose ciphertexts its key holder decrypts for whom
     #: the checks its audit must run, each on a declared protection (:mod:`vflcrypto.audit.checks`)
     checks: tuple[Check, ...] = ()
+    #: the published attacks on one party's recorded view of a network run (``vflcrypto party ... --keep-messages``
+    #: read back by ``vflcrypto audit --transcript``): ``(view, the true labels of its rows, or None) -> findings``;
+    #: the labels only score the attacks
+    view_attacks: Callable[[RecordedView, np.ndarray | None], list[EmpiricalFinding]] | None = None
+    #: the defences it offers (names for ``vflcrypto audit NAME --defence``) and ``frontier(defence, budgets,
+    #: repeats)``: its audit's attacks and utility re-measured at each privacy budget beside the undefended run
+    defences: tuple[str, ...] = ()
+    frontier: Callable[[str, Sequence[float], int], Frontier] | None = None
 
     def run_audit(self, key_bits: int = 2048, *, allow_insecure: bool = False, **kwargs: Any) -> AuditOutcome:
         """Run :attr:`audit` and hold its findings to :attr:`checks`: a declared check that did not run, or

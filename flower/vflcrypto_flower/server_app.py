@@ -23,6 +23,7 @@ from vflcrypto.runtime.flower_meter import MeteredGrid
 from vflcrypto.runtime.transcript import Endpoint, Transcript
 from vflcrypto.runtime.wire import DecodeContext, decode_frame, message_kind, peek_frame
 
+from .config import check_run_config
 from .task import client_parties, frame, protocol, read_reply, request, role_config, write_output
 
 app = ServerApp()
@@ -86,6 +87,7 @@ def _nodes(grid: Grid, parties: list[str], timeout: float) -> dict[str, int]:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     cfg = role_config(context)
+    check_run_config(cfg)  # every key, type and range, before any node is asked anything
     run_id, timeout = cfg["_run-id"], float(cfg.get("timeout", 120.0))
     spec, fl = protocol(cfg)
     spec.check_scheme(str(cfg.get("scheme", "paillier")))  # OU where a key holder returns decryptions: refused

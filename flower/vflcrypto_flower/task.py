@@ -25,6 +25,7 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, RecordDict
 from vflcrypto.protocols import get
 
+from vflcrypto.data.files import atomic_write_text
 from vflcrypto.errors import ConfigurationError, ProtocolError
 from vflcrypto.runtime.steps import Next, Recv
 from vflcrypto.runtime.wire import encode_frame, message_kind, message_type
@@ -139,5 +140,4 @@ def write_output(run_config: Mapping[str, Any], name: str, data: Any) -> None:
     """``<out-dir>/<name>.json`` when the run config names an output directory (each party its own)."""
     out = str(run_config.get("out-dir", "") or "")
     if out:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / f"{name}.json").write_text(json.dumps(jsonable(data), indent=1))
+        atomic_write_text(Path(out) / f"{name}.json", json.dumps(jsonable(data), indent=1))

@@ -15,7 +15,10 @@ Outputs (per mode)
     ``size``  cardinality only (ECDH): the active party learns |X ∩ Y| and tells the
               passive party; neither learns which rows. Not offered for keyed-hash PSI,
               where the key holder always learns the rows, nor for KKRT, where the OPRF
-              receiver matches values against its own per-row outputs.
+              receiver matches values against its own per-row outputs. The size is
+              still an output: a party that runs again with one ID more learns that
+              ID's membership in the other set (Guo et al., USENIX Security 2022;
+              measured by the audit); nothing in the protocol limits reruns.
     ``all``   (3+ parties, :func:`run_multiparty_local`) every party learns its rows of
               the all-party intersection in one common order. Extra leakage (declared):
               the active party learns each pairwise intersection with each passive
@@ -73,8 +76,9 @@ keyed-hash session as named steps: start, on_hello, on_blinded, on_doubled,
 on_doubled_shuffled, on_cardinality, on_tags), :mod:`.kkrt` (one KKRT session: start,
 on_hello, on_ot_setup, on_ot_choice, on_oprf_matrix, on_oprf_values, on_common_values),
 :mod:`.kkrt_audit` (its attacks), :mod:`.roles` (the roles and local runs), :mod:`.files` (CSV
-alignment), :mod:`.audit` (attacks and demo), :mod:`.cli` (``vflcrypto align`` and the
-network task).
+alignment), :mod:`.audit` (attacks and demo), :mod:`.membership_audit` (the published attacks on
+the outputs: membership from intersection sizes, pairwise intersections of mode ``all``),
+:mod:`.cli` (``vflcrypto align`` and the network task).
 """
 
 from __future__ import annotations

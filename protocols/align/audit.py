@@ -20,6 +20,7 @@ from vflcrypto.runtime.declarations import Protection
 
 from .files import align_files, read_id_table
 from .kkrt_audit import KKRT_CHECKS, kkrt_findings
+from .membership_audit import membership_findings
 from .messages import ACTIVE, PASSIVE, BlindedChunk, DoubledChunk, DoubledShuffledChunk, TagChunk
 from .roles import LocalRun, run_local
 
@@ -239,7 +240,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
 
     Sessions: ECDH both-learn twice (the second for cross-session linkage), ECDH
     cardinality-only, keyed-hash both-learn, KKRT both-learn; every attack reads that
-    session's tap.
+    session's tap. The published attacks on the outputs (:mod:`.membership_audit`) run their
+    own small sessions: membership from intersection sizes (Guo et al. 2022, a few hundred
+    runs of 17 against 64 IDs) and one 3-party run of mode ``all`` (its transcript joins the
+    report).
     ``key_bits`` and ``allow_insecure`` are unused (PSI has no Paillier key); kept for the
     common signature of audits.
     """
@@ -253,8 +257,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     kkrt_run = run_local(bank, shop, protocol="kkrt", mode="both", tap=taps[4])
     universe = sorted(set(enc[ACTIVE]) | set(enc[PASSIVE]))
     findings = session_findings(taps, enc, universe)
+    published, multi_run = membership_findings(bank, shop)
+    findings += published
     runs = {"ECDH, both learn": run.transcript, "ECDH, size only": size_run.transcript,
-            "keyed hash": hash_run.transcript, "KKRT (OT extension), both learn": kkrt_run.transcript}
+            "keyed hash": hash_run.transcript, "KKRT (OT extension), both learn": kkrt_run.transcript,
+            "ECDH, 3 parties (mode all)": multi_run.transcript}
     report, sections = audit_runs(runs)
     return AuditOutcome("align", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()))
 

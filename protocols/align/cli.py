@@ -18,7 +18,7 @@ from typing import Any
 
 from vflcrypto.data.files import atomic_write_text
 from vflcrypto.runtime import progress
-from vflcrypto.spec import PartyOutcome, TaskContext
+from vflcrypto.spec import PartyOutcome, TaskContext, number
 
 from .files import align_files, canon_table, read_id_table, write_aligned
 from .messages import PROTOCOLS
@@ -93,7 +93,8 @@ def add_party_arguments(a: argparse.ArgumentParser) -> None:
                    help="who learns the intersection (two parties; 3+ parties use 'all')")
     a.add_argument("--duplicates", default="error", choices=("error", "first"),
                    help="a repeated ID: refuse the file (default), or keep its first occurrence")
-    a.add_argument("--chunk-size", type=int, default=50_000)
+    a.add_argument("--chunk-size", type=number(int, at_least=1), default=50_000,
+                   help="IDs per message of the PSI (default 50000)")
 
 
 def needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:

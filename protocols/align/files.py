@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import check_outputs, write_csv_atomic
+from vflcrypto.data.files import atomic_set, check_outputs, write_csv_atomic
 from vflcrypto.data.tables import iter_csv_strings
+from vflcrypto.data.validate import missing_column
 from vflcrypto.errors import InputDataError
 from vflcrypto.psi import primitives as psi
 from vflcrypto.runtime.channel import DEFAULT_TIMEOUT
@@ -71,7 +72,7 @@ def read_id_table(path: str | os.PathLike[str], id_column: str) -> IdTable:
     stream = iter_csv_strings(path)
     _, header = next(stream)
     if id_column not in header:
-        raise InputDataError(f"{path}: no ID column {id_column!r} (columns: {list(header)})")
+        raise missing_column(path, "ID", id_column, header)
     n = sum(1 for _ in stream)
     return IdTable(path, header, id_column, n)
 
@@ -124,7 +125,7 @@ def align_files(
 
     Writes ``<stem>.aligned.csv`` (all columns verbatim, intersection rows in the canonical
     order of their IDs: the same for both parties and every run) for each party that learns
-    the intersection, atomically. Returns a summary.
+    the intersection, all-or-nothing (both outputs or neither). Returns a summary.
     ``left`` and ``right`` are paths or tables :func:`read_id_table` already checked.
     """
     t0 = time.perf_counter()
@@ -146,11 +147,12 @@ def align_files(
     run = run_local(lc, rc, protocol=protocol, mode=reveal, progress=progress, timeout=timeout)
     res_l, res_r = run.results[ACTIVE], run.results[PASSIVE]
     outputs: dict[str, str] = {}
-    for key, table, canon, res in (("left", lt, lc, res_l), ("right", rt, rc, res_r)):
-        if res.rows is None:
-            continue
-        write_aligned(table, paths[key], canonical_order(canon, res.rows))
-        outputs[key] = str(paths[key])
+    with atomic_set():  # both outputs or neither (a full disk at the second removes the first)
+        for key, table, canon, res in (("left", lt, lc, res_l), ("right", rt, rc, res_r)):
+            if res.rows is None:
+                continue
+            write_aligned(table, paths[key], canonical_order(canon, res.rows))
+            outputs[key] = str(paths[key])
     size = res_l.size if res_l.size is not None else res_r.size
     return {
         "protocol": protocol,

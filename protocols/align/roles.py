@@ -353,15 +353,16 @@ def run_local(active_ids: Sequence[Any] | psi.CanonicalIds, passive_ids: Sequenc
 
 def run_multiparty_local(id_sets: Sequence[Sequence[Any]], *, protocol: str = "ecdh", duplicates: str = "error",
                          strip: bool = False, chunk_size: int = psi.CHUNK_SIZE,
-                         timeout: float = DEFAULT_TIMEOUT) -> LocalRun:
-    """All-party intersection of 3+ parties: ``id_sets[0]`` is the active party's."""
+                         timeout: float = DEFAULT_TIMEOUT, tap: AuditTap | None = None) -> LocalRun:
+    """All-party intersection of 3+ parties: ``id_sets[0]`` is the active party's (``tap``: audits)."""
     validate_config(protocol, "all")
     if len(id_sets) < 3:
         raise ProtocolError("the multi-party mode needs at least three parties")
     canons = [canonical(s, duplicates, strip) for s in id_sets]
     passives = [f"passive-{j}" for j in range(len(id_sets) - 1)]
     parties = [Endpoint(ACTIVE, ACTIVE)] + [Endpoint(n, PASSIVE) for n in passives]
-    net = LocalNetwork(parties, links=[(ACTIVE, n) for n in passives], timeout=timeout, run_id=os.urandom(8).hex())
+    net = LocalNetwork(parties, links=[(ACTIVE, n) for n in passives], timeout=timeout, run_id=os.urandom(8).hex(),
+                       transcript=Transcript(tap))
     idents = {name: psi.IdentityKey.generate() for name in [ACTIVE, *passives]}
     # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
     tasks: dict[str, Callable[..., AlignmentResult]] = {

@@ -43,10 +43,10 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_cli
+from .. import _repvfl_audit, _repvfl_cli, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
 from ..oneshot import flower_config
-from . import audit
+from . import audit, messages
 from .math import attention_estimate, dual_gate, softmax_rows
 from .messages import (
     MODES,
@@ -84,8 +84,10 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=65,
     commands=(_repvfl_cli.command("fewshot", "few-shot VFL: one-shot plus the unaligned rows (PyTorch extractors)",
-                                  FewShotConfig, run_local),),
+                                  FewShotConfig, run_local),
+              _repvfl_predict.command(_repvfl_predict.Predictor("fewshot", messages.TestRepresentation))),
     party_tasks=(_repvfl_cli.task("fewshot", "few-shot VFL (server with labels, parties with columns)",
                                   FewShotConfig, ServerRole, PartyRole),),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "fewshot"),
+    view_attacks=_repvfl_audit.view_attacks("fewshot"),
 )

@@ -8,6 +8,12 @@ counts). ``--dataset digits --clients N [--skew S]`` splits the bundled digits i
 same fixed-point updates in the clear. ``--drop K`` makes K clients vanish in the middle
 of round 1's aggregation (a demonstration of dropout recovery). ``--json`` prints
 ``test_accuracy``, ``bytes_sent``, ``seconds`` and ``survivors`` (per round).
+
+DP-FedAvg (``--dp-epsilon ε`` or ``--dp-noise σ``, with ``--dp-clip C``, ``--dp-delta`` and
+``--dp-min-clients m``; :mod:`.defence`): each client clips its update and adds its share
+of the noise before aggregation; ``--json`` then prints ``privacy`` (the client-level
+(ε, δ) accounted with each round's survivors, the mechanism, what it covers), and
+``--model-dir`` keeps it in the model file beside the final global model.
 """
 
 from __future__ import annotations
@@ -16,13 +22,16 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.tables import read_csv_strings, train_test_split
+from vflcrypto.data.files import save_model, write_model_dir
+from vflcrypto.data.tables import read_party_csv, train_test_split
+from vflcrypto.data.validate import class_labels, require_classes, warn_few_rows
 from vflcrypto.errors import InputDataError
-from vflcrypto.spec import Command, add_config_arguments, config_from_args
+from vflcrypto.spec import Command, add_config_arguments, config_from_args, number
 
 from ..secagg.math import SecAggConfig
 from ..secagg.roles import client_names
@@ -34,33 +43,29 @@ __all__ = ["commands", "read_client"]
 
 
 def read_client(path: str, label: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """A client's CSV: every column but ``label`` numeric features, ``label`` integer classes."""
-    header, rows = read_csv_strings(path)
-    if label not in header:
-        raise InputDataError(f"{path}: no label column {label!r}")
-    li = header.index(label)
-    cols = tuple(h for h in header if h != label)
-    try:
-        X = np.asarray([[float(c) for i, c in enumerate(r) if i != li] for _, r in rows], np.float64)
-        y = np.asarray([float(r[li]) for _, r in rows])
-    except ValueError as exc:
-        raise InputDataError(f"{path}: a non-numeric cell ({exc})") from None
-    if not np.array_equal(y, np.round(y)) or (len(y) and y.min() < 0):
-        raise InputDataError(f"{path}: labels must be the integer classes 0..C-1")
-    return X.reshape(len(rows), len(cols)), y.astype(np.int64), cols
+    """A client's CSV: every column but ``label`` numeric features (every value given), ``label``
+    integer classes; the shared checks of :mod:`vflcrypto.data.validate` name the file, line and column."""
+    table = read_party_csv(path, None, label=label, allow_nan=False)
+    return table.X, class_labels(table), table.columns
 
 
 def _add(p: argparse.ArgumentParser, algorithm: str) -> None:
     p.add_argument("--client", action="append", default=[], help="a client's CSV (same columns everywhere); repeat")
     p.add_argument("--label", help="the label column (integer classes)")
     p.add_argument("--dataset", choices=("digits",), help="the bundled digits split across --clients")
-    p.add_argument("--clients", type=int, default=5, help="--dataset digits: number of clients (default 5)")
-    p.add_argument("--skew", type=float, default=0.0, help="--dataset digits: share of rows from home classes")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of every client's rows")
-    p.add_argument("--drop", type=int, default=0, help="clients that vanish mid-round in round 1 (demonstration)")
+    p.add_argument("--clients", type=number(int, at_least=2), default=5,
+                   help="--dataset digits: number of clients (default 5)")
+    p.add_argument("--skew", type=number(float, at_least=0, below=1), default=0.0,
+                   help="--dataset digits: share of rows from home classes")
+    p.add_argument("--test-fraction", type=number(float, at_least=0, below=1), default=0.2,
+                   help="held-out fraction of every client's rows")
+    p.add_argument("--drop", type=number(int, at_least=0), default=0,
+                   help="clients that vanish mid-round in round 1 (demonstration)")
     add_config_arguments(p, HFLConfig, skip=("algorithm",))
     add_config_arguments(p, SecAggConfig, skip=("seed",))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--model-dir", help="save the final global model here (server.npz, with the DP guarantee under "
+                                       "DP-FedAvg, and a manifest.json of its digest)")
     p.set_defaults(algorithm=algorithm)
 
 
@@ -74,13 +79,20 @@ def _train(args: argparse.Namespace) -> int:
         if len(args.client) < 2 or not args.label:
             raise InputDataError("give two or more --client files and --label, or --dataset digits")
         loaded = [read_client(p, args.label) for p in args.client]
-        if len({cols for _, _, cols in loaded}) != 1:
-            raise InputDataError("every client file must have the same columns")
+        for path, (_, _, cols) in zip(args.client[1:], loaded[1:], strict=True):
+            if cols != loaded[0][2]:
+                raise InputDataError(f"{path} has the columns {list(cols)}, {args.client[0]} has "
+                                     f"{list(loaded[0][2])}: every client file must have the same columns")
         C = int(max(int(y.max()) for _, y, _ in loaded)) + 1
         clients = []
         for k, (X, y, _) in enumerate(loaded):
             tr, te = train_test_split(len(y), args.test_fraction, seed=cfg.seed + k)
+            if not len(tr):
+                raise InputDataError(f"{args.client[k]}: no training row left after --test-fraction "
+                                     f"{args.test_fraction} of its {len(y)} rows")
             clients.append(ClientData(X[tr], y[tr], X[te], y[te]))
+        require_classes(np.concatenate([c.y for c in clients]), "the clients' training rows")
+        warn_few_rows(sum(len(c.y) for c in clients))
     if not 0 <= args.drop < len(clients):
         raise InputDataError("--drop must leave at least one client")
     names = client_names(len(clients))
@@ -91,6 +103,14 @@ def _train(args: argparse.Namespace) -> int:
         "algorithm": cfg.algorithm, "mode": "secure" if cfg.secure else "plain", "test_accuracy": run.test_accuracy,
         "bytes_sent": run.transcript.bytes_sent_by("sender_role"), "seconds": round(time.perf_counter() - t0, 3),
         "survivors": [len(s) for s in run.result.survivors], "clients": len(clients), "rounds": cfg.rounds}
+    if run.result.privacy:
+        summary["privacy"] = run.result.privacy  # the server's accounting with each round's survivors
+    if args.model_dir:
+        meta = {"protocol": "hfl", "role": "server", "algorithm": cfg.algorithm, "classes": C,
+                **({"privacy": run.result.privacy} if run.result.privacy else {})}
+        write_model_dir(args.model_dir, "hfl", {"server.npz": partial(save_model, meta=meta,
+                                                                      arrays={"w": np.asarray(run.result.w)})},
+                        overwrite=getattr(args, "overwrite", False), what="--model-dir")
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -98,6 +118,9 @@ def _train(args: argparse.Namespace) -> int:
     print(f"{cfg.algorithm} ({summary['mode']}), {len(clients)} clients, {cfg.rounds} rounds: test accuracy {acc}; "
           f"survivors per round {summary['survivors']}; {sum(summary['bytes_sent'].values()):,} bytes; "
           f"{summary['seconds']:.1f} s")
+    for d, g in run.result.privacy.items():
+        print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-DP at client level ({g['accountant']}, survivors "
+              f"{g['survivors']}); protects {g['covers']}")
     return 0
 
 

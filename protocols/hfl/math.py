@@ -13,17 +13,22 @@ rate η from the global model w:
 
 The client's contribution is one vector [n_i (w_i − w^t), n_i, (c_i⁺ − c_i)]; the
 server divides the first part of the sum by the second (the sample-weighted FedAvg
-mean) and adds the mean of the third to c (over all N clients, as in the paper).
+mean) and adds the mean of the third to c (over all N clients, as in the paper). Under
+DP-FedAvg (:mod:`.defence`) it is [clip(w_i − w^t, C) + noise, 1] instead: uniform weights
+(n_i is unbounded and would itself leak), the server's division the mean over the survivors.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from vflcrypto.errors import InputDataError
 from vflcrypto.spec import option
+
+from .defence import DpFedAvg, noise_for_budget
 
 __all__ = ["ALGORITHMS", "HFLConfig", "accuracy_counts", "client_vector", "local_train", "server_update",
            "softmax_gradient"]
@@ -43,6 +48,14 @@ class HFLConfig:
     batch_size: int | None = option(32, "rows per local step (default 32; full batch if unset)")
     secure: bool = option(True, "aggregate through secure aggregation", flag="--secure", negative="--plain")
     seed: int = option(0, "public seed of the local batch order")
+    dp_noise: float | None = option(None, "DP-FedAvg: the noise std in the aggregate over --dp-clip (sigma; each "
+                                          "client adds its share before masking)")
+    dp_epsilon: float | None = option(None, "DP-FedAvg: noise calibrated to this client-level epsilon at --dp-delta "
+                                            "over the rounds (RDP accountant); instead of --dp-noise")
+    dp_clip: float = option(1.0, "DP-FedAvg: L2 clip norm C of each client's model update")
+    dp_delta: float = option(1e-5, "DP-FedAvg: delta of the client-level guarantee")
+    dp_min_clients: int | None = option(None, "DP-FedAvg: the survivors m whose noise shares make up sigma*C (each "
+                                              "client adds sigma*C/sqrt(m); default: every client)")
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -51,6 +64,32 @@ class HFLConfig:
             raise InputDataError("need rounds >= 1, local_steps >= 1, lr > 0 and mu >= 0")
         if self.batch_size is not None and self.batch_size < 1:
             raise InputDataError("batch size must be >= 1")
+        if self.dp_noise is not None and self.dp_epsilon is not None:
+            raise InputDataError("give --dp-noise or --dp-epsilon, not both")
+        if self.dp_epsilon is not None and not (self.dp_epsilon > 0 and math.isfinite(self.dp_epsilon)):
+            raise InputDataError(f"--dp-epsilon must be finite and > 0, got {self.dp_epsilon}")
+        if self.dp_on and self.algorithm == "scaffold":
+            raise InputDataError("DP-FedAvg clips and noises the model update only: SCAFFOLD's control-variate "
+                                 "change would leave the clients unprotected (use fedavg or fedprox)")
+        if self.dp_on:
+            self.dp(self.dp_min_clients or 1)  # the defence's own checks, before any party starts
+
+    @property
+    def dp_on(self) -> bool:
+        return self.dp_noise is not None or self.dp_epsilon is not None
+
+    def dp(self, n_clients: int) -> DpFedAvg | None:
+        """DP-FedAvg as this configuration asks for it with ``n_clients`` clients (None: off); the noise multiplier
+        calibrated to --dp-epsilon over the rounds, m = --dp-min-clients or every client."""
+        if not self.dp_on:
+            return None
+        m = self.dp_min_clients if self.dp_min_clients is not None else n_clients
+        if not 1 <= m <= n_clients:
+            raise InputDataError(f"--dp-min-clients must lie in 1..{n_clients} (the clients), got {m}")
+        sigma = self.dp_noise if self.dp_epsilon is None else noise_for_budget(self.dp_epsilon, self.dp_delta,
+                                                                                self.rounds)
+        assert sigma is not None  # dp_on
+        return DpFedAvg(float(sigma), self.dp_clip, self.dp_delta, m, self.secure)
 
 
 def _logits(W: np.ndarray, X: np.ndarray) -> np.ndarray:

@@ -20,7 +20,9 @@ __all__ = ["CLIENT", "SERVER", "Done", "Evaluation", "GlobalModel", "PlainUpdate
 
 @declare("hfl.model", sender=SERVER, receiver=CLIENT, protection=Protection.PUBLIC,
          reveals="the round, the algorithm's public parameters and the global model (SCAFFOLD: and the server's "
-                 "control variate c): the output of the previous rounds, shared with every client")
+                 "control variate c): the output of the previous rounds, shared with every client; under DP-FedAvg "
+                 "also its noise multiplier, clip norm and minimum survivors (each client checks them against its "
+                 "own), and the model is a noised aggregate: (epsilon, delta)-DP at client level")
 @dataclass(frozen=True)
 class GlobalModel:
     round: int
@@ -30,12 +32,18 @@ class GlobalModel:
     local_steps: int
     lr: float
     mu: float
+    #: DP-FedAvg (None: off): the sum's noise std over C, the clip norm C, the survivors m the noise is shared for
+    dp_noise: float | None = None
+    dp_clip: float | None = None
+    dp_min_clients: int | None = None
 
 
 @declare("hfl.update", sender=CLIENT, receiver=SERVER, protection=Protection.PLAINTEXT,
          reveals="plaintext mode: the client's fixed-point update n_i (w_i - w), n_i (and SCAFFOLD's change of "
                  "c_i) in the clear: its sample count and what its data moved the model (the secure mode sends "
-                 "the same vector through secagg, so the server sees only the sum)")
+                 "the same vector through secagg, so the server sees only the sum); under DP-FedAvg its clipped "
+                 "update plus its own full Gaussian noise and weight 1 (local DP: the same (epsilon, delta) as the "
+                 "secure mode's sum, at sqrt(m) times the noise per client)")
 @dataclass(frozen=True)
 class PlainUpdate:
     round: int

@@ -10,11 +10,16 @@ Steps, numbered as in the package docstring:
   :class:`~vflcrypto.protocols.secagg.ClientSession` steps (or its plaintext update) →
   the next ``on_model``, or ``on_done`` (4: its held-out rows evaluated).
 
-A client that drops out of a round's aggregation is left out of the later rounds.
+A client that drops out of a round's aggregation is left out of the later rounds. Under
+DP-FedAvg (:mod:`.defence`) the server announces the noise in every ``hfl.model``, each
+client checks it against its own configuration, clips its update and adds its noise share
+before the encoding (and before any mask); the server accounts the realised (ε, δ) from
+each round's survivors at the end (:attr:`HFLResult.privacy`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +57,24 @@ from ..secagg.session import (
 from .math import HFLConfig, accuracy_counts, client_vector, local_train, server_update
 from .messages import CLIENT, SERVER, Done, Evaluation, GlobalModel, PlainUpdate
 
-__all__ = ["ClientData", "ClientRole", "HFLResult", "HFLRun", "ServerRole", "run_local"]
+__all__ = ["ClientData", "ClientRole", "HFLResult", "HFLRun", "ServerRole", "model_digest", "run_local"]
+
+
+def model_digest(msg: GlobalModel) -> bytes:
+    """SHA-256 of a global-model message (round, algorithm, parameters, w and c as float64).
+
+    Each client binds it into the secure aggregation of the round it trains in
+    (:meth:`ClientSession.begin`'s ``context``): clients that received different models
+    refuse to aggregate together (Pasquini, Francati and Ateniese, CCS 2022).
+    """
+    h = hashlib.sha256(b"vflcrypto.hfl.model.v1|")
+    h.update(f"{msg.round}|{msg.algorithm}|{msg.local_steps}|{msg.lr!r}|{msg.mu!r}|".encode())
+    if msg.dp_noise is not None:  # DP-FedAvg's announced noise: clients with other noise never aggregate together
+        h.update(f"dp|{msg.dp_noise!r}|{msg.dp_clip!r}|{msg.dp_min_clients!r}|".encode())
+    for a in (msg.w, msg.c):
+        v = np.ascontiguousarray(np.asarray(a, dtype="<f8"))
+        h.update(len(v).to_bytes(8, "big") + v.tobytes())
+    return h.digest()
 
 
 @dataclass(frozen=True)
@@ -78,12 +100,14 @@ class ClientData:
 
 @dataclass
 class HFLResult:
-    """The server's final model, per-round survivors, the test accuracy over the clients' held-out rows."""
+    """The server's final model, per-round survivors, the test accuracy over the clients' held-out rows and, under
+    DP-FedAvg, the realised guarantee (defence name -> (ε, δ), mechanism, accountant, what it covers)."""
 
     w: np.ndarray
     survivors: list[list[str]]
     test_accuracy: float | None
     history: list[np.ndarray]
+    privacy: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- server
@@ -117,6 +141,9 @@ class ServerRole(ServerSessionSteps, Role[_ServerState]):
         self.clients, self.cfg, self.C = list(clients), config, n_classes
         self.sa = secagg or sm.SecAggConfig()
         self.p = (n_features + 1) * n_classes
+        self.dp = config.dp(len(self.clients))
+        if self.dp is not None:
+            self.dp.check_ring(self.sa.frac_bits, self.sa.value_bits)
         self.session = ServerSession(name, pins, run_id, self.state.agg, self._aggregated, self.hold)
         self.survivors: list[list[str]] = []
         self.history: list[np.ndarray] = []
@@ -137,7 +164,9 @@ class ServerRole(ServerSessionSteps, Role[_ServerState]):
     def _broadcast(self) -> Next:
         """Step 1: the global model to every active client; step 2: the aggregation."""
         st, c = self.state, self.cfg
-        msg = GlobalModel(st.round, c.algorithm, st.w, st.c, c.local_steps, c.lr, c.mu)
+        dp = self.dp
+        msg = GlobalModel(st.round, c.algorithm, st.w, st.c, c.local_steps, c.lr, c.mu,
+                          *((dp.noise_multiplier, dp.clip, dp.min_clients) if dp else (None, None, None)))
         sends = [send(u, msg) for u in st.active]
         if c.secure:
             nxt = self.session.begin(st.round, st.active, self.length, self.sa)
@@ -190,7 +219,8 @@ class ServerRole(ServerSessionSteps, Role[_ServerState]):
         if st.k < len(st.active):
             return then([], st.active[st.k], Evaluation, "on_evaluation", optional=True)
         acc = st.correct / st.rows if st.rows else None
-        return done(HFLResult(st.w, self.survivors, acc, self.history))
+        privacy = {} if self.dp is None else self.dp.privacy(self.cfg.rounds, [len(s) for s in self.survivors])
+        return done(HFLResult(st.w, self.survivors, acc, self.history, privacy))
 
 
 # --------------------------------------------------------------------------- client
@@ -201,6 +231,7 @@ class _ClientState:
     round: int = 0
     c_i: np.ndarray = field(default_factory=lambda: np.zeros(0))
     vector: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    model: bytes = b""  # the digest of this round's global model (bound into the aggregation)
     agg: ClientAggState = field(default_factory=ClientAggState)
 
 
@@ -222,6 +253,9 @@ class ClientRole(Role[_ClientState]):
         self.session = ClientSession(name, server, identity, pins, run_id, secagg or sm.SecAggConfig(),
                                      self.state.agg, self._aggregated, self.hold)
         self.p = (data.X.shape[1] + 1) * n_classes
+        self.dp = config.dp(len(pins))  # m defaults to every client pinned in the run
+        if self.dp is not None:
+            self.dp.check_ring(self.session.config.frac_bits, self.session.config.value_bits)
 
     def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
         super().load_state(data, allow_insecure=allow_insecure)
@@ -239,21 +273,33 @@ class ClientRole(Role[_ClientState]):
     def on_model(self, msg: GlobalModel) -> Next:
         """Step 1: K local steps from the global model; step 2: its vector into the aggregation."""
         st, c = self.state, self.cfg
+        dp = self.dp
+        mine = (dp.noise_multiplier, dp.clip, dp.min_clients) if dp else (None, None, None)
         if (msg.algorithm, msg.local_steps, msg.lr, msg.mu) != (c.algorithm, c.local_steps, c.lr, c.mu) or \
                 msg.round != st.round:
             raise ProtocolError(f"{self.name}: the server's round {msg.round} or parameters differ from this "
                                 "client's")
+        if (msg.dp_noise, msg.dp_clip, msg.dp_min_clients) != mine:
+            raise ProtocolError(f"{self.name}: the server announces DP-FedAvg noise {msg.dp_noise}, clip "
+                                f"{msg.dp_clip}, m = {msg.dp_min_clients}; this client's are {mine}")
         w, cg = np.asarray(msg.w, np.float64), np.asarray(msg.c, np.float64)
         if w.shape != (self.p,) or cg.shape != (self.p,) or not np.isfinite(w).all() or not np.isfinite(cg).all():
             raise ProtocolError(f"{self.name}: a malformed global model")
         if not len(st.c_i):
             st.c_i = np.zeros(self.p)
+        st.model = model_digest(msg)
         w_i, c_new = local_train(w, self.data.X, self.data.y, c, self.C, c=cg, c_i=st.c_i,
                                  seed=c.seed * 100_003 + self.index * 1009 + st.round)
         dc = c_new - st.c_i if c.algorithm == "scaffold" else None
         st.c_i = c_new
-        st.vector = client_vector(w, w_i, len(self.data.y), dc)
-        self.hold("update", st.vector)
+        if dp is None:
+            st.vector = client_vector(w, w_i, len(self.data.y), dc)
+            self.hold("update", st.vector)
+        else:  # clipped, weight 1, its noise share added before the encoding (and any mask)
+            clean, noise = dp.noised(w, w_i)
+            self.hold("update", clean)
+            self.hold("dp_noise", noise)
+            st.vector = clean + np.concatenate([noise, [0.0]])
         if c.secure:
             return then([], self.server, AggSetup, "on_setup", patience=self._patience())
         if self._gone("masked"):
@@ -267,7 +313,9 @@ class ClientRole(Role[_ClientState]):
         """Step 2 (secagg steps 0-1)."""
         if setup.round != self.state.round:
             raise ProtocolError(f"{self.name}: an aggregation for round {setup.round} during round {self.state.round}")
-        return done(None) if self._gone("advertise") else self.session.begin(setup, self.state.vector)
+        if self._gone("advertise"):
+            return done(None)
+        return self.session.begin(setup, self.state.vector, context=self.state.model)
 
     def on_keys(self, msg: Any) -> Next:
         """Step 2 (secagg step 2)."""
@@ -320,12 +368,14 @@ class HFLRun:
 def run_local(clients: Sequence[ClientData], n_classes: int, *, config: HFLConfig | None = None,
               secagg: sm.SecAggConfig | None = None, vanish: Mapping[str, tuple[int, str]] | None = None,
               timeout: float = DEFAULT_TIMEOUT, overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]]
-              | None = None, tap: AuditTap | None = None) -> HFLRun:
+              | None = None, tap: AuditTap | None = None, server: Callable[..., ServerRole] | None = None) -> HFLRun:
     """Train with the server and every client in this process (identities generated and pinned here).
 
     ``vanish`` maps a client to the (round, phase) at which it drops out (phases of
     :data:`~vflcrypto.protocols.secagg.PHASES`); ``overrides`` replaces a party's task;
-    ``tap`` (audits) keeps what each party received and holds.
+    ``tap`` (audits) keeps what each party received and holds; ``server`` builds the
+    server's role from :class:`ServerRole`'s arguments (audits and tests: a server that
+    deviates, e.g. sends one client another model).
     """
     cfg = config or HFLConfig()
     if not clients or len({c.X.shape[1] for c in clients}) != 1:
@@ -345,9 +395,10 @@ def run_local(clients: Sequence[ClientData], n_classes: int, *, config: HFLConfi
             net.close_party(n)  # it vanished
         return out
 
+    make_server = server or ServerRole
     tasks: dict[str, Callable[..., Any]] = {
-        SERVER: lambda: drive(ServerRole(clients=names, n_features=clients[0].X.shape[1], n_classes=n_classes,
-                                         config=cfg, pins=pins, run_id=run_id, secagg=secagg),
+        SERVER: lambda: drive(make_server(clients=names, n_features=clients[0].X.shape[1], n_classes=n_classes,
+                                          config=cfg, pins=pins, run_id=run_id, secagg=secagg),
                               net.channels(SERVER)),
     }
     for i, n in enumerate(names):

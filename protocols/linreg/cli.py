@@ -28,22 +28,25 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import save_model
-from vflcrypto.data.tables import PartyTable
+from vflcrypto.data.files import save_model, verify_model_dir
+from vflcrypto.data.tables import PartyTable, read_party_csv
 from vflcrypto.errors import InputDataError
 from vflcrypto.ml.metrics import r2_score, rmse
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
 
+from .._predict import add_predict_options, check_parties, report, write_predictions
 from .._train import (
     TrainOptions,
     add_party_data_arguments,
     add_train_options,
     align_tables,
+    json_outcome,
     read_own,
     read_tables,
     split_rows,
@@ -51,12 +54,13 @@ from .._train import (
     write_metrics,
 )
 from .config import LinRegConfig
-from .local import run_active, run_coordinator, run_local, run_passive
+from .local import passive_names, run_active, run_coordinator, run_local, run_passive
 from .messages import ACTIVE, COORD, PASSIVE
-from .model import save_models
+from .model import PartyModel, save_models
 from .predict import predict_local, run_predict_active, run_predict_coordinator, run_predict_passive
 
-__all__ = ["add_party_arguments", "add_train_arguments", "config", "party_task", "train"]
+__all__ = ["add_party_arguments", "add_party_predict_arguments", "add_predict_arguments", "add_train_arguments",
+           "config", "party_predict_task", "party_task", "predict", "train"]
 
 
 def config(args: argparse.Namespace) -> tuple[LinRegConfig, TrainOptions]:
@@ -143,6 +147,37 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- prediction
+
+
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--active", required=True, help="the active party's CSV: the ID column and the model's columns "
+                                                   "(other columns, e.g. the label, are ignored)")
+    p.add_argument("--passive", action="append", default=[],
+                   help="a passive party's CSV (ID column, the model's columns); one per passive party, in the "
+                        "order of training")
+    add_predict_options(p, key=True)
+
+
+def predict(args: argparse.Namespace) -> int:
+    """``vflcrypto predict linreg``: the saved models on new rows by the secure prediction of training
+    (each passive party's [[u_k]], masked at the active party, decrypted by a coordinator with a fresh key)."""
+    t0 = time.perf_counter()
+    names = [ACTIVE, *passive_names(len(args.passive))]
+    d = Path(args.model_dir)
+    check_parties(d, verify_model_dir(d, "linreg"), names, "--passive")
+    models = [PartyModel.load(d / f"{n}.npz") for n in names]
+    tables = [read_party_csv(path, args.id_column, features=list(m.columns))
+              for path, m in zip([args.active, *args.passive], models, strict=True)]
+    query_rows = [len(t) for t in tables]
+    tables, align_bytes = align_tables(tables, names, aligned=args.aligned)
+    pred, transcript = predict_local(models, tables, key_bits=args.key_bits, allow_insecure=args.allow_insecure,
+                                     timeout=args.timeout)
+    write_predictions(args.out, args.id_column, tables[0].ids, {"prediction": pred})
+    bytes_sent = {**({} if args.aligned else {"alignment": align_bytes}), **transcript.bytes_sent_by()}
+    return report(args, "linreg", len(tables[0]), query_rows, t0, bytes_sent)
+
+
 # --------------------------------------------------------------------------- network party
 
 
@@ -152,14 +187,13 @@ def add_party_arguments(p: argparse.ArgumentParser) -> None:
     add_train_options(p, skip=("scheme",))
 
 
-def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    cfg, opts = config(args)
-    me, role = ctx.me, ctx.role
+def _role_channels(ctx: TaskContext) -> tuple[list[str], Callable[[list[str]], dict[str, Any]]]:
+    """The passive parties' names and ``only(names)``: this party's channels to ``names``, where the active
+    party and the coordinator are also reachable by their role names (the roles address them so)."""
     active, coord = ctx.one(ACTIVE), ctx.one(COORD)
     passives = ctx.names(PASSIVE)
     if not passives:
         raise InputDataError("linear regression needs at least one 'passive' party")
-    # the roles address the active party and the coordinator by role name
     chans = dict(ctx.channels)
     if active in chans:
         chans[ACTIVE] = chans[active]
@@ -171,6 +205,14 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         if missing:
             return ctx.only(names)  # the clear error
         return {n: chans[n] for n in names}
+
+    return passives, only
+
+
+def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    cfg, opts = config(args)
+    me, role = ctx.me, ctx.role
+    passives, only = _role_channels(ctx)
 
     if role == COORD:
         if args.data:
@@ -218,3 +260,46 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                                                                                     "label_scale")})
 
     return PartyOutcome(summary, write_model)
+
+
+def add_party_predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="this party's CSV: the ID column and its model's columns (not the coordinator)")
+    p.add_argument("--id-column", help="the ID column of --data")
+    p.add_argument("--model", dest="model_file", metavar="FILE",
+                   help="this party's own model file: its <party>.npz of a model directory (checked against the "
+                        "manifest there) or its --out of `party ... train linreg` (not the coordinator)")
+    p.add_argument("--out", required=True, help="the active party: the predictions (CSV of the ID column and "
+                                                "'prediction'); the others: a JSON summary")
+    p.add_argument("--aligned", action="store_true", help="the files already list the same IDs in the same "
+                                                         "order (no PSI)")
+    p.add_argument("--key-bits", type=int, default=2048,
+                   help="coordinator: modulus bits of the fresh Paillier key of this prediction (default 2048)")
+    p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (tests only)")
+
+
+def party_predict_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    """``vflcrypto party ... predict linreg``: one party of the secure prediction on new rows (the active party
+    learns the predictions; the coordinator, with a fresh key, decrypts only their masked passive sum)."""
+    passives, only = _role_channels(ctx)
+    if ctx.role == COORD:
+        if args.data or args.model_file:
+            raise InputDataError("the coordinator holds no data and no model: leave out --data and --model")
+        run_predict_coordinator(only([ACTIVE, *passives]), args.key_bits, args.allow_insecure, passives)
+        return json_outcome({"key_bits": args.key_bits})
+    if not (args.data and args.model_file and args.id_column):
+        raise InputDataError(f"the {ctx.role} party needs --data, --id-column and --model")
+    model = PartyModel.load(args.model_file)
+    if model.role != ctx.role:
+        raise InputDataError(f"{args.model_file} is the model of a {model.role} party, and {ctx.me} is the "
+                             f"{ctx.role} party")
+    table = read_party_csv(args.data, args.id_column, features=list(model.columns))
+    table, _ = training_rows(args, ctx, table)
+    if ctx.role == ACTIVE:
+        pred = run_predict_active(only([COORD, *passives]), model, table, passives)
+
+        def write(out: Path, meta: dict[str, Any]) -> None:
+            write_predictions(out, args.id_column, table.ids, {"prediction": pred})
+
+        return PartyOutcome({"rows": len(table)}, write, tuple(table.ids))
+    run_predict_passive(only([ACTIVE, COORD]), model, table)
+    return json_outcome({"rows": len(table)})

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.audit.attacks import accuracy_finding, ring_mask_findings, unrandomized_paillier
+from vflcrypto.audit.attacks import accuracy_finding, not_measured, ring_mask_findings, unrandomized_paillier
 from vflcrypto.audit.checks import Check, mask_checks
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
+from vflcrypto.audit.literature_tabular import residual_recovery
 from vflcrypto.data.titanic import titanic_parties
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
@@ -20,7 +21,8 @@ from .math import RING_MOD
 from .messages import ACTIVE, EncryptedResidual, MaskedGradient, MaskedLogits, Residual
 from .roles import run_local
 
-__all__ = ["CHECKS", "audit_run", "demo_step", "label_attack", "majority_rate", "secure_findings"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "label_attack", "majority_rate", "residual_recovery_finding",
+           "secure_findings"]
 
 #: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
 CHECKS = (
@@ -65,9 +67,31 @@ def label_attack(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
                     "majority class elsewhere; baseline = the majority-class rate")
 
 
+def residual_recovery_finding(tap: AuditTap, party: str) -> EmpiricalFinding:
+    """A passive party solves its own gradient of every step for the residuals (Weng et al. 2020).
+
+    Its view: its own columns and its own gradient ``X_k^T r`` of each step (what it decodes from
+    ``logreg.gradient_reply`` by removing its own mask). The active party's residuals ``r`` only
+    score the attack. Full-batch training with more rows than the party's gradient has entries
+    leaves ``r`` undetermined (0 recovered); the active party refuses the opposite unless
+    ``allow_small_batches`` (:meth:`~vflcrypto.protocols.logreg.roles.ActiveRole.reply_gradient`).
+    """
+    name, kind = "residuals from its own gradients (reverse multiplication)", "logreg.gradient_reply"
+    grads, truth = tap.held(party, "gradient"), tap.held(ACTIVE, "residual")
+    k = min(len(grads), len(truth))
+    if not k:
+        return not_measured(party, name, (kind,), None, "no gradient returned to it")
+    X = np.asarray(tap.held_one(party, "features"))
+    n = len(X)  # scaled to d = n r = p - y (the labels' units), as residual_recovery expects
+    return residual_recovery(party, name, [X] * k, [n * np.asarray(g) for g in grads[:k]],
+                             [n * np.asarray(r) for r in truth[:k]], attacks=(kind,))
+
+
 def secure_findings(tap: AuditTap, parties: Sequence[str], y: np.ndarray) -> list[EmpiricalFinding]:
-    """Attacks on a secure run: labels from [[r]]; the active party on masked logits and gradients."""
+    """Attacks on a secure run: labels from [[r]]; each passive party's residual recovery from its own
+    gradients (the scorecard); the active party on masked logits and gradients."""
     findings = [label_attack(tap, p, y) for p in parties]
+    findings += [residual_recovery_finding(tap, p) for p in parties]
     findings += ring_mask_findings(
         ACTIVE, "logreg.masked_logits", "masked logits",
         [[m.values.tolist() for m in tap.received(ACTIVE, MaskedLogits, sender=p)] for p in parties],

@@ -57,6 +57,15 @@ class LogRegConfig:
     preprocess: str = option("standardize", "each feature party imputes medians and standardizes its own "
                              "columns on its training rows, passive-0 adds the intercept; none: as given",
                              choices=("standardize", "none"))
+    allow_small_batches: bool = option(
+        False, "train even when a passive party has at least as many features (intercept included) as training "
+        "rows: that party then solves its own gradient X^T r for every residual r, at the first step the labels "
+        "(Weng et al. 2020's reverse multiplication; the active party refuses it by default)")
+
+    def validate(self) -> None:
+        """What the roles refuse, refused as soon as the flags are parsed (before any peer is contacted)."""
+        if self.steps < 0 or not self.learning_rate > 0:
+            raise InputDataError("steps must be >= 0 and the learning rate positive")
 
 
 def _blocks(parties: list[PartyTable], train: np.ndarray, preprocess: str) -> list[np.ndarray]:
@@ -99,7 +108,7 @@ def train(args: argparse.Namespace) -> int:
                     y[te] if len(te) else None, secure=cfg.secure, steps=cfg.steps,
                     learning_rate=cfg.learning_rate, key_bits=opts.key_bits,
                     allow_insecure=opts.allow_insecure, timeout=opts.timeout,
-                    ids_train=[ids_train] * (len(parties) + 1))
+                    ids_train=[ids_train] * (len(parties) + 1), allow_small_batches=cfg.allow_small_batches)
     a = res.active
     bytes_sent = {("coordinator" if k == ACTIVE else k): v for k, v in res.bytes_sent.items()}
     summary = {"train_loss": a.train_loss, "test_loss": a.test_loss, "test_accuracy": a.test_accuracy,
@@ -150,7 +159,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         assert table.label is not None  # read_own requires it at the active party
         res = run_active(ctx.only(passives), table.label[tr], table.label[te] if len(te) else None,
                          parties=passives, secure=cfg.secure, steps=cfg.steps, learning_rate=cfg.learning_rate,
-                         key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, ids_train=ids_tr)
+                         key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, ids_train=ids_tr,
+                         allow_small_batches=cfg.allow_small_batches)
         summary: dict[str, Any] = {"loss_history": res.loss_history, "train_loss": res.train_loss,
                                    "test_loss": res.test_loss, "test_accuracy": res.test_accuracy,
                                    "secure": cfg.secure}

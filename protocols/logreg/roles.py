@@ -129,7 +129,9 @@ class ActiveRole(Role[_ActiveState]):
                  allow_insecure: bool = False, ids_train: Sequence[str] | None = None,
                  frac_bits: int = GRAD_FRAC_BITS,
                  keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
-                 name: str = ACTIVE) -> None:
+                 name: str = ACTIVE, allow_small_batches: bool = False) -> None:
+        """``allow_small_batches``: return a passive party its gradient even when it has at least as many
+        gradient entries (features, intercept included) as there are training rows (see :meth:`reply_gradient`)."""
         refuse_decryption_oracle(keys[0] if keys is not None else None, "logreg", OU_REFUSAL)
         super().__init__(name)
         self.parties = list(parties)
@@ -147,6 +149,7 @@ class ActiveRole(Role[_ActiveState]):
         self.y_test = None if y_test is None or len(y_test) == 0 else np.asarray(y_test, dtype=np.float64)
         self.secure, self.steps, self.learning_rate = secure, steps, float(learning_rate)
         self.ids_train, self.frac_bits = ids_train, frac_bits
+        self.allow_small_batches = allow_small_batches
         self.pk: PaillierPublicKey | None = None
         self.sk: PaillierPrivateKey | None = None
         if secure:
@@ -199,15 +202,29 @@ class ActiveRole(Role[_ActiveState]):
         st.k = 0
         if self.secure:
             assert self.sk is not None  # secure mode always holds the key pair
+            self.hold("residual", r)  # audit ground truth for the residual-recovery attack
             enc = encrypt_residual(self.sk, r, self.frac_bits)
             return then([send(p, EncryptedResidual(st.t, enc)) for p in self.parties], self.parties[0],
                         MaskedGradient, "reply_gradient")
         return then([send(p, Residual(st.t, r)) for p in self.parties], self.parties[0], Ack, "collect_ack")
 
     def reply_gradient(self, msg: MaskedGradient) -> Next:
-        """Step 5: decrypt g_k + R_k mod n (uniform to us) and return it to its party."""
+        """Step 5: decrypt g_k + R_k mod n (uniform to us) and return it to its party.
+
+        Refused (before anything is decrypted) when the party's gradient has at least as many
+        entries as there are rows, unless ``allow_small_batches``: ``g_k = X_k^T r`` is then
+        ``d_k >= n`` equations in the ``n`` residuals, which a full-rank ``X_k`` solves for every
+        ``r = (p - y)/n``, at the first step (``p = 1/2``) the labels themselves (Weng et al. 2020's
+        reverse multiplication; :func:`vflcrypto.audit.literature_tabular.residual_recovery`).
+        """
         assert self.sk is not None
         st, name = self.state, self.parties[self.state.k]
+        if len(msg.values) >= len(self.y) and not self.allow_small_batches:
+            raise ConfigurationError(
+                f"{name}: its gradient has {len(msg.values)} entries for {len(self.y)} training rows, so it could "
+                "solve its own gradient X^T r for every residual r (the training labels at the first step); train "
+                "on more rows than any party's features, or allow it explicitly (allow_small_batches / "
+                "--allow-small-batches)")
         reply = send(name, GradientReply(st.t, decrypt_masked(self.sk, msg.values)))
         st.k += 1
         if st.k < len(self.parties):
@@ -438,7 +455,9 @@ class PassiveRole(Role[_PassiveState]):
             raise ProtocolError(f"{self.name}: gradient reply of length {len(msg.values)}, "
                                 f"expected {self.X.shape[1]}")
         grad = unmask_gradient(msg.values, st.mask, int(st.public_key.n), st.frac_bits)
-        self.hold("gradient", grad)  # the secret behind the masked gradient (audit ground truth)
+        self.hold("gradient", grad)  # the masked gradient's secret (ground truth) and this party's own view
+        if st.step == 0:
+            self.hold("features", self.X)  # its own columns: what it solves its gradients with (audit only)
         return self._update(grad)
 
     def _update(self, grad: np.ndarray) -> Next:
@@ -515,6 +534,7 @@ def run_local(
     keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
     overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
     tap: AuditTap | None = None,
+    allow_small_batches: bool = False,
 ) -> LocalRun:
     """Run the active party and one passive party per feature block in this process.
 
@@ -539,7 +559,7 @@ def run_local(
         ACTIVE: lambda: run_active(
             net.channels(ACTIVE), y_train, y_test, parties=names, secure=secure, steps=steps,
             learning_rate=learning_rate, key_bits=key_bits, allow_insecure=allow_insecure,
-            ids_train=ids_active, keys=keys),
+            ids_train=ids_active, keys=keys, allow_small_batches=allow_small_batches),
     }
     for k, name in enumerate(names):
         tasks[name] = (lambda k=k, name=name: run_passive(

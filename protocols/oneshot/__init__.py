@@ -55,9 +55,9 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_cli
+from .. import _repvfl_audit, _repvfl_cli, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, digits_example, flower_spec
-from . import audit
+from . import audit, messages
 from .messages import (
     PARTY,
     SERVER,
@@ -94,8 +94,10 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=60,
     commands=(_repvfl_cli.command("oneshot", "one-shot VFL with few overlapping rows (PyTorch extractors)",
-                                  OneShotConfig, run_local),),
+                                  OneShotConfig, run_local),
+              _repvfl_predict.command(_repvfl_predict.Predictor("oneshot", messages.TestRepresentation))),
     party_tasks=(_repvfl_cli.task("oneshot", "one-shot VFL (server with labels, parties with columns)",
                                   OneShotConfig, ServerRole, PartyRole),),
     flower=flower_spec(flower_config, ServerRole, PartyRole, "oneshot"),
+    view_attacks=_repvfl_audit.view_attacks("oneshot"),
 )

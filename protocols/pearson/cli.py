@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.data.tables import read_party_csv
+from vflcrypto.data.validate import refuse_constant_columns
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.spec import PartyOutcome, TaskContext, config_from_args
@@ -27,6 +28,7 @@ from .._train import (
     add_party_data_arguments,
     add_train_options,
     align_tables,
+    exact_columns,
     json_outcome,
     training_rows,
 )
@@ -66,6 +68,9 @@ def train(args: argparse.Namespace) -> int:
     tables = [read_party_csv(args.active, args.id_column)] + [read_party_csv(p, args.id_column) for p in args.passive]
     names = [ACTIVE, *[f"passive-{k}" for k in range(len(args.passive))]]
     tables, align_bytes = align_tables(tables, names, aligned=opts.aligned)
+    exact_columns(tables[0], "the correlations")
+    for t in tables[1:]:
+        refuse_constant_columns(t)
     run = run_local(tables[0].X, [t.X for t in tables[1:]], reveal=args.reveal, key_bits=opts.key_bits,
                     allow_insecure=opts.allow_insecure, timeout=opts.timeout)
     ca = tables[0].columns
@@ -101,7 +106,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         raise InputDataError("Pearson correlation needs one 'active' and at least one 'passive' party")
     if not args.data:
         raise InputDataError(f"the {ctx.role} party needs --data")
-    table, _ = training_rows(args, ctx, read_party_csv(args.data, args.id_column))
+    table = exact_columns(training_rows(args, ctx, read_party_csv(args.data, args.id_column))[0], "the correlations")
     if ctx.role == ACTIVE:
         keys = generate_keypair(opts.key_bits, allow_insecure=opts.allow_insecure)
         res = run_active(ctx.only(passives), table.X, keys=keys, reveal=args.reveal, name=ctx.me)

@@ -22,6 +22,7 @@ from .._train import (
     add_pair_train_arguments,
     add_party_data_arguments,
     add_train_options,
+    exact_columns,
     json_outcome,
     pair_weights,
     read_own,
@@ -78,7 +79,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                                        name=ctx.me), ctx.only([active, passives[0]]))
         summary: dict[str, Any] = {"losses": losses}
     else:
-        table, _ = training_rows(args, ctx, read_own(args, ctx, label_role=ACTIVE))
+        table = exact_columns(training_rows(args, ctx, read_own(args, ctx, label_role=ACTIVE))[0])
         if ctx.role == ACTIVE:
             assert table.label is not None  # read_own requires it at the active party
             role: Any = ActiveRole(table.X if table.columns else None, table.label, params=params,

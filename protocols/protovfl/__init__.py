@@ -107,7 +107,7 @@ SPEC = ProtocolSpec(
     config=ProtoConfig,
     demo=audit.demo_step,
     demo_order=80,
-    commands=(cli.command(),),
+    commands=(cli.command(), cli.predict_command()),
     party_tasks=(cli.party_task(),),
     flower=flower.flower_spec(),
 )

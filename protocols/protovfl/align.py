@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from vflcrypto.data.tables import PartyTable, train_test_split
+from vflcrypto.data.validate import class_labels, refuse_label_column, refuse_missing_values
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.psi import mpsi
 from vflcrypto.psi.primitives import canonical_id
@@ -385,6 +386,10 @@ def aligned_inputs(labels: PartyTable, tables: Sequence[PartyTable], *, n_classe
         raise InputDataError("the server's file needs the label column")
     if len(tables) < 2:
         raise InputDataError("prototype VFL needs at least two party files")
+    class_labels(labels, n_classes=n_classes)  # integers 0..C-1, before anything is sized by C
+    for t in tables:
+        refuse_label_column(t, labels.label_name, "a party's file")
+        refuse_missing_values(t)
     for t in (labels, *tables):
         t.check_unique_ids()
     run = run_align_local(list(labels.ids), [list(t.ids) for t in tables], timeout=timeout)

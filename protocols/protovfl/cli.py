@@ -23,26 +23,32 @@ import argparse
 import dataclasses
 import json
 import time
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import save_model, write_model_dir
-from vflcrypto.data.tables import read_party_csv, train_test_split
-from vflcrypto.errors import InputDataError
+from vflcrypto.data.files import save_model
+from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
+from vflcrypto.data.validate import MAX_CLASSES, class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
+from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.runtime.steps import drive
-from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args
+from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args, number
 
+from .. import _repvfl_predict
 from .._repvfl import PARTY, SERVER, PartyData, ServerData, check_labels, require_torch
+from .._repvfl_cli import save_rep_model
+from .._repvfl_predict import psi_rows
 from .._train import add_party_data_arguments, write_metrics
-from .align import PsiPartyRole, PsiServerRole, aligned_inputs, unaligned_rows
+from . import math as pm
+from .align import PsiPartyRole, PsiServerRole, aligned_inputs, run_align_local, unaligned_rows
 from .data import digits_tables
 from .math import ProtoConfig
+from .messages import TestEmbedding
 from .roles import PartyRole, ServerRole, run_local
 
-__all__ = ["command", "party_task"]
+__all__ = ["command", "party_task", "predict_command"]
 
 
 def _add(p: argparse.ArgumentParser) -> None:
@@ -51,9 +57,11 @@ def _add(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-column", help="the ID column of every file")
     p.add_argument("--label", help="the label column of the server's file (integer classes 0..C-1)")
     p.add_argument("--dataset", choices=("digits",), help="the bundled three-party digits instead of CSV files")
-    p.add_argument("--aligned", type=int, default=20, help="--dataset digits: aligned training rows (default 20)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
-    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    p.add_argument("--aligned", type=number(int, at_least=1), default=20,
+                   help="--dataset digits: aligned training rows (default 20)")
+    p.add_argument("--test-fraction", type=number(float, above=0, below=1), default=0.2,
+                   help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=number(int, at_least=0), default=0, help="public seed of the train/test split")
     add_config_arguments(p, ProtoConfig)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     p.add_argument("--model-dir", help="save the server's fusion model and every party's extractor here "
@@ -76,6 +84,7 @@ def _train(args: argparse.Namespace) -> int:
         labels = read_party_csv(args.server, args.id_column, label=args.label, features=[])
         tables = [read_party_csv(p, args.id_column) for p in args.party]
         inputs = aligned_inputs(labels, tables, test_fraction=args.test_fraction, split_seed=args.split_seed)
+        warn_few_rows(len(inputs.server.y_overlap), of=inputs.n_labelled)
     run = run_local(inputs.server, inputs.parties, config=cfg)
     summary: dict[str, Any] = {
         "protocol": "protovfl", "mode": "secure" if cfg.secure else "plain", "test_accuracy": run.test_accuracy,
@@ -88,13 +97,8 @@ def _train(args: argparse.Namespace) -> int:
         "gate_means": [float(w) for w in run.server.gate_means],
         "seconds": round(time.perf_counter() - t0, 3), "config": dataclasses.asdict(cfg)}
     if args.model_dir:
-        files = {"server.npz": partial(save_model, meta={"protocol": "protovfl", "role": SERVER},
-                                       arrays={f"fusion_{i}": a for i, a in enumerate(run.server.head)})}
-        for k, res in enumerate(run.parties):
-            files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": "protovfl", "role": PARTY},
-                                              arrays={f"extractor_{i}": a for i, a in enumerate(res.extractor)})
-        write_model_dir(args.model_dir, "protovfl", files, overwrite=getattr(args, "overwrite", False),
-                        what="--model-dir")
+        save_rep_model(args.model_dir, "protovfl", run.server.head, [res.extractor for res in run.parties],
+                       [t.columns for t in tables], overwrite=getattr(args, "overwrite", False), head_prefix="fusion_")
     if args.json:
         print(json.dumps(summary, indent=2, default=float))
         return 0
@@ -111,14 +115,54 @@ def command() -> Command:
                    _add, _train, description=__doc__)
 
 
+# --------------------------------------------------------------------------- prediction
+
+
+def _fuse(fusion: Sequence[np.ndarray], H: Sequence[np.ndarray]) -> np.ndarray:
+    """The server's gated fusion (adapters, gate, classifier) on every party's embeddings: class probabilities."""
+    state = pm.FusionState.from_flat(fusion, len(H))
+    width, dim = np.shape(state.adapters[0][0])
+    n_classes = np.shape(state.classifier[0])[0]
+    return pm.fuse_rows(H, state, int(n_classes), pm.ProtoConfig(dim=int(dim), width=int(width)))[0]
+
+
+def _proto_rows(server: PartyTable, tables: Sequence[PartyTable], aligned: bool
+                ) -> tuple[Sequence[str], list[np.ndarray], int]:
+    """The rows of training's all-party-only alignment: the server's IDs in A, the intersection of every
+    party's IDs (no party learns a pairwise overlap), canonical order."""
+    if aligned:
+        return psi_rows(server, tables, True)
+    if len(tables) < 2:
+        raise InputDataError("prototype VFL needs at least two party files")
+    for t in (server, *tables):
+        t.check_unique_ids()
+    run = run_align_local(list(server.ids), [list(t.ids) for t in tables])
+    ids = [i for i, keep in zip(run.server.ids, run.server.labelled, strict=True) if keep]
+    if not ids:
+        raise InputDataError("no ID of the server's file is on every party")
+    X = [t.X[np.asarray(got.rows, np.int64)] for t, got in zip(tables, run.parties, strict=True)]
+    if any(len(x) != len(ids) for x in X):
+        raise ProtocolError("the parties disagree on the aligned rows")
+    return ids, X, run.transcript.total_bytes
+
+
+def predict_command() -> Command:
+    """``vflcrypto predict protovfl``: every party's embeddings of the query rows (``protovfl.test_embedding``)
+    to the server, which fuses them."""
+    return _repvfl_predict.command(_repvfl_predict.Predictor("protovfl", TestEmbedding, head_prefix="fusion_",
+                                                             combine=_fuse, align=_proto_rows))
+
+
 # --------------------------------------------------------------------------- network party
 
 
 def _add_party(p: argparse.ArgumentParser) -> None:
     add_party_data_arguments(p)
-    p.add_argument("--classes", type=int, help="server: the class count C (default: the largest label + 1)")
-    p.add_argument("--test-fraction", type=float, default=0.2, help="held-out fraction of the aligned rows")
-    p.add_argument("--split-seed", type=int, default=0, help="public seed of the train/test split")
+    p.add_argument("--classes", type=number(int, at_least=2, at_most=MAX_CLASSES),
+                   help="server: the class count C (default: the largest label + 1)")
+    p.add_argument("--test-fraction", type=number(float, above=0, below=1), default=0.2,
+                   help="held-out fraction of the aligned rows")
+    p.add_argument("--split-seed", type=number(int, at_least=0), default=0, help="public seed of the train/test split")
     add_config_arguments(p, ProtoConfig)
 
 
@@ -134,6 +178,11 @@ def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     is_server = ctx.role == SERVER
     table = read_party_csv(args.data, args.id_column, label=args.label if is_server else None,
                            features=[] if is_server else None)
+    if is_server and table.label is not None:
+        class_labels(table, n_classes=args.classes)  # integers 0..C-1, before anything is sized by C
+    elif not is_server:
+        refuse_label_column(table, args.label, "a party's file")
+        refuse_missing_values(table)
     table.check_unique_ids()
     pins = {p: ctx.peer_identity(p) for p in parties} if cfg.secure else None
     if is_server:
@@ -146,6 +195,7 @@ def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         where = {x: r for r, x in enumerate(table.ids)}
         y = np.asarray(table.label)[[where[i] for i in ids]]
         tr, te = train_test_split(len(ids), args.test_fraction, seed=args.split_seed)
+        warn_few_rows(len(tr), of=len(ids))
         C = args.classes if args.classes is not None else int(np.max(y)) + 1
         data = ServerData(check_labels(y[tr], C, "labels of the aligned rows"), C, y[te])
         role = ServerRole(data, parties=parties, config=cfg, n_test=len(te), pins=pins, run_id=aln.session,

@@ -11,8 +11,13 @@ Threat model
     server learns nothing about one client's input beyond the sum over the survivors
     while fewer than t parties collude (t > half a neighbourhood unless the caller
     explicitly accepts less); the server could otherwise impersonate clients, which the
-    signed key advertisements rule out. Not covered: a malicious server lying about
-    who dropped (the paper's consistency round), which a semi-honest server does not do.
+    signed key advertisements rule out. A server that sends clients different setups or
+    (``hfl``) global models, so that a sum isolates one client's update (Pasquini,
+    Francati and Ateniese, CCS 2022), is detected: each client signs the digest of its
+    context into its advertisement and aborts unless its neighbours' digests equal its own.
+    Not covered: a malicious server lying about who dropped (the paper's consistency
+    round), which a semi-honest server does not do; what the sums of rounds with different
+    survivors reveal together (So et al., AAAI 2023: by design, measured by the audit).
 
 Citations
     K. Bonawitz, V. Ivanov, B. Kreuter, A. Marcedone, H. B. McMahan, S. Patel,
@@ -26,8 +31,9 @@ Message flow per aggregation round (kinds ``secagg.*``; steps of :mod:`.session`
     0. server → clients ``setup``: round, clients, neighbour graph, t, length, encoding
        (each client recomputes them from its own parameters and refuses a difference).
     1. client u → server ``advertise``: fresh X25519 keys c_pk (share encryption) and
-       s_pk (mask agreement), signed with its identity; server → u ``keys``: the
-       neighbours' advertisements (U1: who is present).
+       s_pk (mask agreement) and the digest of its context (the setup; ``hfl``: and the
+       global model), signed with its identity; server → u ``keys``: the neighbours'
+       advertisements (U1: who is present); u aborts unless every neighbour's digest is its own.
     2. client u: Shamir shares (threshold t) of s_sk and of a fresh self-mask seed b_u,
        one per neighbour, each encrypted (AES-256-GCM, X25519 key, AAD: both names, run,
        round) → server ``shares``; server → v ``forward``: the ciphertexts addressed to v

@@ -17,7 +17,10 @@ attacks, with what it received and what it computes itself (Bonawitz et al., CCS
 * the late client: y_u minus every mask the server can reconstruct (its pairwise masks,
   from its mask key) must still be uniform and uncorrelated with x_u;
 * the unmasking shares: the server never gets t shares of both secrets of one client;
-* the output: the sum it computed over the survivors equals the survivors' inputs' sum.
+* the output: the sum it computed over the survivors equals the survivors' inputs' sum;
+* across rounds (by design, the audit's scorecard): the round-difference attack of So et
+  al. (AAAI 2023): the sums of two rounds whose survivors differ by one client subtract to
+  that client's input, up to the others' drift (:func:`~vflcrypto.audit.literature.round_difference`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from vflcrypto.audit.attacks import not_measured, ring_mask_findings
 from vflcrypto.audit.checks import EXACT, Check, mask_checks
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit
+from vflcrypto.audit.literature import round_difference
 from vflcrypto.errors import ProtocolError
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
@@ -45,8 +49,8 @@ from . import math as sm
 from .messages import SERVER, Advertise, MaskedInput, Setup, Shares, Unmask
 from .roles import SecAggRun, client_names, run_local
 
-__all__ = ["BOTH_SECRETS", "CHECKS", "KEY_AGREEMENT", "SUM_EXACT", "audit_run", "demo_step",
-           "share_reading_finding"]
+__all__ = ["BOTH_SECRETS", "CHECKS", "KEY_AGREEMENT", "ROUND_DIFFERENCE", "SUM_EXACT", "audit_run", "demo_step",
+           "round_difference_finding", "share_reading_finding"]
 
 RING = 1 << 64
 SHARES_READ = "secagg.shares: self-mask seeds read from the relayed shares"
@@ -56,6 +60,8 @@ KEY_AGREEMENT = "key agreement: pairwise masks from public material removed"
 BOTH_SECRETS = "secagg.unmask: both secrets of one client reconstructable"
 SUM_EXACT = "the sum over the survivors is exact"
 OUTPUT = "the sum over the survivors (the output)"
+#: So et al. (AAAI 2023): two rounds' sums whose survivors differ by one client subtract to its input
+ROUND_DIFFERENCE = "round difference: a dropped client's input from two rounds' sums"
 _MASKED, _REMAINDER, _LATE = ("masked inputs", "remainders after the self-masks are removed",
                               "a late client's input after the masks the server reconstructs are removed")
 
@@ -332,6 +338,13 @@ def sum_findings(run: SecAggRun, views: Sequence[_Round], truth: dict[str, list[
     ]
 
 
+def round_difference_finding(tap: AuditTap, truth: dict[str, list[np.ndarray]], *, what: str = "input",
+                             coords: slice = slice(None), name: str = ROUND_DIFFERENCE) -> EmpiricalFinding:
+    """The server's round-difference attack on its own outputs: every round's sum and survivors (its holdings)."""
+    return round_difference(SERVER, name, tap.held(SERVER, "aggregate"), tap.held(SERVER, "survivors"), truth,
+                            attacks=("secagg.survivors", *_UNMASKING), what=what, coords=coords)
+
+
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
     """Six clients, three rounds, a late client in round 1 and a dropout in round 2; the server attacks (module doc).
 
@@ -355,6 +368,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings += late_findings(views, run.run_id, truth_in)
     findings.append(both_secrets_finding(views))
     findings += sum_findings(run, views, truth_in, len(clients))
+    findings.append(round_difference_finding(tap, truth_in))
     late = sum(len(set(v.ys) - set(v.survivors)) for v in views)
     return AuditOutcome("secagg", audit(run.transcript), tuple(findings),
                         {"survivors_last_round": float(len(run.rounds[-1].survivors)), "late_clients": float(late)},

@@ -7,10 +7,14 @@ X25519 key, bound to sender, receiver, run and round); the masks.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import math
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from cryptography.exceptions import InvalidSignature, InvalidTag
@@ -26,12 +30,13 @@ from vflcrypto.sharing.masking import agree_seed, ring_dtype, ring_mask, seed_co
 from vflcrypto.sharing.shamir import SHARE_BYTES
 from vflcrypto.spec import option
 
-__all__ = ["RING_BITS", "SecAggConfig", "advert_payload", "decode_ring", "decrypt_shares", "encode_ring",
-           "encrypt_shares", "expand_pair", "neighbours", "pair_context", "pair_mask", "reveals", "self_mask",
-           "sign_advert", "verify_advert"]
+__all__ = ["RING_BITS", "SecAggConfig", "advert_payload", "check_contexts", "context_digest", "decode_ring",
+           "decrypt_shares", "encode_ring", "encrypt_shares", "expand_pair", "neighbours", "pair_context", "pair_mask",
+           "reveals", "self_mask", "sign_advert", "verify_advert"]
 
 RING_BITS = 64
-_AD_DOMAIN = b"vflcrypto.secagg.advertise.v1|"
+_AD_DOMAIN = b"vflcrypto.secagg.advertise.v2|"
+_CONTEXT_DOMAIN = b"vflcrypto.secagg.context.v1|"
 _SHARE_INFO = b"vflcrypto.secagg.share_key.v1|"
 
 
@@ -48,6 +53,16 @@ class SecAggConfig:
     allow_low_threshold: bool = option(False, "accept a threshold <= half a neighbourhood (weaker: a minority of "
                                               "colluding clients can unmask one input)")
     seed: int = option(0, "public seed of the sparse neighbour graph")
+
+    def validate(self) -> None:
+        """What :meth:`check` refuses whatever the number of clients (run as soon as the flags are parsed)."""
+        if not 0 <= self.frac_bits < self.value_bits or self.ring_bits not in (32, 64):
+            raise InputDataError("need 0 <= frac_bits < value_bits and a ring of 32 or 64 bits")
+        if self.degree is not None and (self.degree % 2 or self.degree < 2):
+            raise InputDataError(f"--degree (SecAgg+ neighbours per client) must be even and at least 2, "
+                                 f"got {self.degree}")
+        if self.threshold is not None and self.threshold < 1:
+            raise InputDataError(f"--threshold must be at least 1, got {self.threshold}")
 
     def check(self, n_clients: int) -> tuple[int, int]:
         """(neighbourhood size including the client, threshold): refuse parameters that are insecure or unusable."""
@@ -104,23 +119,48 @@ def neighbours(names: list[str], degree: int | None, seed: int) -> dict[str, lis
     return {u: sorted(order[(pos[u] + d) % n] for d in range(-half, half + 1) if d) for u in names}
 
 
-def advert_payload(run_id: str, round_: int, name: str, c_pk: bytes, s_pk: bytes) -> bytes:
-    parts = (run_id.encode(), str(round_).encode(), name.encode(), c_pk, s_pk)
+def advert_payload(run_id: str, round_: int, name: str, c_pk: bytes, s_pk: bytes, context: bytes) -> bytes:
+    parts = (run_id.encode(), str(round_).encode(), name.encode(), c_pk, s_pk, context)
     return _AD_DOMAIN + b"".join(len(p).to_bytes(4, "big") + p for p in parts)
 
 
 def sign_advert(identity: Ed25519PrivateKey, run_id: str, round_: int, name: str, c_pk: bytes,
-                s_pk: bytes) -> bytes:
-    return identity.sign(advert_payload(run_id, round_, name, c_pk, s_pk))
+                s_pk: bytes, context: bytes) -> bytes:
+    return identity.sign(advert_payload(run_id, round_, name, c_pk, s_pk, context))
 
 
 def verify_advert(identity: bytes, signature: bytes, run_id: str, round_: int, name: str, c_pk: bytes,
-                  s_pk: bytes) -> None:
+                  s_pk: bytes, context: bytes) -> None:
     """The advertisement of ``name`` must carry its pinned identity's signature (else :class:`ProtocolError`)."""
     try:
-        Ed25519PublicKey.from_public_bytes(identity).verify(signature, advert_payload(run_id, round_, name, c_pk, s_pk))
+        Ed25519PublicKey.from_public_bytes(identity).verify(
+            signature, advert_payload(run_id, round_, name, c_pk, s_pk, context))
     except (InvalidSignature, ValueError):
         raise ProtocolError(f"the keys advertised for {name} are not signed by its pinned identity") from None
+
+
+def context_digest(setup: Any, extra: bytes = b"") -> bytes:
+    """SHA-256 of what a client aggregates in: the round's setup (a dataclass) and ``extra``.
+
+    ``extra`` is what the embedding protocol sent the client before this round (``hfl``:
+    the SHA-256 of the global model it trains from). Each client signs its digest into its
+    advertisement and compares its neighbours' with its own (:func:`check_contexts`): a
+    server that sends different models or setups to different clients, so that the sum
+    isolates one client's update (Pasquini, Francati and Ateniese, CCS 2022), is detected
+    before any masked input exists.
+    """
+    fields = dataclasses.asdict(setup)
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(_CONTEXT_DOMAIN + len(canonical).to_bytes(4, "big") + canonical + extra).digest()
+
+
+def check_contexts(me: str, mine: bytes, names: Sequence[str], contexts: Sequence[bytes]) -> None:
+    """Every neighbour's signed context digest must equal this client's own (else :class:`ProtocolError`)."""
+    other = [n for n, c in zip(names, contexts, strict=True) if c != mine]
+    if other:
+        raise ProtocolError(f"{me}: {', '.join(other)} signed a different global model or setup for this round than "
+                            f"{me} received (context digest {mine.hex()[:12]}...): the server sent inconsistent "
+                            "models; the round is aborted")
 
 
 def _share_key(c_sk: X25519PrivateKey, peer_pk: bytes, a: str, b: str, run_id: str, round_: int) -> bytes:

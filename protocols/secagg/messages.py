@@ -32,24 +32,31 @@ class Setup:
 
 
 @declare("secagg.advertise", sender=CONTRIBUTORS, receiver=SERVER, protection=Protection.PUBLIC,
-         reveals="the client's two fresh X25519 public keys of this round (share encryption, mask agreement), "
-                 "signed with its pinned Ed25519 identity; that it is still present")
+         reveals="the client's two fresh X25519 public keys of this round (share encryption, mask agreement) and the "
+                 "SHA-256 digest of its context (the round's setup and, in hfl, the global model the server sent "
+                 "it: nothing the server does not know), signed with its pinned Ed25519 identity; that it is still "
+                 "present")
 @dataclass(frozen=True)
 class Advertise:
     round: int
     c_pk: bytes
     s_pk: bytes
+    #: SHA-256 of the setup and of what the embedding protocol sent this client (hfl: the global model)
+    context: bytes
     signature: bytes
 
 
 @declare("secagg.keys", sender=SERVER, receiver=CONTRIBUTORS, protection=Protection.PUBLIC,
-         reveals="the signed public keys of the client's neighbours that advertised: who is present")
+         reveals="the signed public keys and context digests of the client's neighbours that advertised: who is "
+                 "present, and whether they received the same global model and setup as this client (the client "
+                 "aborts the round otherwise)")
 @dataclass(frozen=True)
 class Keys:
     round: int
     names: list[str]
     c_pks: list[bytes]
     s_pks: list[bytes]
+    contexts: list[bytes]
     signatures: list[bytes]
 
 
@@ -75,10 +82,13 @@ class Forward:
 
 
 @declare("secagg.masked_input", sender=CONTRIBUTORS, receiver=SERVER,
-         protection=(Protection.MASKED, Protection.AGGREGATE),
+         protection=(Protection.MASKED, Protection.AGGREGATE, Protection.DP),
          hiding_bits=PERFECT,
          reveals="x_u + PRG(b_u) + sum_v +-PRG(s_uv) mod 2^b: uniform on its own (pseudorandom masks); only the "
-                 "sum over the surviving clients is revealed after unmasking")
+                 "sum over the surviving clients is revealed after unmasking. Under hfl's DP-FedAvg (announced in "
+                 "hfl.model) x_u is the client's clipped update plus its share of Gaussian noise, so the sum is "
+                 "(epsilon, delta)-DP at client level (noise sigma*C with at least m survivors; accounted over the "
+                 "rounds with each round's survivors); secagg alone and protovfl add no noise")
 @dataclass(frozen=True)
 class MaskedInput:
     round: int

@@ -89,6 +89,7 @@ class ClientAggState:
     c_sk: bytes = b""
     s_sk: bytes = b""
     b: bytes = b""
+    context: bytes = b""  # SHA-256 of the setup and of what the embedding protocol sent (hfl: the global model)
     names: list[str] = field(default_factory=list)  # neighbours that advertised (U1), with their keys
     c_pks: list[bytes] = field(default_factory=list)
     s_pks: list[bytes] = field(default_factory=list)
@@ -115,8 +116,14 @@ class ClientSession:
             raise ProtocolError(f"{self.name}: no aggregation setup received yet")
         return self.state.setup
 
-    def begin(self, setup: Setup, x: np.ndarray, keys: tuple[bytes, bytes, bytes] | None = None) -> Next:
-        """Step 0: check the setup, encode the input; round 1: advertise fresh keys (signed)."""
+    def begin(self, setup: Setup, x: np.ndarray, keys: tuple[bytes, bytes, bytes] | None = None, *,
+              context: bytes = b"") -> Next:
+        """Step 0: check the setup, encode the input; round 1: advertise fresh keys (signed).
+
+        ``context``: what the embedding protocol sent this client before the round (``hfl``:
+        the global model's digest). Its digest with the setup's is signed into the
+        advertisement; :meth:`on_keys` aborts unless every neighbour signed the same one.
+        """
         if self.name not in setup.clients or len(set(setup.clients)) != len(setup.clients) or \
                 not set(setup.clients) <= set(self.pins):
             raise ProtocolError(f"{self.name}: the setup lists unknown or repeated clients, or not this one")
@@ -130,6 +137,7 @@ class ClientSession:
         st = self.state
         _reset(st)
         st.round, st.setup = setup.round, setup
+        st.context = sm.context_digest(setup, context)
         st.x = sm.encode_ring(x, setup.frac_bits, setup.value_bits, setup.ring_bits)
         if len(st.x) != setup.length:
             raise ProtocolError(f"{self.name}: its vector has {len(st.x)} values, the setup {setup.length}")
@@ -138,8 +146,8 @@ class ClientSession:
         self.hold("input", np.asarray(x, np.float64))
         c_pk = _pk(X25519PrivateKey.from_private_bytes(st.c_sk))
         s_pk = _pk(X25519PrivateKey.from_private_bytes(st.s_sk))
-        sig = sm.sign_advert(self.identity, self.run_id, st.round, self.name, c_pk, s_pk)
-        return then([send(self.server, Advertise(st.round, c_pk, s_pk, sig))], self.server, Keys, "on_keys",
+        sig = sm.sign_advert(self.identity, self.run_id, st.round, self.name, c_pk, s_pk, st.context)
+        return then([send(self.server, Advertise(st.round, c_pk, s_pk, st.context, sig))], self.server, Keys, "on_keys",
                     patience=self._patience())
 
     def _patience(self) -> float:
@@ -151,17 +159,24 @@ class ClientSession:
         return s.neighbours[s.clients.index(self.name)]
 
     def on_keys(self, msg: Keys) -> Next:
-        """Step 2: verify the neighbours' signed keys; Shamir-share s_sk and b among them, encrypted."""
+        """Step 2: verify the neighbours' signed keys and contexts; Shamir-share s_sk and b among them, encrypted.
+
+        Every neighbour must have signed the context digest this client computed (the same
+        setup and global model): a server that sent different models to different clients
+        (Pasquini et al., CCS 2022) is detected here, before any masked input exists.
+        """
         st, s = self.state, self.setup
         _check_round(msg.round, st.round, "keys", self.server)
         allowed = set(self._neighbours())
-        if not (len(msg.names) == len(msg.c_pks) == len(msg.s_pks) == len(msg.signatures)) or \
+        if not (len(msg.names) == len(msg.c_pks) == len(msg.s_pks) == len(msg.contexts) == len(msg.signatures)) or \
                 len(set(msg.names)) != len(msg.names) or not set(msg.names) <= allowed:
             raise ProtocolError(f"{self.server} sent keys for clients that are not {self.name}'s neighbours")
-        for n, c_pk, s_pk, sig in zip(msg.names, msg.c_pks, msg.s_pks, msg.signatures, strict=True):
+        for n, c_pk, s_pk, ctx, sig in zip(msg.names, msg.c_pks, msg.s_pks, msg.contexts, msg.signatures,
+                                           strict=True):
             if n not in self.pins:
                 raise ProtocolError(f"no pinned identity for {n}")
-            sm.verify_advert(self.pins[n], sig, self.run_id, st.round, n, c_pk, s_pk)
+            sm.verify_advert(self.pins[n], sig, self.run_id, st.round, n, c_pk, s_pk, ctx)
+        sm.check_contexts(self.name, st.context, msg.names, msg.contexts)
         if len(msg.names) + 1 < s.threshold:
             raise ProtocolError(f"only {len(msg.names)} neighbours of {self.name} are present: fewer than t")
         st.names, st.c_pks, st.s_pks = list(msg.names), list(msg.c_pks), list(msg.s_pks)
@@ -252,6 +267,7 @@ class ServerAggState:
     u1: list[str] = field(default_factory=list)
     c_pks: list[bytes] = field(default_factory=list)
     s_pks: list[bytes] = field(default_factory=list)
+    contexts: list[bytes] = field(default_factory=list)
     sigs: list[bytes] = field(default_factory=list)
     u2: list[str] = field(default_factory=list)
     outbox_from: list[str] = field(default_factory=list)  # (sender, receiver, ciphertext) to forward
@@ -317,10 +333,11 @@ class ServerSession:
         u = st.pending[st.k]
         if msg is not None:
             _check_round(msg.round, st.round, "keys", u)
-            sm.verify_advert(self.pins[u], msg.signature, self.run_id, st.round, u, msg.c_pk, msg.s_pk)
+            sm.verify_advert(self.pins[u], msg.signature, self.run_id, st.round, u, msg.c_pk, msg.s_pk, msg.context)
             st.u1.append(u)
             st.c_pks.append(msg.c_pk)
             st.s_pks.append(msg.s_pk)
+            st.contexts.append(msg.context)
             st.sigs.append(msg.signature)
         nxt = self._next(Advertise, "on_advertise")
         if nxt is not None:
@@ -331,7 +348,8 @@ class ServerSession:
             nb = set(s.neighbours[s.clients.index(u)])
             idx = [i for i, v in enumerate(st.u1) if v in nb]
             sends.append(send(u, Keys(st.round, [st.u1[i] for i in idx], [st.c_pks[i] for i in idx],
-                                      [st.s_pks[i] for i in idx], [st.sigs[i] for i in idx])))
+                                      [st.s_pks[i] for i in idx], [st.contexts[i] for i in idx],
+                                      [st.sigs[i] for i in idx])))
         return self._collect(sends, list(st.u1), Shares, "on_shares")
 
     def on_shares(self, msg: Shares | None) -> Next:
@@ -426,7 +444,9 @@ class ServerSession:
                 if v in s.neighbours[s.clients.index(u)]:
                     total = total + sm.pair_mask(s_sk, s_pks[v], u, v, self.run_id, st.round, s.length, s.ring_bits)
         self.hold("survivors", list(st.u3))
-        return AggregateResult(sm.decode_ring(total, s.frac_bits), list(st.u3), list(st.u1), list(st.u2), total)
+        decoded = sm.decode_ring(total, s.frac_bits)
+        self.hold("aggregate", decoded)  # the server's output of the round (audits: the round-difference attack)
+        return AggregateResult(decoded, list(st.u3), list(st.u1), list(st.u2), total)
 
 
 

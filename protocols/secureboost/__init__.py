@@ -32,13 +32,16 @@ Citations
     "XGBoost: A Scalable Tree Boosting System", KDD 2016 (the gain and leaf weight).
 
 Message flow (one tree; every level's nodes are handled in one exchange)
-    0. active -> passive ``secureboost.setup``: model id, parameters, row count, ID digest
-       and the active party's Paillier public key (once per training run).
-    1. active -> passive ``secureboost.gradients``: one ciphertext per row packing
-       ``(g_i, h_i)`` (all K classes' for a multi-output tree; ``secureboost.plain_gradients``
-       in plaintext mode).
+    0. active -> passive ``secureboost.setup``: model id, the training plan (every
+       :class:`BoostParams` option; a network party refuses a plan that differs from its own
+       flags), whether rows are weighted, row count, ID digest and the active party's
+       Paillier public key (once per training run).
+    1. active -> passive ``secureboost.gradients``: which rows are in this tree's sample
+       and one ciphertext per sampled row packing ``(g_i, h_i)`` (all K classes' for a
+       multi-output tree; ``secureboost.plain_gradients`` in plaintext mode).
     For each depth ``d < max_depth`` while some node can still split:
-    2. active -> passive ``secureboost.level``: the node of every row at depth ``d`` and,
+    2. active -> passive ``secureboost.level``: the node of every row at depth ``d`` (rows
+       outside the sample and validation rows are routed too, never summed) and,
        per node, whether to *compute* its histogram (the smaller child of a split) or
        *derive* it as parent minus sibling (histogram subtraction).
     3. passive -> active ``secureboost.histograms``: per node, the encrypted cumulative
@@ -54,7 +57,25 @@ Message flow (one tree; every level's nodes are handled in one exchange)
     6. passive -> active ``secureboost.split_response``: per won node a fresh record id
        and the left instance set. Only the owner learns the real feature and threshold.
     7. after the last level: active -> passive ``secureboost.level`` with ``done=True``;
-       the active party sets leaf weights ``w = -G/(H+lambda)`` (never sent).
+       the active party sets leaf weights ``w = -G/(H+lambda)`` (never sent). After the
+       last tree ``kept`` tells the passive parties how many rounds the model keeps.
+
+Training options (XGBoost's names and meanings; :mod:`.options`)
+    ``subsample`` (uniform rows per tree, public seed), ``colsample_bytree`` (each party
+    draws its own columns per tree, public seed), GOSS (``top_rate``, ``other_rate``: the top
+    rows by ``|g|`` and a draw of the rest amplified by ``(1 - a) / b``, Ke et al. 2017; the
+    draw uses the active party's private randomness), ``min_child_weight``, ``gamma`` (the
+    loss change of a split must reach it, as in XGBoost's hist method), sample weights
+    (multiplying g and h), and early stopping (``validation_fraction`` of the training rows,
+    a public split every party routes; the active party evaluates XGBoost's default metric
+    after each round and the model keeps the best round). Sampling cuts the ciphertexts per
+    tree and the rows summed into histograms; the passive parties learn the sampled set.
+
+Feature importance (:meth:`ActiveModel.importance`, :meth:`PassiveModel.importance`)
+    Computed from what each party already holds, no message: the active party has XGBoost's
+    weight, gain and cover for its own features and, for passive splits, per party and opaque
+    record id; each passive party has the split count of its own features (the gains and
+    covers of its splits stay with the active party: they are label statistics of the nodes).
 
 Prediction (``predict_local``): the active party walks all trees level by level; for
 nodes owned by a passive party it sends one ``secureboost.predict_query`` per party per
@@ -146,7 +167,7 @@ from .messages import (
     SplitRequest,
     SplitResponse,
 )
-from .model import ActiveModel, PassiveModel, link
+from .model import IMPORTANCE_TYPES, ActiveModel, PassiveModel, link
 from .passive import PassiveResult, PassiveRole, shuffle_candidates
 from .predict import predict_active, predict_local, predict_passive
 from .tree import (
@@ -162,12 +183,12 @@ from .tree import (
 )
 
 __all__ = [
-    "ACTIVE", "GAIN_EPS", "PASSIVE", "SPEC", "ActiveModel", "ActiveResult", "ActiveRole", "BoostParams",
-    "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "LocalRun", "PassiveModel", "PassiveResult",
-    "PassiveRole", "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup", "SplitRequest",
-    "SplitResponse", "audit_run", "base_score", "bin_feature", "bin_features", "decode_histograms", "demo_step",
-    "example", "gradients", "label_inference_attack", "leaf_weight", "link", "passive_names", "predict_active",
-    "predict_local", "predict_passive", "run_active", "run_local", "run_passive", "select_split",
+    "ACTIVE", "GAIN_EPS", "IMPORTANCE_TYPES", "PASSIVE", "SPEC", "ActiveModel", "ActiveResult", "ActiveRole",
+    "BoostParams", "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "LocalRun", "PassiveModel",
+    "PassiveResult", "PassiveRole", "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup",
+    "SplitRequest", "SplitResponse", "audit_run", "base_score", "bin_feature", "bin_features", "decode_histograms",
+    "demo_step", "example", "gradients", "label_inference_attack", "leaf_weight", "link", "passive_names",
+    "predict_active", "predict_local", "predict_passive", "run_active", "run_local", "run_passive", "select_split",
     "shuffle_candidates", "split_gain",
 ]
 
@@ -218,7 +239,9 @@ SPEC = ProtocolSpec(
     demo=demo_step,
     demo_order=40,
     commands=(Command("secureboost", "SecureBoost gradient-boosted trees (Paillier or OU)", cli.add_train_arguments,
-                      cli.train, description=cli.__doc__),),
+                      cli.train, description=cli.__doc__),
+              Command("secureboost", "apply saved SecureBoost trees to new rows (joint prediction)",
+                      cli.add_predict_arguments, cli.predict, group="predict", description=cli.predict.__doc__)),
     party_tasks=(PartyTask("secureboost", "SecureBoost gradient-boosted trees (Paillier or OU)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),

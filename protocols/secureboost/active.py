@@ -12,6 +12,7 @@ memory: trees, nodes and keys need not be wire-encodable.
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import time
 from collections.abc import Sequence
@@ -41,6 +42,7 @@ from .messages import (
     SplitResponse,
 )
 from .model import ActiveModel, link, margin_out
+from .options import EarlyStopping, column_mask, eval_metric, goss_rows, metric_name, subsample_rows, validation_mask
 from .tree import (
     BoostParams,
     as_matrix,
@@ -87,6 +89,8 @@ class ActiveResult:
     timings: dict[str, float]
     public_key: PublicKey | None = None  # the key the gradients were encrypted under (None in plaintext mode)
     obfuscators: StockStats | None = None  # where the gradients' obfuscators came from (with precompute)
+    samples: list[np.ndarray] = field(default_factory=list)  # per tree: the rows it was grown on
+    eval_history: list[float] = field(default_factory=list)  # per round: the validation metric
 
     def train_predictions(self) -> np.ndarray:
         return link(self.model.objective, self.train_margin)
@@ -105,13 +109,17 @@ class _TreeBuilder:
     left: list[int] = field(default_factory=list)
     right: list[int] = field(default_factory=list)
     value: list[np.ndarray] = field(default_factory=list)
+    gain: list[float] = field(default_factory=list)  # XGBoost's loss change of a split (0 at a leaf)
+    cover: list[float] = field(default_factory=list)  # the node's hessian sum (XGBoost's cover)
     outputs: int = 1  # the model's outputs (leaf value width)
 
-    def new(self) -> int:
+    def new(self, cover: float) -> int:
         self.kind.append(0)
         for ints in (self.party, self.feature, self.bin, self.record, self.left, self.right):
             ints.append(-1)
         self.threshold.append(0.0)
+        self.gain.append(0.0)
+        self.cover.append(cover)
         self.value.append(np.zeros(self.outputs))
         return len(self.kind) - 1
 
@@ -119,9 +127,10 @@ class _TreeBuilder:
 @dataclass
 class _Node:
     index: int  # tree-local
-    rows: np.ndarray  # sorted row indices
+    rows: np.ndarray  # sorted indices of the node's rows in this tree's sample (summed into histograms)
     G: np.ndarray  # (outputs of the tree,) int64 fixed-point sums
     H: np.ndarray
+    route: np.ndarray  # sorted indices of every row at the node (unsampled and validation rows too)
     parent_slot: int = -1  # node id at the previous depth
 
 
@@ -135,8 +144,10 @@ class _ActiveState:
     frac: int = 0
     gq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))  # this tree's (n, outputs)
     hq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
-    round_gq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))  # the round's (n, K)
-    round_hq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
+    round_g: np.ndarray = field(default_factory=lambda: np.zeros((0, 1)))  # the round's weighted (n, K) g
+    round_h: np.ndarray = field(default_factory=lambda: np.zeros((0, 1)))
+    sample: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # this tree's sampled rows
+    best_margin: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the margins after the best round
     spec: PackingSpec | None = None
     trees: list[Any] = field(default_factory=list)
     tree: Any = None
@@ -193,7 +204,7 @@ def _plan(level: list[_Node]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, base: np.ndarray,
-              columns: tuple[str, ...], names: tuple[str, ...]) -> ActiveModel:
+              columns: tuple[str, ...], names: tuple[str, ...], stop: EarlyStopping | None) -> ActiveModel:
     offsets = np.cumsum([0] + [len(t.kind) for t in trees]).astype(np.int64)
 
     def cat(attr: str, dtype: Any) -> np.ndarray:
@@ -203,14 +214,18 @@ def _assemble(trees: list[_TreeBuilder], model_id: str, params: BoostParams, bas
                        offsets, cat("kind", np.int8), cat("party", np.int32), cat("feature", np.int32),
                        cat("bin", np.int32), cat("threshold", np.float64), cat("record", np.int64),
                        cat("left", np.int32), cat("right", np.int32),
-                       cat("value", np.float64).reshape(-1, len(base)))
+                       cat("value", np.float64).reshape(-1, len(base)), cat("gain", np.float64),
+                       cat("cover", np.float64), -1 if stop is None else stop.best_round,
+                       math.nan if stop is None else stop.best_score,
+                       "" if stop is None else metric_name(params.objective))
 
 
 class ActiveRole(Role[_ActiveState]):
     """The label holder: drives training over its passive parties (their order fixes the owner order).
 
     ``ids`` (the ordered aligned row IDs) are hashed into the setup message so misaligned
-    passive inputs fail early.
+    passive inputs fail early. ``weights`` (n,) are sample weights (XGBoost's: they multiply
+    every row's g and h); only whether there are any is sent.
     """
 
     role = ACTIVE
@@ -220,14 +235,17 @@ class ActiveRole(Role[_ActiveState]):
                  columns: Sequence[str] | None = None, params: BoostParams | None = None, plaintext: bool = False,
                  key_bits: int = DEFAULT_KEY_BITS, keys: tuple[PublicKey, PrivateKey] | None = None,
                  allow_insecure: bool = False, name: str = ACTIVE, scheme: str = "paillier",
-                 precompute: bool = False) -> None:
+                 precompute: bool = False, weights: np.ndarray | None = None, goss_key: bytes | None = None) -> None:
         """``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he.schemes`), unless ``keys`` are given.
 
         ``precompute``: fill a stock of the next tree's obfuscators (encryptions of zero) while
         waiting for the passive parties (:mod:`vflcrypto.he.obfuscators`: on the low-priority pool, or
         in a thread without one; paused while this party computes). It pays where this party's CPU
         idles, i.e. on its own machine (the network party task turns it on); with every party in
-        one process there is no idle CPU to fill and it only competes (measured: bench/)."""
+        one process there is no idle CPU to fill and it only competes (measured: bench/).
+
+        ``goss_key``: the 32-byte secret of GOSS's random draws (default: fresh from :mod:`secrets`); the same
+        key and inputs draw the same samples (the in-process command's plaintext reference uses it)."""
         super().__init__(name)
         self.params = BoostParams() if params is None else params
         self.params.validate()
@@ -238,6 +256,10 @@ class ActiveRole(Role[_ActiveState]):
         if self.X.shape[0] != n:
             raise InputDataError(f"active party has {self.X.shape[0]} feature rows and {n} labels")
         check_labels(self.params.objective, self.y)
+        self.weighted = weights is not None
+        self.w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+        if self.w.shape != (n,) or not np.all(np.isfinite(self.w)) or (self.w < 0).any() or not self.w.sum() > 0:
+            raise InputDataError(f"sample weights must be {n} finite values >= 0, not all zero")
         p = self.params
         self.K = n_outputs(p.objective, self.y)  # the model's margins per row
         multi_output = p.objective == "multiclass" and p.multi_strategy == "multi_output_tree"
@@ -248,6 +270,16 @@ class ActiveRole(Role[_ActiveState]):
         if not self.names:
             raise InputDataError("SecureBoost needs at least one passive party")
         self.ids, self.plaintext = ids, plaintext
+        self.val = validation_mask(n, p.validation_fraction, p.random_state)  # public: every party draws it
+        self.fit_rows = np.flatnonzero(~self.val)
+        if not self.w[self.fit_rows].sum() > 0:
+            raise InputDataError("the training rows (validation rows aside) all have weight 0")
+        self.stopper = EarlyStopping(p.early_stopping_rounds) if p.validation_fraction else None
+        # GOSS's random part: this party's alone (see .options)
+        self.goss_key = secrets.token_bytes(32) if goss_key is None else goss_key
+        if len(self.goss_key) < 16:
+            raise InputDataError("goss_key must hold at least 16 bytes")
+        self.samples: list[np.ndarray] = []
         self.pk: PublicKey | None = None
         self.sk: PrivateKey | None = None
         self.stock: ObfuscatorStock[Any] | None = None
@@ -256,8 +288,10 @@ class ActiveRole(Role[_ActiveState]):
             self.pk, self.sk = keys if keys is not None else generate_keypair(scheme, key_bits,
                                                                               allow_insecure=allow_insecure)
             self.timer.add("keygen", t0)
-            # softmax and logistic gradients have |g| <= 1, h <= 1/2: value_bound_bits = 2 throughout
-            spec = packing_spec(n, choose_frac_bits(2, n), 2)
+            # softmax and logistic gradients have |g| <= 1, h <= 1/2, times the largest weight and GOSS factor
+            top = float(self.w.max()) * ((1 - p.top_rate) / p.other_rate if p.goss else 1.0)
+            vbb = value_bound_bits(np.asarray([top]), np.zeros(1))
+            spec = packing_spec(n, choose_frac_bits(vbb, n), vbb)
             if not slots_fit(self.tree_outputs, spec, self.pk.plaintext_bits):
                 raise InputDataError(
                     f"{self.K} classes need {2 * self.K} slots of {spec.slot_bits} bits per ciphertext, more "
@@ -277,7 +311,7 @@ class ActiveRole(Role[_ActiveState]):
         return len(self.y)
 
     def start(self) -> Next:
-        """Step 0: the setup; binning; then the first tree."""
+        """Step 0: the setup (the training plan); binning on the training rows; then the first tree."""
         if self.sk is not None:
             self.hold("secret_key", self.sk)
         if self.stock is not None:
@@ -285,68 +319,97 @@ class ActiveRole(Role[_ActiveState]):
         p = self.params
         self.model_id = secrets.token_hex(16)
         digest = ids_digest(self.ids if self.ids is not None else [str(i) for i in range(self.n)], "secureboost")
-        setup = Setup(self.model_id, self.n, p.n_trees, p.max_depth, p.max_bin, digest, self.plaintext, self.pk,
-                      self.tree_outputs, self.per_round)
+        setup = Setup(self.model_id, self.n, digest, self.plaintext, self.pk, p, self.weighted, self.tree_outputs,
+                      self.per_round)
         t0 = time.perf_counter()
-        self.bins, self.splits = bin_features(self.X, p.max_bin)
+        self.bins, self.splits = bin_features(self.X, p.max_bin, self.fit_rows if self.val.any() else None)
         self.width = max([len(s) + 1 for s in self.splits] + [1])
         self.timer.add("binning", t0)
-        self.base = base_score(p.objective, self.y)
+        fit = self.fit_rows
+        self.base = base_score(p.objective, self.y[fit], self.w[fit], self.K)
         self.state.margin = np.tile(self.base, (self.n, 1))
+        self.state.best_margin = self.state.margin.copy()
         return _prefix([send(q, setup) for q in self.names], self._begin_tree())
 
+    def _sample(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This tree's rows (sorted) and their g/h multipliers: all training rows, a uniform
+        sample (public seed) or GOSS on ``|g|`` (private randomness, :mod:`.options`)."""
+        p, t = self.params, self.state.t
+        if p.goss:
+            rows, mult, top = goss_rows(np.abs(g).sum(axis=1), self.fit_rows, p.top_rate, p.other_rate,
+                                        self.goss_key, t)
+            self.hold("goss_top", top)  # ground truth for the audit's scoring only
+            return rows, mult
+        rows = subsample_rows(self.fit_rows, p.subsample, p.random_state, t)
+        return rows, np.ones(len(rows))
+
     def _begin_tree(self) -> Next:
-        """Step 1: every row's (g, h) under our key (packed; all classes' for a multi-output
-        tree), to every passive party.
+        """Step 1: the sampled rows' (g, h) under our key (packed; all classes' for a multi-output
+        tree) and which rows they are, to every passive party.
 
         Gradients are computed once per round (for every class at once, as XGBoost does);
-        a one-tree-per-class round then grows tree ``k`` on class ``k``'s column.
+        a one-tree-per-class round then grows tree ``k`` on class ``k``'s column. Sample
+        weights and GOSS multipliers scale g and h before the fixed-point quantization.
         """
         st = self.state
         if st.t % self.per_round == 0:
             g, h = gradients(self.params.objective, self.y, st.margin)
-            st.vbb = max(st.vbb, value_bound_bits(g, h))
-            st.frac = choose_frac_bits(st.vbb, self.n)
-            st.round_gq, st.round_hq = quantize(g, st.frac), quantize(h, st.frac)
-            st.spec = packing_spec(self.n, st.frac, st.vbb)
-        if self.per_round > 1:
-            k = st.t % self.per_round
-            st.gq, st.hq = st.round_gq[:, k : k + 1], st.round_hq[:, k : k + 1]
-        else:
-            st.gq, st.hq = st.round_gq, st.round_hq
+            st.round_g, st.round_h = g * self.w[:, None], h * self.w[:, None]
+        k = st.t % self.per_round
+        cols = slice(k, k + 1) if self.per_round > 1 else slice(None)
+        rows, mult = self._sample(st.round_g[:, cols])
+        self.samples.append(rows)
+        g_s, h_s = st.round_g[rows, cols] * mult[:, None], st.round_h[rows, cols] * mult[:, None]
+        st.vbb = max(st.vbb, value_bound_bits(g_s, h_s))
+        st.frac = choose_frac_bits(st.vbb, self.n)
+        st.spec = packing_spec(self.n, st.frac, st.vbb)
+        st.gq = np.zeros((self.n, g_s.shape[1]), np.int64)
+        st.hq = np.zeros_like(st.gq)
+        st.gq[rows], st.hq[rows] = quantize(g_s, st.frac), quantize(h_s, st.frac)
+        st.sample = np.zeros(self.n, bool)
+        st.sample[rows] = True
+        sample_bits = np.packbits(st.sample)
         self.hold("gradients", st.gq)  # its own (g, h) per tree, for the audit
         self.hold("packing", st.spec)
+        self.hold("sample", st.sample)
         t0 = time.perf_counter()
         if self.plaintext:
-            grad_msg: Any = PlainGradients(st.t, st.frac, st.gq, st.hq)
+            grad_msg: Any = PlainGradients(st.t, st.frac, sample_bits, st.gq[rows], st.hq[rows])
         else:
             assert self.sk is not None and st.spec is not None
-            gh = np.ldexp(np.column_stack([st.gq, st.hq]).astype(np.float64), -st.frac)
+            gh = np.ldexp(np.column_stack([st.gq[rows], st.hq[rows]]).astype(np.float64), -st.frac)
             encryptor = self.sk if self.stock is None else self.stock
             with self._busy():
-                grad_msg = EncryptedGradients(st.t, encryptor.encrypt_packed(gh, st.spec))
+                grad_msg = EncryptedGradients(st.t, sample_bits, encryptor.encrypt_packed(gh, st.spec))
         self.timer.add("encrypt", t0)
         st.tree = _TreeBuilder(outputs=self.K)
-        st.level = [_Node(st.tree.new(), np.arange(self.n), st.gq.sum(axis=0), st.hq.sum(axis=0))]
+        H = st.hq[rows].sum(axis=0)
+        st.level = [_Node(st.tree.new(self._cover(H)), rows, st.gq[rows].sum(axis=0), H, np.arange(self.n))]
         st.leaves, st.depth = [], 0
+        self.colmask = column_mask(self.X.shape[1], self.params.colsample_bytree, self.params.random_state,
+                                   self.name, st.t)
         return _prefix([send(q, grad_msg) for q in self.names], self._begin_level())
 
+    def _cover(self, H: np.ndarray) -> float:
+        return float(np.ldexp(H.astype(np.float64), -self.state.frac).sum())
+
     def _begin_level(self) -> Next:
-        """Step 2: the level request; our own candidates; then wait for the passive histograms."""
+        """Step 2: the level request (every row's node); our own candidates (sampled rows, this tree's
+        columns); then wait for the passive histograms."""
         st = self.state
         if not st.level or st.depth >= self.params.max_depth:
             return self._end_tree()
         self.hold("node_rows", [nd.rows for nd in st.level])
         node_of_row = np.full(self.n, -1, dtype=np.int32)
         for i, nd in enumerate(st.level):
-            node_of_row[nd.rows] = i
+            node_of_row[nd.route] = i
         compute, derive = _plan(st.level)
         req = LevelRequest(st.t, st.depth, False, node_of_row, compute, derive)
         t0 = time.perf_counter()
         st.own = []
         for nd in st.level:
             sg, sh, sn = bin_histograms(self.bins, nd.rows, st.gq, st.hq, self.width)
-            ok = valid_candidates(sn, len(nd.rows))
+            ok = valid_candidates(sn, len(nd.rows)) & self.colmask[:, None]
             K = st.gq.shape[1]
             cg, ch_, cn = np.cumsum(sg, 1).reshape(-1, K), np.cumsum(sh, 1).reshape(-1, K), np.cumsum(sn, 1)
             flat = np.flatnonzero(ok.ravel())
@@ -421,25 +484,29 @@ class ActiveRole(Role[_ActiveState]):
                 continue
             if c.owner == 0:
                 f, b = divmod(c.ids[0], self.width)
-                mask = self.bins[nd.rows, f] <= b
+                mask = self.bins[nd.route, f] <= b
                 tree.kind[nd.index], tree.feature[nd.index] = 1, f
                 tree.bin[nd.index], tree.threshold[nd.index] = b, float(self.splits[f][b])
             else:
                 mask, p, rec = st.lefts[i]
                 tree.kind[nd.index], tree.party[nd.index], tree.record[nd.index] = 2, p, rec
-            left_rows = nd.rows[mask]
-            if int(mask.sum()) != c.nL or tuple(st.gq[left_rows].sum(axis=0).tolist()) != c.GL or \
+            tree.gain[nd.index] = 2.0 * c.gain  # XGBoost's loss change (importance "gain")
+            in_sample = st.sample[nd.route]
+            left_rows = nd.route[mask & in_sample]
+            if len(left_rows) != c.nL or tuple(st.gq[left_rows].sum(axis=0).tolist()) != c.GL or \
                     tuple(st.hq[left_rows].sum(axis=0).tolist()) != c.HL:
                 raise ProtocolError("left instance set does not match the chosen candidate")
-            for side, rows in (("left", nd.rows[mask]), ("right", nd.rows[~mask])):
-                child = _Node(tree.new(), rows, st.gq[rows].sum(axis=0), st.hq[rows].sum(axis=0), i)
+            for side, m in (("left", mask), ("right", ~mask)):
+                rows = nd.route[m & in_sample]
+                H = st.hq[rows].sum(axis=0)
+                child = _Node(tree.new(self._cover(H)), rows, st.gq[rows].sum(axis=0), H, nd.route[m], i)
                 getattr(tree, side)[nd.index] = child.index
                 nxt.append(child)
         st.level, st.depth = nxt, st.depth + 1
         return self._begin_level()
 
     def _read_response(self, resp: SplitResponse, owner: int, name: str) -> list[tuple[int, np.ndarray, int]]:
-        """Check a passive party's split response; return (node, left mask, record id)."""
+        """Check a passive party's split response; return (node, left mask over the node's routed rows, record id)."""
         st = self.state
         won = [i for i, c in enumerate(st.choices) if c is not None and c.owner == owner]
         if resp.tree != st.t or resp.depth != st.depth:
@@ -447,40 +514,56 @@ class ActiveRole(Role[_ActiveState]):
         if np.asarray(resp.nodes).tolist() != won or len(resp.record_ids) != len(won):
             raise ProtocolError(f"{name} answered for nodes it did not win")
         bits = np.asarray(resp.left_bits, dtype=np.uint8)
-        sizes = [(len(st.level[i].rows) + 7) // 8 for i in won]
+        sizes = [(len(st.level[i].route) + 7) // 8 for i in won]
         if len(bits) != sum(sizes):
             raise ProtocolError(f"{name} sent left instance sets of the wrong length")
         out, start = [], 0
         for i, size, rec in zip(won, sizes, np.asarray(resp.record_ids).tolist(), strict=True):
-            mask = np.unpackbits(bits[start : start + size], count=len(st.level[i].rows)).astype(bool)
+            mask = np.unpackbits(bits[start : start + size], count=len(st.level[i].route)).astype(bool)
             out.append((i, mask, int(rec)))
             start += size
         return out
 
     def _end_tree(self) -> Next:
-        """Step 7: 'done' to every passive party; leaf weights (never sent); the next tree."""
+        """Step 7: leaf weights (never sent) for every routed row; after a round, the validation
+        metric and early stopping; 'done' to every passive party (with the rounds kept after the
+        last tree); the next tree, or the model."""
         st, p = self.state, self.params
         st.leaves.extend(st.level)
-        done_req = LevelRequest(st.t, p.max_depth, True, np.zeros(0, np.int32), np.zeros(0, np.int32),
-                                np.zeros((0, 3), np.int32))
-        sends = [send(q, done_req) for q in self.names]
         scale = 2.0 ** -st.frac
         cols = slice(None) if self.per_round == 1 else [st.t % self.per_round]  # the outputs this tree sets
         for nd in st.leaves:
             w = leaf_weight(nd.G * scale, nd.H * scale, p.reg_lambda)
             st.tree.value[nd.index][cols] = w
-            st.margin[np.ix_(nd.rows, np.arange(self.K)[cols])] += p.learning_rate * w
+            st.margin[np.ix_(nd.route, np.arange(self.K)[cols])] += p.learning_rate * w
         st.trees.append(st.tree)
         st.t += 1
         progress.report("secureboost", st.t, p.n_trees * self.per_round, unit="tree")
-        if st.t < p.n_trees * self.per_round:
+        last = st.t == p.n_trees * self.per_round
+        if st.t % self.per_round == 0 and self.stopper is not None:
+            val = self.val
+            improved = len(self.stopper.history)
+            last |= self.stopper.update(eval_metric(p.objective, self.y[val], st.margin[val], self.w[val]))
+            if self.stopper.best_round == improved:
+                st.best_margin = st.margin.copy()
+        kept = -1
+        if last:
+            kept = self.stopper.kept if self.stopper is not None else p.n_trees
+        done_req = LevelRequest(st.t - 1, p.max_depth, True, np.zeros(0, np.int32), np.zeros(0, np.int32),
+                                np.zeros((0, 3), np.int32), kept)
+        sends = [send(q, done_req) for q in self.names]
+        if not last:
             return _prefix(sends, self._begin_tree())
-        model = _assemble(st.trees, self.model_id, p, self.base, self.columns, tuple(self.names))
+        margin = st.margin if kept * self.per_round == st.t else st.best_margin
+        model = _assemble(st.trees[: kept * self.per_round], self.model_id, p, self.base, self.columns,
+                          tuple(self.names), self.stopper)
         stats = None
         if self.stock is not None:
             stats = self.stock.stats()
             self.stock.close()
-        return done(ActiveResult(model, margin_out(st.margin), self.timer.phases, self.pk, stats), sends)
+        history = [] if self.stopper is None else list(self.stopper.history)
+        return done(ActiveResult(model, margin_out(margin), self.timer.phases, self.pk, stats, self.samples,
+                                 history), sends)
 
 
 def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:

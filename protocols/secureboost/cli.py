@@ -18,20 +18,30 @@ parameters: at least 3072 bits, 256-bit randomness; about 3x faster here) or ``o
 (SecretFlow HEU's 2048-bit parameters, by explicit choice). ``--model-dir`` saves one
 ``<party>.npz`` per party (no pickle) and a manifest of their digests, all-or-nothing; a
 directory holding an earlier model is refused unless ``--overwrite``.
+
+Training options keep XGBoost's names (``--subsample``, ``--colsample-bytree``, ``--gamma``,
+``--min-child-weight``, ``--early-stopping-rounds``; GOSS with LightGBM's ``--top-rate`` and
+``--other-rate``); ``--weight-column`` names a column of the active party's file holding
+sample weights (it is not a feature). Every option is part of the training plan the active
+party sends, and a network party whose own flags differ refuses it. The JSON summary and the
+model files carry each party's feature importance (its own features only; the active party
+sees passive splits as party and opaque record id) and, with a validation set, the best round.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import write_model_dir
-from vflcrypto.data.tables import PartyTable
+from vflcrypto.data.files import verify_model_dir, write_model_dir
+from vflcrypto.data.tables import PartyTable, read_party_csv
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.schemes import describe
 from vflcrypto.ml.metrics import multiclass_accuracy, rmse, roc_auc
@@ -39,6 +49,7 @@ from vflcrypto.runtime.channel import Transcript
 from vflcrypto.runtime.transcript import uncaptured
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
+from .._predict import add_predict_options, check_parties, report, write_predictions
 from .._train import (
     TrainOptions,
     add_party_data_arguments,
@@ -57,7 +68,8 @@ from .model import ActiveModel, PassiveModel
 from .predict import predict_active, predict_local, predict_passive
 from .tree import BoostParams
 
-__all__ = ["add_party_arguments", "add_train_arguments", "config", "party_task", "train"]
+__all__ = ["add_party_arguments", "add_predict_arguments", "add_train_arguments", "config", "party_task", "predict",
+           "train"]
 
 
 def config(args: argparse.Namespace) -> tuple[BoostParams, TrainOptions]:
@@ -68,6 +80,32 @@ def config(args: argparse.Namespace) -> tuple[BoostParams, TrainOptions]:
 def _add_mode(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plaintext", action="store_true",
                    help="no encryption (debug/parity only: passive parties see the gradients)")
+    p.add_argument("--weight-column", default="",
+                   help="column of the active party's file holding sample weights (not a feature; XGBoost's "
+                        "sample_weight); give it to every party: it is part of the training plan")
+
+
+def _pop_weights(table: PartyTable, column: str) -> tuple[PartyTable, np.ndarray | None]:
+    """The active party's table without its weight column, and the weights (``None`` without a column)."""
+    if not column:
+        return table, None
+    if column not in table.columns:
+        raise InputDataError(f"--weight-column {column!r} is not a column of the active party's file")
+    j = table.columns.index(column)
+    w = table.X[:, j].copy()
+    if not np.all(np.isfinite(w)) or (w < 0).any():
+        raise InputDataError(f"weight column {column!r}: weights must be finite and >= 0")
+    keep = [i for i in range(len(table.columns)) if i != j]
+    return dataclasses.replace(table, columns=tuple(table.columns[i] for i in keep), X=table.X[:, keep]), w
+
+
+def _stopping(model: ActiveModel, history: list[float]) -> dict[str, Any]:
+    """The early-stopping summary (empty without a validation set)."""
+    if not history:
+        return {}
+    return {"eval_metric": model.eval_metric, "validation_history": [round(v, 6) for v in history],
+            "best_iteration": model.best_iteration, "best_score": model.best_score,
+            "rounds_trained": len(history), "rounds_kept": model.best_iteration + 1}
 
 
 def _metrics(objective: str, y: np.ndarray, pred: np.ndarray, on: str) -> dict[str, float]:
@@ -111,15 +149,18 @@ def train(args: argparse.Namespace) -> int:
     tables = read_tables(args.active, args.passive, args.id_column, args.label)
     names = [ACTIVE, *passive_names(len(args.passive))]
     tables, align_bytes = align_tables(tables, names, aligned=opts.aligned)
+    tables[0], weights = _pop_weights(tables[0], args.weight_column)
     bytes_sent: dict[str, int] = {} if opts.aligned else {"alignment": align_bytes}
     train_rows, test = split_rows(len(tables[0]), opts)
     tr = [t.take(train_rows) for t in tables]
+    w = None if weights is None else weights[train_rows]
     y = tr[0].label
     assert y is not None  # read_tables requires the label at the active party
+    goss_key = secrets.token_bytes(32)  # one GOSS secret for the run and its plaintext reference: the same trees
     run = run_local(tr[0].X, y, [t.X for t in tr[1:]], params=params, plaintext=args.plaintext,
                     key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, scheme=opts.scheme, ids=list(tr[0].ids),
                     active_columns=tr[0].columns, passive_columns=[t.columns for t in tr[1:]],
-                    timeout=opts.timeout)
+                    timeout=opts.timeout, weights=w, goss_key=goss_key)
     passive_models = [run.passive[n].model for n in names[1:]]
     models: list[ActiveModel | PassiveModel] = [run.active.model, *passive_models]
     if len(test):
@@ -137,7 +178,7 @@ def train(args: argparse.Namespace) -> int:
     metrics = _metrics(params.objective, y_eval, pred, on)
     reference = {} if args.plaintext else {f"plaintext_{k}": v for k, v in _metrics(
         params.objective, y_eval, _plaintext_reference(params, tr, [t.take(test) for t in tables] if len(test)
-                                                       else None, opts), on).items()}
+                                                       else None, opts, w, goss_key), on).items()}
     for name, b in run.bytes_sent.items():
         bytes_sent[name] = bytes_sent.get(name, 0) + b
     if args.model_dir:
@@ -147,7 +188,8 @@ def train(args: argparse.Namespace) -> int:
         **metrics, **reference, "trees": params.n_trees,
         "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
         "evaluated_on": on, "rows": {"train": len(train_rows), "test": len(test)},
-        "mode": _mode(args, opts, run.active.public_key)}
+        "mode": _mode(args, opts, run.active.public_key), **_stopping(run.active.model, run.active.eval_history),
+        "importance": {n: m.importance() for n, m in zip(names, models, strict=True)}}
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
@@ -163,7 +205,7 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _plaintext_reference(params: BoostParams, train: list[PartyTable], evaluate: list[PartyTable] | None,
-                         opts: TrainOptions) -> np.ndarray:
+                         opts: TrainOptions, weights: np.ndarray | None, goss_key: bytes) -> np.ndarray:
     """Predictions of the plaintext reference: the same trees trained unencrypted (``--plaintext``, the
     documented parity reference), on ``evaluate`` (or the training rows)."""
     y = train[0].label
@@ -171,13 +213,62 @@ def _plaintext_reference(params: BoostParams, train: list[PartyTable], evaluate:
     with uncaptured():  # a check beside the run, not part of it: kept out of --html's report
         run = run_local(train[0].X, y, [t.X for t in train[1:]], params=params, plaintext=True,
                         ids=list(train[0].ids), active_columns=train[0].columns,
-                        passive_columns=[t.columns for t in train[1:]], timeout=opts.timeout)
+                        passive_columns=[t.columns for t in train[1:]], timeout=opts.timeout, weights=weights,
+                        goss_key=goss_key)
         if evaluate is None:
             return np.asarray(run.active.train_predictions())
         models = [run.passive[n].model for n in passive_names(len(train) - 1)]
         return np.asarray(predict_local(run.active.model, evaluate[0].X,
                                         [(m, t.X) for m, t in zip(models, evaluate[1:], strict=True)],
                                         transcript=Transcript()))
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--active", required=True, help="the active party's CSV: the ID column and the model's columns "
+                                                   "(other columns, e.g. the label, are ignored)")
+    p.add_argument("--passive", action="append", default=[],
+                   help="a passive party's CSV (ID column, the model's columns); one per passive party, in the "
+                        "order of training")
+    add_predict_options(p)
+
+
+def predict(args: argparse.Namespace) -> int:
+    """``vflcrypto predict secureboost``: the saved trees on new rows by the joint prediction of training (the
+    active party walks the trees; each passive party answers only left/right at its own nodes)."""
+    t0 = time.perf_counter()
+    names = [ACTIVE, *passive_names(len(args.passive))]
+    d = Path(args.model_dir)
+    check_parties(d, verify_model_dir(d, "secureboost"), names, "--passive")
+    active = ActiveModel.load(d / f"{ACTIVE}.npz")
+    passives = [PassiveModel.load(d / f"{n}.npz") for n in names[1:]]
+    if list(active.passive_parties) != names[1:] or [m.party for m in passives] != names[1:]:
+        raise InputDataError(f"the model in {d} names passive parties {list(active.passive_parties)}, its files "
+                             f"{[m.party for m in passives]}: not a model of `vflcrypto train secureboost`")
+    columns = [active.columns, *(m.columns for m in passives)]
+    tables = [read_party_csv(path, args.id_column, features=list(c))
+              for path, c in zip([args.active, *args.passive], columns, strict=True)]
+    query_rows = [len(t) for t in tables]
+    tables, align_bytes = align_tables(tables, names, aligned=args.aligned)
+    transcript = Transcript()
+    out = predict_local(active, tables[0].X, [(m, t.X) for m, t in zip(passives, tables[1:], strict=True)],
+                        timeout=args.timeout, transcript=transcript)
+    write_predictions(args.out, args.id_column, tables[0].ids, prediction_columns(active.objective, out))
+    bytes_sent = {**({} if args.aligned else {"alignment": align_bytes}), **transcript.bytes_sent_by()}
+    return report(args, "secureboost", len(tables[0]), query_rows, t0, bytes_sent,
+                  {"objective": active.objective, "trees": active.n_trees})
+
+
+def prediction_columns(objective: str, out: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of the predictions file: the class and its probability (binary), the class (multiclass:
+    the most probable) or the value (regression)."""
+    if objective == "binary":
+        return {"prediction": (out >= 0.5).astype(np.int64), "probability": out}
+    if objective == "multiclass":
+        return {"prediction": np.argmax(out, axis=1)}
+    return {"prediction": out}
 
 
 # --------------------------------------------------------------------------- network party
@@ -202,6 +293,9 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     if not table.columns:
         raise InputDataError(f"{args.data}: no feature columns")
     table, _ = training_rows(args, ctx, table)
+    weights = None
+    if ctx.role == ACTIVE:
+        table, weights = _pop_weights(table, args.weight_column)
     train_rows, test = split_rows(len(table), opts)
     tr = table.take(train_rows)
     ev = table.take(test) if len(test) else None
@@ -211,7 +305,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         assert y is not None  # read_own requires the label at the active party
         res = run_active(chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params,
                          plaintext=args.plaintext, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
-                         name=ctx.me, scheme=opts.scheme, precompute=args.precompute)
+                         name=ctx.me, scheme=opts.scheme, precompute=args.precompute,
+                         weights=None if weights is None else weights[train_rows])
         if ev is not None:
             pred, y_eval = predict_active(chans, res.model, ev.X), ev.label
         else:
@@ -221,7 +316,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         metrics: dict[str, Any] = {**_metrics(params.objective, y_eval, pred, on), "trees": params.n_trees,
                                    "evaluated_on": on,
                                    "rows": {"train": len(train_rows), "test": len(test)},
-                                   "mode": _mode(args, opts, res.public_key)}
+                                   "mode": _mode(args, opts, res.public_key),
+                                   **_stopping(res.model, res.eval_history), "importance": res.model.importance()}
 
         def write(out: Path, meta: dict[str, Any]) -> None:
             res.model.save(out)
@@ -232,7 +328,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         return PartyOutcome({**metrics, "model_id": res.model.model_id, **used}, write)
     chans = ctx.only([active])
     pres = run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns,
-                       expected=(params.n_trees, params.max_depth, params.max_bin, bool(args.plaintext)),
+                       expected=(params, bool(args.plaintext), bool(args.weight_column)),
                        scheme=None if args.plaintext else opts.scheme)
     if ev is not None:
         predict_passive(chans, pres.model, ev.X)
@@ -240,4 +336,5 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     def write_passive(out: Path, meta: dict[str, Any]) -> None:
         pres.model.save(out)
 
-    return PartyOutcome({"model_id": pres.model.model_id, "records": len(pres.model.record_ids)}, write_passive)
+    return PartyOutcome({"model_id": pres.model.model_id, "records": len(pres.model.record_ids),
+                         "importance": pres.model.importance()}, write_passive)

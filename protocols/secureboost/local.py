@@ -65,7 +65,7 @@ class LocalRun:
 def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarray], *,
               params: BoostParams | None = None, plaintext: bool = False, key_bits: int = DEFAULT_KEY_BITS,
               keys: tuple[PublicKey, PrivateKey] | None = None, allow_insecure: bool = False, scheme: str = "paillier",
-              precompute: bool = False,
+              precompute: bool = False, weights: np.ndarray | None = None, goss_key: bytes | None = None,
               ids: Sequence[str] | None = None, active_columns: Sequence[str] | None = None,
               passive_columns: Sequence[Sequence[str]] | None = None, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
@@ -73,7 +73,8 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
     """Train with every party in this process (threads over in-memory channels).
 
     ``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he.schemes`; ignored with ``keys``);
-    ``precompute``: the active party's obfuscators for the next tree in idle time (see :class:`ActiveRole`).
+    ``precompute``: the active party's obfuscators for the next tree in idle time (see :class:`ActiveRole`);
+    ``weights``: the active party's sample weights (n,); ``goss_key``: the secret of its GOSS draws (default fresh).
     ``overrides`` maps a party name to a callable ``(channels) -> Any`` that replaces its
     role (tests: a stalling or hostile party); ``tap`` (audits) keeps what each party
     received and holds.
@@ -84,7 +85,8 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
     tasks: dict[str, Callable[..., Any]] = {
         ACTIVE: lambda: run_active(net.channels(ACTIVE), X_active, y, ids=ids, columns=active_columns,
                                    params=params, plaintext=plaintext, key_bits=key_bits, keys=keys,
-                                   allow_insecure=allow_insecure, scheme=scheme, precompute=precompute),
+                                   allow_insecure=allow_insecure, scheme=scheme, precompute=precompute,
+                                   weights=weights, goss_key=goss_key),
     }
     for i, name in enumerate(names):
         cols = passive_columns[i] if passive_columns is not None else None

@@ -10,6 +10,8 @@ from vflcrypto.he.ou import OUPublicKey, OUVector
 from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.runtime.declarations import Protection, declare
 
+from .tree import BoostParams
+
 __all__ = ["ACTIVE", "PASSIVE", "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "PlainGradients",
            "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup", "SplitRequest", "SplitResponse"]
 
@@ -18,7 +20,10 @@ PASSIVE = "passive"
 
 
 @declare("secureboost.setup", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
-         reveals="the model id, round/depth/bin parameters, the number of aligned rows, a digest "
+         reveals="the model id, the training plan (every BoostParams option: rounds, depth, bins, "
+                 "learning rate, lambda, gamma, min_child_weight, subsample, colsample_bytree, the GOSS "
+                 "rates, the public seed, the validation fraction and early-stopping rounds), whether rows "
+                 "are weighted (not the weights), the number of aligned rows, a digest "
                  "of the ordered row IDs (equality check only), the active party's public key "
                  "(Paillier or Okamoto-Uchiyama, so the scheme; none in plaintext mode) and, for a "
                  "multiclass model, the number of classes (outputs per tree, or trees per round)")
@@ -26,12 +31,11 @@ PASSIVE = "passive"
 class Setup:
     model_id: str
     n_rows: int
-    n_trees: int  # boosting rounds
-    max_depth: int
-    max_bin: int
     ids_digest: bytes
     plaintext: bool
     public_key: PaillierPublicKey | OUPublicKey | None
+    params: BoostParams  # the training plan: every party checks it against its own flags
+    weighted: bool = False  # sample weights from a column of the active party's file
     n_outputs: int = 1  # (g, h) pairs per row and leaf weights per leaf: K for a multi-output tree
     trees_per_round: int = 1  # K for one tree per class
 
@@ -40,31 +44,41 @@ class Setup:
          protection=Protection.CIPHERTEXT, key_owner=ACTIVE,
          reveals="nothing about g and h beyond the row count (IND-CPA: Paillier under DCR and the "
                  "DJN short-exponent assumption, OU under the p-subgroup and short-exponent "
-                 "assumptions); the public packing layout reveals a power-of-two bound on |g| and the "
-                 "fixed-point precision")
+                 "assumptions); the public packing layout reveals a power-of-two bound on |g| (sample "
+                 "weights and GOSS amplification included) and the fixed-point precision. In the clear: "
+                 "which training rows are in this tree's sample (all of them without subsample or GOSS). "
+                 "With GOSS every row of the top |g| share is in the sample, so membership tells which rows "
+                 "have large gradients (for the logistic loss, mostly the positives of a rare class: the "
+                 "audit measures it); not which sampled rows are top rows (the rest is drawn with the "
+                 "active party's private randomness), nor multipliers or weights (inside the ciphertexts)")
 @dataclass(frozen=True)
 class EncryptedGradients:
     tree: int
-    gh: PaillierVector | OUVector  # one ciphertext per row: slots g_0..g_{K-1}, h_0..h_{K-1} (K = setup.n_outputs)
+    sample: np.ndarray  # uint8: np.packbits of the (n_rows,) mask of this tree's sampled rows
+    gh: PaillierVector | OUVector  # one ciphertext per sampled row, in row order: slots g_0..g_{K-1}, h_0..h_{K-1}
 
 
 @declare("secureboost.plain_gradients", sender=ACTIVE, receiver=PASSIVE,
          protection=Protection.PLAINTEXT,
          reveals="PLAINTEXT MODE (debug/parity only): every row's gradient and hessian in the "
-                 "clear; for the logistic loss g = p - y reveals every label")
+                 "clear; for the logistic loss g = p - y reveals every label; the sample as in "
+                 "secureboost.gradients")
 @dataclass(frozen=True)
 class PlainGradients:
     tree: int
     frac_bits: int
-    g: np.ndarray  # int64 fixed-point, (rows, outputs)
+    sample: np.ndarray  # uint8 packbits of the sample mask, as in EncryptedGradients
+    g: np.ndarray  # int64 fixed-point, (sampled rows, outputs)
     h: np.ndarray
 
 
 @declare("secureboost.level", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PLAINTEXT,
          reveals="the instance space: which aligned rows share a node at this depth, i.e. the "
                  "partition induced by all earlier splits (the active party's and other passive "
-                 "parties' included), and which nodes are leaves; not features, thresholds, "
-                 "gradients or labels")
+                 "parties' included), for every row (those outside this tree's sample and the "
+                 "validation rows too: they are routed, not summed), and which nodes are leaves; with "
+                 "the last tree, the number of rounds the model keeps (early stopping's best round); "
+                 "not features, thresholds, gradients or labels")
 @dataclass(frozen=True)
 class LevelRequest:
     tree: int
@@ -73,6 +87,7 @@ class LevelRequest:
     node_of_row: np.ndarray  # int32, -1 = row not in a node of this depth
     compute: np.ndarray  # int32 node ids whose histograms are summed row by row
     derive: np.ndarray  # int32 (k, 3): node, parent (previous depth), sibling (this depth)
+    kept: int = -1  # with ``done`` on the last tree: the rounds the model keeps; else -1
 
 
 @declare("secureboost.histograms", sender=PASSIVE, receiver=ACTIVE,
@@ -124,7 +139,8 @@ class SplitRequest:
 
 @declare("secureboost.split_response", sender=PASSIVE, receiver=ACTIVE,
          protection=Protection.PLAINTEXT,
-         reveals="the left instance set of each split on this passive party's features and an "
+         reveals="the left instance set of each split on this passive party's features (over every "
+                 "row at the node: sampled, unsampled and validation rows) and an "
                  "opaque record id; not the feature or the threshold")
 @dataclass(frozen=True)
 class SplitResponse:
@@ -132,7 +148,7 @@ class SplitResponse:
     depth: int
     nodes: np.ndarray  # int32
     record_ids: np.ndarray  # int64
-    left_bits: np.ndarray  # uint8: np.packbits of each node's left mask (node rows ascending)
+    left_bits: np.ndarray  # uint8: np.packbits of each node's left mask (all node rows ascending)
 
 
 @declare("secureboost.predict_query", sender=ACTIVE, receiver=PASSIVE,

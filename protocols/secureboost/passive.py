@@ -13,6 +13,7 @@ the previous level (for histogram subtraction) are kept as fixed-width ciphertex
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from collections.abc import Sequence
@@ -44,7 +45,16 @@ from .messages import (
     SplitResponse,
 )
 from .model import PassiveModel
-from .tree import MAX_CLASSES, as_matrix, bin_features, bin_histograms, encrypted_bin_sums, valid_candidates
+from .options import column_mask, validation_mask
+from .tree import (
+    MAX_CLASSES,
+    BoostParams,
+    as_matrix,
+    bin_features,
+    bin_histograms,
+    encrypted_bin_sums,
+    valid_candidates,
+)
 
 __all__ = ["PassiveResult", "PassiveRole", "shuffle_candidates"]
 
@@ -64,7 +74,8 @@ class _PassiveState:
     depth: int = 0
     gq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))  # plaintext mode: (n, outputs)
     hq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
-    blob: bytes = b""  # encrypted mode: the packed (g, h) ciphertexts, fixed width
+    blob: bytes = b""  # encrypted mode: the sampled rows' packed (g, h) ciphertexts, fixed width
+    sample: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # this tree's sampled rows
     spec: PackingSpec | None = None
     prev_plain: list[np.ndarray] = field(default_factory=list)  # per node: cumulative (G.., H.., n), (2K+1, F*width)
     prev_enc: list[bytes] = field(default_factory=list)  # per node: cumulative [[G, H]], fixed width
@@ -73,6 +84,7 @@ class _PassiveState:
     partition: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     rec_f: list[int] = field(default_factory=list)
     rec_b: list[int] = field(default_factory=list)
+    rec_t: list[int] = field(default_factory=list)  # the tree of each record
 
 
 def shuffle_candidates(flat: np.ndarray) -> np.ndarray:
@@ -93,9 +105,9 @@ class PassiveRole(Role[_PassiveState]):
 
     def __init__(self, X: np.ndarray, *, name: str = "passive-0", ids: Sequence[str] | None = None,
                  columns: Sequence[str] | None = None, active: str = ACTIVE,
-                 expected: tuple[int, int, int, bool] | None = None, scheme: str | None = None) -> None:
-        """``expected`` (a network party's own flags): (trees, depth, max_bin, plaintext) the setup must match;
-        ``scheme`` (its ``--scheme``): the scheme of the setup's key must be that one."""
+                 expected: tuple[BoostParams, bool, bool] | None = None, scheme: str | None = None) -> None:
+        """``expected`` (a network party's own flags): (parameters, plaintext, weighted) the setup's training
+        plan must match; ``scheme`` (its ``--scheme``): the scheme of the setup's key must be that one."""
         super().__init__(name)
         self.X = as_matrix(X, name)
         self.ids, self.active, self.expected, self.scheme = ids, active, expected, scheme
@@ -114,10 +126,13 @@ class PassiveRole(Role[_PassiveState]):
         return [st.public_key] if st is not None and st.public_key is not None else []
 
     def _bins(self) -> tuple[np.ndarray, list[np.ndarray], int]:
-        """(bin of every value, split points per feature, bins per feature + 1); from the inputs."""
+        """(bin of every value, split points per feature, bins per feature + 1); split points from the
+        training rows (not the validation rows of the plan's public split)."""
         if self._binned is None:
             t0 = time.perf_counter()
-            bins, splits = bin_features(self.X, self.setup.max_bin)
+            p = self.setup.params
+            val = validation_mask(self.X.shape[0], p.validation_fraction, p.random_state)
+            bins, splits = bin_features(self.X, p.max_bin, np.flatnonzero(~val) if val.any() else None)
             self._binned = (bins, splits, max([len(s) + 1 for s in splits] + [1]))
             self.timer.add("binning", t0)
         return self._binned
@@ -133,7 +148,11 @@ class PassiveRole(Role[_PassiveState]):
         if self.ids is not None and not secrets.compare_digest(ids_digest(self.ids, "secureboost"),
                                                                setup.ids_digest):
             raise InputDataError(f"{self.name}: row IDs differ from the active party's: inputs not aligned")
-        if not 2 <= setup.max_bin <= 256 or setup.n_trees < 1 or not 1 <= setup.max_depth <= 30 or \
+        try:
+            setup.params.validate()
+        except InputDataError as exc:
+            raise ProtocolError(f"setup parameters out of range: {exc}") from None
+        if not 1 <= setup.params.max_depth <= 30 or \
                 not 1 <= setup.n_outputs <= MAX_CLASSES or not 1 <= setup.trees_per_round <= MAX_CLASSES or \
                 min(setup.n_outputs, setup.trees_per_round) != 1:
             raise ProtocolError("setup parameters out of range")
@@ -144,9 +163,7 @@ class PassiveRole(Role[_PassiveState]):
             raise ConfigurationError(f"{self.name}: the active party's key is {scheme_of(setup.public_key)}, this "
                                      f"party's --scheme says {self.scheme}; run every party with the same scheme")
         if self.expected is not None:
-            names = ("trees", "depth", "max-bin", "plaintext")
-            theirs = (setup.n_trees, setup.max_depth, setup.max_bin, setup.plaintext)
-            differ = [f"{n} {b} (here {a})" for n, a, b in zip(names, self.expected, theirs, strict=True) if a != b]
+            differ = _plan_differences(self.expected, setup)
             if differ:
                 raise ConfigurationError(f"{self.name}: the active party's training plan differs from this party's "
                                          f"flags: {', '.join(differ)}; run every party with the same training flags")
@@ -156,28 +173,37 @@ class PassiveRole(Role[_PassiveState]):
 
     @property
     def n_trees(self) -> int:
-        """Trees in the whole run: rounds times trees per round."""
-        return self.setup.n_trees * self.setup.trees_per_round
+        """Trees in the whole run at most (early stopping may end it sooner): rounds times trees per round."""
+        return self.setup.params.n_trees * self.setup.trees_per_round
 
     def _await_gradients(self) -> Next:
         kind = PlainGradients if self.setup.plaintext else EncryptedGradients
         return then([], self.active, kind, "on_gradients")
 
     def on_gradients(self, grad: EncryptedGradients | PlainGradients) -> Next:
-        """Step 1: every row's (g, h) of this tree (encrypted, or in the clear in plaintext mode)."""
+        """Step 1: which rows are in this tree's sample and their (g, h) (encrypted, or in the clear in
+        plaintext mode)."""
         st, n, K = self.state, self.X.shape[0], self.setup.n_outputs
+        bits = np.asarray(grad.sample)
+        if grad.tree != st.t or bits.dtype != np.uint8 or bits.shape != ((n + 7) // 8,):
+            raise ProtocolError(f"expected the sample of tree {st.t} as {(n + 7) // 8} packed bytes")
+        sample = np.unpackbits(bits, count=n).astype(bool)
+        m = int(sample.sum())
+        if m == 0 or int(np.unpackbits(bits)[n:].sum()):
+            raise ProtocolError("malformed sample")
         if isinstance(grad, PlainGradients):
             gq, hq = np.asarray(grad.g), np.asarray(grad.h)
-            if grad.tree != st.t or gq.shape != (n, K) or hq.shape != (n, K) or gq.dtype.kind != "i" or \
-                    hq.dtype.kind != "i":
+            if gq.shape != (m, K) or hq.shape != (m, K) or gq.dtype.kind != "i" or hq.dtype.kind != "i":
                 raise ProtocolError("malformed plaintext gradients")
-            st.gq, st.hq = gq.astype(np.int64), hq.astype(np.int64)
+            st.gq, st.hq = np.zeros((n, K), np.int64), np.zeros((n, K), np.int64)
+            st.gq[sample], st.hq[sample] = gq, hq
         else:
-            if grad.tree != st.t or len(grad.gh) != n:
-                raise ProtocolError(f"expected {n} encrypted gradients for tree {st.t}")
+            if len(grad.gh) != m:
+                raise ProtocolError(f"expected {m} encrypted gradients (the sampled rows) for tree {st.t}")
             if grad.gh.packing is None or grad.gh.slots != 2 * K or grad.gh.public_key != self.setup.public_key:
                 raise ProtocolError(f"gradients are not packed {K} (g, h) pairs per row under the setup key")
             st.spec, st.blob = grad.gh.packing, grad.gh.to_bytes()
+        st.sample = sample
         st.depth, st.prev_plain, st.prev_enc = 0, [], []
         st.partition = np.zeros(n, dtype=np.int64)
         return then([], self.active, LevelRequest, "on_level")
@@ -195,8 +221,8 @@ class PassiveRole(Role[_PassiveState]):
         if req.tree != st.t:
             raise ProtocolError(f"level request for tree {req.tree} during tree {st.t}")
         if req.done:
-            return self._end_tree()
-        if st.depth == setup.max_depth or req.depth != st.depth:
+            return self._end_tree(int(req.kept))
+        if st.depth == setup.params.max_depth or req.depth != st.depth:
             raise ProtocolError("level request out of order")
         n = self.X.shape[0]
         bins, _, width = self._bins()
@@ -213,15 +239,18 @@ class PassiveRole(Role[_PassiveState]):
                 not set(derive[:, 2].tolist()) <= set(compute.tolist()) or \
                 not set(derive[:, 1].tolist()) <= set(range(n_prev)):
             raise ProtocolError("inconsistent histogram plan")
+        if st.depth == 0 and not (node_of_row[st.sample] == 0).all():
+            raise ProtocolError("a sampled row is not at the root")
         st.node_of_row = node_of_row.astype(np.int32)
         st.anon = [np.zeros(0, np.int64)] * n_nodes
-        node_rows = self._node_rows()
+        node_rows = [r[st.sample[r]] for r in self._node_rows()]  # the sampled rows: summed into histograms
         st.partition = np.where(node_of_row >= 0, node_of_row.astype(np.int64) * 2, -1)
         t0 = time.perf_counter()
         counts = [np.bincount((bins[r] + np.arange(F) * width).ravel(), minlength=F * width).reshape(F, width)
                   for r in node_rows]
-        # canonical candidates per node, freshly shuffled: the position is the anonymous id
-        st.anon = [shuffle_candidates(np.flatnonzero(valid_candidates(counts[i], len(node_rows[i])).ravel()))
+        cols = column_mask(F, setup.params.colsample_bytree, setup.params.random_state, self.name, st.t)[:, None]
+        # canonical candidates per node (this tree's columns), freshly shuffled: the position is the anonymous id
+        st.anon = [shuffle_candidates(np.flatnonzero((valid_candidates(counts[i], len(node_rows[i])) & cols).ravel()))
                    for i in range(n_nodes)]
         node_ids = np.arange(n_nodes, dtype=np.int32)
         cnts = np.asarray([len(a) for a in st.anon], dtype=np.int32)
@@ -239,7 +268,8 @@ class PassiveRole(Role[_PassiveState]):
             assert pk is not None and st.spec is not None  # on_setup / on_gradients checked both
             w = pk.ciphertext_bytes
             prev = [_from_bytes(b, w) for b in st.prev_enc]
-            enc = _encrypted_level(pk, st.blob, bins, node_rows, compute, derive, prev, width)
+            enc = _encrypted_level(pk, st.blob, np.cumsum(st.sample) - 1, bins, node_rows, compute, derive, prev,
+                                   width)
             cand = [enc[i][j] for i, a in enumerate(st.anon) for j in a.tolist()]
             bits = 2 * setup.n_outputs * st.spec.slot_bits
             folded, per = fold_ciphertexts(pk, cand, bits)
@@ -276,6 +306,7 @@ class PassiveRole(Role[_PassiveState]):
             rec_ids.append(len(st.rec_f))
             st.rec_f.append(f)
             st.rec_b.append(b)
+            st.rec_t.append(st.t)
             bit_parts.append(np.packbits(mask))
             st.partition[rows[mask]] += 1
         left_bits = np.concatenate(bit_parts) if bit_parts else np.zeros(0, np.uint8)
@@ -283,19 +314,42 @@ class PassiveRole(Role[_PassiveState]):
         st.depth += 1
         return then([send(self.active, resp)], self.active, LevelRequest, "on_level")
 
-    def _end_tree(self) -> Next:
-        """Step 7: the tree is done; the next tree's gradients, or the lookup table."""
+    def _end_tree(self, kept: int) -> Next:
+        """Step 7: the tree is done; the next tree's gradients, or (``kept`` >= 0: the last tree) the
+        lookup table of the splits in the rounds the model keeps."""
         st = self.state
         self.hold("instance_partition", st.partition)  # its finest view of the tree (for the audit)
         st.t += 1
         progress.report("secureboost", st.t, self.n_trees, unit="tree")
-        if st.t < self.n_trees:
+        if kept < 0:
+            if st.t == self.n_trees:
+                raise ProtocolError("the last tree ended without the number of rounds the model keeps")
             return self._await_gradients()
+        if not 1 <= kept * self.setup.trees_per_round <= st.t:
+            raise ProtocolError(f"the model cannot keep {kept} rounds after {st.t} trees")
         _, splits, _ = self._bins()
-        thr = np.asarray([float(splits[f][b]) for f, b in zip(st.rec_f, st.rec_b, strict=True)], np.float64)
-        model = PassiveModel(self.setup.model_id, self.name, self.columns, np.arange(len(st.rec_f), dtype=np.int64),
-                             np.asarray(st.rec_f, np.int32), np.asarray(st.rec_b, np.int32), thr)
+        keep = [i for i, t in enumerate(st.rec_t) if t < kept * self.setup.trees_per_round]
+        f = np.asarray([st.rec_f[i] for i in keep], np.int32)
+        b = np.asarray([st.rec_b[i] for i in keep], np.int32)
+        thr = np.asarray([float(splits[i][j]) for i, j in zip(f.tolist(), b.tolist(), strict=True)], np.float64)
+        model = PassiveModel(self.setup.model_id, self.name, self.columns, np.asarray(keep, np.int64), f, b, thr)
         return done(PassiveResult(model, self.timer.phases))
+
+
+def _plan_differences(expected: tuple[BoostParams, bool, bool], setup: Setup) -> list[str]:
+    """The flags in which the setup's training plan differs from this party's own: ``--flag theirs (here ours)``."""
+    params, plaintext, weighted = expected
+    out = []
+    for f in dataclasses.fields(BoostParams):
+        ours, theirs = getattr(params, f.name), getattr(setup.params, f.name)
+        if ours != theirs:
+            flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+            out.append(f"{flag.removeprefix('--')} {theirs} (here {ours})")
+    if plaintext != setup.plaintext:
+        out.append(f"plaintext {setup.plaintext} (here {plaintext})")
+    if weighted != setup.weighted:
+        out.append(f"weight-column {'set' if setup.weighted else 'unset'} (here {'set' if weighted else 'unset'})")
+    return out
 
 
 # --------------------------------------------------------------------------- level kernels
@@ -326,11 +380,13 @@ def _plain_level(bins: np.ndarray, node_rows: list[np.ndarray], compute: np.ndar
     return cum
 
 
-def _encrypted_level(pk: PublicKey, blob: bytes, bins: np.ndarray, node_rows: list[np.ndarray],
+def _encrypted_level(pk: PublicKey, blob: bytes, position: np.ndarray, bins: np.ndarray, node_rows: list[np.ndarray],
                      compute: np.ndarray, derive: np.ndarray, prev: list[list[mpz]],
                      width: int) -> list[list[mpz]]:
-    """Encrypted cumulative bin sums per node: row-by-row for ``compute``, else parent/sibling."""
-    n, F = bins.shape
+    """Encrypted cumulative bin sums per node: row-by-row for ``compute``, else parent/sibling.
+
+    ``blob`` holds the sampled rows' ciphertexts; ``position[r]`` is row ``r``'s index in it."""
+    F = bins.shape[1]
     w = pk.ciphertext_bytes
     nsq = pk.cmod
     comp = compute.tolist()
@@ -338,7 +394,7 @@ def _encrypted_level(pk: PublicKey, blob: bytes, bins: np.ndarray, node_rows: li
     slot = np.concatenate([np.full(len(node_rows[i]), s, np.int64) for s, i in enumerate(comp)]) \
         if comp else np.zeros(0, np.int64)
     keys = slot[:, None] * (F * width) + np.arange(F, dtype=np.int64)[None, :] * width + bins[rows]
-    row_blob = np.frombuffer(blob, dtype=np.uint8).reshape(n, w)[rows].tobytes()
+    row_blob = np.frombuffer(blob, dtype=np.uint8).reshape(-1, w)[position[rows]].tobytes()
     sums = encrypted_bin_sums(pk, row_blob, keys, len(comp) * F * width)
     cum: list[list[mpz]] = [[] for _ in range(len(compute) + len(derive))]
     one = mpz(1)

@@ -82,8 +82,29 @@ class BoostParams:
     learning_rate: float = option(0.3, "shrinkage of every tree's leaves", flag="--lr")
     max_bin: int = option(32, "quantile bins per feature (2..256)")
     reg_lambda: float = option(1.0, "L2 penalty of the leaf weights (XGBoost's lambda)")
-    gamma: float = option(0.0, "minimum gain of a split (XGBoost's gamma)")
+    gamma: float = option(0.0, "minimum loss reduction of a split, GL^2/(HL+lambda) + GR^2/(HR+lambda) - "
+                               "G^2/(H+lambda) >= gamma, checked as the tree grows (XGBoost's gamma, hist method)")
     min_child_weight: float = option(1.0, "minimum hessian sum of a child (XGBoost's min_child_weight)")
+    subsample: float = option(1.0, "fraction of the training rows each tree is grown on, drawn uniformly "
+                                   "with the public seed (XGBoost's subsample)")
+    colsample_bytree: float = option(1.0, "fraction of its own columns each party offers per tree, at least "
+                                          "one (XGBoost's colsample_bytree, drawn per party)")
+    top_rate: float = option(0.0, "GOSS: keep the top_rate share of rows by |g| (LightGBM's top_rate)")
+    other_rate: float = option(0.0, "GOSS: sample this share of the rows from the rest, their g and h "
+                                    "amplified by (1 - top_rate) / other_rate (LightGBM's other_rate; > 0 turns "
+                                    "GOSS on)")
+    random_state: int = option(0, "public seed of column sampling, uniform row subsampling and the validation "
+                                  "split (GOSS draws with the active party's private randomness)")
+    validation_fraction: float = option(0.0, "fraction of the training rows held out as the validation set "
+                                             "(public seeded split; every party routes them, the active party "
+                                             "evaluates)")
+    early_stopping_rounds: int = option(0, "stop when the validation metric (logloss, mlogloss or rmse) has not "
+                                           "improved for this many rounds and keep the best round (0: off)")
+
+    @property
+    def goss(self) -> bool:
+        """Whether rows are sampled by GOSS (Ke et al., NeurIPS 2017) rather than uniformly."""
+        return self.top_rate > 0 or self.other_rate > 0
 
     def validate(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -94,8 +115,21 @@ class BoostParams:
             raise InputDataError("need at least one tree of depth >= 1")
         if not 2 <= self.max_bin <= 256:
             raise InputDataError("max_bin must be in [2, 256]")
-        if not self.learning_rate > 0 or self.reg_lambda < 0 or self.min_child_weight < 0:
-            raise InputDataError("learning_rate must be > 0; reg_lambda, min_child_weight >= 0")
+        if not self.learning_rate > 0 or self.reg_lambda < 0 or self.min_child_weight < 0 or self.gamma < 0:
+            raise InputDataError("learning_rate must be > 0; reg_lambda, min_child_weight, gamma >= 0")
+        if not (0 < self.subsample <= 1 and 0 < self.colsample_bytree <= 1):
+            raise InputDataError("subsample and colsample_bytree must lie in (0, 1]")
+        if self.goss and not (0 <= self.top_rate < 1 and 0 < self.other_rate <= 1
+                              and self.top_rate + self.other_rate <= 1):
+            raise InputDataError("GOSS needs 0 <= top_rate < 1, 0 < other_rate and top_rate + other_rate <= 1")
+        if self.goss and self.subsample != 1:
+            raise InputDataError("GOSS replaces uniform subsampling: use subsample 1 with top_rate/other_rate")
+        if self.random_state < 0 or self.early_stopping_rounds < 0:
+            raise InputDataError("random_state and early_stopping_rounds must be >= 0")
+        if not 0 <= self.validation_fraction < 1:
+            raise InputDataError("validation_fraction must lie in [0, 1)")
+        if self.early_stopping_rounds and not self.validation_fraction:
+            raise InputDataError("early stopping needs a validation set: set validation_fraction > 0")
 
 
 # =========================================================================== math
@@ -134,16 +168,21 @@ def bin_feature(x: np.ndarray, max_bin: int) -> tuple[np.ndarray, np.ndarray]:
     return splits.astype(np.float64), bins
 
 
-def bin_features(X: np.ndarray, max_bin: int) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Bin every column: ``(bins (n, F) int32, [split points per feature])``."""
+def bin_features(X: np.ndarray, max_bin: int, fit: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Bin every column: ``(bins (n, F) int32, [split points per feature])``.
+
+    ``fit`` (row indices or a mask): the split points come from these rows only (the
+    training rows, not the validation rows); every row is binned with them, so that
+    ``bin <= b`` iff ``x <= s[b]`` holds for the other rows too.
+    """
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise InputDataError("feature matrix must be 2-D")
     bins = np.zeros(X.shape, dtype=np.int32)
     splits = []
     for f in range(X.shape[1]):
-        s, b = bin_feature(X[:, f], max_bin)
-        bins[:, f] = b
+        s, b = bin_feature(X[:, f] if fit is None else X[fit, f], max_bin)
+        bins[:, f] = b if fit is None else np.searchsorted(s, X[:, f], side="left")
         splits.append(s)
     return bins, splits
 
@@ -153,17 +192,20 @@ def n_outputs(objective: str, y: np.ndarray) -> int:
     return int(np.max(y)) + 1 if objective == "multiclass" else 1
 
 
-def base_score(objective: str, y: np.ndarray) -> np.ndarray:
+def base_score(objective: str, y: np.ndarray, weight: np.ndarray | None = None, classes: int = 0) -> np.ndarray:
     """Initial margins, one per output: the log-odds of the positive rate (binary), the mean
-    (regression), or the centred log class priors (multiclass; softmax of them = the priors)."""
+    (regression), or the centred log class priors (multiclass, ``classes`` of them at least; softmax
+    of them = the priors). With sample weights, the weighted rate, mean or priors."""
+    w = np.ones(len(y)) if weight is None else np.asarray(weight, dtype=np.float64)
     if objective == "binary":
-        p = float(np.clip(np.mean(y), 1e-6, 1 - 1e-6))
+        p = float(np.clip(np.sum(w * y) / np.sum(w), 1e-6, 1 - 1e-6))
         return np.asarray([math.log(p / (1 - p))])
     if objective == "multiclass":
-        prior = np.bincount(np.asarray(y, np.int64), minlength=n_outputs(objective, y)) / len(y)
+        k = max(classes, n_outputs(objective, y))
+        prior = np.bincount(np.asarray(y, np.int64), weights=w, minlength=k) / np.sum(w)
         logp = np.log(np.clip(prior, 1e-6, None))
         return logp - logp.mean()
-    return np.asarray([float(np.mean(y))])
+    return np.asarray([float(np.sum(w * y) / np.sum(w))])
 
 
 def softmax(margin: np.ndarray) -> np.ndarray:
@@ -325,12 +367,18 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 
     A block is ``(GL, HL, nL, ids)``: integer fixed-point sums ``GL``, ``HL`` of shape
     (candidates, K), row counts ``nL``; ``G``, ``H`` (K,) are the node's totals. Candidates
-    need ``H_L, H_R >= min_child_weight`` (for several outputs: their hessians summed; XGBoost's
+    need ``H_L, H_R >= min_child_weight`` and ``> 0`` (for several outputs: their hessians summed; XGBoost's
     multi-output trees instead zero the weight of an output below it, so parity with them
-    holds at ``min_child_weight = 0``) and ``gain > GAIN_EPS``. Ties are broken without looking at the
-    passive parties' (shuffled) order: highest gain, then lowest owner, then smallest
-    ``(G_L, H_L, n_L)``; equal-statistics candidates of one owner are all returned
-    (``ids``) and the owner picks its smallest (feature, bin).
+    holds at ``min_child_weight = 0``), ``gain > GAIN_EPS`` and, as in XGBoost's hist method,
+    a loss reduction ``2 * gain >= gamma`` (XGBoost's loss change is the bracket of
+    :func:`split_gain` without the factor 1/2). Ties are broken without looking at the
+    passive parties' (shuffled) order: highest gain, then lowest owner (XGBoost's feature
+    order puts the active party's features first, then each passive party's); within the
+    first block (the active party's own candidates, ids in (feature, bin) order) the smallest
+    id, as in XGBoost; within a passive party's block the smallest ``(G_L, H_L, n_L)``, and
+    equal-statistics candidates are all returned (``ids``) for the owner to pick its smallest
+    (feature, bin). (So equal gains from *different* statistics of one passive party, e.g. mirror
+    partitions, can resolve unlike XGBoost, which picks the lower feature index.)
     """
     scale = 2.0 ** -frac_bits
     Gf, Hf = np.asarray(G, np.float64) * scale, np.asarray(H, np.float64) * scale
@@ -341,10 +389,11 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
             continue
         gl = GL.astype(np.float64) * scale
         hl = HL.astype(np.float64) * scale
-        gain = split_gain(gl, hl, Gf, Hf, params.reg_lambda, params.gamma)
+        gain = split_gain(gl, hl, Gf, Hf, params.reg_lambda, 0.0)
         hl_sum = hl.sum(axis=1)  # one output: exactly hl[:, 0]
-        ok = (hl_sum >= params.min_child_weight) & (float(Hf.sum()) - hl_sum >= params.min_child_weight)
-        ok &= gain > GAIN_EPS
+        hr_sum = float(Hf.sum()) - hl_sum
+        ok = (hl_sum >= params.min_child_weight) & (hr_sum >= params.min_child_weight) & (hl_sum > 0) & (hr_sum > 0)
+        ok &= (gain > GAIN_EPS) & (2 * gain >= params.gamma)
         if not ok.any():
             continue
         top = float(gain[ok].max())
@@ -352,6 +401,8 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
             continue
         sel = np.flatnonzero(ok & (gain == top))
         keys = sorted((tuple(GL[i].tolist()), tuple(HL[i].tolist()), int(nL[i]), int(ids[i])) for i in sel)
+        if owner == 0:  # the active party's ids are in (feature, bin) order: XGBoost's tie-break
+            keys = [min(keys, key=lambda k: k[3])]
         k0 = keys[0][:3]
         cand = (top, owner, *k0)
         if best is None or top > best[0]:

@@ -14,20 +14,29 @@ Threat model
     the batch rows' label partition (same-class rows point the same way): both by design
     of the protocol, repeated over many rounds (SECURITY.md; ``vflcrypto audit split``).
 
+Label defences (:mod:`.defence`, off by default)
+    ``--label-dp ε``: the server trains on randomized-response labels (pure ε-label-DP);
+    ``--grad-noise σ --grad-clip C`` or ``--grad-epsilon ε``: each example's gradient clipped
+    and Gaussian noise added, the head trained by DP-SGD ((ε, δ)-label-DP of the whole
+    transcript, from the ``dp-accounting`` RDP accountant). Announced in the setup; the
+    gradients then travel as ``split.dp_gradient``. ``vflcrypto audit split --defence
+    label-rr|grad-gauss --budgets 1,2,4,8`` draws their privacy–utility frontier.
+
 Citations
     P. Vepakomma, O. Gupta, T. Swedish, R. Raskar, "Split learning for health", 2018
     (arXiv 1812.00564); seed 000 §12.5.3; NVIDIA NVFlare ``cifar10-splitnn``.
 
 Message flow (kinds ``split.*``; steps of :mod:`.roles`)
-    0. S → every party ``setup``: row counts, d, epochs, batch size, the public schedule seed.
+    0. S → every party ``setup``: row counts, d, epochs, batch size, the public schedule seed,
+       the label defences.
     Per batch (epochs × ⌈overlap / batch⌉ times):
     1. party k → S ``representation``: f_k(X^k) of the batch rows (current extractor).
     2. S: cross-entropy of f_c on the concatenation, one Adam step of f_c; S → party k
-       ``gradient``: ∂L/∂H^k of the batch.
+       ``gradient``: ∂L/∂H^k of the batch (``dp_gradient`` under a label defence).
     3. party k: backpropagates it through f_k, one Adam step.
     4. (prediction) party k → S ``test_representation``; S predicts.
 
-Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.audit`; the commands are ``protocols/_repvfl_cli.py``.
+Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.defence`, :mod:`.audit`; the commands are ``protocols/_repvfl_cli.py``.
 """
 
 from __future__ import annotations
@@ -37,15 +46,16 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_cli
+from .. import _repvfl_cli, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
-from . import audit
-from .messages import PARTY, SERVER, BatchGradient, BatchRepresentation, Setup, TestRepresentation
+from . import audit, messages
+from .defence import DEFENCES, LabelDefence
+from .messages import PARTY, SERVER, BatchGradient, BatchRepresentation, DpBatchGradient, Setup, TestRepresentation
 from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, epoch_batches, run_local
 
-__all__ = ["PARTY", "SERVER", "SPEC", "BatchGradient", "BatchRepresentation", "PartyData", "PartyResult",
-           "PartyRole", "RepRun", "ServerData", "ServerResult", "ServerRole", "Setup", "SplitConfig",
-           "TestRepresentation", "epoch_batches", "run_local"]
+__all__ = ["DEFENCES", "PARTY", "SERVER", "SPEC", "BatchGradient", "BatchRepresentation", "DpBatchGradient",
+           "LabelDefence", "PartyData", "PartyResult", "PartyRole", "RepRun", "ServerData", "ServerResult",
+           "ServerRole", "Setup", "SplitConfig", "TestRepresentation", "epoch_batches", "run_local"]
 
 
 def _flower_config(run_config: Mapping[str, Any]) -> SplitConfig:
@@ -62,8 +72,13 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=55,
     commands=(_repvfl_cli.command("split", "split learning, the many-round baseline (PyTorch extractors)",
-                                  SplitConfig, run_local),),
+                                  SplitConfig, run_local),
+              _repvfl_predict.command(_repvfl_predict.Predictor("split", messages.TestRepresentation))),
     party_tasks=(_repvfl_cli.task("split", "split learning (server with labels, parties with columns)",
                                   SplitConfig, ServerRole, PartyRole),),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "split"),
+    view_attacks=audit.view_attacks,
+    checks=audit.CHECKS,
+    defences=DEFENCES,
+    frontier=audit.frontier,
 )

@@ -10,11 +10,14 @@ from vflcrypto.runtime.declarations import Protection, declare
 
 from .._repvfl import PARTY, SERVER
 
-__all__ = ["PARTY", "SERVER", "BatchGradient", "BatchRepresentation", "Setup", "TestRepresentation"]
+__all__ = ["PARTY", "SERVER", "BatchGradient", "BatchRepresentation", "DpBatchGradient", "Setup",
+           "TestRepresentation"]
 
 
 @declare("split.setup", sender=SERVER, receiver=PARTY, protection=Protection.PUBLIC,
-         reveals="the numbers of overlap and test rows, d, the epochs, the batch size and the public schedule seed")
+         reveals="the numbers of overlap and test rows, d, the epochs, the batch size and the public schedule seed; "
+                 "the label defences of the run (randomized response's epsilon; the gradient noise multiplier, "
+                 "clip norm and delta), so that every party accounts the same (epsilon, delta)")
 @dataclass(frozen=True)
 class Setup:
     n_overlap: int
@@ -23,6 +26,12 @@ class Setup:
     epochs: int
     batch_size: int
     seed: int
+    #: ε of randomized response on the labels the server trains on (None: off)
+    label_epsilon: float | None = None
+    #: the gradient noise's standard deviation over the per-example clip norm (None: no gradient noise)
+    noise_multiplier: float | None = None
+    clip: float | None = None
+    delta: float | None = None
 
 
 @declare("split.representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
@@ -36,10 +45,26 @@ class BatchRepresentation:
 
 
 @declare("split.gradient", sender=SERVER, receiver=PARTY, protection=Protection.PLAINTEXT,
-         reveals="dL/dH^k of the batch, every step: the label partition of the batch rows by design (rows of one "
-                 "class point the same way: k-means ARI measured), repeated over many rounds")
+         reveals="dL/dH^k of the batch, every step, undefended (no --label-dp, --grad-noise or --grad-epsilon): the "
+                 "label partition of the batch rows by design (rows of one class point the same way: k-means ARI "
+                 "measured), repeated over many rounds")
 @dataclass(frozen=True)
 class BatchGradient:
+    epoch: int
+    batch: int
+    G: np.ndarray
+
+
+@declare("split.dp_gradient", sender=SERVER, receiver=PARTY, protection=Protection.DP,
+         reveals="dL/dH^k of the batch under the run's label defences, every step: with --label-dp epsilon, computed "
+                 "from randomized-response labels (everything sent is pure epsilon-label-DP); with --grad-noise or "
+                 "--grad-epsilon, each example's joint gradient (head and every party's rows) clipped to C and "
+                 "Gaussian noise added, the head trained on the noised sum: the transcript to every party, even "
+                 "all parties together, is (epsilon, delta)-label-DP over the epochs (RDP accountant; setup states "
+                 "the parameters). It bounds what the rows reveal about each overlap row's label, not the "
+                 "features; the label partition and label attacks fall toward their baselines as epsilon shrinks")
+@dataclass(frozen=True)
+class DpBatchGradient:
     epoch: int
     batch: int
     G: np.ndarray

@@ -12,6 +12,11 @@ The server is the Flower ServerApp, so its head and optimizer stay in memory; a 
 extractor and Adam state are in its (wire-encodable) state after every step, and the
 party recomputes the batch's forward pass when the gradient arrives (the extractors
 have no dropout, so the recomputation is exact).
+
+The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-epsilon``) are
+the server's: it announces them in the setup, trains on randomized labels and/or sends
+clipped and noised gradients as ``split.dp_gradient``; every party accounts the announced
+(ε, δ) itself and keeps it in its result.
 """
 
 from __future__ import annotations
@@ -41,21 +46,45 @@ from .._repvfl import (
     require_torch,
     run_roles,
 )
-from .messages import BatchGradient, BatchRepresentation, Setup, TestRepresentation
+from .defence import LabelDefence, noise_for_budget, noised_step
+from .messages import BatchGradient, BatchRepresentation, DpBatchGradient, Setup, TestRepresentation
 
 __all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "run_local"]
 
 
 @dataclass(frozen=True)
 class SplitConfig(RepConfig):
-    """Split learning's parameters: :class:`RepConfig` plus the number of joint epochs."""
+    """Split learning's parameters: :class:`RepConfig`, the number of joint epochs and the label defences
+    (:mod:`.defence`; all off by default)."""
 
     epochs: int = option(200, "epochs over the overlap rows (every batch is one round trip per party)")
+    label_dp: float | None = option(None, "label DP by randomized response: the server trains on labels kept with "
+                                          "probability e^eps/(e^eps+C-1), eps = this (pure eps-label-DP)")
+    grad_noise: float | None = option(None, "Gaussian noise on the server's gradients: its std over --grad-clip "
+                                            "(each example's gradient clipped, the head trained by DP-SGD)")
+    grad_epsilon: float | None = option(None, "Gaussian gradient noise calibrated to this label-DP eps at "
+                                              "--dp-delta over the epochs (RDP accountant); instead of --grad-noise")
+    grad_clip: float = option(1.0, "L2 clip norm C of each example's gradient (with --grad-noise/--grad-epsilon)")
+    dp_delta: float = option(1e-5, "delta of the gradient-noise guarantee")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.epochs < 1:
             raise InputDataError("split learning needs at least one epoch")
+        if self.grad_noise is not None and self.grad_epsilon is not None:
+            raise InputDataError("give --grad-noise or --grad-epsilon, not both")
+        if self.grad_epsilon is not None and not self.grad_epsilon > 0:
+            raise InputDataError(f"--grad-epsilon must be > 0, got {self.grad_epsilon}")
+        self.defence()  # the defences' own checks, before any party starts
+
+    def defence(self) -> LabelDefence:
+        """The label defences this configuration asks for (the noise multiplier calibrated to --grad-epsilon)."""
+        sigma = self.grad_noise
+        if self.grad_epsilon is not None:
+            sigma = noise_for_budget(self.grad_epsilon, self.dp_delta, self.epochs)
+        if sigma is None:
+            return LabelDefence(self.label_dp)
+        return LabelDefence(self.label_dp, sigma, self.grad_clip, self.dp_delta)
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -66,10 +95,12 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
 
 @dataclass
 class PartyResult:
-    """A party's trained extractor (arrays) and the number of steps it took."""
+    """A party's trained extractor (arrays), the number of steps it took and the label defences' guarantees it
+    accounted from the setup (defence name -> (ε, δ) and what it covers; empty when undefended)."""
 
     extractor: list[np.ndarray]
     steps: int
+    privacy: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- server
@@ -101,6 +132,8 @@ class ServerRole(Role[_ServerState]):
             raise InputDataError("split learning needs at least one party")
         self.head = vnn.head(self.cfg.dim * len(self.parties), data.n_classes, seed=self.cfg.seed)
         self.opt = vnn.adam([self.head], self.cfg.head_lr)
+        self.defence = self.cfg.defence()
+        self.y_train = data.y_overlap  # randomized at start() under --label-dp
         self.t0 = time.perf_counter()
 
     @property
@@ -113,9 +146,15 @@ class ServerRole(Role[_ServerState]):
 
     def start(self) -> Next:
         """Step 0: the setup; then the first batch's representations."""
-        c = self.cfg
+        c, dfn = self.cfg, self.defence
         self.hold("labels", self.data.y_overlap)
-        setup = Setup(self.n, self.n_test, c.dim, c.epochs, c.batch_size, c.seed)
+        if dfn.label_epsilon is not None:
+            from vflcrypto.privacy import mechanisms
+
+            self.y_train = mechanisms.randomized_response(self.data.y_overlap, self.data.n_classes, dfn.label_epsilon)
+        self.hold("training_labels", self.y_train)
+        setup = Setup(self.n, self.n_test, c.dim, c.epochs, c.batch_size, c.seed, dfn.label_epsilon,
+                      dfn.noise_multiplier, dfn.clip, dfn.delta)
         return then([send(p, setup) for p in self.parties], self.parties[0], BatchRepresentation,
                     "on_representation")
 
@@ -131,7 +170,8 @@ class ServerRole(Role[_ServerState]):
         if st.k < len(self.parties):
             return then([], self.parties[st.k], BatchRepresentation, "on_representation")
         grads = self._step(rows)
-        sends = [send(p, BatchGradient(st.epoch, st.batch, g)) for p, g in zip(self.parties, grads, strict=True)]
+        kind = DpBatchGradient if self.defence.on else BatchGradient
+        sends = [send(p, kind(st.epoch, st.batch, g)) for p, g in zip(self.parties, grads, strict=True)]
         st.H, st.k = [], 0
         st.batch += 1
         if st.batch == len(epoch_batches(self.n, self.cfg.batch_size, self.cfg.seed, st.epoch)):
@@ -146,10 +186,17 @@ class ServerRole(Role[_ServerState]):
 
         from vflcrypto.ml import nn as vnn
 
+        dfn = self.defence
+        if dfn.noised:
+            assert dfn.noise_multiplier is not None and dfn.clip is not None  # LabelDefence checks both
+            grads, mean_loss = noised_step(self.head, self.opt, self.state.H, self.y_train[rows], dfn.clip,
+                                           dfn.noise_multiplier)
+            self.state.losses.append(mean_loss)
+            return grads
         hs = [torch.as_tensor(h).requires_grad_(True) for h in self.state.H]
         self.head.train()
         loss = torch.nn.functional.cross_entropy(self.head(torch.cat(hs, dim=1)),
-                                                 torch.as_tensor(self.data.y_overlap[rows], dtype=torch.long))
+                                                 torch.as_tensor(self.y_train[rows], dtype=torch.long))
         self.opt.zero_grad()
         torch.autograd.backward(loss)
         self.opt.step()
@@ -169,8 +216,8 @@ class ServerRole(Role[_ServerState]):
                  else np.zeros((0, self.data.n_classes), np.float32))
         y = self.data.y_test
         acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
-        return done(ServerResult(vnn.module_arrays(self.head), proba, acc,
-                                 {"total": time.perf_counter() - self.t0}))
+        return done(ServerResult(vnn.module_arrays(self.head), proba, acc, {"total": time.perf_counter() - self.t0},
+                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes)))
 
 
 # --------------------------------------------------------------------------- party
@@ -238,20 +285,31 @@ class PartyRole(Role[_PartyState]):
                                  f"server {setup.n_overlap} and {setup.n_test}: not aligned")
         if setup.dim != self.cfg.dim or setup.epochs < 1 or setup.batch_size < 1:
             raise ProtocolError(f"setup asks for d = {setup.dim}, {setup.epochs} epochs, batch {setup.batch_size}")
+        announced = self._announced(setup)
+        mine = self.cfg.defence()
+        if mine.on and mine != announced:
+            raise ProtocolError(f"{self.name} asks for the label defences {mine}, the server announced {announced}")
         self.state.setup = setup
         self.hold("features", d.X_overlap)
         self._save()
         return self._send_batch()
+
+    @staticmethod
+    def _announced(setup: Setup) -> LabelDefence:
+        try:
+            return LabelDefence(setup.label_epsilon, setup.noise_multiplier, setup.clip, setup.delta)
+        except InputDataError as exc:
+            raise ProtocolError(f"the setup announces invalid label defences: {exc}") from None
 
     def _send_batch(self) -> Next:
         from vflcrypto.ml import nn as vnn
 
         st = self.state
         H = vnn.forward(self.f, self.data.X_overlap[self._rows()])
-        return then([send(self.server, BatchRepresentation(st.epoch, st.batch, H))], self.server, BatchGradient,
-                    "on_gradient")
+        kind = DpBatchGradient if self._announced(self.setup).on else BatchGradient
+        return then([send(self.server, BatchRepresentation(st.epoch, st.batch, H))], self.server, kind, "on_gradient")
 
-    def on_gradient(self, msg: BatchGradient) -> Next:
+    def on_gradient(self, msg: BatchGradient | DpBatchGradient) -> Next:
         """Step 3: backpropagate the server's gradient through f_k; then the next batch or the test rows."""
         import torch
 
@@ -276,7 +334,8 @@ class PartyRole(Role[_PartyState]):
         if st.epoch < s.epochs:
             return self._send_batch()
         test = TestRepresentation(vnn.forward(self.f, self.data.X_test))
-        return done(PartyResult(self.state.extractor, st.steps), [send(self.server, test)])
+        privacy = self._announced(s).privacy(s.epochs)
+        return done(PartyResult(self.state.extractor, st.steps, privacy), [send(self.server, test)])
 
 
 # --------------------------------------------------------------------------- in one process

@@ -26,6 +26,7 @@ from .._train import (
     add_pair_train_arguments,
     add_party_data_arguments,
     add_train_options,
+    exact_columns,
     json_outcome,
     pair_weights,
     read_own,
@@ -83,7 +84,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     active, passives = ctx.one(ACTIVE), ctx.names(PASSIVE)
     if len(passives) != 1 or len(ctx.roles) != 2:
         raise InputDataError("SSHE logistic regression runs with exactly two parties: one active, one passive")
-    table, _ = training_rows(args, ctx, read_own(args, ctx, label_role=ACTIVE))
+    table = exact_columns(training_rows(args, ctx, read_own(args, ctx, label_role=ACTIVE))[0])
     if ctx.role == ACTIVE:
         assert table.label is not None  # read_own requires it at the active party
         role: Any = ActiveRole(table.X if table.columns else None, table.label, params=params, key_bits=opts.key_bits,

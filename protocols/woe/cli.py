@@ -15,6 +15,7 @@ import json
 import time
 from typing import Any
 
+from vflcrypto.data.validate import warn_few_rows
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
@@ -67,6 +68,7 @@ def train(args: argparse.Namespace) -> int:
     tables, align_bytes = align_tables(tables, names, aligned=opts.aligned)
     y = tables[0].label
     assert y is not None  # read_tables requires the label at the active party
+    warn_few_rows(len(y), what="aligned rows", result="the WOE and IV")
     run = run_local(y, tables[0].X, [t.X for t in tables[1:]], params=params, key_bits=opts.key_bits,
                     allow_insecure=opts.allow_insecure, active_columns=tables[0].columns,
                     passive_columns=[t.columns for t in tables[1:]], timeout=opts.timeout)
@@ -98,6 +100,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     table = read_own(args, ctx, label_role=ACTIVE)
     table, _ = training_rows(args, ctx, table)
     if ctx.role == ACTIVE:
+        warn_few_rows(len(table), what="aligned rows", result="the WOE and IV")
         y = table.label
         assert y is not None  # read_own requires the label at the active party
         keys = generate_keypair(opts.key_bits, allow_insecure=opts.allow_insecure)

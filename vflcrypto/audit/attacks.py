@@ -45,6 +45,7 @@ __all__ = [
     "ks_one_sample",
     "ks_two_sample",
     "linear_probe_r2",
+    "normal_isf",
     "normal_sf",
     "not_measured",
     "order_finding",
@@ -168,12 +169,17 @@ def ascents_sf(sizes: Sequence[int], k: int) -> float:
     return min(1.0, sum(total[max(k, 0):]) / orders)
 
 
-def _z_two_sided(alpha: float) -> float:
+def normal_isf(p: float) -> float:
+    """The z >= 0 with P(Z > z) = ``p`` (p <= 1/2), by bisection: a one-sided test's critical value."""
     lo, hi = 0.0, 40.0
     for _ in range(100):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if 2 * normal_sf(mid) > alpha else (lo, mid)
+        lo, hi = (mid, hi) if normal_sf(mid) > p else (lo, mid)
     return hi
+
+
+def _z_two_sided(alpha: float) -> float:
+    return normal_isf(alpha / 2)
 
 
 def pearson(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> tuple[float, float]:

@@ -26,12 +26,12 @@ __all__ = ["MAX_ARROWS", "PROTECTION_COLOURS", "SEQUENCE_WIDTH", "arrows", "fit"
 #: one colour per protection class (colour-blind-safe where it matters: red = in the clear)
 PROTECTION_COLOURS = {
     "plaintext": "#d62728", "ciphertext": "#1f77b4", "masked": "#9467bd", "aggregate": "#2ca02c",
-    "public": "#7f7f7f", "blinded": "#17becf", "undeclared": "#000000",
+    "public": "#7f7f7f", "blinded": "#17becf", "dp": "#ff7f0e", "undeclared": "#000000",
 }
 MAX_ARROWS = 120  # per run; the rest is summarised in one line
 MAX_PERIOD = 48  # longest round (in arrows) that rounds() looks for
 SEQUENCE_WIDTH = 1300  # px: the report's page width (1400 px) less its margins
-_ORDER = ("plaintext", "ciphertext", "masked", "aggregate", "blinded", "public")
+_ORDER = ("plaintext", "ciphertext", "masked", "aggregate", "dp", "blinded", "public")
 
 # advance widths of DejaVu Sans, characters 32..126, in hundredths of an em
 _WIDTHS = (32, 40, 46, 84, 64, 95, 78, 27, 39, 39, 50, 84, 32, 36, 32, 34, 64, 64, 64, 64, 64, 64, 64, 64, 64, 64,
@@ -88,6 +88,7 @@ def protection_class(kind: str) -> tuple[str, str]:
         return "undeclared", "undeclared"
     names = {p.value for p in decl.protection}
     names = {"blinded" if n in (Protection.BLINDED.value, Protection.SHUFFLED.value) else n for n in names}
+    names = {"dp" if n == Protection.DP.value else n for n in names}
     cls = next(c for c in _ORDER if c in names or c == "public")
     label = " + ".join(sorted(p.value for p in decl.protection))
     if Protection.CIPHERTEXT in decl.protection and decl.key_owner:

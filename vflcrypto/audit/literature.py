@@ -1,4 +1,4 @@
-"""Published attacks on vertical FL, run on one role's view of a run and scored against a stated baseline.
+"""Published attacks on vertical FL and secure aggregation, run on one role's view and scored against a baseline.
 
 Every function here is one attack from the literature. Its input is **one role's view**:
 arrays decoded from the messages that role received in a run (an audit tap, or a run record
@@ -18,7 +18,11 @@ Attacks (numpy only: every model an attacker trains here is a closed-form or ful
   outputs with a handful of known labels (:data:`FU_2022`);
 * :func:`representation_inversion` — the server decodes a party's raw columns from the
   representations it received, having learned the decoder on rows whose raw values it
-  knows (:data:`HE_2019`).
+  knows (:data:`HE_2019`);
+* :func:`round_difference` — a secure-aggregation server subtracts the sums of two rounds
+  whose survivors differ by one client and reads that client's input (:data:`SO_2023`).
+  The model-inconsistency attack of :data:`PASQUINI_2022` is an active server's and lives
+  with the protocol it attacks (``vflcrypto.protocols.hfl.audit``).
 
 The multi-class generalisations (the papers' label attacks are stated for binary labels)
 are given in each function's docstring. Randomness here only simulates the attacker's side
@@ -35,15 +39,19 @@ import numpy as np
 
 from ..errors import AuditError
 from ..runtime.declarations import Protection
-from .attacks import ALPHA, accuracy_finding, normal_sf
+from .attacks import ALPHA, accuracy_finding, normal_isf, normal_sf, not_measured
 from .ledger import EmpiricalFinding
 
 __all__ = [
     "FU_2022",
+    "GUO_2022",
     "HE_2019",
+    "KMPRT_2017",
     "LI_2022",
     "MAX_ROWS",
     "PAPERS",
+    "PASQUINI_2022",
+    "SO_2023",
     "TAKAHASHI_2023",
     "WENG_2020",
     "auc_finding",
@@ -54,6 +62,7 @@ __all__ = [
     "norm_scoring",
     "representation_inversion",
     "roc_auc",
+    "round_difference",
 ]
 
 LI_2022 = "Li et al., Label Leakage and Protection in Two-party Split Learning, ICLR 2022"
@@ -62,24 +71,23 @@ HE_2019 = "He, Zhang and Lee, Model Inversion Attacks against Collaborative Infe
 TAKAHASHI_2023 = ("Takahashi, Liu and Liu, Eliminating Label Leakage in Tree-Based Vertical Federated Learning, "
                   "arXiv:2307.10318, 2023")
 WENG_2020 = "Weng et al., Privacy Leakage of Real-World Vertical Federated Learning, arXiv:2011.09290, 2020"
-#: short key -> citation of every paper an attack here (or in :mod:`.literature_tabular`) reproduces
+GUO_2022 = ("Guo et al., Birds of a Feather Flock Together: How Set Bias Helps to Deanonymize You via Revealed "
+            "Intersection Sizes, USENIX Security 2022")
+KMPRT_2017 = ("Kolesnikov, Matania, Pinkas, Rosulek and Trieu, Practical Multi-party Private Set Intersection from "
+              "Symmetric-Key Techniques, ACM CCS 2017")
+SO_2023 = ("So, Ali, Güler, Jiao and Avestimehr, Securing Secure Aggregation: Mitigating Multi-Round Privacy "
+           "Leakage in Federated Learning, AAAI 2023")
+PASQUINI_2022 = ("Pasquini, Francati and Ateniese, Eluding Secure Aggregation in Federated Learning via Model "
+                 "Inconsistency, ACM CCS 2022")
+#: short key -> citation of every paper an attack here (or in :mod:`.literature_tabular`, :mod:`.literature_psi`,
+#: or an audit) reproduces
 PAPERS = {"li2022": LI_2022, "fu2022": FU_2022, "he2019": HE_2019, "takahashi2023": TAKAHASHI_2023,
-          "weng2020": WENG_2020}
+          "weng2020": WENG_2020, "guo2022": GUO_2022, "kmprt2017": KMPRT_2017, "so2023": SO_2023,
+          "pasquini2022": PASQUINI_2022}
 #: the inversion attack works on at most this many rows (a seeded subsample beyond): its kernels cost O(rows^2)
 #: memory and an O(rows^3) eigendecomposition
 MAX_ROWS = 1500
-
-
-def _z_alpha() -> float:
-    """The one-sided normal quantile of ALPHA (about 4.26)."""
-    lo, hi = 0.0, 40.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if normal_sf(mid) > ALPHA else (lo, mid)
-    return hi
-
-
-_ZA = _z_alpha()
+_ZA = normal_isf(ALPHA)  # the one-sided critical value of ALPHA (about 4.26)
 
 
 # --------------------------------------------------------------------------- side knowledge and scores
@@ -435,3 +443,90 @@ def representation_inversion(observer: str, name: str, H: np.ndarray, X: np.ndar
                                      f"{len(decoders[0].train)} of {scored} rows it is assumed to know, every row "
                                      f"scored by a decoder that did not know it ({len(decoders)} folds); baseline: "
                                      "the same attack with the rows shuffled")
+
+
+# --------------------------------------------------------------------------- So et al. (AAAI 2023)
+
+
+def _pooled_r(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[float, int]:
+    """Pearson r over the concatenated pairs (each piece centred on its own) and the number of values."""
+    xs = [np.asarray(a, np.float64).ravel() for a, _ in pairs]
+    ys = [np.asarray(b, np.float64).ravel() for _, b in pairs]
+    x = np.concatenate([a - a.mean() for a in xs])
+    y = np.concatenate([b - b.mean() for b in ys])
+    den = float(np.sqrt((x @ x) * (y @ y)))
+    return (float(x @ y) / den if den > 0 else 0.0), len(x)
+
+
+def round_difference(observer: str, name: str, aggregates: Sequence[np.ndarray], survivors: Sequence[Sequence[str]],
+                     truth: Mapping[str, Sequence[np.ndarray]], *, attacks: Sequence[str], what: str = "input",
+                     coords: slice = slice(None)) -> EmpiricalFinding:
+    """The round-difference (disaggregation) attack on secure aggregation (So et al., AAAI 2023, section 3).
+
+    The server's own view: the sum it computed in every round (``aggregates``) and who
+    survived it (``survivors``). For every two rounds whose survivor sets differ by exactly
+    one client v, the difference of their sums is v's vector plus the change of the other
+    survivors' vectors between the rounds: v's vector exactly when the inputs repeat across
+    rounds, close to it when they change slowly (model updates). The value is the Pearson r
+    (over ``coords`` of every such difference, pooled) between the difference and v's true
+    vector of the round it survived (``truth[v][round]``; scoring only).
+
+    The baseline is what a difference of two rounds says about v when v's presence did not
+    change: the differences of every two rounds with the same survivors, scored against the
+    same vectors of v (the better sign, |r|); without such rounds, each attacked difference
+    scored against the clients that survived both of its rounds. The test is one-sided
+    (Fisher z of two correlations); randomness: none.
+    """
+    attacked: list[tuple[np.ndarray, np.ndarray]] = []
+    same: list[np.ndarray] = []
+    fallback: list[tuple[np.ndarray, np.ndarray]] = []
+    targets: list[np.ndarray] = []
+    found: list[str] = []
+
+    def vec(client: str, k: int) -> np.ndarray | None:
+        rows = truth.get(client, ())
+        return np.asarray(rows[k], np.float64)[coords] if k < len(rows) else None
+
+    agg = [np.asarray(a, np.float64)[coords] for a in aggregates]
+    for a in range(len(agg)):
+        for b in range(a + 1, len(agg)):
+            sa, sb = set(survivors[a]), set(survivors[b])
+            if sa == sb:
+                same.append(agg[a] - agg[b])
+                continue
+            if len(sa ^ sb) != 1:
+                continue
+            (v,) = sa ^ sb
+            hi, lo = (a, b) if v in sa else (b, a)
+            target = vec(v, hi)
+            if target is None:
+                continue
+            est = agg[hi] - agg[lo]
+            attacked.append((est, target))
+            targets.append(target)
+            found.append(f"{v} (rounds {hi} - {lo})")
+            fallback += [(est, t) for c in sorted(sa & sb) if (t := vec(c, hi)) is not None]
+    if not attacked:
+        return not_measured(observer, name, attacks, None, "no two rounds whose survivors differ by one client")
+    r, n = _pooled_r(attacked)
+    r2 = 1.0 - sum(float(((t - e) ** 2).sum()) for e, t in attacked) / \
+        sum(float(((t - t.mean()) ** 2).sum()) for _, t in attacked)
+    if same:
+        base = [(d, t) for d in same for t in targets]
+        how = f"the {len(same)} difference(s) of two rounds with the same survivors, scored against the same vectors"
+    else:
+        base = fallback
+        how = "each difference scored against the clients that survived both of its rounds"
+    r0, n0 = _pooled_r(base) if base else (0.0, n)
+    r0 = abs(r0)
+    se = math.sqrt(1.0 / max(n - 3, 1) + 1.0 / max(n0 - 3, 1))
+    clip = 1.0 - 1e-12
+    z = (math.atanh(min(r, clip)) - math.atanh(min(r0, clip))) / se
+    crit = math.tanh(math.atanh(min(r0, clip)) + _ZA * se)
+    return EmpiricalFinding(
+        observer, name, r, r0,
+        f"the server subtracts the sums of two rounds whose survivors differ by one client ({'; '.join(found)}) and "
+        f"takes the difference as that client's {what}: Pearson r {r:.3f} over {n} values (R^2 {r2:.3f}); baseline: "
+        f"{how} (|r| {r0:.3f}); by design of secure aggregation, which protects one round's sum only",
+        attacks=tuple(attacks), protection=None, flagged=bool(normal_sf(z) < ALPHA), p_value=normal_sf(z),
+        samples=n, min_effect=crit, detects=f"r >= {crit:.3f} on {n} values", paper=SO_2023)

@@ -342,14 +342,18 @@ def write_plots(outcome: AuditOutcome, directory: str | Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..data.files import atomic_open
+
     out_dir = Path(directory)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
         paths.append(out_dir / name)
-        fig.savefig(paths[-1], dpi=130, bbox_inches="tight")
-        plt.close(fig)
+        try:
+            with atomic_open(paths[-1], "wb") as fh:  # inside atomic_set: published with the other figures
+                fig.savefig(fh, format="png", dpi=130, bbox_inches="tight")
+        finally:
+            plt.close(fig)
     for i, (label, transcript) in enumerate(outcome.transcripts):
         entries = transcript.entries()
         parties, rows = lifelines(entries), arrows(entries)[:MAX_ARROWS]

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "vflcrypto.cli.demo",
     "vflcrypto.cli.examples",
     "vflcrypto.cli.train",
+    "vflcrypto.cli.predict",
     "vflcrypto.cli.audit",
     "vflcrypto.cli.bench",
     "vflcrypto.cli.certs",
@@ -37,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--parallel", choices=("process", "ray"), default=None,
                         help="where a party's big-integer work runs: this machine's process pool (default) or "
-                             "the party's own Ray cluster (also $VFLCRYPTO_BACKEND)")
+                             "the party's own Ray cluster (also $VFLCRYPTO_BACKEND); private-key work goes to Ray "
+                             "only under Ray's TLS (RAY_USE_TLS=1), else it stays in the local pool")
     parser.add_argument("--ray-address", default=None,
                         help="with --parallel ray: the party's cluster ('auto', host:port); default: a local "
                              "instance (also $VFLCRYPTO_RAY_ADDRESS)")
@@ -99,8 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--ray-address needs --parallel ray")
         parallel.configure(args.parallel or parallel.backend(), address=args.ray_address)
     from ..runtime import progress
+    from ..spec import check_config_args
 
     try:
+        check_config_args(args)  # every protocol setting refused or accepted before any work
         if not _shows_progress(args):
             return int(args.handler(args) or 0)
         with progress.reporting(progress.Bars(sys.stderr)):

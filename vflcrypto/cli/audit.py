@@ -7,8 +7,13 @@ received, held to the protocol's declared checks (:mod:`vflcrypto.audit.checks`)
 command exits 1, naming each one, when a check flags a declared protection as failed or
 could not be measured (no messages to attack, or too little power to detect its failure).
 ``net`` audits the network hello of :mod:`vflcrypto.runtime.network`.
+``--defence D --budgets 1,2,4,8`` draws a protocol's privacy–utility frontier instead: its
+audit's attacks, the test accuracy and the accounted (ε, δ) at each budget, beside the
+undefended run (:class:`vflcrypto.audit.defences.Frontier`).
 ``--transcript FILE`` audits a recorded run instead (a ``vflcrypto party`` run record or
-a Flower run's transcript: declared leakage only, no attacks). ``--security-md``
+a Flower run's transcript: declared leakage); when the party kept its messages
+(``--keep-messages``), its protocol's published attacks run on that party's view alone,
+scored against ``--truth`` labels if given (:mod:`vflcrypto.runtime.record`). ``--security-md``
 rewrites the generated leakage tables in SECURITY.md from the declarations.
 """
 
@@ -18,8 +23,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import InputDataError
+from ..spec import number
 
 __all__ = ["checks_block", "flower_relay_table", "load_all_protocols", "register", "security_md_blocks"]
 
@@ -90,27 +97,103 @@ def _audit_recorded(path: Path, args: argparse.Namespace) -> int:
     transcript = Transcript.from_dict(entries)
     report = audit(transcript)
     label = str(data.get("task", path.name)) if isinstance(data, dict) else path.name
-    _outputs(AuditOutcome(label, report, transcripts=((f"recorded run {path.name}", transcript),)), args)
-    print(report.to_json() if args.json else report.to_text())
+    kept = data.get("messages") if isinstance(data, dict) else None
+    if kept is None:
+        if args.truth:
+            raise InputDataError(f"{path}: the run kept no messages to attack (run the party with --keep-messages)")
+        _outputs(AuditOutcome(label, report, transcripts=((f"recorded run {path.name}", transcript),)), args)
+        print(report.to_json() if args.json else report.to_text())
+        return 0
+    findings = _attack_view(path.parent / str(kept), label, args)
+    outcome = AuditOutcome(label, report, tuple(findings), transcripts=((f"recorded run {path.name}", transcript),))
+    _outputs(outcome, args)
+    print(json.dumps(outcome.to_dict(), indent=2) if args.json else outcome.to_text())
     return 0
 
 
+def _attack_view(path: Path, task: str, args: argparse.Namespace) -> list[Any]:
+    """The published attacks of ``task``'s protocol on the one party's view kept in ``path``, scored against
+    ``--truth`` (labels by row ID) when given."""
+    import numpy as np
+
+    from ..data.tables import read_party_csv
+    from ..runtime.record import read_messages
+    from .party import _task_specs
+
+    view = read_messages(path)
+    found = _task_specs().get(view.task)
+    if found is None or found[1].view_attacks is None:
+        raise InputDataError(f"{path}: no attacks on a recorded view of {task!r} (they exist for: "
+                             f"{', '.join(sorted(t for t, (_, s) in _task_specs().items() if s.view_attacks))})")
+    y = None
+    if args.truth:
+        if not args.truth_id_column or not args.truth_label:
+            raise InputDataError("--truth needs --truth-id-column and --truth-label")
+        table = read_party_csv(args.truth, args.truth_id_column, label=args.truth_label, features=[])
+        assert table.label is not None
+        by_id = dict(zip(table.ids, table.label, strict=True))
+        missing = [r for r in view.rows if r not in by_id]
+        if missing:
+            raise InputDataError(f"{args.truth}: no {args.truth_label!r} for {len(missing)} of the {len(view.rows)} "
+                                 f"row IDs of the recorded run (first: {missing[0]!r})")
+        y = np.asarray([by_id[r] for r in view.rows])
+    for kind, count in sorted(view.undecoded.items()):
+        print(f"{path.name}: {count} {kind} message(s) not decoded (ciphertexts under a key the file does not carry)",
+              file=sys.stderr)
+    return found[1].view_attacks(view, y)
+
+
 def _outputs(outcome: object, args: argparse.Namespace) -> None:
-    """``--html FILE`` and ``--plot DIR``: the report of the audit (written atomically) and its PNG figures."""
+    """``--html FILE`` and ``--plot DIR``: the report of the audit and its PNG figures, published together
+    (:func:`~vflcrypto.data.files.atomic_set`: all of them, or none after a failed write)."""
     from ..audit.ledger import AuditOutcome
     from ..audit.report import render_html, write_plots
-    from ..data.files import atomic_write_text
+    from ..data.files import atomic_set, atomic_write_text
 
     assert isinstance(outcome, AuditOutcome)
-    if args.html:
-        atomic_write_text(args.html, render_html(outcome))
-        print(f"wrote {args.html}", file=sys.stderr)
-    if args.plot:
-        for p in write_plots(outcome, args.plot):
-            print(f"wrote {p}", file=sys.stderr)
+    written: list[str | Path] = []
+    with atomic_set():
+        if args.html:
+            atomic_write_text(args.html, render_html(outcome))
+            written.append(args.html)
+        if args.plot:
+            written += write_plots(outcome, args.plot)
+    for p in written:
+        print(f"wrote {p}", file=sys.stderr)
+
+
+def _budgets(text: str) -> list[float]:
+    try:
+        budgets = [float(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise InputDataError(f"--budgets takes comma-separated epsilons, got {text!r}") from None
+    if not budgets or any(not b > 0 or b == float("inf") for b in budgets):
+        raise InputDataError(f"--budgets takes finite epsilons > 0, got {text!r}")
+    return budgets
+
+
+def _frontier(args: argparse.Namespace) -> int:
+    from ..protocols import get
+
+    spec = get(args.name)
+    if spec.frontier is None or args.defence not in spec.defences:
+        offered = ", ".join(spec.defences) or "none"
+        raise InputDataError(f"{args.name} has no defence {args.defence!r} (its defences: {offered})")
+    if args.repeats < 1:
+        raise InputDataError(f"--repeats takes a count >= 1, got {args.repeats}")
+    frontier = spec.frontier(args.defence, _budgets(args.budgets), args.repeats)
+    print(json.dumps(frontier.to_dict(), indent=2) if args.json else frontier.to_text())
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.defence or args.budgets:
+        if not args.name or args.name == NET or not args.defence:
+            raise InputDataError("--defence D [--budgets 1,2,4,8] needs a protocol with defences (e.g. split)")
+        if args.html or args.plot or args.transcript or args.security_md:
+            raise InputDataError("--defence draws a frontier: no --html, --plot, --transcript or --security-md")
+        args.budgets = args.budgets or "1,2,4,8"
+        return _frontier(args)
     if args.security_md:
         from ..audit.ledger import render_security_md
 
@@ -122,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
         new = render_security_md(text, security_md_blocks())
         if new != text:
-            path.write_text(new, encoding="utf-8")
+            from ..data.files import atomic_write_text
+
+            atomic_write_text(path, new)
             print(f"updated {path}")
         else:
             print(f"{path} is up to date")
@@ -157,14 +242,23 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("audit", help="per-role leakage of a protocol run (table or JSON)")
     p.add_argument("name", nargs="?", choices=_names(), help="protocol to run and audit")
-    p.add_argument("--key-bits", type=int, default=2048)
+    p.add_argument("--key-bits", type=number(int, at_least=512), default=2048)
     p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (tests only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--transcript", metavar="FILE",
-                   help="audit a recorded run (party run record or Flower transcript JSON) instead")
+                   help="audit a recorded run (party run record or Flower transcript JSON) instead; a party run "
+                        "with --keep-messages is also attacked from that party's view alone")
+    p.add_argument("--truth", metavar="FILE", help="--transcript: a CSV of the true labels by row ID, which only "
+                                                  "scores the attacks on the recorded view")
+    p.add_argument("--truth-id-column", metavar="COL", help="--truth: its ID column")
+    p.add_argument("--truth-label", metavar="COL", help="--truth: its label column")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report of the audited runs "
                                                  "(sequence diagrams, ledgers, checks, curves)")
     p.add_argument("--plot", metavar="DIR", help="also write the report's figures as PNG files in DIR")
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
+    p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
+                                                  "(split: label-rr, grad-gauss; hfl: dp-fedavg) instead of the audit")
+    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8)")
+    p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")
     p.set_defaults(handler=run)

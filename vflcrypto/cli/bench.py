@@ -20,7 +20,9 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
+from ..spec import number
 from .gradbench import OPERATIONS, BackendResult, run_gradient_bench
 
 __all__ = ["register"]
@@ -105,7 +107,11 @@ def _plot(results: list[BackendResult], path: str) -> None:
     ax.set_title("Encrypted-gradient throughput per core, same machine, same run (median)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    from ..data.files import atomic_open
+
+    with atomic_open(path, "wb") as fh:  # never a half-written figure
+        fig.savefig(fh, format=Path(path).suffix.lstrip(".").lower() or "png", dpi=120)
+    plt.close(fig)
 
 
 #: ``bench gradients`` sizes: the default runs every backend in about 100 CPU seconds (about two
@@ -161,14 +167,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--full", action="store_true",
                    help=f"the full run: --n {FULL['n']:,} --phe-n {FULL['phe_n']} --repeats {FULL['repeats']} "
                         "(tens of minutes on 2 cores); default: a quick run of every backend, about two minutes")
-    g.add_argument("--n", type=int, default=None,
+    g.add_argument("--n", type=number(int, at_least=1), default=None,
                    help=f"rows per operation, every backend but phe (default {QUICK['n']:,}; --full {FULL['n']:,})")
-    g.add_argument("--key-bits", type=int, default=2048)
+    g.add_argument("--key-bits", type=number(int, at_least=512), default=2048)
     g.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (smoke tests)")
-    g.add_argument("--phe-n", type=int, default=None, help="rows for phe (too slow at --n; a prefix of the data; "
+    g.add_argument("--phe-n", type=number(int, at_least=1), default=None,
+                   help="rows for phe (too slow at --n; a prefix of the data; "
                    f"default {QUICK['phe_n']}; --full {FULL['phe_n']})")
-    g.add_argument("--heu-n", type=int, default=None, help="rows for HEU (default: --n)")
-    g.add_argument("--repeats", type=int, default=None, help="timed calls per operation (median and range shown; "
+    g.add_argument("--heu-n", type=number(int, at_least=1), default=None, help="rows for HEU (default: --n)")
+    g.add_argument("--repeats", type=number(int, at_least=1), default=None,
+                   help="timed calls per operation (median and range shown; "
                    f"default {QUICK['repeats']}; --full {FULL['repeats']})")
     g.add_argument("--backends", help="comma-separated rows to run (default: all available), e.g. "
                    "vflcrypto-ou-packed,vflcrypto-ou,vflcrypto-ou-heu,heu-ou,phe")

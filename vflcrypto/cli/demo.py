@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..spec import DemoContext
+from ..spec import DemoContext, number
 
 __all__ = ["register"]
 
@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="run the main job on bundled example data (no servers)")
     p.add_argument("--out-dir", help="where to write outputs (default: a new temporary directory)")
-    p.add_argument("--key-bits", type=int, default=2048, help="Paillier modulus size (default 2048)")
+    p.add_argument("--key-bits", type=number(int, at_least=512), default=2048,
+                   help="Paillier modulus size (default 2048)")
     p.add_argument("--allow-insecure", action="store_true", help="accept keys below 2048 bits (tests only)")
     p.add_argument("--quick", action="store_true", help="fewer iterations/trees (for tests)")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")

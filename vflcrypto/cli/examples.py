@@ -27,7 +27,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -37,19 +36,21 @@ __all__ = ["register"]
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write every example file, all-or-nothing (:func:`~vflcrypto.data.files.atomic_set`), then list them."""
+    from vflcrypto.data.files import atomic_set, atomic_write_bytes, check_output_dir
     from vflcrypto.protocols.logreg import export_titanic_parties
 
-    out = Path(args.dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_dir(args.dir)
     data = resources.files("vflcrypto") / "data"
-    for name in ("bank.csv", "shop.csv"):
-        with resources.as_file(data / name) as src:
-            shutil.copyfile(src, out / name)
-        print(out / name)
-    for path in export_titanic_parties(out / "titanic", unaligned=args.unaligned):
-        print(path)
-    for path in [*_digits_vfl(out / "digits"), *_digits_proto(out / "protovfl"), *_digits_hfl(out / "hfl"),
-                 *_claims(out / "claims")]:
+    written = []
+    with atomic_set():  # a full disk at any file leaves none of them
+        for name in ("bank.csv", "shop.csv"):
+            atomic_write_bytes(out / name, (data / name).read_bytes())
+            written.append(out / name)
+        written += export_titanic_parties(out / "titanic", unaligned=args.unaligned)
+        written += [*_digits_vfl(out / "digits"), *_digits_proto(out / "protovfl"), *_digits_hfl(out / "hfl"),
+                    *_claims(out / "claims")]
+    for path in written:
         print(path)
     return 0
 
@@ -61,7 +62,6 @@ def _claims(out: Path) -> list[Path]:
 
     Xa, y, ca, Xp, cp = example(440)
     ids = [f"m{i:04d}" for i in range(440)]
-    out.mkdir(parents=True, exist_ok=True)
     insurer, pharmacy = out / "insurer.csv", out / "pharmacy.csv"
     write_csv_atomic(insurer, ["id", "claims", *ca],
                      [[ids[i], int(y[i]), *(f"{v:.6g}" for v in Xa[i])] for i in range(400)])
@@ -87,7 +87,6 @@ def _write_tables(out: Path, server: Any, parties: Sequence[Any]) -> list[Path]:
     """The server's ``id``/``digit`` file and one ``id`` + columns file per party."""
     from vflcrypto.data.files import write_csv_atomic
 
-    out.mkdir(parents=True, exist_ok=True)
     assert server.label is not None
     paths = [out / "server.csv"]
     write_csv_atomic(paths[0], ["id", "digit"], [[i, int(y)] for i, y in zip(server.ids, server.label, strict=True)])
@@ -104,7 +103,6 @@ def _digits_hfl(out: Path) -> list[Path]:
     from vflcrypto.data.files import write_csv_atomic
     from vflcrypto.protocols.hfl import digits_clients
 
-    out.mkdir(parents=True, exist_ok=True)
     paths = []
     for k, c in enumerate(digits_clients(3, seed=0, test_fraction=0.0)):
         paths.append(out / f"client{k}.csv")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["HelpParser", "PlainHelpFormatter", "plain_text"]
 
@@ -46,8 +46,15 @@ class PlainHelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class HelpParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` with :class:`PlainHelpFormatter`; its sub-command parsers are ``HelpParser`` too."""
+    """An ``ArgumentParser`` with :class:`PlainHelpFormatter`; its sub-command parsers are ``HelpParser`` too.
+
+    A command line it refuses ends in one line on stderr (what is wrong, where ``--help``
+    lists the options) and exit code 2, not argparse's usage block before the error.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", PlainHelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -9,7 +9,9 @@
 
 Tasks: ``align`` (ECDH or, with pinned identity keys, keyed-hash PSI; two parties or the
 all-party intersection of 3+), ``train logreg`` (plain or ``--secure``), ``train linreg``
-(active, passive parties and a coordinator) and ``train secureboost``. Training tasks read
+(active, passive parties and a coordinator), ``train secureboost`` and the other protocols'
+``train NAME``, and ``predict linreg`` (each party applies its own saved model to new rows;
+the active party writes the predictions). Training tasks read
 only this party's CSV and align rows by PSI first (active and passive parties; the
 coordinator holds no data) unless ``--aligned``; their flags mirror the in-process
 ``vflcrypto train ...`` commands. The label holder also writes ``<out>.metrics.json``.
@@ -30,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from ..data.files import atomic_write_text, check_outputs
+from ..data.files import atomic_set, atomic_write_text, check_outputs
 from ..errors import ProtocolError
 from ..protocols._train import metrics_path
 from ..spec import PartyTask, ProtocolSpec, TaskContext
@@ -65,20 +69,50 @@ def sidecar_path(out: Path) -> Path:
     return out.with_name(out.name + ".run.json")
 
 
+#: the settings every party that holds data must share, by flag: they decide which rows each party
+#: trains on, so a difference is refused in the hello (before any work) instead of surfacing as
+#: "not aligned" in the middle of training; a party without data (a coordinator) sends none
+SHARED = {"test_fraction": "--test-fraction", "split_seed": "--split-seed", "aligned": "--aligned"}
+
+
+def shared_settings(args: argparse.Namespace) -> dict[str, str]:
+    """This party's :data:`SHARED` settings as the hello carries them (none without ``--data``)."""
+    if not getattr(args, "data", None):
+        return {}
+    def show(v: Any) -> str:
+        return ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+    return {flag: show(getattr(args, dest)) for dest, flag in SHARED.items() if hasattr(args, dest)}
+
+
 def _needs_identity(args: argparse.Namespace, task: str, ctx: TaskContext) -> bool:
     """Whether this party signs with its Ed25519 identity key in ``task``."""
     spec = _tasks().get(task)
     return spec is not None and spec.needs_identity(args, ctx)
 
 
+def quiet_grpc(verbose: bool) -> None:
+    """gRPC core's own log lines (``Got goaway``, ``Handshake failed``, ``add_port``) on stderr only
+    with ``--verbose``: without it they surround the one line that says what went wrong.
+
+    gRPC reads ``GRPC_VERBOSITY`` once, when it is first imported, so this runs before any
+    import of it; a value the user set in the environment is kept.
+    """
+    if "grpc" in sys.modules:
+        return
+    os.environ.setdefault("GRPC_VERBOSITY", "INFO" if verbose else "NONE")
+
+
 def run_party(args: argparse.Namespace) -> int:
     """Connect, agree on the run, run the role, write output + sidecar; abort cleanly on error."""
-    from ..runtime.channel import Transcript
+    quiet_grpc(bool(getattr(args, "verbose", False)))
+    from ..runtime.channel import AuditTap, Transcript
     from ..runtime.identity import PartyIdentity
     from ..runtime.network import connect_party
     from ..runtime.partyconfig import load_party_config
+    from ..runtime.record import messages_path, write_messages
 
-    task = args.task if args.task != "train" else f"train-{args.model}"
+    task = f"{args.task}-{args.model}" if args.task in ("train", "predict") else args.task
     found = _task_specs().get(task)
     if found is None:
         raise ProtocolError(f"no protocol registers the task {task!r}")
@@ -92,19 +126,22 @@ def run_party(args: argparse.Namespace) -> int:
     identity = PartyIdentity.from_files(spec.name, spec.cert_path, key, config.ca_path)
     out = Path(args.out)
     data = getattr(args, "data", None)
-    check_outputs({"output": out, "run record": sidecar_path(out), "metrics": metrics_path(out)},
+    check_outputs({"output": out, "run record": sidecar_path(out), "metrics": metrics_path(out),
+                   "kept messages": messages_path(out)},
                   [data] if data else [])  # before connecting: never overwrite the input
     sidecar_path(out).unlink(missing_ok=True)  # a stale sidecar must not vouch for this run
     metrics_path(out).unlink(missing_ok=True)
+    messages_path(out).unlink(missing_ok=True)
     roles = {n: p.role for n, p in config.parties.items()}
-    transcript = Transcript()
+    keep = bool(getattr(args, "keep_messages", False))
+    transcript = Transcript(AuditTap(keep_sent=True) if keep else None)
     t0 = time.perf_counter()
     ctx = TaskContext(spec.name, spec.role, roles, {}, config,
                       Path(args.identity_key) if args.identity_key else None)
     if _needs_identity(args, task, ctx):
         ctx.identity()  # a missing or wrong identity key fails here, before any peer waits on us
     party = connect_party(config, identity, task, transcript=transcript,
-                          allow_insecure=bool(getattr(args, "allow_insecure", False)))
+                          allow_insecure=bool(getattr(args, "allow_insecure", False)), settings=shared_settings(args))
     ctx.channels = party.channels
     try:
         outcome = handler(args, ctx)
@@ -113,12 +150,22 @@ def run_party(args: argparse.Namespace) -> int:
         raise
     meta = {"run_id": party.run_id, "party": spec.name, "role": spec.role, "task": task,
             "config_digest": config.digest}
-    outcome.write(out, meta)
-    record = {**meta, "status": "complete", "output": out.name,
-              "seconds": round(time.perf_counter() - t0, 3),
-              "bytes_sent": sum(e.nbytes for e in transcript.sent()),
-              "transcript": transcript.to_dict(), "summary": outcome.summary}
-    atomic_write_text(sidecar_path(out), json.dumps(record, indent=1, default=str))
+    try:
+        with atomic_set():  # output, metrics, kept messages and the run record: all of them or none
+            outcome.write(out, meta)
+            kept: dict[str, Any] = {}
+            if transcript.tap is not None:
+                count = write_messages(messages_path(out), transcript.tap, party=spec.name, role=spec.role,
+                                       task=task, run_id=party.run_id, rows=outcome.rows)
+                kept = {"messages": messages_path(out).name, "messages_kept": count}
+            record = {**meta, "status": "complete", "output": out.name, **kept,
+                      "seconds": round(time.perf_counter() - t0, 3),
+                      "bytes_sent": sum(e.nbytes for e in transcript.sent()),
+                      "transcript": transcript.to_dict(), "summary": outcome.summary}
+            atomic_write_text(sidecar_path(out), json.dumps(record, indent=1, default=str))
+    except BaseException:
+        party.abort()
+        raise
     party.close()
     if args.json:
         print(json.dumps(record, default=str))
@@ -137,13 +184,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                           "= ... in the configuration); needed by --protocol hash "
                                           "and logreg --secure")
     p.add_argument("--json", action="store_true", help="print the run record as JSON on stdout")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print gRPC's own log lines (connections, TLS handshakes, GOAWAY) on stderr")
     tasks = p.add_subparsers(dest="task", required=True, metavar="TASK")
 
-    t = tasks.add_parser("train", help="train a vertical model")
-    models = t.add_subparsers(dest="model", required=True, metavar="MODEL")
+    groups = {}
+    for group, help in (("train", "train a vertical model"),
+                        ("predict", "apply this party's saved model to new rows (linreg)")):
+        g = tasks.add_parser(group, help=help)
+        groups[group] = g.add_subparsers(dest="model", required=True, metavar="MODEL")
     for task, protocol in _task_specs().values():
-        parent = models if task.group == "train" else tasks
+        parent = groups.get(task.group or "", tasks)
         tp = parent.add_parser(task.name, help=task.help)
         task.add_arguments(tp)
-        protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
+        tp.add_argument("--keep-messages", action="store_true",
+                        help="also keep every message this party received and sent, decoded, in OUT.messages "
+                             "(owner-only), so that `vflcrypto audit --transcript OUT.run.json` can attack this "
+                             "party's view alone")
+        if task.group != "predict":  # a prediction's key is the coordinator's fresh Paillier key
+            protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
         tp.set_defaults(handler=run_party)

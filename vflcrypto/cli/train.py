@@ -19,10 +19,11 @@ def _outputs_first(run: Callable[[argparse.Namespace], int],
     """Check ``--scheme``, ``--model-dir`` (refused if it holds an earlier model, unless ``--overwrite``)
     and ``--html`` before any work (training never finishes and then
     fails to save); with ``--html``, draw every run the command made (alignment, training, prediction) as a
-    report."""
+    report. The model directory and the report are published together when the command succeeds, or
+    neither is (:func:`~vflcrypto.data.files.atomic_set`)."""
 
     def checked(args: argparse.Namespace) -> int:
-        from ..data.files import atomic_write_text, check_model_dir, check_outputs
+        from ..data.files import atomic_set, atomic_write_text, check_model_dir, check_outputs
         from ..runtime.transcript import capture
 
         if getattr(args, "scheme", None):
@@ -30,11 +31,13 @@ def _outputs_first(run: Callable[[argparse.Namespace], int],
         if getattr(args, "model_dir", None):
             check_model_dir(args.model_dir, overwrite=getattr(args, "overwrite", False), what="--model-dir")
         if not args.html:
-            return run(args)
+            with atomic_set():
+                return run(args)
         check_outputs({"HTML report": args.html})
-        with capture() as runs:
-            code = run(args)
-        atomic_write_text(args.html, _report(args.model, runs))
+        with atomic_set():
+            with capture() as runs:
+                code = run(args)
+            atomic_write_text(args.html, _report(args.model, runs))
         print(f"wrote {args.html}", file=sys.stderr)
         return code
 

@@ -2,12 +2,14 @@
 model directories with a manifest of digests.
 
 Output files are written atomically: to a temporary file in the same directory, flushed,
-then renamed, so a failure never leaves a half-written file that looks complete.
+then renamed, so a failure never leaves a half-written file that looks complete. A command
+that writes several files does so inside :func:`atomic_set`: they are published together
+once every one is complete, or none is (a full disk at the k-th file leaves nothing), and a
+write error is one :class:`~vflcrypto.errors.OutputError` naming the file.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
@@ -15,21 +17,36 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigurationError, InputDataError, ModelFileError
+from ..errors import ConfigurationError, InputDataError, ModelFileError, OutputError
+from .atomic import (
+    _ACTIVE,
+    PRIVATE,
+    PUBLIC,
+    OutputSet,
+    _outside_set,
+    atomic_open,
+    atomic_set,
+    atomic_write_bytes,
+    atomic_write_text,
+    write_csv_atomic,
+    write_error,
+)
 
 __all__ = [
     "MANIFEST",
     "PRIVATE",
     "PUBLIC",
+    "OutputSet",
     "atomic_open",
+    "atomic_set",
     "atomic_write_bytes",
     "atomic_write_text",
     "check_model_dir",
@@ -40,65 +57,9 @@ __all__ = [
     "save_model",
     "verify_model_dir",
     "write_csv_atomic",
+    "write_error",
     "write_model_dir",
 ]
-
-
-# --------------------------------------------------------------------------- atomic output
-
-
-def _create_temp(path: Path, permissions: int) -> tuple[int, Path]:
-    """Create a new, empty temporary file beside ``path`` with ``permissions`` less the umask.
-
-    :func:`tempfile.mkstemp` always creates 0600, so a file renamed from it would keep
-    0600 whatever the user's umask: ``os.open(..., O_CREAT | O_EXCL, permissions)`` lets
-    the kernel apply the umask (and default ACLs) as for any file the user creates, and
-    ``O_EXCL | O_NOFOLLOW`` keep the safety of ``mkstemp`` (never an existing file or link).
-    """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) \
-        | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.part"
-        try:
-            return os.open(tmp, flags, permissions), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary name beside {path}")
-
-
-#: mode of atomic outputs before the umask: what ``open(path, "w")`` gives (0644 under the usual umask 022)
-PUBLIC = 0o666
-#: mode of secrets (private keys): readable and writable by the owner only, from the first byte on
-PRIVATE = 0o600
-
-
-@contextmanager
-def atomic_open(path: str | os.PathLike[str], mode: str = "wb", *, permissions: int = PUBLIC,
-                **kwargs: Any) -> Iterator[IO[Any]]:
-    """A temporary file beside ``path`` that replaces it (fsync + rename) only if the block succeeds.
-
-    The file gets ``permissions`` less the umask, as a plain ``open()`` would give it
-    (0644 under umask 022); secrets pass :data:`PRIVATE` (0600), which the temporary file
-    has from its creation, so no reader can open the secret in between.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _create_temp(path, permissions)
-    try:
-        with os.fdopen(fd, mode, **kwargs) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, permissions: int = PUBLIC) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file + fsync + rename), mode ``permissions`` less the umask."""
-    with atomic_open(path, "wb", permissions=permissions) as fh:
-        fh.write(data)
 
 
 def check_outputs(outputs: Mapping[str, str | os.PathLike[str]],
@@ -150,20 +111,6 @@ def check_output_dir(path: str | os.PathLike[str], what: str = "output directory
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise InputDataError(f"cannot write to {what} {path}: {parent} is not a writable directory")
     return d
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, permissions: int = PUBLIC) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically, mode ``permissions`` less the umask."""
-    atomic_write_bytes(path, text.encode("utf-8"), permissions=permissions)
-
-
-def write_csv_atomic(path: str | os.PathLike[str], header: Sequence[str],
-                     rows: Iterable[Sequence[Any]]) -> None:
-    """Write a CSV atomically, streaming ``rows`` into the temporary file (memory stays flat)."""
-    with atomic_open(path, "w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh, lineterminator="\n")
-        writer.writerow(header)
-        writer.writerows(rows)
 
 
 # --------------------------------------------------------------------------- model files
@@ -370,14 +317,21 @@ def check_model_dir(model_dir: str | os.PathLike[str], *, overwrite: bool = Fals
 def _temp_dir_beside(target: Path) -> Path:
     """A new, empty directory beside ``target`` (same file system: renames publish it), mode 0777 less the umask."""
     parent = target.absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(100):
-        tmp = parent / f".{target.name}.{secrets.token_hex(6)}.part"
-        try:
-            tmp.mkdir(0o777)
-            return tmp
-        except FileExistsError:
-            continue
+    staging = _ACTIVE.get()
+    try:
+        if staging is not None:
+            staging.make_dirs(parent)
+        else:
+            parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):
+            tmp = parent / f".{target.name}.{secrets.token_hex(6)}.part"
+            try:
+                tmp.mkdir(0o777)
+                return tmp
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise write_error(target, exc) from None
     raise FileExistsError(f"no free temporary name beside {target}")
 
 
@@ -395,57 +349,105 @@ def write_model_dir(model_dir: str | os.PathLike[str], protocol: str,
     the files are moved in one by one and the manifest last, so a directory never has a
     manifest for an incomplete set. A
     directory holding an earlier model is refused unless ``overwrite``, which first removes
-    that model's files (no stale ``passive-1.npz`` beside a 2-party model). Returns the manifest.
+    that model's files (no stale ``passive-1.npz`` beside a 2-party model). Inside
+    :func:`atomic_set` the directory is published with the command's other outputs. Returns the manifest.
     """
     target = Path(model_dir)
     check_model_dir(target, overwrite=overwrite, what=what)
     for name in files:
         if not (_plain_name(name) and name.endswith(".npz")):
             raise ConfigurationError(f"model file name {name!r} must be a plain <name>.npz")
-    tmp = _temp_dir_beside(target)
-    try:
-        entries: dict[str, dict[str, Any]] = {}
-        for name, write in files.items():
-            write(tmp / name)
-            data = (tmp / name).read_bytes()
-            entries[name] = {"party": name[:-len(".npz")], "sha256": hashlib.sha256(data).hexdigest(),
-                             "bytes": len(data)}
-        manifest = {"format": MANIFEST_FORMAT, "protocol": protocol,
-                    "run_id": run_id or secrets.token_hex(8), "plan_digest": plan_digest,
-                    "created": datetime.now(UTC).isoformat(timespec="seconds"), "files": entries}
-        atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        _publish(tmp, target, list(entries), overwrite=overwrite, what=what)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with atomic_set() as staged:
+        tmp = _temp_dir_beside(target)
+        try:
+            with _outside_set():  # the sibling itself is the staging area
+                entries: dict[str, dict[str, Any]] = {}
+                for name, write in files.items():
+                    try:
+                        write(tmp / name)
+                    except OSError as exc:  # name the file as the user knows it, not the staging path
+                        raise write_error(target / name, exc) from None
+                    data = (tmp / name).read_bytes()
+                    entries[name] = {"party": name[:-len(".npz")], "sha256": hashlib.sha256(data).hexdigest(),
+                                     "bytes": len(data)}
+                manifest = {"format": MANIFEST_FORMAT, "protocol": protocol,
+                            "run_id": run_id or secrets.token_hex(8), "plan_digest": plan_digest,
+                            "created": datetime.now(UTC).isoformat(timespec="seconds"), "files": entries}
+                atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, OutputError) and exc.path == str(tmp / MANIFEST):
+                raise write_error(target / MANIFEST, exc) from None
+            raise
+        staged.stage(lambda: _publish(tmp, target, list(entries), overwrite=overwrite, what=what),
+                     lambda: shutil.rmtree(tmp, ignore_errors=True))
     return manifest
 
 
-def _publish(tmp: Path, target: Path, names: list[str], *, overwrite: bool, what: str) -> None:
-    """Move the finished set from ``tmp`` into ``target`` (see :func:`write_model_dir`)."""
+Undo = Callable[[], None]
+
+
+def _publish(tmp: Path, target: Path, names: list[str], *, overwrite: bool, what: str) -> tuple[Undo, Undo]:
+    """Move the finished set from ``tmp`` into ``target`` (see :func:`write_model_dir`).
+
+    Returns (undo, finish): ``undo`` puts the earlier state back (a later output of the same
+    command failed to publish), ``finish`` removes the earlier model kept aside until then.
+    """
     if not target.is_symlink() and (not target.exists() or not any(target.iterdir())):
+        existed = target.exists()
         try:
             os.replace(tmp, target)  # rename(2) replaces a missing or empty directory atomically
-            return
+
+            def undo_new() -> None:
+                os.replace(target, tmp)
+                if existed:
+                    target.mkdir()
+
+            return undo_new, lambda: None
         except OSError:
             pass  # something appeared in target meanwhile: publish file by file below
     old = _model_files(target)
     if old and not overwrite:
         check_model_dir(target, what=what)  # raises: another run wrote here meanwhile
+    trash = _temp_dir_beside(target)
     if old and not target.is_symlink() and set(target.iterdir()) == set(old):
         # the directory holds only the earlier model: swap the directories (two renames, no mixed set)
-        trash = _temp_dir_beside(target)
         os.replace(target, trash)
         try:
             os.replace(tmp, target)
         except BaseException:
             os.replace(trash, target)
             raise
+
+        def undo_swap() -> None:
+            os.replace(target, tmp)
+            os.replace(trash, target)
+
+        return undo_swap, lambda: shutil.rmtree(trash, ignore_errors=True)
+    moved_old: list[str] = []
+    moved_new: list[str] = []
+
+    def undo_files() -> None:
+        for n in reversed(moved_new):
+            os.replace(target / n, tmp / n)
+        for n in moved_old:
+            os.replace(trash / n, target / n)
+        trash.rmdir()
+
+    try:
+        for p in sorted(old, key=lambda p: p.name != MANIFEST):  # the old manifest first: the old set is void
+            os.replace(p, trash / p.name)
+            moved_old.append(p.name)
+        for name in [*names, MANIFEST]:  # the manifest last: it commits the new set
+            os.replace(tmp / name, target / name)
+            moved_new.append(name)
+    except BaseException:
+        with suppress(OSError):
+            undo_files()
+        raise
+
+    def finish() -> None:
         shutil.rmtree(trash, ignore_errors=True)
-        return
-    for p in sorted(old, key=lambda p: p.name != MANIFEST):  # the old manifest first: the old set is void
-        p.unlink(missing_ok=True)
-    for name in names:
-        os.replace(tmp / name, target / name)
-    os.replace(tmp / MANIFEST, target / MANIFEST)  # last: it commits the new set
-    tmp.rmdir()
+        tmp.rmdir()
+
+    return undo_files, finish

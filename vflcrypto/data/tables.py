@@ -2,8 +2,8 @@
 
 Every party reads only its own file. IDs are kept as the exact strings of the file (the
 canonical encoding used by PSI lives in :mod:`vflcrypto.psi.primitives`); features must be
-numeric (an empty cell is NaN; protocols decide whether NaN is allowed). Errors name the
-file, line and column.
+numeric (an empty cell is NaN; protocols decide whether NaN is allowed), finite and within
+the bound of :mod:`vflcrypto.data.validate`. Errors name the file, line and column.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputDataError
+from .validate import check_header, check_value, format_hint, missing_column, require_rows
 
 __all__ = [
     "PartyTable",
@@ -87,13 +88,16 @@ class PartyTable:
 
 
 def _parse_float(text: str, where: str) -> float:
+    """A cell as a number: empty, ``NA``, ``NaN`` or ``null`` are missing (NaN); anything else
+    must be a finite number within the bound of :func:`~vflcrypto.data.validate.check_value`."""
     text = text.strip()
     if text == "" or text.lower() in {"na", "nan", "null"}:
         return float("nan")
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise InputDataError(f"{where}: {text[:20]!r} is not a number") from None
+    return check_value(value, text, where)
 
 
 def iter_csv_strings(path: str | os.PathLike[str]) -> Iterator[tuple[int, tuple[str, ...]]]:
@@ -101,9 +105,12 @@ def iter_csv_strings(path: str | os.PathLike[str]) -> Iterator[tuple[int, tuple[
 
     Every cell is a verbatim string; the file is decoded line by line, so memory does not
     grow with the file. Raises :class:`InputDataError` for an unreadable or empty file,
-    non-UTF-8 bytes (with the line number) and rows whose field count differs from the
-    header's. Blank lines are skipped; header names are stripped of surrounding white
-    space, cells are not.
+    non-UTF-8 bytes (with the line number), a blank or repeated header name
+    (:func:`~vflcrypto.data.validate.check_header`), CR-only line ends (with a hint) and rows
+    whose field count differs from the header's (with a hint when they look semicolon- or
+    tab-separated). A blank line is a row of empty cells, as CSV reads it (an ID-only file's
+    blank line is an empty ID, refused like a quoted one), never skipped silently. Header
+    names are stripped of surrounding white space, cells are not.
     """
     path = Path(path)
     try:
@@ -123,18 +130,25 @@ def iter_csv_strings(path: str | os.PathLike[str]) -> Iterator[tuple[int, tuple[
         reader = csv.reader(lines())
         try:
             header = tuple(h.strip() for h in next(reader))
+            check_header(path, header)
             yield 1, header
+            blank = ("",) * len(header)
             for row in reader:
-                if not row:
+                if not row:  # a blank line: a row of empty cells (CSV has no other reading of it)
+                    yield reader.line_num, blank
                     continue
                 if len(row) != len(header):
                     raise InputDataError(f"{path}: line {reader.line_num} has {len(row)} fields, "
-                                         f"header has {len(header)}")
+                                         f"header has {len(header)}{format_hint(row)}")
                 yield reader.line_num, tuple(row)
         except StopIteration:
             raise InputDataError(f"{path} is empty (no header)") from None
         except csv.Error as exc:  # e.g. a field past the csv module's limit (131,072 characters)
-            raise InputDataError(f"{path}: line {reader.line_num}: {exc}") from None
+            why = str(exc)
+            if "new-line character" in why:  # the csv module's advice (universal-newline mode) does not apply
+                why = ("a carriage return (CR) inside an unquoted field: the file looks like it has CR-only "
+                       "line ends, as old Mac programs write; save it with LF or CRLF line ends")
+            raise InputDataError(f"{path}: line {reader.line_num}: {why}") from None
 
 
 def read_csv_strings(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], list[tuple[int, tuple[str, ...]]]]:
@@ -146,7 +160,7 @@ def read_csv_strings(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], lis
 
 def read_party_csv(
     path: str | os.PathLike[str],
-    id_column: str,
+    id_column: str | None,
     *,
     label: str | None = None,
     features: Sequence[str] | None = None,
@@ -154,21 +168,24 @@ def read_party_csv(
 ) -> PartyTable:
     """Read a party's CSV: the ID column, a label (if named) and numeric features.
 
-    ``features`` defaults to every column except the ID and the label. Raises
-    :class:`InputDataError` naming the file, row and column of the first bad cell.
+    ``features`` defaults to every column except the ID and the label. ``id_column=None``
+    reads a file without IDs (horizontal FL's clients): each row's ID is its line number.
+    Raises :class:`InputDataError` naming the file, row and column of the first bad cell,
+    and for a file with a header only.
     """
     path = Path(path)
     header, records = read_csv_strings(path)
-    if id_column not in header:
-        raise InputDataError(f"{path}: no ID column {id_column!r} (columns: {list(header)})")
+    if id_column is not None and id_column not in header:
+        raise missing_column(path, "ID", id_column, header)
     if label is not None and label not in header:
-        raise InputDataError(f"{path}: no label column {label!r}")
+        raise missing_column(path, "label", label, header)
     if features is None:
         features = [h for h in header if h not in (id_column, label)]
     missing = [f for f in features if f not in header]
     if missing:
-        raise InputDataError(f"{path}: missing feature columns {missing}")
-    id_i = header.index(id_column)
+        raise InputDataError(f"{path}: missing feature columns {missing}{format_hint(header)}")
+    require_rows(path, len(records))
+    id_i = header.index(id_column) if id_column is not None else None
     feat_i = [header.index(f) for f in features]
     label_i = header.index(label) if label is not None else None
     ids: list[str] = []
@@ -177,10 +194,13 @@ def read_party_csv(
     lines: list[int] = []
     for line_no, row in records:
         lines.append(line_no)
-        ids.append(row[id_i])
+        if id_i is not None and row[id_i] == "":
+            blank = " (the line is blank)" if not any(row) else ""
+            raise InputDataError(f"{path}: line {line_no}: empty ID{blank}: every row needs an ID")
+        ids.append(row[id_i] if id_i is not None else str(line_no))
         rows.append([_parse_float(row[i], f"{path}: line {line_no}, column {header[i]!r}") for i in feat_i])
         if label_i is not None:
-            labels.append(_parse_float(row[label_i], f"{path}: line {line_no}, label"))
+            labels.append(_parse_float(row[label_i], f"{path}: line {line_no}, label {label!r}"))
     X = np.asarray(rows, dtype=np.float64).reshape(len(ids), len(feat_i))
     if not allow_nan and np.isnan(X).any():
         r, c = np.argwhere(np.isnan(X))[0]
@@ -189,7 +209,7 @@ def read_party_csv(
     if label_i is not None:
         y = np.asarray(labels, dtype=np.float64)
         if np.isnan(y).any():
-            raise InputDataError(f"{path}: label missing on line {lines[int(np.argmax(np.isnan(y)))]}")
+            raise InputDataError(f"{path}: line {lines[int(np.argmax(np.isnan(y)))]}, label {label!r} is missing")
     return PartyTable(tuple(ids), tuple(features), X, y, label, str(path), tuple(lines))
 
 

@@ -23,9 +23,9 @@ from torch import nn
 
 from ..errors import InputDataError
 
-__all__ = ["AugmentConfig", "Scaled", "adam", "fit_scaler", "fixmatch_tab", "forward", "grad_wrt_inputs", "head",
-           "load_arrays", "load_optimizer_arrays", "mlp_extractor", "module_arrays", "optimizer_arrays",
-           "predict_proba", "to_numpy", "train_supervised"]
+__all__ = ["AugmentConfig", "Scaled", "adam", "extractor_from_arrays", "fit_scaler", "fixmatch_tab", "forward",
+           "grad_wrt_inputs", "head", "head_from_arrays", "load_arrays", "load_optimizer_arrays", "mlp_extractor",
+           "module_arrays", "optimizer_arrays", "predict_proba", "to_numpy", "train_supervised"]
 
 
 #: torch initialises layers from its global generator: seeding and building under one lock keeps
@@ -76,6 +76,39 @@ def head(in_dim: int, n_classes: int, *, seed: int = 0) -> nn.Module:
     with _INIT_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed) % (2**63))
         return nn.Linear(in_dim, n_classes)
+
+
+def _shape(a: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(v) for v in np.shape(a))
+
+
+def extractor_from_arrays(arrays: Sequence[np.ndarray]) -> nn.Module:
+    """The default extractor (:func:`mlp_extractor`) rebuilt from its :func:`module_arrays` (a saved model):
+    the arrays' shapes give the input width, the hidden units and ``dim``; :class:`InputDataError` if they
+    are not those of such an extractor."""
+    shapes = [_shape(a) for a in arrays]
+    ok = len(shapes) == 6 and all(len(s) == n for s, n in zip(shapes, (1, 1, 2, 1, 2, 1), strict=True))
+    if ok:
+        (p,), _, (h, p0), (h0,), (d, h1), (d0,) = shapes
+        ok = shapes[1] == (p,) and p0 == p and h0 == h and h1 == h and d0 == d
+    if not ok:
+        raise InputDataError(f"not the arrays of an MLP extractor (mean, scale, two linear layers): shapes {shapes}")
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+        inner = nn.Sequential(nn.Linear(p, h), nn.ReLU(), nn.Linear(h, d))
+    module = Scaled(inner, np.zeros(p, np.float32), np.ones(p, np.float32))
+    load_arrays(module, arrays)
+    return module
+
+
+def head_from_arrays(arrays: Sequence[np.ndarray]) -> nn.Module:
+    """A linear head (:func:`head`) rebuilt from its :func:`module_arrays` (weight, bias)."""
+    shapes = [_shape(a) for a in arrays]
+    if len(shapes) != 2 or len(shapes[0]) != 2 or shapes[1] != shapes[0][:1]:
+        raise InputDataError(f"not the arrays of a linear head (weight, bias): shapes {shapes}")
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+        module = nn.Linear(shapes[0][1], shapes[0][0])
+    load_arrays(module, arrays)
+    return module
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -26,7 +26,7 @@ def standardize_columns(X: np.ndarray, name: str) -> np.ndarray:
         return X
     std = X.std(axis=0)
     if (std == 0).any():
-        raise InputDataError(f"{name}: column {int(np.argmax(std == 0))} is constant")
+        raise InputDataError(f"{name}: column {int(np.argmax(std == 0))} (counting from 0) is constant")
     return (X - X.mean(axis=0)) / std
 
 

@@ -295,12 +295,12 @@ def _pipeline(fn: Callable[..., bytes], args: Iterable[tuple[Any, ...]], *,
     ``args`` is consumed lazily, so a generator that receives chunks from a channel is
     drained only as fast as the pool keeps up (memory stays bounded).
     """
-    ex = parallel.get_executor() if parallel_ok else None
+    ex = parallel.get_executor(secret=True) if parallel_ok else None  # every chunk carries the secret scalar
     if ex is None:
         for a in args:
             yield fn(*a)
         return
-    window = 2 * max(1, parallel.worker_count()) + 1
+    window = 2 * max(1, parallel.worker_count(secret=True)) + 1
     pending: deque[Future[bytes]] = deque()
     for a in args:
         pending.append(ex.submit(fn, *a))
@@ -321,7 +321,7 @@ def blind_stream(secret: bytes, ids: Sequence[bytes], order: np.ndarray,
 def reblind_chunk(secret: bytes, points: bytes, total: int) -> bytes:
     """Digests of one received chunk of points, split over the pool when ``total`` is large."""
     n = len(points) // POINT_BYTES
-    parts = max(1, min(parallel.worker_count(), n // 512)) if total >= _PARALLEL_MIN_ITEMS else 1
+    parts = max(1, min(parallel.worker_count(secret=True), n // 512)) if total >= _PARALLEL_MIN_ITEMS else 1
     bounds = [round(i * n / parts) for i in range(parts + 1)]
     subs = [points[a * POINT_BYTES : b * POINT_BYTES] for a, b in itertools.pairwise(bounds)]
     return b"".join(reblind_stream(secret, subs, total))

@@ -12,7 +12,8 @@
   :mod:`.network`: one process per party over gRPC with mutual TLS (certificates, the
   parties' configuration, identities, one link, the party network and run agreement);
 * :mod:`.flower_meter`: bytes on a Flower Grid; :mod:`.progress`: how far a run is (protocols
-  report counts; the command line draws them on stderr).
+  report counts; the command line draws them on stderr);
+* :mod:`.record`: one network party's kept messages (``--keep-messages``), read back as its view.
 
 Imports: :mod:`vflcrypto.he` (codecs), :mod:`vflcrypto.data` (atomic writes),
 :mod:`vflcrypto.errors`, :mod:`vflcrypto.parallel`. Public names: the modules above.
@@ -29,6 +30,7 @@ __all__ = [
     "network",
     "partyconfig",
     "progress",
+    "record",
     "steps",
     "transcript",
     "wire",

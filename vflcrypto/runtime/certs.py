@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ..data.files import PRIVATE, atomic_write_bytes
+from ..data.files import PRIVATE, atomic_set, atomic_write_bytes
 from ..errors import InputDataError
 
 __all__ = [
@@ -185,13 +185,11 @@ def issue_party_cert(
 def _write_private(path: Path, data: bytes) -> None:
     """Write a private key readable by its owner only: mode 0600 from the temporary file's
     creation on (never wider, even for a moment), then exactly 0600 whatever the umask."""
-    atomic_write_bytes(path, data, permissions=PRIVATE)
-    os.chmod(path, 0o600)
+    atomic_write_bytes(path, data, permissions=PRIVATE, exact_mode=0o600)
 
 
 def _write_public(path: Path, data: bytes) -> None:
-    atomic_write_bytes(path, data)
-    os.chmod(path, 0o644)
+    atomic_write_bytes(path, data, exact_mode=0o644)
 
 
 @dataclass(frozen=True)
@@ -212,8 +210,9 @@ def write_dev_pki(out_dir: str | os.PathLike[str], parties: list[str] | tuple[st
     """Write ``ca.pem``, ``ca.key``, ``<party>.pem``/``<party>.key`` and the Ed25519
     ``<party>.identity.key`` into ``out_dir``.
 
-    Keys are written with mode 0600. Returns the CA certificate path and each party's
-    credentials (with the fingerprint and identity pin for the configuration). Development only.
+    Keys are written with mode 0600, all files or none (:func:`~vflcrypto.data.files.atomic_set`).
+    Returns the CA certificate path and each party's credentials (with the fingerprint and identity
+    pin for the configuration). Development only.
     """
     if not parties:
         raise InputDataError("name at least one party")
@@ -225,17 +224,17 @@ def write_dev_pki(out_dir: str | os.PathLike[str], parties: list[str] | tuple[st
             raise InputDataError(
                 f"party name {p!r} must be a DNS label: lower-case letters, digits and inner '-'")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     ca_key, ca_cert = make_ca(days=days)
-    _write_private(out / "ca.key", _pem_key(ca_key))
-    _write_public(out / "ca.pem", _pem_cert(ca_cert))
     creds: dict[str, PartyCredentials] = {}
-    for p in parties:
-        key, cert = issue_party_cert(p, ca_key, ca_cert, ips=ips, days=days)
-        _write_private(out / f"{p}.key", _pem_key(key))
-        _write_public(out / f"{p}.pem", _pem_cert(cert))
-        ident = Ed25519PrivateKey.generate()
-        _write_private(out / f"{p}.identity.key", _pem_key(ident))
-        creds[p] = PartyCredentials(p, out / f"{p}.pem", out / f"{p}.key", cert_fingerprint(cert),
-                                    out / f"{p}.identity.key", identity_pin(ident.public_key()))
+    with atomic_set():
+        _write_private(out / "ca.key", _pem_key(ca_key))
+        _write_public(out / "ca.pem", _pem_cert(ca_cert))
+        for p in parties:
+            key, cert = issue_party_cert(p, ca_key, ca_cert, ips=ips, days=days)
+            _write_private(out / f"{p}.key", _pem_key(key))
+            _write_public(out / f"{p}.pem", _pem_cert(cert))
+            ident = Ed25519PrivateKey.generate()
+            _write_private(out / f"{p}.identity.key", _pem_key(ident))
+            creds[p] = PartyCredentials(p, out / f"{p}.pem", out / f"{p}.key", cert_fingerprint(cert),
+                                        out / f"{p}.identity.key", identity_pin(ident.public_key()))
     return out / "ca.pem", creds

@@ -173,7 +173,9 @@ class Channel:
             if len(frame) > self.max_frame_bytes:
                 raise ProtocolError(f"{kind} frame of {len(frame)} bytes exceeds the channel limit")
             self.transport.send_frame(frame)
-            self.transcript.record("send", self._send_seq, self.local, self.peer, kind, len(frame), step)
+            entry = self.transcript.record("send", self._send_seq, self.local, self.peer, kind, len(frame), step)
+            if self.transcript.tap is not None and self.transcript.tap.keep_sent:
+                self.transcript.tap.record(entry, msg)
             self._send_seq += 1
             self.bytes_sent += len(frame)
         return len(frame)

@@ -59,6 +59,7 @@ class Protection(enum.Enum):
     BLINDED = "blinded"  # pseudorandom blinding of IDs (PSI)
     SHUFFLED = "shuffled"  # order carries no information
     FLOODED = "flooded"  # a CKKS decryption plus fresh Gaussian noise covering its key-dependent error (IND-CPA^D)
+    DP = "differentially private"  # the output of a DP mechanism of the data it depends on; reveals states (ε, δ)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ parties):
 * Pinning, dialing side: gRPC Python does not expose the server certificate to the
   client, so the listening side proves possession of its pinned key in the
   ``net.hello`` message: it signs (server name, client name as authenticated by TLS,
-  both nonces, configuration digest, task) with its certificate's key; the client checks
+  both nonces, configuration digest, task, shared settings) with its certificate's key; the client checks
   the certificate against the pin and the signature. A different CA-issued certificate,
   or a relaying party, fails this check.
 
@@ -48,7 +48,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import grpc
@@ -58,6 +58,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from ..errors import (
+    ConfigurationError,
     InputDataError,
     PeerDisconnectedError,
     PeerTimeoutError,
@@ -95,8 +96,9 @@ _SIGN_CONTEXT = b"vflcrypto-net-hello-v1"
     "net.hello",
     sender=HELLO_ROLE, receiver=HELLO_ROLE, protection=Protection.PUBLIC,
     reveals="the sender's party name, a fresh 32-byte random nonce, the configuration digest, "
-            "the task name and (from the listening side) its certificate and a signature "
-            "binding them to this link",
+            "the task name, the public settings every data party must share (e.g. --test-fraction, "
+            "--split-seed, --aligned; none from a party without data) and (from the listening side) "
+            "its certificate and a signature binding them to this link",
 )
 @dataclass(frozen=True)
 class Hello:
@@ -108,6 +110,7 @@ class Hello:
     task: str
     certificate: bytes  # DER; empty from the dialing side (TLS pinned it already)
     signature: bytes  # ECDSA-P256-SHA256 by the listening side; empty from the dialing side
+    settings: dict[str, str] = field(default_factory=dict)  # flag -> value every data party must share
 
 
 @declare(
@@ -318,18 +321,52 @@ def _bind_address(host: str, port: int) -> str:
 
 
 def _hello_digest(server: str, client: str, client_nonce: bytes, server_nonce: bytes,
-                  config_digest: str, task: str) -> bytes:
-    return _SIGN_CONTEXT + encode_value([server, client, client_nonce, server_nonce, config_digest, task])
+                  config_digest: str, task: str, settings: Mapping[str, str]) -> bytes:
+    return _SIGN_CONTEXT + encode_value([server, client, client_nonce, server_nonce, config_digest, task,
+                                         sorted(settings.items())])
 
 
-def agree_run(net: PartyNetwork, task: str, transcript: Transcript) -> str:
+def settings_differ(me: str, settings: Mapping[str, Mapping[str, str]]) -> str | None:
+    """What differs between the shared settings of the data parties ``me`` knows (its own under
+    ``me`` if it holds data, each peer's from its hello), in the user's terms; ``None`` if nothing does.
+
+    A party without data (it sends none) still compares its peers': it refuses the run too,
+    instead of starting it and leaving on a disconnect that its peers would have to explain.
+    """
+    given = {p: s for p, s in settings.items() if s}
+    names = sorted(given, key=lambda p: (p != me, p))  # this party's own settings first
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            mine, theirs = given[a], given[b]
+            keys = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+            if not keys:
+                continue
+            if a == me:
+                differ = [f"{k} {theirs.get(k, '(not given)')} (here {mine.get(k, '(not given)')})" for k in keys]
+                return (f"{me}: {b} runs with other shared settings than this party: {', '.join(differ)}; "
+                        "every party that holds data must give the same")
+            differ = [f"{k} {mine.get(k, '(not given)')} at {a}, {theirs.get(k, '(not given)')} at {b}" for k in keys]
+            return (f"{me}: {a} and {b} run with different shared settings: {', '.join(differ)}; "
+                    "every party that holds data must give the same")
+    return None
+
+
+def agree_run(net: PartyNetwork, task: str, transcript: Transcript,
+              settings: Mapping[str, str] | None = None) -> str:
     """Exchange ``net.hello`` on every link, check the peers, and derive the run id.
 
     The run id is SHA-256 over the configuration digest, the task and every party's fresh
     nonce (truncated to 128 bits, hex), so no single party chooses it and a frame of an
     earlier run is rejected by every Channel. A fixed ``run_id`` in the configuration
     replaces the derived one (the hello still runs).
+
+    ``settings`` are the public settings every data party must share (``--test-fraction``:
+    a mismatch would otherwise surface later as misaligned rows); two parties that both
+    sent some must agree, else :class:`ConfigurationError` names each difference. A task
+    or settings mismatch is raised only once this party has exchanged hellos on every
+    link, so each side of the difference reports it itself, neither blames the other's exit.
     """
+    settings = dict(settings or {})
     cfg, me = net.config, net.name
     digest = cfg.digest
     nonce = secrets.token_bytes(32)
@@ -343,7 +380,7 @@ def agree_run(net: PartyNetwork, task: str, transcript: Transcript) -> str:
     client_links = [lk for lk in links if lk.client == me]
     server_links = [lk for lk in links if lk.server == me]
     for lk in client_links:
-        chans[lk.server].send(Hello(me, nonce, digest, task, b"", b""))
+        chans[lk.server].send(Hello(me, nonce, digest, task, b"", b"", settings))
     nonces = {me: nonce}
 
     def check(h: Hello, peer: str) -> None:
@@ -351,22 +388,33 @@ def agree_run(net: PartyNetwork, task: str, transcript: Transcript) -> str:
             raise ProtocolError(f"{peer} introduced itself as {h.party!r}")
         if not hmac.compare_digest(h.config_digest, digest):
             raise ProtocolError(f"{peer} runs with a different party configuration")
-        if h.task != task:
-            raise ProtocolError(f"{peer} runs task {h.task!r}, {me} runs {task!r}")
         if len(h.nonce) != 32:
             raise ProtocolError(f"{peer} sent a malformed hello nonce")
+
+    mismatch: list[str] = []  # raised once every hello is exchanged
+    shared = {me: settings}
+
+    def check_task(h: Hello, peer: str) -> None:
+        if h.task != task:
+            mismatch.append(f"{peer} runs task {h.task!r}, {me} runs {task!r}")
+        shared[peer] = h.settings
 
     for lk in server_links:
         h = chans[lk.client].recv(Hello)
         check(h, lk.client)
         nonces[lk.client] = h.nonce
-        sig = net.identity.sign(_hello_digest(me, lk.client, h.nonce, nonce, digest, task))
-        chans[lk.client].send(Hello(me, nonce, digest, task, net.identity.cert_der, sig))
+        sig = net.identity.sign(_hello_digest(me, lk.client, h.nonce, nonce, digest, task, settings))
+        chans[lk.client].send(Hello(me, nonce, digest, task, net.identity.cert_der, sig, settings))
+        check_task(h, lk.client)
     for lk in client_links:
         h = chans[lk.server].recv(Hello)
         check(h, lk.server)
-        _verify_server_hello(cfg, lk.server, me, h, nonce, digest, task)
+        _verify_server_hello(cfg, lk.server, me, h, nonce, digest)
+        check_task(h, lk.server)
         nonces[lk.server] = h.nonce
+    differ = settings_differ(me, shared)
+    if mismatch or differ:
+        raise ConfigurationError(mismatch[0] if mismatch else str(differ))
     # gossip nonces until every party knows all of them (only on a partial mesh)
     n = len(cfg.parties)
     if len(cfg.links) < n * (n - 1) // 2:
@@ -390,7 +438,9 @@ def agree_run(net: PartyNetwork, task: str, transcript: Transcript) -> str:
 
 
 def _verify_server_hello(cfg: PartyConfig, server: str, me: str, h: Hello, my_nonce: bytes,
-                         digest: str, task: str) -> None:
+                         digest: str) -> None:
+    """The listening side's certificate is the pinned one and it signed its hello (its task and settings
+    as it states them: the caller compares them with its own)."""
     try:
         cert = x509.load_der_x509_certificate(h.certificate)
     except ValueError:
@@ -401,7 +451,7 @@ def _verify_server_hello(cfg: PartyConfig, server: str, me: str, h: Hello, my_no
     if not isinstance(pub, ec.EllipticCurvePublicKey):
         raise ProtocolError(f"{server}'s certificate key is not ECDSA")
     try:
-        pub.verify(h.signature, _hello_digest(server, me, my_nonce, h.nonce, digest, task),
+        pub.verify(h.signature, _hello_digest(server, me, my_nonce, h.nonce, digest, h.task, h.settings),
                    ec.ECDSA(hashes.SHA256()))
     except InvalidSignature:
         raise ProtocolError(f"{server} could not prove it holds its pinned certificate's key") from None
@@ -425,8 +475,9 @@ class ConnectedParty:
 
 def connect_party(config: PartyConfig, identity: PartyIdentity, task: str, *,
                   transcript: Transcript | None = None,
-                  allow_insecure: bool = False) -> ConnectedParty:
-    """Connect party ``identity.name`` to its peers, agree on a run id, return Channels.
+                  allow_insecure: bool = False, settings: Mapping[str, str] | None = None) -> ConnectedParty:
+    """Connect party ``identity.name`` to its peers, agree on a run id (and the shared ``settings``,
+    see :func:`agree_run`), return Channels.
 
     The Channels carry the peers' protocol roles from the configuration, share one
     :class:`KeyRing` and one :class:`Transcript`, use the configured receive timeout and
@@ -436,7 +487,10 @@ def connect_party(config: PartyConfig, identity: PartyIdentity, task: str, *,
     net = PartyNetwork(config, identity)
     try:
         net.connect()
-        run_id = agree_run(net, task, transcript)
+        run_id = agree_run(net, task, transcript, settings)
+    except ConfigurationError:
+        net.close()  # a refused task or settings: every hello was exchanged, let the peers have theirs
+        raise
     except BaseException:
         net.abort()
         raise

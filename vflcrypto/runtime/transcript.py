@@ -76,7 +76,10 @@ class AuditTap:
     only; never serialized.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_sent: bool = False) -> None:
+        """``keep_sent``: also keep what the parties send (one network party keeping its own view, see
+        :mod:`vflcrypto.runtime.record`); an in-process audit keeps each message once, at its receiver."""
+        self.keep_sent = keep_sent
         self._lock = threading.Lock()
         self._received: list[Received] = []
         self._held: dict[tuple[str, str], list[Any]] = {}

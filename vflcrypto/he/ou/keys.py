@@ -340,7 +340,7 @@ class OUPrivateKey(Encrypting["OUVector"]):
         cost = int(len(ms) * (pk._nbytes + 14) * 0.6 * _group_cost(pk))
         return pooled_encrypt(ms, cost, _w_encrypt_private,
                               (int(self._p), int(self._q), int(pk.G), int(pk.H), pk._nbytes), pk.ciphertext_bytes,
-                              lambda xs: self._crt().encrypt(xs))
+                              lambda xs: self._crt().encrypt(xs), secret=True)
 
     def _vector_type(self) -> type[OUVector]:
         return OUVector

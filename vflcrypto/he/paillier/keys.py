@@ -291,7 +291,7 @@ class PaillierPrivateKey(Encrypting[PaillierVector]):
         pk = self.public_key
         cost = int(len(ms) * pk._exp_bytes * 0.6 * _cost_scale(pk.bits))
         return pooled_encrypt(ms, cost, _w_encrypt_private, (int(self._p), int(self._q), int(pk.hs), pk._exp_bytes),
-                              ciphertext_width(pk.n), lambda xs: self._crt().encrypt(xs))
+                              ciphertext_width(pk.n), lambda xs: self._crt().encrypt(xs), secret=True)
 
     def _vector_type(self) -> type[PaillierVector]:
         return PaillierVector

@@ -75,16 +75,18 @@ def encrypt_packed(cls: type[V], pk: PublicKeyLike, raw: RawEncrypt, x: Any, spe
 
 
 def pooled_encrypt(ms: Sequence[int], cost: int, worker: Callable[..., bytes], args: tuple[Any, ...], width: int,
-                   local: Callable[[Sequence[int]], list[mpz]]) -> tuple[list[mpz], bytes | None]:
+                   local: Callable[[Sequence[int]], list[mpz]], *,
+                   secret: bool = False) -> tuple[list[mpz], bytes | None]:
     """Encrypt ``ms`` in the process pool when it pays (``worker(*args, chunk)`` per chunk, serialized
     ciphertexts of ``width`` bytes back), else in this process with ``local``; returns the ciphertexts
-    and, from the pool, their serialized block."""
+    and, from the pool, their serialized block. ``secret``: ``args`` hold the private key (the key
+    holder's CRT encryption), which never goes to a Ray cluster without TLS."""
     count = len(ms)
-    workers = parallel.worker_count()
+    workers = parallel.worker_count(secret=secret)
     if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
         ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
         chunks = [(*args, tuple(int(m) for m in ms[a:b])) for a, b in ranges]
-        blob = b"".join(parallel.parallel_map(worker, chunks, cost=cost))
+        blob = b"".join(parallel.parallel_map(worker, chunks, cost=cost, secret=secret))
         return ciphertexts_from_bytes(blob, width), blob
     return local(ms), None
 
@@ -92,13 +94,14 @@ def pooled_encrypt(ms: Sequence[int], cost: int, worker: Callable[..., bytes], a
 def pooled_decrypt(cts: Sequence[mpz], cost: int, worker: Callable[..., tuple[int, ...]], args: tuple[Any, ...],
                    width: int, local: Callable[[Sequence[mpz]], list[int]]) -> list[int]:
     """Decrypt ``cts`` in the process pool when it pays (``worker(*args, serialized chunk)`` per chunk),
-    else in this process with ``local``: raw plaintexts in order."""
+    else in this process with ``local``: raw plaintexts in order. ``args`` hold the private key: private-key
+    work, never sent to a Ray cluster without TLS (:func:`vflcrypto.parallel.on_ray`)."""
     count = len(cts)
-    workers = parallel.worker_count()
+    workers = parallel.worker_count(secret=True)
     if count > 1 and cost >= parallel.PARALLEL_MIN_COST and workers > 1:
         ranges = parallel.chunk_ranges(count, workers * _CHUNKS_PER_WORKER)
         chunks = [(*args, ciphertexts_to_bytes(cts[a:b], width)) for a, b in ranges]
-        return [v for part in parallel.parallel_map(worker, chunks, cost=cost) for v in part]
+        return [v for part in parallel.parallel_map(worker, chunks, cost=cost, secret=True) for v in part]
     return local(cts)
 
 

@@ -1,0 +1,135 @@
+"""The audit of a defence: checks that its mechanism runs as announced, and its privacy–utility frontier.
+
+* :func:`noise_floor_finding`: the receiver of noised rows checks that they carry at least
+  the announced Gaussian noise (a chi-square lower-tail test of their sum of squares);
+* :func:`randomized_response_finding`: the label holder's training labels keep the true
+  label no more often than randomized response at the announced ε allows;
+* :class:`Frontier`: one protocol's attacks and utility re-measured at several privacy
+  budgets beside the undefended run (``vflcrypto audit NAME --defence D --budgets ...``).
+
+The checks are of the mechanism, not bounds on what an attack may reach: a DP guarantee
+bounds how much a message changes with one row's label, not how well an attacker guesses
+from what it already holds (its own features predict labels too), so an attack's score
+under a defence is reported on the frontier, beside its baseline, never held to a ceiling.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..privacy.mechanisms import rr_keep_probability
+from ..runtime.declarations import Protection
+from .attacks import ALPHA, accuracy_finding, normal_isf, normal_sf
+from .ledger import EmpiricalFinding
+
+__all__ = ["Frontier", "FrontierPoint", "noise_floor_finding", "randomized_response_finding"]
+
+
+def noise_floor_finding(observer: str, name: str, rows: Sequence[np.ndarray], std: float, *, attacks: Sequence[str],
+                        protection: Protection | None = Protection.DP) -> EmpiricalFinding:
+    """The received rows carry at least Gaussian noise of ``std`` per coordinate (rows as the mechanism output
+    them, before any public rescaling).
+
+    Each coordinate is a bounded signal plus N(0, std²), so the sum of squares over std² is
+    at least a chi-square variable with as many degrees of freedom as coordinates (non-central
+    with the signal). The value is the shortfall 1 − (sum of squares / std²) / coordinates
+    (at most 0 in an honest run; about 1 when the noise is dropped), flagged when a lower-tail
+    test (Wilson–Hilferty normal approximation of the chi-square) rejects at ALPHA.
+    """
+    x = np.concatenate([np.asarray(r, np.float64).ravel() for r in rows]) if rows else np.zeros(0)
+    k = int(x.size)
+    ratio = float(np.sum(x * x)) / (std * std * k) if k else float("nan")
+    a = 2.0 / (9.0 * max(k, 1))
+    z = (max(ratio, 0.0) ** (1.0 / 3.0) - (1.0 - a)) / math.sqrt(a) if k else 0.0
+    p = normal_sf(-z)
+    crit = 1.0 - max(1.0 - a - normal_isf(ALPHA) * math.sqrt(a), 0.0) ** 3
+    return EmpiricalFinding(observer, name, 1.0 - ratio, 0.0,
+                            f"the {len(rows)} received noised blocks ({k} coordinates): their mean square is "
+                            f"{ratio:.4g} times the announced noise variance ({std:.4g}^2); the bounded signal "
+                            "only adds to it, so a shortfall means noise missing", attacks=tuple(attacks),
+                            protection=protection, flagged=p < ALPHA, p_value=p, samples=k, min_effect=crit,
+                            detects=f"a noise variance >= {crit:.3f} below the announced one on {k} coordinates")
+
+
+def randomized_response_finding(observer: str, name: str, trained: np.ndarray, truth: np.ndarray, epsilon: float,
+                                n_classes: int, *, attacks: Sequence[str],
+                                protection: Protection | None = Protection.DP) -> EmpiricalFinding:
+    """The share of rows whose training label is the true label, against randomized response's keep probability
+    e^ε / (e^ε + C − 1): one-sided exact binomial test (labels kept that the mechanism should have replaced)."""
+    keep = rr_keep_probability(epsilon, n_classes)
+    return accuracy_finding(observer, name, np.asarray(trained), np.asarray(truth), keep, attacks=attacks,
+                            protection=protection,
+                            description=f"the labels it trains on, as guesses of the true labels: randomized "
+                                        f"response at epsilon = {epsilon:g} over {n_classes} classes keeps a label "
+                                        f"with probability {keep:.3f} (the baseline); more kept means a weaker "
+                                        "mechanism than announced")
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """One run of a frontier: the budget asked for, the accounted (ε, δ), the utility and each attack's score."""
+
+    #: the ε asked for (``None``: the undefended run)
+    budget: float | None
+    epsilon: float | None
+    delta: float | None
+    accuracy: float | None
+    #: attack name -> its score in this run (the worst over the attacked parties)
+    scores: Mapping[str, float]
+    #: attack name -> what the attack reaches without the messages
+    baselines: Mapping[str, float]
+    #: the defence's parameters in this run (noise multiplier, keep probability)
+    params: Mapping[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    #: the runs the accuracy and the scores are the mean of
+    runs: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"budget": self.budget, "epsilon": self.epsilon, "delta": self.delta, "test_accuracy": self.accuracy,
+                "scores": dict(self.scores), "baselines": dict(self.baselines), "params": dict(self.params),
+                "runs": self.runs, "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """A defence's privacy–utility frontier: the undefended run first, then one point per budget."""
+
+    protocol: str
+    defence: str
+    #: what the guarantee covers and how it is accounted (the defence's own statement)
+    guarantee: str
+    points: tuple[FrontierPoint, ...]
+    #: attack name -> what it is (in the order of the table's columns)
+    attacks: Mapping[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, "defence": self.defence, "guarantee": self.guarantee,
+                "attacks": dict(self.attacks), "points": [p.to_dict() for p in self.points]}
+
+    def to_text(self) -> str:
+        def num(x: float | None, fmt: str = ".3f") -> str:
+            return "-" if x is None or x != x else format(x, fmt)
+
+        names = list(self.attacks)
+        head = ["budget", "epsilon", "delta", "test acc", *names]
+        rows = [head]
+        for p in self.points:
+            rows.append(["none" if p.budget is None else f"{p.budget:g}", num(p.epsilon), num(p.delta, ".0e"),
+                         num(p.accuracy), *(num(p.scores.get(n)) for n in names)])
+        base = self.points[0].baselines if self.points else {}
+        rows.append(["baseline", "", "", "", *(num(base.get(n)) for n in names)])
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = [f"Privacy-utility frontier: {self.protocol}, defence {self.defence}", "", self.guarantee, ""]
+        lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+        lines += ["", "Attacks (score: the worst over the attacked parties; baseline: without the messages):"]
+        lines += [f"  {n}: {what}" for n, what in self.attacks.items()]
+        secs, runs = sum(p.seconds for p in self.points), sum(p.runs for p in self.points)
+        per = self.points[0].runs if self.points else 1
+        lines += ["", f"{runs} runs in {secs:.1f} s; each row the mean of {per} run{'s' if per > 1 else ''} (every "
+                      "run draws fresh noise: figures vary run to run)"]
+        return "\n".join(lines)
