@@ -80,9 +80,10 @@ def d1_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> Empirical
         how = f"k-means (K = C = {msg.n_classes}, the C it received) on the rows of the gradient it received"
     else:
         guess, how = np.asarray(msg.clusters), "the cluster ids it received"
+    why = ("under the run's label defences (randomized-response labels and/or clipped, noised rows)" if ".dp_" in kind
+           else "by design (D1 carries the partition, not the class names)")
     found = partition_finding(party, f"{kind}: label partition of the overlap rows", guess, y, attacks=(kind,),
-                              protection=None, description=f"ARI of {how} against the true overlap labels; by "
-                                                           "design (D1 carries the partition, not the class names)")
+                              protection=None, description=f"ARI of {how} against the true overlap labels; {why}")
     return dataclasses.replace(found, figure=Figure.contingency(
         f"{party}: the overlap rows' true classes against the groups it found in {kind}", y, guess))
 
@@ -178,37 +179,43 @@ def batch_rows(msgs: Sequence[Any], batches: Sequence[np.ndarray], n: int, field
     return out
 
 
-def received_label_attacks(tap: AuditTap, parties: Sequence[str], protocol: str, y: np.ndarray
-                           ) -> list[EmpiricalFinding]:
-    """:func:`label_attack_findings` of each party on the first-round gradients it received
-    (``<protocol>.gradient``) and the last representation update it sent (``<protocol>.representation_update``)."""
+def received_label_attacks(tap: AuditTap, parties: Sequence[str], protocol: str, y: np.ndarray,
+                           kind: str | None = None) -> list[EmpiricalFinding]:
+    """:func:`label_attack_findings` of each party on the first-round gradients it received (``kind``: by default
+    ``<protocol>.gradient``; ``<protocol>.dp_gradient`` under a label defence) and the last representation update it
+    sent (``<protocol>.representation_update``)."""
+    kind = kind or f"{protocol}.gradient"
     out: list[EmpiricalFinding] = []
     for p in parties:
-        (d1,) = tap.received(p, f"{protocol}.gradient")
+        (d1,) = tap.received(p, kind)
         u2 = tap.received(None, f"{protocol}.representation_update", sender=p)
-        out += label_attack_findings(p, f"{protocol}.gradient", np.asarray(d1.G),
-                                     f"{protocol}.representation_update", np.asarray(u2[-1].H) if u2 else None, y)
+        out += label_attack_findings(p, kind, np.asarray(d1.G), f"{protocol}.representation_update",
+                                     np.asarray(u2[-1].H) if u2 else None, y)
     return out
 
 
 def view_attacks(protocol: str) -> Callable[[RecordedView, np.ndarray | None], list[EmpiricalFinding]]:
     """The published attacks on a feature party's recorded view of a network run of ``protocol`` (one-shot,
-    few-shot): :func:`received_label_attacks` on the messages it kept (``--keep-messages``); the labels of its
-    overlap rows, in their order, only score them."""
-    kinds = (f"{protocol}.gradient", f"{protocol}.representation_update")
+    few-shot): :func:`received_label_attacks` on the messages it kept (``--keep-messages``: D1 as
+    ``<protocol>.gradient``, or ``<protocol>.dp_gradient`` under a label defence); the labels of its overlap rows, in
+    their order, only score them."""
 
     def attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFinding]:
         if view.role != PARTY:
-            return [not_measured(view.party, "attacks on a recorded view", kinds, None,
+            return [not_measured(view.party, "attacks on a recorded view",
+                                 (f"{protocol}.gradient", f"{protocol}.representation_update"), None,
                                  f"no published attack on a recorded {view.role} view of {protocol} (the feature "
                                  "parties' label attacks run on a party's view)")]
+        dp = f"{protocol}.dp_gradient"
+        kinds = (dp if view.tap.received(view.party, dp) else f"{protocol}.gradient",
+                 f"{protocol}.representation_update")
         got = view.tap.received(view.party, kinds[0])
         if y is None or len(got) != 1:
             why = "no labels to score against (--truth)" if y is None else f"{len(got)} {kinds[0]} messages"
             return [not_measured(view.party, "label attacks on its recorded view", kinds, None, why)]
         if len(y) != len(got[0].G):
             raise AuditError(f"{len(y)} labels for the {len(got[0].G)} overlap rows of the recorded run")
-        return received_label_attacks(view.tap, [view.party], protocol, np.asarray(y))
+        return received_label_attacks(view.tap, [view.party], protocol, np.asarray(y), kinds[0])
 
     return attacks
 

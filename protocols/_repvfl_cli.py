@@ -6,9 +6,9 @@ on the server and on every party (found by the all-party ECDH PSI) are the align
 rows; a public, seeded ``--test-fraction`` of them is held out (their labels only
 evaluate); every party's other rows are its unaligned rows. ``--dataset digits
 --overlap N`` runs the bundled digits halves instead (360 test rows). ``--json`` prints
-``test_accuracy``, ``bytes_sent`` and ``messages`` per role, and ``seconds``; under a
-defence (split's ``--label-dp``, ``--grad-noise``/``--grad-epsilon``) also ``privacy``: each
-role's accounted (ε, δ) per defence, which the model files' metadata keep too.
+``test_accuracy``, ``bytes_sent`` and ``messages`` per role, and ``seconds``; under a label
+defence (``--label-dp``, ``--grad-noise``/``--grad-epsilon``: :mod:`._repvfl_defence`) also
+``privacy``: each role's accounted (ε, δ) per defence, which the model files' metadata keep too.
 
 Network (``vflcrypto party ... train NAME``): the configuration names one ``server``
 party and ``party`` parties; each reads only its own CSV, the PSI aligns them, and each

@@ -121,7 +121,7 @@ def test_audit_logreg_says_first_that_a_passive_party_reads_the_labels_of_the_pl
     assert main(["audit", "logreg", "--key-bits", "512", "--allow-insecure"]) == 0
     first_screen = capsys.readouterr().out.splitlines()[:8]
     lead = "passive: LEAKS (by design): passive-0: label recovery from logreg.residual = 1 "
-    tail = "in the plain run; other checks: 3 held, 3 found no leak"
+    tail = "in the plain run; other checks: 1 leaked by design, 3 held, 3 found no leak"
     assert any(line.strip().startswith(lead) and line.rstrip().endswith(tail) for line in first_screen), first_screen
     assert any(line.strip().startswith("active: holds") for line in first_screen)
 

@@ -439,6 +439,7 @@ def test_a_party_with_different_training_flags_refuses_the_plan(tmp_path: Path, 
     ("secureboost", "--trees", "2", "3", "trees 2 (here 3)"),
     ("secureboost", "--subsample", "0.5", "1.0", "subsample 0.5 (here 1.0)"),
     ("logreg", "--steps", "2", "3", "steps 2 (here 3)"),
+    ("logreg", "--label-dp", "1", "2", "label-DP epsilon 1.0 (here 2.0)"),
 ])
 def test_secureboost_and_logreg_parties_refuse_a_different_plan(tmp_path: Path, pki: Path, task: str, flag: str,
                                                                active_value: str, passive_value: str,

@@ -25,7 +25,10 @@ from typing import Any
 import numpy as np
 import pytest
 from vflcrypto.protocols import get
+from vflcrypto.protocols.fewshot import audit as fewshot_audit
 from vflcrypto.protocols.hfl import audit as hfl_audit
+from vflcrypto.protocols.logreg import audit as logreg_audit
+from vflcrypto.protocols.oneshot import audit as oneshot_audit
 from vflcrypto.protocols.protovfl import audit as protovfl_audit
 from vflcrypto.protocols.split import audit as split_audit
 
@@ -422,7 +425,7 @@ def _secagg_except(*broken: str) -> tuple[str, ...]:
 
 
 def drop_gradient_noise(mp: pytest.MonkeyPatch) -> None:
-    """Split learning's server adds no Gaussian noise to the clipped gradients (it still clips them)."""
+    """The label holder adds no Gaussian noise to the clipped gradients it sends (it still clips them)."""
     mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
 
 
@@ -432,7 +435,7 @@ def drop_client_noise(mp: pytest.MonkeyPatch) -> None:
 
 
 def skip_randomized_response(mp: pytest.MonkeyPatch) -> None:
-    """Split learning's server trains on the true labels while announcing randomized response."""
+    """The label holder trains on the true labels while announcing randomized response."""
     mp.setattr(dp_mechanisms, "randomized_response", lambda labels, k, epsilon: np.asarray(labels).copy())
 
 
@@ -442,6 +445,16 @@ MUTATIONS = (
              checks=(split_audit.NOISE_CHECK,)),
     Mutation("split: randomized response skipped", "split", (("split.dp_gradient", P.DP),), skip_randomized_response,
              checks=(split_audit.RR_CHECK,)),
+    # one-shot and few-shot VFL's label defences (the audits' defended runs alone)
+    *(m for proto, audit in (("oneshot", oneshot_audit), ("fewshot", fewshot_audit)) for m in (
+        Mutation(f"{proto}: D1 noise dropped", proto, ((f"{proto}.dp_gradient", P.DP),), drop_gradient_noise,
+                 {"undefended": False}, checks=(audit.NOISE_CHECK,)),
+        Mutation(f"{proto}: randomized response skipped", proto,
+                 ((f"{proto}.dp_gradient", P.DP), (f"{proto}.dp_partition", P.DP)), skip_randomized_response,
+                 {"undefended": False}, checks=(audit.RR_CHECK,)))),
+    # logistic regression's label defence (the audit's defended plain run)
+    Mutation("logreg: randomized response skipped", "logreg", (("logreg.dp_residual", P.DP),),
+             skip_randomized_response, checks=(logreg_audit.RR_CHECK,)),
     # alignment
     Mutation("ECDH: passive party's scalar fixed across sessions", "align",
              (("align.blinded", P.BLINDED),), passive_fixed_scalar,
@@ -676,6 +689,12 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
                                                             "masked gradient (CKKS): fresh mask per message"),
     "split: gradient noise dropped": (split_audit.RR_CHECK,),
     "split: randomized response skipped": (split_audit.NOISE_CHECK,),
+    "oneshot: D1 noise dropped": (oneshot_audit.RR_CHECK,),
+    "oneshot: randomized response skipped": (oneshot_audit.NOISE_CHECK,),
+    "fewshot: D1 noise dropped": (fewshot_audit.RR_CHECK,),
+    "fewshot: randomized response skipped": (fewshot_audit.NOISE_CHECK,),
+    "logreg: randomized response skipped":
+        tuple(c.name for c in logreg_audit.CHECKS if c.name != logreg_audit.RR_CHECK),
     "woe: features sent by column, bins shuffled": ("order of the passive party's bins within each feature",),
     "woe: bins sent by edge, features shuffled": ("order of the passive party's features",),
     "woe: bin sums not re-randomized": ("woe.labels: ciphertexts read without the key",),

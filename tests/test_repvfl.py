@@ -312,7 +312,7 @@ def test_pseudo_labels_naming_unknown_rows_are_refused(small: Any) -> None:
     _, parties = small
     role = fewshot.PartyRole(parties[0], index=0, config=fewshot.FewShotConfig(mode="client", **FAST))
     role.start()
-    role.on_setup(fewshot.Setup(60, 360, 16, "gradient", 0, "client"))
+    role.on_setup(fewshot.Setup(60, 360, 16, "gradient", 0, mode="client"))
     role.fs.n_classes = 10
     bad = fewshot.PseudoLabels(np.array([10**6]), np.array([1]), np.array([0.9], np.float32))
     with pytest.raises(ProtocolError, match="unknown rows"):
@@ -330,7 +330,14 @@ def test_every_message_is_declared_and_the_audit_sees_each(small: Any) -> None:
             fewshot.run_local(server, parties, config=fewshot.FewShotConfig(mode="client", gate=0.5, **FAST)),
             fewshot.run_local(server, parties, config=fewshot.FewShotConfig(variant="partition", **FAST)),
             split.run_local(server, parties, config=split.SplitConfig(epochs=1)),
-            split.run_local(server, parties, config=split.SplitConfig(epochs=1, label_dp=1.0))]  # split.dp_gradient
+            split.run_local(server, parties, config=split.SplitConfig(epochs=1, label_dp=1.0)),  # split.dp_gradient
+            # the label defences' kinds: D1 as dp_gradient and dp_partition
+            oneshot.run_local(server, parties, config=oneshot.OneShotConfig(label_dp=1.0, **FAST)),
+            oneshot.run_local(server, parties, config=oneshot.OneShotConfig(variant="partition", grad_noise=4.0,
+                                                                           **FAST)),
+            fewshot.run_local(server, parties, config=fewshot.FewShotConfig(grad_noise=4.0, **FAST)),
+            fewshot.run_local(server, parties, config=fewshot.FewShotConfig(variant="partition", label_dp=1.0,
+                                                                           **FAST))]
     for run in runs:
         report = audit(run.transcript)
         assert not report.undeclared

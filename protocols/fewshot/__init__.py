@@ -14,6 +14,13 @@ Threat model
     (measured: ``vflcrypto audit fewshot``). The default **server** mode sends nothing
     label-bearing after D1.
 
+Label defences
+    One-shot VFL's (:mod:`vflcrypto.protocols.oneshot.defence`): ``--label-dp ε`` (randomized
+    response; in client return the pseudo-labels are computed from those labels too) and
+    ``--grad-noise``/``--grad-epsilon`` (D1 clipped and noised, one release per row; refused in
+    client return without ``--label-dp``, whose pseudo-labels it would not cover).
+    ``vflcrypto audit fewshot --defence label-rr|grad-gauss --budgets 1,2,4,8``.
+
 Citations
     Sun et al., ICCV 2023 (the few-shot extension), seed 000 §12.6.2 and §12.10-12.11;
     the attention estimate of a missing view follows FedCVT (Kang, Liu, Liang, ACM TIST
@@ -45,6 +52,7 @@ from vflcrypto.spec import ProtocolSpec
 
 from .. import _repvfl_audit, _repvfl_cli, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
+from .._repvfl_defence import DEFENCES
 from ..oneshot import flower_config
 from . import audit, messages
 from .math import attention_estimate, dual_gate, softmax_rows
@@ -52,6 +60,8 @@ from .messages import (
     MODES,
     PARTY,
     SERVER,
+    DpGradient,
+    DpPartition,
     Gradient,
     Partition,
     PseudoLabels,
@@ -64,7 +74,8 @@ from .messages import (
 )
 from .roles import FewShotConfig, Kinds, PartyRole, ServerRole, run_local
 
-__all__ = ["MODES", "PARTY", "SERVER", "SPEC", "FewShotConfig", "Gradient", "Kinds", "Partition", "PartyData",
+__all__ = ["DEFENCES", "MODES", "PARTY", "SERVER", "SPEC", "DpGradient", "DpPartition", "FewShotConfig", "Gradient",
+           "Kinds", "Partition", "PartyData",
            "PartyRole", "PseudoLabels", "Refit", "RepRun", "Representation", "RepresentationUpdate", "ServerData",
            "ServerResult", "ServerRole", "Setup", "TestRepresentation", "UnalignedRepresentation",
            "attention_estimate", "dual_gate", "run_local", "softmax_rows"]
@@ -90,4 +101,7 @@ SPEC = ProtocolSpec(
                                   FewShotConfig, ServerRole, PartyRole),),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "fewshot"),
     view_attacks=_repvfl_audit.view_attacks("fewshot"),
+    checks=audit.CHECKS,
+    defences=DEFENCES,
+    frontier=audit.frontier,
 )

@@ -1,10 +1,14 @@
-"""The few-shot VFL audit (attacks on what each role received) and its demo step."""
+"""The few-shot VFL audit (attacks on what each role received), its label defences' checks and frontier, and its
+demo step."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
+from vflcrypto.audit.checks import Check
+from vflcrypto.audit.defences import Frontier
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.spec import DemoContext
@@ -18,13 +22,21 @@ from .._repvfl_audit import (
     probe_findings,
     received_label_attacks,
 )
+from .._repvfl_defence_audit import d1_frontier, defence_checks, noise_check_name, rr_check_name
+from ..oneshot.audit import DEFENDED, DEFENDED_LABEL, defended_run
+from ..oneshot.defence import COVERS, FRONTIER_CLIP
 from .roles import FewShotConfig, run_local
 
-__all__ = ["audit_run", "demo_step"]
+__all__ = ["CHECKS", "NOISE_CHECK", "RR_CHECK", "audit_run", "demo_step", "frontier"]
+
+DP_KIND = "fewshot.dp_gradient"
+NOISE_CHECK, RR_CHECK = noise_check_name(DP_KIND), rr_check_name(DP_KIND)
+CHECKS: tuple[Check, ...] = defence_checks(DP_KIND, (DP_KIND, "fewshot.dp_partition"))
 
 
-def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOutcome:
-    """Few-shot VFL on the digits halves (100 overlap rows), server-side expansion and client return.
+def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False, undefended: bool = True) -> AuditOutcome:
+    """Few-shot VFL on the digits halves (100 overlap rows), server-side expansion and client return; then a
+    defended run.
 
     * each party: the overlap label partition from D1 (as in one-shot VFL); in client
       return, the overlap labels *named* with the pseudo-labels it received;
@@ -33,11 +45,23 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       H_u) to the party's raw columns;
     * the scorecard's published attacks (server-side expansion run): each party's norm and
       direction scoring on its D1 and passive model completion on the U2 it sent; the
-      server's trained decoder on U1, U2 and H_u.
+      server's trained decoder on U1, U2 and H_u;
+    * the defended run (server mode, one-shot VFL's :data:`~vflcrypto.protocols.oneshot.audit.DEFENDED`:
+      randomized response and D1 noise at ε = 1, no local training): the checks that each defence runs
+      as announced. What the defences do to every attack at several budgets is the frontier.
+
+    ``undefended=False`` runs the defended run alone (the mutation tests of the defences).
     """
     require_torch()
     server, parties = digits_example(100, seed=0)
     names, y = party_names(len(parties)), server.y_overlap
+    dtap = AuditTap()
+    drun = run_local(server, parties, config=FewShotConfig(**DEFENDED), tap=dtap)
+    dfound, dmetrics = defended_run("fewshot", drun, dtap, server.n_classes, y, names)
+    if not undefended:
+        report, sections = audit_runs({DEFENDED_LABEL: drun.transcript})
+        return AuditOutcome("fewshot", report, tuple(dfound), dmetrics, sections=sections,
+                            transcripts=((DEFENDED_LABEL, drun.transcript),))
     tap, ctap = AuditTap(), AuditTap()
     run = run_local(server, parties, tap=tap)
     crun = run_local(server, parties, config=FewShotConfig(mode="client"), tap=ctap)
@@ -59,13 +83,22 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
                                                 ("fewshot.unaligned_representation", "unaligned_features")])
     naming = [naming_finding(ctap, p, "fewshot.pseudo_labels", y) for p in names]
     findings += naming
-    runs = {"server-side expansion": run.transcript, "client return": crun.transcript}
-    report, sections = audit_runs(runs)
     metrics = {"gradient_kmeans_ari": min(f.value for f in findings[: len(names)]),
                "cluster_naming_accuracy": max((f.value for f in naming), default=0.0),
                "test_accuracy": float(run.test_accuracy or 0.0),
-               "test_accuracy_client": float(crun.test_accuracy or 0.0)}
+               "test_accuracy_client": float(crun.test_accuracy or 0.0), **dmetrics}
+    findings += dfound
+    runs = {"server-side expansion": run.transcript, "client return": crun.transcript, DEFENDED_LABEL: drun.transcript}
+    report, sections = audit_runs(runs)
     return AuditOutcome("fewshot", report, tuple(findings), metrics, sections=sections, transcripts=tuple(runs.items()))
+
+
+def frontier(defence: str, budgets: Sequence[float], repeats: int = 1) -> Frontier:
+    """One-shot VFL's frontier (:func:`vflcrypto.protocols.oneshot.audit.frontier`) on few-shot VFL in its default
+    server mode: the label attacks on D1 and U2 and the test accuracy at each ε of ``budgets``."""
+    return d1_frontier("fewshot", run_local, FewShotConfig, defence, budgets, repeats, clip=FRONTIER_CLIP,
+                       covers=COVERS, setting="few-shot VFL on the digits, 100 overlap rows, two parties with their "
+                                          "unaligned rows, server mode, D1 = gradients, 60 local epochs")
 
 
 @needs_torch

@@ -16,8 +16,8 @@ from vflcrypto.runtime.declarations import Protection, declare
 from .._repvfl import PARTY, SERVER
 from ..oneshot import messages as oneshot
 
-__all__ = ["MODES", "PARTY", "SERVER", "Gradient", "Partition", "PseudoLabels", "Refit", "Representation",
-           "RepresentationUpdate", "Setup", "TestRepresentation", "UnalignedRepresentation"]
+__all__ = ["MODES", "PARTY", "SERVER", "DpGradient", "DpPartition", "Gradient", "Partition", "PseudoLabels", "Refit",
+           "Representation", "RepresentationUpdate", "Setup", "TestRepresentation", "UnalignedRepresentation"]
 
 #: server: the server expands its training set itself (no label-bearing download after D1);
 #: client: the server returns pseudo-labels to each party, which retrains its extractor
@@ -25,13 +25,14 @@ MODES = ("server", "client")
 
 
 @declare("fewshot.setup", sender=SERVER, receiver=PARTY, protection=Protection.PUBLIC,
-         reveals="the numbers of overlap and test rows, d, the D1 variant, the public training seed and the mode "
-                 "(server-side expansion or client return)")
+         reveals="the numbers of overlap and test rows, d, the D1 variant, the public training seed, the label "
+                 "defences of the run (randomized response's epsilon; the gradient noise multiplier, clip norm and "
+                 "delta) and the mode (server-side expansion or client return)")
 @dataclass(frozen=True)
 class Setup(oneshot.Setup):
-    """One-shot VFL's setup plus the mode."""
+    """One-shot VFL's setup (with its label defences) plus the mode."""
 
-    mode: str
+    mode: str = "server"
 
 
 @declare("fewshot.representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
@@ -43,8 +44,9 @@ class Representation:
 
 
 @declare("fewshot.gradient", sender=SERVER, receiver=PARTY, protection=Protection.PLAINTEXT,
-         reveals="D1: G^k = dL/dH_o^k and C: the label partition of the overlap rows by design (k-means ARI "
-                 "measured), not the class names; no encryption can remove it within the one-shot budget")
+         reveals="D1 undefended (no --label-dp, --grad-noise or --grad-epsilon): G^k = dL/dH_o^k and C: the label "
+                 "partition of the overlap rows by design (k-means ARI measured), not the class names; no encryption "
+                 "can remove it within the one-shot budget")
 @dataclass(frozen=True)
 class Gradient:
     G: np.ndarray
@@ -52,10 +54,26 @@ class Gradient:
 
 
 @declare("fewshot.partition", sender=SERVER, receiver=PARTY, protection=Protection.PLAINTEXT,
-         reveals="D1 (partition-only): the server's k-means clusters of the rows of G^k renumbered by first "
-                 "appearance, and C: the label partition of the overlap rows, not the class names")
+         reveals="D1 (partition-only, undefended): the server's k-means clusters of the rows of G^k renumbered by "
+                 "first appearance, and C: the label partition of the overlap rows, not the class names")
 @dataclass(frozen=True)
 class Partition:
+    clusters: np.ndarray
+    n_classes: int
+
+
+@declare("fewshot.dp_gradient", sender=SERVER, receiver=PARTY, protection=Protection.DP,
+         reveals=oneshot.DP_GRADIENT_REVEALS)
+@dataclass(frozen=True)
+class DpGradient:
+    G: np.ndarray
+    n_classes: int
+
+
+@declare("fewshot.dp_partition", sender=SERVER, receiver=PARTY, protection=Protection.DP,
+         reveals=oneshot.DP_PARTITION_REVEALS)
+@dataclass(frozen=True)
+class DpPartition:
     clusters: np.ndarray
     n_classes: int
 
@@ -79,7 +97,9 @@ class UnalignedRepresentation:
 @declare("fewshot.pseudo_labels", sender=SERVER, receiver=PARTY, protection=Protection.PLAINTEXT,
          reveals="client-return mode: class pseudo-labels (and confidences) for the party's unaligned rows that "
                  "passed the dual-classifier gate: class names, which let the party name its k-means clusters "
-                 "of the overlap rows, i.e. learn the overlap labels (naming accuracy measured)")
+                 "of the overlap rows, i.e. learn the overlap labels (naming accuracy measured); under --label-dp "
+                 "computed from randomized-response labels only (pure epsilon-label-DP, post-processing; gradient "
+                 "noise alone does not cover them and is refused in client return)")
 @dataclass(frozen=True)
 class PseudoLabels:
     rows: np.ndarray

@@ -13,6 +13,7 @@ Steps, numbered as in the package docstring (0-4 and 6 are one-shot VFL's):
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ class FewShotConfig(OneShotConfig):
         super().__post_init__()
         if self.mode not in m.MODES or not 0 <= self.gate < 1:
             raise InputDataError(f"mode must be one of {m.MODES} and 0 <= gate < 1")
+        if self.mode == "client" and self.label_dp is None and self.defence().noised:
+            raise InputDataError("client return sends pseudo-labels computed from the labels, which gradient noise "
+                                 "on D1 does not cover: add --label-dp, or use the server mode")
 
 
 class Kinds(OneShotKinds):
@@ -60,6 +64,8 @@ class Kinds(OneShotKinds):
     Representation: type[Any] = m.Representation
     Gradient: type[Any] = m.Gradient
     Partition: type[Any] = m.Partition
+    DpGradient: type[Any] = m.DpGradient
+    DpPartition: type[Any] = m.DpPartition
     RepresentationUpdate: type[Any] = m.RepresentationUpdate
     TestRepresentation: type[Any] = m.TestRepresentation
 
@@ -90,8 +96,8 @@ class ServerRole(OneShotServer):
         return self.state
 
     def _setup(self) -> m.Setup:
-        c = self.fcfg
-        return m.Setup(self.n, self.n_test, c.dim, c.variant, c.seed, c.mode)
+        setup: m.Setup = dataclasses.replace(super()._setup(), mode=self.fcfg.mode)
+        return setup
 
     def _after_update(self) -> Next:
         return then([], self.parties[self.state.k], m.UnalignedRepresentation, "on_unaligned")
@@ -126,7 +132,7 @@ class ServerRole(OneShotServer):
                 out.append((np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float64)))
                 continue
             aux = vnn.head(cfg.dim, C, seed=cfg.seed + 1 + k)  # f_c^k on party k's own view
-            vnn.train_supervised([aux], st.H2[k], self.data.y_overlap, epochs=cfg.head_epochs, lr=cfg.head_lr,
+            vnn.train_supervised([aux], st.H2[k], self.y_train, epochs=cfg.head_epochs, lr=cfg.head_lr,
                                  batch_size=cfg.batch_size, seed=cfg.seed + k)
             p_own = vnn.predict_proba(aux, st.Hu[k])
             p_joint = vnn.predict_proba(head, self._views(k))
@@ -139,7 +145,7 @@ class ServerRole(OneShotServer):
         """Step 5: the head on the overlap rows, then the gated pseudo-labels (server or client mode)."""
         st, t0 = self.fs, time.perf_counter()
         X_o = np.concatenate(st.H2, axis=1)
-        self.fit_head(X_o, self.data.y_overlap)
+        self.fit_head(X_o, self.y_train)
         kept = self.pseudo_labels()
         self.hold("pseudo_labels", kept)
         st.expanded = int(sum(len(r) for r, _, _ in kept))
@@ -150,7 +156,7 @@ class ServerRole(OneShotServer):
             st.k, st.H2 = 0, []
             return then(sends, self.parties[0], m.Refit, "on_refit")
         Xs = [X_o] + [self._views(k)[r] for k, (r, _, _) in enumerate(kept)]
-        ys = [self.data.y_overlap] + [c for _, c, _ in kept]
+        ys = [self.y_train] + [c for _, c, _ in kept]
         ws = [np.ones(len(X_o))] + [w for _, _, w in kept]
         self.fit_head(np.concatenate(Xs), np.concatenate(ys), np.concatenate(ws))
         return self._await_tests()
@@ -162,7 +168,7 @@ class ServerRole(OneShotServer):
         st.k += 1
         if st.k < len(self.parties):
             return then([], self.parties[st.k], m.Refit, "on_refit")
-        self.fit_head(np.concatenate(st.H2, axis=1), self.data.y_overlap)
+        self.fit_head(np.concatenate(st.H2, axis=1), self.y_train)
         return self._await_tests()
 
 
@@ -241,7 +247,8 @@ class PartyRole(OneShotParty):
         self.state.extractor = vnn.module_arrays(self.f)
         sends = [send(self.server, m.Refit(vnn.forward(self.f, d.X_overlap))),
                  send(self.server, m.TestRepresentation(vnn.forward(self.f, d.X_test)))]
-        return done(PartyResult(self.state.extractor, np.zeros(0, np.int64), {"returned": float(len(rows))}), sends)
+        return done(PartyResult(self.state.extractor, np.zeros(0, np.int64), {"returned": float(len(rows))},
+                                self.privacy()), sends)
 
 
 def run_local(server: ServerData, parties: Sequence[PartyData], *, config: FewShotConfig | None = None,

@@ -52,6 +52,13 @@ For each step t:
 Prediction: as in the plain protocol, but the logits are pairwise-masked
 (``logreg.masked_logits``) so the active party learns only the summed logits z.
 
+Label DP (:mod:`.defence`, off by default)
+------------------------------------------
+``--label-dp ε`` (both modes): the active party trains on randomized-response labels (each
+kept with probability e^ε/(e^ε + 1), drawn once), announced in ``logreg.setup``; everything it
+sends is pure ε-label-DP (plain residuals travel as ``logreg.dp_residual``). ``vflcrypto audit
+logreg --defence label-rr --budgets 1,2,4,8`` draws its privacy–utility frontier.
+
 Threat model
 ------------
 Semi-honest parties. *Plain*: none of the protections below; every passive party learns
@@ -102,7 +109,8 @@ from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli
 from .audit import CHECKS as AUDIT_CHECKS
-from .audit import audit_run, demo_step, label_attack, majority_rate, secure_findings
+from .audit import audit_run, demo_step, frontier, label_attack, majority_rate, secure_findings
+from .defence import DEFENCES
 from .math import (
     GRAD_FRAC_BITS,
     RING_BITS,
@@ -132,6 +140,7 @@ from .messages import (
     OU_REFUSAL,
     PASSIVE,
     Ack,
+    DpResidual,
     EncryptedResidual,
     GradientReply,
     Identity,
@@ -156,15 +165,15 @@ from .roles import (
 )
 
 __all__ = [
-    "ACTIVE", "GRAD_FRAC_BITS", "PASSIVE", "RING_BITS", "RING_FRAC_BITS", "SPEC", "TITANIC_FILES",
-    "TITANIC_PARTIES", "Ack", "ActiveResult", "ActiveRole", "EncryptedResidual", "GradientReply", "Identity",
-    "KeyShare", "LocalRun", "Logits", "MaskedGradient", "MaskedLogits", "PassiveResult", "PassiveRole",
-    "Request", "Residual", "Setup", "TitanicSplit", "accept_key_share", "audit_run", "bce_loss",
-    "centralized_gd", "decode_ring", "decrypt_masked", "demo_step", "encode_ring", "encrypt_residual",
-    "export_titanic_parties", "label_attack", "local_features", "local_gradient", "majority_rate",
-    "make_key_share", "mask_logits", "masked_encrypted_gradient", "pair_step_seed", "partial_logits",
-    "passive_names", "residuals", "rows_digest", "run_active", "run_local", "run_passive", "secure_findings",
-    "sgd_update", "sigmoid", "titanic_parties", "titanic_path", "unmask_gradient", "unmask_sum",
+    "ACTIVE", "DEFENCES", "GRAD_FRAC_BITS", "PASSIVE", "RING_BITS", "RING_FRAC_BITS", "SPEC", "TITANIC_FILES",
+    "TITANIC_PARTIES", "Ack", "ActiveResult", "ActiveRole", "DpResidual", "EncryptedResidual", "GradientReply",
+    "Identity", "KeyShare", "LocalRun", "Logits", "MaskedGradient", "MaskedLogits", "PassiveResult", "PassiveRole",
+    "Request", "Residual", "Setup", "TitanicSplit", "accept_key_share", "audit_run", "bce_loss", "centralized_gd",
+    "decode_ring", "decrypt_masked", "demo_step", "encode_ring", "encrypt_residual", "export_titanic_parties",
+    "frontier", "label_attack", "local_features", "local_gradient", "majority_rate", "make_key_share",
+    "mask_logits", "masked_encrypted_gradient", "pair_step_seed", "partial_logits", "passive_names", "residuals",
+    "rows_digest", "run_active", "run_local", "run_passive", "secure_findings", "sgd_update", "sigmoid",
+    "titanic_parties", "titanic_path", "unmask_gradient", "unmask_sum"
 ]
 
 
@@ -220,4 +229,6 @@ SPEC = ProtocolSpec(
                                     "substitute them: README, Flower App)",
                  "logreg.key_share": "ephemeral X25519 public keys signed by the identity keys"}),
     oracle=OU_REFUSAL,
+    defences=DEFENCES,
+    frontier=frontier,
 )

@@ -9,6 +9,9 @@ intersection. Each party then preprocesses its own columns locally: the rows are
 into train and test with the public, seeded :func:`vflcrypto.data.tables.train_test_split`;
 missing values are imputed with the training-row median and features standardized with
 training-row mean and standard deviation (:func:`vflcrypto.ml.preprocess.local_features`).
+``--label-dp EPS`` trains on randomized-response labels (:mod:`.defence`, both modes); ``--json``
+then prints each party's accounted guarantee under ``privacy``, and the network parties' model
+files keep it.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ class LogRegConfig:
         False, "train even when a passive party has at least as many features (intercept included) as training "
         "rows: that party then solves its own gradient X^T r for every residual r, at the first step the labels "
         "(Weng et al. 2020's reverse multiplication; the active party refuses it by default)")
+    label_dp: float | None = option(
+        None, "label DP by randomized response: the active party trains on labels kept with probability "
+              "e^eps/(e^eps+1), eps = this (pure eps-label-DP of everything it sends); every party must give the same")
 
     def validate(self) -> None:
         """What the roles refuse, refused as soon as the flags are parsed (before any peer is contacted)."""
@@ -108,12 +114,16 @@ def train(args: argparse.Namespace) -> int:
                     y[te] if len(te) else None, secure=cfg.secure, steps=cfg.steps,
                     learning_rate=cfg.learning_rate, key_bits=opts.key_bits,
                     allow_insecure=opts.allow_insecure, timeout=opts.timeout,
-                    ids_train=[ids_train] * (len(parties) + 1), allow_small_batches=cfg.allow_small_batches)
+                    ids_train=[ids_train] * (len(parties) + 1), allow_small_batches=cfg.allow_small_batches,
+                    label_dp=cfg.label_dp)
     a = res.active
     bytes_sent = {("coordinator" if k == ACTIVE else k): v for k, v in res.bytes_sent.items()}
-    summary = {"train_loss": a.train_loss, "test_loss": a.test_loss, "test_accuracy": a.test_accuracy,
-               "steps": cfg.steps, "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
-               "secure": cfg.secure, "rows": {"train": len(tr), "test": len(te)}, "alignment_bytes": align_bytes}
+    summary: dict[str, Any] = {
+        "train_loss": a.train_loss, "test_loss": a.test_loss, "test_accuracy": a.test_accuracy, "steps": cfg.steps,
+        "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent, "secure": cfg.secure,
+        "rows": {"train": len(tr), "test": len(te)}, "alignment_bytes": align_bytes}
+    if a.privacy:  # each party's own accounting of the announced label defence
+        summary["privacy"] = {"coordinator": a.privacy, **{k: r.privacy for k, r in sorted(res.passives.items())}}
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -125,6 +135,8 @@ def train(args: argparse.Namespace) -> int:
     if a.test_loss is not None:
         print(f"  test loss {a.test_loss:.4f}, test accuracy {a.test_accuracy:.1%}")
     print(f"  bytes sent: {bytes_sent}; {summary['seconds']:.1f} s")
+    for d, g in a.privacy.items():
+        print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-label-DP ({g['accountant']}); protects {g['covers']}")
     return 0
 
 
@@ -160,10 +172,10 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         res = run_active(ctx.only(passives), table.label[tr], table.label[te] if len(te) else None,
                          parties=passives, secure=cfg.secure, steps=cfg.steps, learning_rate=cfg.learning_rate,
                          key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, ids_train=ids_tr,
-                         allow_small_batches=cfg.allow_small_batches)
+                         allow_small_batches=cfg.allow_small_batches, label_dp=cfg.label_dp)
         summary: dict[str, Any] = {"loss_history": res.loss_history, "train_loss": res.train_loss,
                                    "test_loss": res.test_loss, "test_accuracy": res.test_accuracy,
-                                   "secure": cfg.secure}
+                                   "secure": cfg.secure, **({"privacy": res.privacy} if res.privacy else {})}
 
         def write(out: Path, meta: dict[str, Any]) -> None:
             save_model(out, {**meta, **summary}, {"train_probabilities": res.train_probabilities})
@@ -180,10 +192,11 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         kw["peer_identities"] = {p: Ed25519PublicKey.from_public_bytes(ctx.peer_identity(p)) for p in others}
         peers += others
     pres = run_passive(ctx.only(peers), me, X[tr], X[te] if len(te) else None, ids_train=ids_tr,
-                       expected=(cfg.secure, cfg.steps, float(cfg.learning_rate)), **kw)
-    summary = {"weights": [float(w) for w in pres.weights], "columns": list(table.columns)}
+                       expected=(cfg.secure, cfg.steps, float(cfg.learning_rate), cfg.label_dp), **kw)
+    dp = {"privacy": pres.privacy} if pres.privacy else {}
+    summary = {"weights": [float(w) for w in pres.weights], "columns": list(table.columns), **dp}
 
     def write_weights(out: Path, meta: dict[str, Any]) -> None:
-        save_model(out, {**meta, "columns": list(table.columns)}, {"weights": pres.weights})
+        save_model(out, {**meta, "columns": list(table.columns), **dp}, {"weights": pres.weights})
 
     return PartyOutcome(summary, write_weights)

@@ -15,6 +15,7 @@ __all__ = [
     "OU_REFUSAL",
     "PASSIVE",
     "Ack",
+    "DpResidual",
     "EncryptedResidual",
     "GradientReply",
     "Identity",
@@ -38,7 +39,8 @@ PASSIVE = "passive"
     "logreg.setup",
     sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
     reveals="training parameters, row counts, the active party's Paillier public key "
-            "(secure mode) and a digest of the aligned row IDs (equality check only)",
+            "(secure mode), a digest of the aligned row IDs (equality check only) and the epsilon of "
+            "randomized response on the labels (--label-dp), so that every party accounts the same guarantee",
 )
 @dataclass(frozen=True)
 class Setup:
@@ -52,6 +54,8 @@ class Setup:
     parties: tuple[str, ...]
     ids_digest: bytes
     public_key: PaillierPublicKey | None = None
+    #: ε of randomized response on the training labels (None: off)
+    label_epsilon: float | None = None
 
 
 @declare(
@@ -99,12 +103,27 @@ class Logits:
 @declare(
     "logreg.residual",
     sender=ACTIVE, receiver=PASSIVE, protection=Protection.PLAINTEXT,
-    reveals="r = (p - y)/n in the clear: sign(r) is every training label (100 % recovery), "
-            "|r| the model's confidence per row",
+    reveals="r = (p - y)/n in the clear, undefended (no --label-dp): sign(r) is every training label "
+            "(100 % recovery), |r| the model's confidence per row",
 )
 @dataclass(frozen=True)
 class Residual:
     """Plain residuals r = (p - y) / n (plain protocol)."""
+
+    step: int
+    values: np.ndarray
+
+
+@declare(
+    "logreg.dp_residual",
+    sender=ACTIVE, receiver=PASSIVE, protection=Protection.DP,
+    reveals="r = (p - y~)/n in the clear under --label-dp epsilon: y~ are randomized-response labels (each kept with "
+            "probability e^eps/(e^eps+1), drawn once), so sign(r) is y~, right about y at that rate, and everything "
+            "sent is pure epsilon-label-DP (post-processing); |r| the model's confidence per row",
+)
+@dataclass(frozen=True)
+class DpResidual:
+    """Plain residuals from randomized-response labels (plain protocol under --label-dp)."""
 
     step: int
     values: np.ndarray
@@ -140,7 +159,8 @@ class MaskedLogits:
 @declare(
     "logreg.encrypted_residual",
     sender=ACTIVE, receiver=PASSIVE, protection=Protection.CIPHERTEXT, key_owner=ACTIVE,
-    reveals="nothing (Paillier ciphertexts of r under the active party's key); only its length",
+    reveals="nothing (Paillier ciphertexts of r under the active party's key); only its length (under "
+            "--label-dp, r comes from randomized-response labels)",
 )
 @dataclass(frozen=True)
 class EncryptedResidual:
@@ -169,7 +189,8 @@ class MaskedGradient:
     "logreg.gradient_reply",
     sender=ACTIVE, receiver=PASSIVE, protection=Protection.PLAINTEXT,
     reveals="the party's own gradient X_k^T r once it removes its mask: d_k linear "
-            "equations in the n residuals per step (no per-row residual or label)",
+            "equations in the n residuals per step (no per-row residual or label; under --label-dp "
+            "computed from randomized-response labels: pure epsilon-label-DP)",
 )
 @dataclass(frozen=True)
 class GradientReply:

@@ -43,6 +43,7 @@ from vflcrypto.runtime.channel import (
 from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
 from vflcrypto.runtime.wire import IntVector
 
+from .defence import check_epsilon, privacy, randomize
 from .math import (
     GRAD_FRAC_BITS,
     accept_key_share,
@@ -66,6 +67,7 @@ from .messages import (
     OU_REFUSAL,
     PASSIVE,
     Ack,
+    DpResidual,
     EncryptedResidual,
     GradientReply,
     Identity,
@@ -95,14 +97,18 @@ class ActiveResult:
     test_probabilities: np.ndarray | None
     train_probabilities: np.ndarray
     seconds: float
+    #: the label defence's guarantee (``label-rr`` -> its (ε, δ) and what it covers); empty when undefended
+    privacy: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class PassiveResult:
-    """What a passive party ends with: its weights (what it saw is in the audit tap, if any)."""
+    """What a passive party ends with: its weights (what it saw is in the audit tap, if any) and the guarantee of
+    the label defence the setup announced (empty when undefended)."""
 
     name: str
     weights: np.ndarray
+    privacy: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- active
@@ -129,9 +135,10 @@ class ActiveRole(Role[_ActiveState]):
                  allow_insecure: bool = False, ids_train: Sequence[str] | None = None,
                  frac_bits: int = GRAD_FRAC_BITS,
                  keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
-                 name: str = ACTIVE, allow_small_batches: bool = False) -> None:
+                 name: str = ACTIVE, allow_small_batches: bool = False, label_dp: float | None = None) -> None:
         """``allow_small_batches``: return a passive party its gradient even when it has at least as many
-        gradient entries (features, intercept included) as there are training rows (see :meth:`reply_gradient`)."""
+        gradient entries (features, intercept included) as there are training rows (see :meth:`reply_gradient`).
+        ``label_dp``: train on randomized-response labels at this ε (:mod:`.defence`)."""
         refuse_decryption_oracle(keys[0] if keys is not None else None, "logreg", OU_REFUSAL)
         super().__init__(name)
         self.parties = list(parties)
@@ -145,7 +152,7 @@ class ActiveRole(Role[_ActiveState]):
                                  "classes (check the label column, or the alignment and the split)")
         if steps < 0 or not math.isfinite(learning_rate) or learning_rate <= 0:
             raise InputDataError("steps must be >= 0 and the learning rate positive")
-        self.y = y
+        self.y, self.y_train, self.label_dp = y, y, check_epsilon(label_dp)
         self.y_test = None if y_test is None or len(y_test) == 0 else np.asarray(y_test, dtype=np.float64)
         self.secure, self.steps, self.learning_rate = secure, steps, float(learning_rate)
         self.ids_train, self.frac_bits = ids_train, frac_bits
@@ -173,10 +180,14 @@ class ActiveRole(Role[_ActiveState]):
         """Step 0: the setup to every party, then the first step's request (or predictions)."""
         if self.sk is not None:
             self.hold("secret_key", self.sk)
+        self.hold("labels", self.y)
+        if self.label_dp is not None:
+            self.y_train = randomize(self.y, self.label_dp)  # drawn once: every later message post-processes it
+        self.hold("training_labels", self.y_train)
         setup = Setup(secure=self.secure, steps=self.steps, learning_rate=self.learning_rate,
                       n_train=len(self.y), n_test=0 if self.y_test is None else len(self.y_test),
                       parties=tuple(self.parties), ids_digest=rows_digest(self.ids_train, len(self.y)),
-                      public_key=self.pk)
+                      public_key=self.pk, label_epsilon=self.label_dp)
         first = "step" if self.steps > 0 else PREDICT_TRAIN
         return self._request(first, 0 if self.steps else self.steps, [send(p, setup) for p in self.parties])
 
@@ -197,7 +208,7 @@ class ActiveRole(Role[_ActiveState]):
             return self._finish(None)
         if st.phase == PREDICT_TEST:
             return self._finish(sigmoid(z))
-        _, r, loss = residuals(z, self.y)
+        _, r, loss = residuals(z, self.y_train)
         st.history.append(loss)
         st.k = 0
         if self.secure:
@@ -206,7 +217,8 @@ class ActiveRole(Role[_ActiveState]):
             enc = encrypt_residual(self.sk, r, self.frac_bits)
             return then([send(p, EncryptedResidual(st.t, enc)) for p in self.parties], self.parties[0],
                         MaskedGradient, "reply_gradient")
-        return then([send(p, Residual(st.t, r)) for p in self.parties], self.parties[0], Ack, "collect_ack")
+        kind = Residual if self.label_dp is None else DpResidual
+        return then([send(p, kind(st.t, r)) for p in self.parties], self.parties[0], Ack, "collect_ack")
 
     def reply_gradient(self, msg: MaskedGradient) -> Next:
         """Step 5: decrypt g_k + R_k mod n (uniform to us) and return it to its party.
@@ -251,7 +263,7 @@ class ActiveRole(Role[_ActiveState]):
         if p_test is not None and self.y_test is not None:
             test_loss, test_acc = bce_loss(self.y_test, p_test), accuracy(self.y_test, p_test)
         result = ActiveResult(self.state.history, bce_loss(self.y, self.state.p_train), test_loss, test_acc,
-                              p_test, self.state.p_train, time.perf_counter() - self._t0)
+                              p_test, self.state.p_train, time.perf_counter() - self._t0, privacy(self.label_dp))
         return done(result, [send(p, Request("stop", self.steps)) for p in self.parties])
 
 
@@ -276,6 +288,7 @@ class _PassiveState:
     mask: IntVector = field(default_factory=IntVector)
     frac_bits: int = 0
     step: int = 0
+    label_epsilon: float | None = None  # the label defence the setup announced
     identity: bytes = b""  # a fresh identity key announced in this run (Flower without pins)
     announced: dict[str, bytes] = field(default_factory=dict)  # peers' announced identity keys
 
@@ -298,8 +311,9 @@ class PassiveRole(Role[_PassiveState]):
                  peer_identities: Mapping[str, Ed25519PublicKey] | None = None,
                  ids_train: Sequence[str] | None = None, frac_bits: int = GRAD_FRAC_BITS,
                  run_id: str = "", active: str = ACTIVE, announce_identity: bool = False,
-                 peers: Sequence[str] = (), expected: tuple[bool, int, float] | None = None) -> None:
-        """``expected`` (a network party's own flags): (secure, steps, learning rate) the setup must match."""
+                 peers: Sequence[str] = (), expected: tuple[bool, int, float, float | None] | None = None) -> None:
+        """``expected`` (a network party's own flags): (secure, steps, learning rate, --label-dp) the setup must
+        match."""
         super().__init__(name)
         X = np.asarray(X_train, dtype=np.float64)
         if X.ndim != 2 or not np.all(np.isfinite(X)):
@@ -368,12 +382,16 @@ class PassiveRole(Role[_PassiveState]):
         if name not in setup.parties:
             raise ProtocolError(f"{name} is not among the configured parties {list(setup.parties)}")
         if self.expected is not None:
-            labels = ("secure", "steps", "learning rate")
-            theirs = (setup.secure, setup.steps, float(setup.learning_rate))
+            labels = ("secure", "steps", "learning rate", "label-DP epsilon")
+            theirs = (setup.secure, setup.steps, float(setup.learning_rate), setup.label_epsilon)
             differ = [f"{n} {b} (here {a})" for n, a, b in zip(labels, self.expected, theirs, strict=True) if a != b]
             if differ:
                 raise ConfigurationError(f"{name}: the active party's training plan differs from this party's flags: "
                                          f"{', '.join(differ)}; run every party with the same training flags")
+        try:
+            st.label_epsilon = check_epsilon(setup.label_epsilon)
+        except InputDataError as exc:
+            raise ProtocolError(f"{name}: the setup announces an invalid label defence: {exc}") from None
         st.secure, st.learning_rate, st.n_test = setup.secure, setup.learning_rate, setup.n_test
         st.peers = tuple(p for p in setup.parties if p != name)
         if not setup.secure:
@@ -417,7 +435,7 @@ class PassiveRole(Role[_PassiveState]):
         """The active party's request: a training step (step 1), predictions, or stop."""
         st = self.state
         if req.action == "stop":
-            return done(PassiveResult(self.name, st.weights))
+            return done(PassiveResult(self.name, st.weights, privacy(st.label_epsilon)))
         if req.action in (PREDICT_TRAIN, PREDICT_TEST):
             data = self.X if req.action == PREDICT_TRAIN else self.X_test
             if data is None:
@@ -430,9 +448,10 @@ class PassiveRole(Role[_PassiveState]):
         sent = send(self.active, self._logits(req.step, partial_logits(self.X, st.weights), f"step:{req.step}"))
         if st.secure:
             return then([sent], self.active, EncryptedResidual, "mask_gradient", patience=2.0)
-        return then([sent], self.active, Residual, "apply_residual", patience=2.0)
+        kind = Residual if st.label_epsilon is None else DpResidual
+        return then([sent], self.active, kind, "apply_residual", patience=2.0)
 
-    def apply_residual(self, msg: Residual) -> Next:
+    def apply_residual(self, msg: Residual | DpResidual) -> Next:
         """Plain step 3: w_k <- w_k - lr X_k^T r; acknowledge."""
         if msg.values.shape != (len(self.X),):
             raise ProtocolError(f"{self.name}: residual has shape {msg.values.shape}")
@@ -535,11 +554,13 @@ def run_local(
     overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
     tap: AuditTap | None = None,
     allow_small_batches: bool = False,
+    label_dp: float | None = None,
 ) -> LocalRun:
     """Run the active party and one passive party per feature block in this process.
 
     ``ids_train`` optionally gives each party's row IDs (first entry: the active party's)
-    so misaligned inputs are caught. ``overrides`` replaces a party's task (tests: a
+    so misaligned inputs are caught; ``label_dp``: the active party trains on randomized-response labels at this ε
+    (:mod:`.defence`). ``overrides`` replaces a party's task (tests: a
     stalled or misbehaving party); ``tap`` (audits) keeps what each party received and holds.
     """
     if not X_train:
@@ -559,7 +580,7 @@ def run_local(
         ACTIVE: lambda: run_active(
             net.channels(ACTIVE), y_train, y_test, parties=names, secure=secure, steps=steps,
             learning_rate=learning_rate, key_bits=key_bits, allow_insecure=allow_insecure,
-            ids_train=ids_active, keys=keys, allow_small_batches=allow_small_batches),
+            ids_train=ids_active, keys=keys, allow_small_batches=allow_small_batches, label_dp=label_dp),
     }
     for k, name in enumerate(names):
         tasks[name] = (lambda k=k, name=name: run_passive(

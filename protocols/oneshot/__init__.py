@@ -19,6 +19,14 @@ Threat model
     representations adds nothing about labels but joins their feature views) nor with
     the server (it holds the labels).
 
+Label defences (:mod:`.defence`, off by default)
+    ``--label-dp ε``: the server uses randomized-response labels only (pure ε-label-DP of all it
+    sends); ``--grad-noise σ --grad-clip C`` or ``--grad-epsilon ε``: each D1 row, joint over the
+    parties, clipped and Gaussian noise added ((ε, δ)-label-DP of D1, one release per row, from
+    the ``dp-accounting`` RDP accountant). Announced in the setup; D1 then travels as
+    ``dp_gradient`` or ``dp_partition``. ``vflcrypto audit oneshot --defence label-rr|grad-gauss
+    --budgets 1,2,4,8`` draws their privacy–utility frontier.
+
 Citations
     Y. Sun, Y. Wang, M. Hu et al., "Communication-Efficient Vertical Federated Learning
     with Limited Overlapping Samples", ICCV 2023 (arXiv 2303.16270), Algorithm 1; NVIDIA
@@ -28,12 +36,14 @@ Citations
 
 Message flow (every message kind ``oneshot.*``; steps of :mod:`.roles`)
     0. S → every party ``setup``: overlap and test row counts, d, the D1 variant, the
-       public training seed.
+       public training seed, the label defences.
     1. (U1) party k → S ``representation``: H_o^k = f_k(X_o^k) with its untrained extractor.
     2. (D1, the only download) S → party k ``gradient``: G^k = ∂L/∂H_o^k of the summed
        cross-entropy of its freshly initialised head on H_o^1 ∘ ... ∘ H_o^K, and the class
        count C; or, with ``variant="partition"``, ``partition``: S's own k-means of the
        rows of G^k into C clusters, renumbered by first appearance (only the partition).
+       Under a label defence ``dp_gradient`` / ``dp_partition``, from randomized-response
+       labels and/or the clipped, noised rows.
     3. party k: k-means (K = C) on the rows of G^k gives temporary labels of the overlap
        rows (rows of one class have the same gradient direction at a near-uniform
        prediction); FixMatch-tab on the pseudo-labelled overlap rows plus its unaligned
@@ -44,7 +54,7 @@ Message flow (every message kind ``oneshot.*``; steps of :mod:`.roles`)
 
 Per party: 2 uploads and 1 download in training (plus the public setup), one upload at
 prediction. Modules: :mod:`.messages`, :mod:`.roles` (the roles and ``run_local``),
-:mod:`.audit`; the shared data, checks, local runs and commands are in ``protocols/_repvfl*.py``,
+:mod:`.defence`, :mod:`.audit`; the shared data, checks, local runs and commands are in ``protocols/_repvfl*.py``,
 the neural parts in :mod:`vflcrypto.ml.nn` (the ``deep`` extra: torch).
 """
 
@@ -57,11 +67,14 @@ from vflcrypto.spec import ProtocolSpec
 
 from .. import _repvfl_audit, _repvfl_cli, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, digits_example, flower_spec
+from .._repvfl_defence import DEFENCES, LabelDefence
 from . import audit, messages
 from .messages import (
     PARTY,
     SERVER,
     VARIANTS,
+    DpGradient,
+    DpPartition,
     Gradient,
     Partition,
     Representation,
@@ -71,10 +84,10 @@ from .messages import (
 )
 from .roles import Kinds, OneShotConfig, PartyResult, PartyRole, ServerRole, run_local
 
-__all__ = ["PARTY", "SERVER", "SPEC", "VARIANTS", "Gradient", "Kinds", "OneShotConfig", "Partition", "PartyData",
-           "PartyResult", "PartyRole", "RepRun", "Representation", "RepresentationUpdate", "ServerData",
-           "ServerResult", "ServerRole", "Setup", "TestRepresentation", "digits_example", "flower_config",
-           "run_local"]
+__all__ = ["DEFENCES", "PARTY", "SERVER", "SPEC", "VARIANTS", "DpGradient", "DpPartition", "Gradient", "Kinds",
+           "LabelDefence", "OneShotConfig", "Partition", "PartyData", "PartyResult", "PartyRole", "RepRun",
+           "Representation", "RepresentationUpdate", "ServerData", "ServerResult", "ServerRole", "Setup",
+           "TestRepresentation", "digits_example", "flower_config", "run_local"]
 
 
 def flower_config(run_config: Mapping[str, Any]) -> OneShotConfig:
@@ -100,4 +113,7 @@ SPEC = ProtocolSpec(
                                   OneShotConfig, ServerRole, PartyRole),),
     flower=flower_spec(flower_config, ServerRole, PartyRole, "oneshot"),
     view_attacks=_repvfl_audit.view_attacks("oneshot"),
+    checks=audit.CHECKS,
+    defences=DEFENCES,
+    frontier=audit.frontier,
 )

@@ -10,8 +10,8 @@ from vflcrypto.runtime.declarations import Protection, declare
 
 from .._repvfl import PARTY, SERVER
 
-__all__ = ["PARTY", "SERVER", "VARIANTS", "Gradient", "Partition", "Representation", "RepresentationUpdate", "Setup",
-           "TestRepresentation"]
+__all__ = ["PARTY", "SERVER", "VARIANTS", "DpGradient", "DpPartition", "Gradient", "Partition", "Representation",
+           "RepresentationUpdate", "Setup", "TestRepresentation"]
 
 #: what the server's one download (D1) carries: the gradients, or only its k-means partition of them
 VARIANTS = ("gradient", "partition")
@@ -19,7 +19,8 @@ VARIANTS = ("gradient", "partition")
 
 @declare("oneshot.setup", sender=SERVER, receiver=PARTY, protection=Protection.PUBLIC,
          reveals="the numbers of overlap and test rows, the representation width d, the D1 variant and the "
-                 "public training seed")
+                 "public training seed; the label defences of the run (randomized response's epsilon; the gradient "
+                 "noise multiplier, clip norm and delta), so that every party accounts the same (epsilon, delta)")
 @dataclass(frozen=True)
 class Setup:
     n_overlap: int
@@ -27,6 +28,12 @@ class Setup:
     dim: int
     variant: str
     seed: int
+    #: ε of randomized response on the labels the server uses (None: off)
+    label_epsilon: float | None = None
+    #: the D1 noise's standard deviation over the clip norm (None: no gradient noise)
+    noise_multiplier: float | None = None
+    clip: float | None = None
+    delta: float | None = None
 
 
 @declare("oneshot.representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
@@ -38,9 +45,10 @@ class Representation:
 
 
 @declare("oneshot.gradient", sender=SERVER, receiver=PARTY, protection=Protection.PLAINTEXT,
-         reveals="D1: G^k = dL/dH_o^k on the overlap rows and the class count C: the label partition of the "
-                 "overlap rows by design (k-means with K = C on the rows of G^k recovers it: ARI measured), not "
-                 "the class names; no encryption can remove it within the one-shot budget")
+         reveals="D1 undefended (no --label-dp, --grad-noise or --grad-epsilon): G^k = dL/dH_o^k on the overlap "
+                 "rows and the class count C: the label partition of the overlap rows by design (k-means with K = C "
+                 "on the rows of G^k recovers it: ARI measured), not the class names; no encryption can remove it "
+                 "within the one-shot budget")
 @dataclass(frozen=True)
 class Gradient:
     G: np.ndarray
@@ -48,11 +56,41 @@ class Gradient:
 
 
 @declare("oneshot.partition", sender=SERVER, receiver=PARTY, protection=Protection.PLAINTEXT,
-         reveals="D1 (partition-only variant): the server's k-means clusters of the rows of G^k, renumbered by "
-                 "first appearance, and C: the label partition of the overlap rows (which rows share a class), "
-                 "not the class names; strictly less than oneshot.gradient")
+         reveals="D1 (partition-only variant, undefended): the server's k-means clusters of the rows of G^k, "
+                 "renumbered by first appearance, and C: the label partition of the overlap rows (which rows share a "
+                 "class), not the class names; strictly less than oneshot.gradient")
 @dataclass(frozen=True)
 class Partition:
+    clusters: np.ndarray
+    n_classes: int
+
+
+#: what the defended D1 reveals (one-shot's and few-shot's declarations)
+DP_GRADIENT_REVEALS = (
+    "D1 under the run's label defences, and C: with --label-dp epsilon, computed from randomized-response labels "
+    "(everything the server sends is pure epsilon-label-DP); with --grad-noise or --grad-epsilon, each row joint over "
+    "the parties clipped to C and Gaussian noise of std sigma*C added: D1 to every party, even all parties together, "
+    "is (epsilon, delta)-label-DP, one Gaussian release per row (RDP accountant; the setup states the parameters). "
+    "It bounds what D1 reveals about each overlap row's label, not the features; the label partition and the label "
+    "attacks fall toward their baselines as epsilon shrinks")
+DP_PARTITION_REVEALS = (
+    "D1 (partition-only variant) under the run's label defences, and C: the server's k-means clusters of the "
+    "defended gradient rows (randomized-response labels and/or clipped, noised rows), post-processing of them: the "
+    "same (epsilon, delta)-label-DP as the gradient variant; the party cannot test the noise from clusters (the "
+    "audit tests it on the gradient variant)")
+
+
+@declare("oneshot.dp_gradient", sender=SERVER, receiver=PARTY, protection=Protection.DP, reveals=DP_GRADIENT_REVEALS)
+@dataclass(frozen=True)
+class DpGradient:
+    G: np.ndarray
+    n_classes: int
+
+
+@declare("oneshot.dp_partition", sender=SERVER, receiver=PARTY, protection=Protection.DP,
+         reveals=DP_PARTITION_REVEALS)
+@dataclass(frozen=True)
+class DpPartition:
     clusters: np.ndarray
     n_classes: int
 

@@ -7,6 +7,11 @@ Steps, numbered as in the package docstring:
   5: fine-tune the head) → ``on_test`` (6, once per party: predictions);
 * party k: ``on_setup`` (0; then 1: U1) → ``on_gradient`` or ``on_partition`` (2; then 3:
   k-means and local semi-supervised training; 4: U2; 6: the test representations).
+
+The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-epsilon``) are the
+server's: it announces them in the setup, uses randomized labels and/or clips and noises D1,
+which then travels as ``dp_gradient`` or ``dp_partition``; every party accounts the announced
+(ε, δ) itself and keeps it in its result.
 """
 
 from __future__ import annotations
@@ -29,7 +34,6 @@ from .._repvfl import (
     PARTY,
     SERVER,
     PartyData,
-    RepConfig,
     RepRun,
     ServerData,
     ServerResult,
@@ -37,7 +41,19 @@ from .._repvfl import (
     require_torch,
     run_roles,
 )
-from .messages import VARIANTS, Gradient, Partition, Representation, RepresentationUpdate, Setup, TestRepresentation
+from .._repvfl_defence import DefendedConfig, announced_defence
+from .defence import STATEMENT, noised_d1
+from .messages import (
+    VARIANTS,
+    DpGradient,
+    DpPartition,
+    Gradient,
+    Partition,
+    Representation,
+    RepresentationUpdate,
+    Setup,
+    TestRepresentation,
+)
 
 __all__ = ["Kinds", "OneShotConfig", "PartyResult", "PartyRole", "ServerResult", "ServerRole",
            "run_local"]
@@ -50,6 +66,8 @@ class Kinds:
     Representation: type[Any] = Representation
     Gradient: type[Any] = Gradient
     Partition: type[Any] = Partition
+    DpGradient: type[Any] = DpGradient
+    DpPartition: type[Any] = DpPartition
     RepresentationUpdate: type[Any] = RepresentationUpdate
     TestRepresentation: type[Any] = TestRepresentation
 
@@ -58,8 +76,9 @@ STEPS = 6
 
 
 @dataclass(frozen=True)
-class OneShotConfig(RepConfig):
-    """One-shot VFL's parameters: :class:`RepConfig` plus the semi-supervised training and what D1 carries."""
+class OneShotConfig(DefendedConfig):
+    """One-shot VFL's parameters: :class:`RepConfig`, the label defences (:mod:`.defence`; off by default; D1 is
+    their one release per row), the semi-supervised training and what D1 carries."""
 
     ssl_epochs: int = option(60, "epochs of each party's local semi-supervised training")
     head_epochs: int = option(200, "epochs of the server's head training on the overlap rows")
@@ -78,11 +97,13 @@ class OneShotConfig(RepConfig):
 
 @dataclass
 class PartyResult:
-    """A party's trained extractor (arrays), the temporary labels it derived and its local training statistics."""
+    """A party's trained extractor (arrays), the temporary labels it derived, its local training statistics and the
+    label defences' guarantees it accounted from the setup (defence name -> (ε, δ) and what it covers)."""
 
     extractor: list[np.ndarray]
     pseudo_labels: np.ndarray
     ssl: dict[str, float]
+    privacy: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- server
@@ -115,17 +136,27 @@ class ServerRole(Role[_ServerState]):
         if data.y_test is not None and len(data.y_test) not in (0, n_test):
             raise InputDataError(f"{len(data.y_test)} test labels for {n_test} test rows")
         self.timings: dict[str, float] = {}
+        self.defence = self.cfg.defence()
+        self.y_train = data.y_overlap  # randomized at start() under --label-dp
 
     @property
     def n(self) -> int:
         return len(self.data.y_overlap)
 
     def _setup(self) -> Any:
-        return self.M.Setup(self.n, self.n_test, self.cfg.dim, self.cfg.variant, self.cfg.seed)
+        c, dfn = self.cfg, self.defence
+        return self.M.Setup(self.n, self.n_test, c.dim, c.variant, c.seed, dfn.label_epsilon, dfn.noise_multiplier,
+                            dfn.clip, dfn.delta)
 
     def start(self) -> Next:
-        """Step 0: the setup to every party; then wait for U1."""
+        """Step 0: the setup to every party (after randomized response, under --label-dp); then wait for U1."""
         self.hold("labels", self.data.y_overlap)
+        if self.defence.label_epsilon is not None:
+            from vflcrypto.privacy import mechanisms
+
+            self.y_train = mechanisms.randomized_response(self.data.y_overlap, self.data.n_classes,
+                                                          self.defence.label_epsilon)
+        self.hold("training_labels", self.y_train)
         return then([send(p, self._setup()) for p in self.parties], self.parties[0], self.M.Representation,
                     "on_representation")
 
@@ -148,15 +179,21 @@ class ServerRole(Role[_ServerState]):
         st, t0 = self.state, time.perf_counter()
         head = vnn.head(self.cfg.dim * len(self.parties), self.data.n_classes, seed=self.cfg.seed)
         st.head = vnn.module_arrays(head)
-        grads = vnn.grad_wrt_inputs(head, st.H, self.data.y_overlap)
+        grads = vnn.grad_wrt_inputs(head, st.H, self.y_train)
+        dfn = self.defence
+        if dfn.noised:
+            assert dfn.clip is not None and dfn.noise_multiplier is not None  # LabelDefence checks both
+            grads = noised_d1(grads, dfn.clip, dfn.noise_multiplier)
+        gradient, partition = (self.M.DpGradient, self.M.DpPartition) if dfn.on else (self.M.Gradient,
+                                                                                      self.M.Partition)
         sends = []
         for k, (p, G) in enumerate(zip(self.parties, grads, strict=True)):
             if self.cfg.variant == "gradient":
-                sends.append(send(p, self.M.Gradient(G, self.data.n_classes)))
+                sends.append(send(p, gradient(G, self.data.n_classes)))
             else:
                 clusters = kmeans(G, self.data.n_classes, seed=self.cfg.seed * 1000 + k).labels
                 ids = canonical_labels(clusters).astype(np.int64)
-                sends.append(send(p, self.M.Partition(ids, self.data.n_classes)))
+                sends.append(send(p, partition(ids, self.data.n_classes)))
         self.timings["d1"] = time.perf_counter() - t0
         progress.report(self.PROTOCOL, 2, STEPS, unit="step")
         st.k = 0
@@ -172,7 +209,7 @@ class ServerRole(Role[_ServerState]):
         st.k += 1
         if st.k < len(self.parties):
             return then([], self.parties[st.k], self.M.RepresentationUpdate, "on_update")
-        self.fit_head(np.concatenate(st.H2, axis=1), self.data.y_overlap)
+        self.fit_head(np.concatenate(st.H2, axis=1), self.y_train)
         return self._await_tests()
 
     def _await_tests(self) -> Next:
@@ -215,7 +252,8 @@ class ServerRole(Role[_ServerState]):
             proba = np.zeros((0, self.data.n_classes), np.float32)
         y = self.data.y_test
         acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
-        return ServerResult(st.head, proba, acc, self.timings)
+        return ServerResult(st.head, proba, acc, self.timings,
+                            privacy=self.defence.privacy(1, self.data.n_classes, STATEMENT))
 
 
 # --------------------------------------------------------------------------- party
@@ -278,14 +316,17 @@ class PartyRole(Role[_PartyState]):
         if setup.variant not in VARIANTS or setup.dim != self.cfg.dim:
             raise ProtocolError(f"setup asks for variant {setup.variant!r} and d = {setup.dim}; this party runs d = "
                                 f"{self.cfg.dim}")
+        announced = announced_defence(setup, self.name, self.cfg.defence())
         self.state.setup = setup
         self.hold("features", d.X_overlap)  # ground truth of the representation probe (audit)
         H = vnn.forward(self.f, d.X_overlap)
         if H.shape != (len(d.X_overlap), self.cfg.dim):
             raise InputDataError(f"{self.name}'s extractor maps to shape {H.shape[1:]}, not ({self.cfg.dim},)")
         self.state.extractor = vnn.module_arrays(self.f)
-        kind = self.M.Gradient if setup.variant == "gradient" else self.M.Partition
-        step = "on_gradient" if setup.variant == "gradient" else "on_partition"
+        if setup.variant == "gradient":
+            kind, step = (self.M.DpGradient if announced.on else self.M.Gradient), "on_gradient"
+        else:
+            kind, step = (self.M.DpPartition if announced.on else self.M.Partition), "on_partition"
         return then([send(self.server, self.M.Representation(H))], self.server, kind, step)
 
     def _classes(self, n_classes: int) -> int:
@@ -293,13 +334,13 @@ class PartyRole(Role[_PartyState]):
             raise ProtocolError(f"the server announced C = {n_classes} classes for {len(self.data.X_overlap)} rows")
         return n_classes
 
-    def on_gradient(self, msg: Gradient) -> Next:
+    def on_gradient(self, msg: Gradient | DpGradient) -> Next:
         """Step 2 (D1): G^k; step 3: its rows clustered into C temporary labels, then local training."""
         C = self._classes(msg.n_classes)
         G = check_matrix(msg.G, len(self.data.X_overlap), self.cfg.dim, "D1 gradients", self.server)
         return self._train_locally(kmeans(G, C, seed=self.seed).labels, C)
 
-    def on_partition(self, msg: Partition) -> Next:
+    def on_partition(self, msg: Partition | DpPartition) -> Next:
         """Step 2 (D1, partition-only): the server's clusters are the temporary labels; then local training."""
         C = self._classes(msg.n_classes)
         ids = np.asarray(msg.clusters)
@@ -320,7 +361,11 @@ class PartyRole(Role[_PartyState]):
         self.state.extractor = vnn.module_arrays(self.f)
         progress.report(self.PROTOCOL, 3, STEPS, unit="step")  # this party's local training
         self.hold("pseudo_labels", pseudo)
-        return self._after_local_training(PartyResult(self.state.extractor, pseudo, stats), classifier)
+        return self._after_local_training(PartyResult(self.state.extractor, pseudo, stats, self.privacy()), classifier)
+
+    def privacy(self) -> dict[str, Any]:
+        """The guarantees of the defences the setup announced, as this party accounts them (empty: undefended)."""
+        return announced_defence(self.setup, self.name).privacy(1, None, STATEMENT)
 
     def _after_local_training(self, result: PartyResult, classifier: Any) -> Next:
         """Steps 4 and 6: U2 and the test representations; the party is done."""

@@ -9,10 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.audit import literature
 from vflcrypto.audit.attacks import not_measured, probe_finding
 from vflcrypto.audit.checks import Check
-from vflcrypto.audit.defences import Frontier, FrontierPoint, noise_floor_finding, randomized_response_finding
+from vflcrypto.audit.defences import Frontier, FrontierPoint, FrontierRun, frontier_point, noise_floor_finding
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.errors import AuditError, InputDataError
 from vflcrypto.runtime.channel import AuditTap
@@ -22,12 +21,20 @@ from vflcrypto.spec import DemoContext
 
 from .._repvfl import PARTY, SERVER, PartyData, RepRun, ServerData, digits_example, party_names, require_torch
 from .._repvfl_audit import (
-    COMPLETION_LABELS,
     batch_gradient_finding,
     batch_rows,
     inversion_findings,
     label_attack_findings,
     needs_torch,
+)
+from .._repvfl_defence_audit import (
+    ATTACK_PATTERNS,
+    FRONTIER_ATTACKS,
+    defence_checks,
+    noise_check_name,
+    own_columns_completion,
+    rr_check_name,
+    rr_finding,
 )
 from .defence import COVERS, DEFENCES
 from .roles import SplitConfig, epoch_batches, run_local
@@ -39,13 +46,8 @@ EPOCHS = 20  # the audit's runs: 100 overlap rows of the digits, 2 batches per e
 #: the audit's defended run: both label defences at the frontier's tightest budget
 DEFENDED_EPSILON = 1.0
 DP_KIND = "split.dp_gradient"
-NOISE_CHECK = f"{DP_KIND}: Gaussian noise at the announced scale"
-RR_CHECK = f"{DP_KIND}: training labels kept at randomized response's rate"
-CHECKS: tuple[Check, ...] = (
-    Check(NOISE_CHECK, (DP_KIND,), Protection.DP,
-          "the gradient noise dropped or scaled down (less than half the announced variance in the rows)", 0.5),
-    Check(RR_CHECK, (DP_KIND,), Protection.DP, "randomized response skipped (every training label kept)", 1.0),
-)
+NOISE_CHECK, RR_CHECK = noise_check_name(DP_KIND), rr_check_name(DP_KIND)
+CHECKS: tuple[Check, ...] = defence_checks(DP_KIND, (DP_KIND,))
 
 
 def _run(server: ServerData, parties: list[PartyData], cfg: SplitConfig) -> tuple[RepRun, AuditTap]:
@@ -119,13 +121,7 @@ def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> lis
         sizes = [len(b) for e in range(s.epochs) for b in epoch_batches(s.n_overlap, s.batch_size, s.seed, e)]
         rows = [np.asarray(m.G, np.float64) * b for m, b in zip(msgs, sizes, strict=False)]
         out.append(noise_floor_finding(p, NOISE_CHECK, rows, s.noise_multiplier * s.clip, attacks=(DP_KIND,)))
-    setups = tap.received(names[0], "split.setup") if names else []
-    if not setups or setups[0].label_epsilon is None:
-        out.append(not_measured(SERVER, RR_CHECK, (DP_KIND,), Protection.DP, "no randomized response announced"))
-    else:
-        out.append(randomized_response_finding(SERVER, RR_CHECK, tap.held(SERVER, "training_labels")[0],
-                                               tap.held(SERVER, "labels")[0], setups[0].label_epsilon, n_classes,
-                                               attacks=(DP_KIND,)))
+    out.append(rr_finding(tap, names, "split.setup", RR_CHECK, (DP_KIND,), n_classes))
     return out
 
 
@@ -183,50 +179,17 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     return AuditOutcome("split", report, tuple(findings), metrics, sections=sections, transcripts=tuple(runs.items()))
 
 
-#: the frontier's columns: attack -> what it is
-FRONTIER_ATTACKS = {
-    "kmeans_ari": "k-means (K = C) on each first-epoch batch gradient, ARI against the true labels (baseline 0)",
-    "norm_scoring": "norm scoring (Li et al., ICLR 2022), mean one-vs-rest AUC of the row norms (baseline: shuffled)",
-    "direction_scoring": "direction scoring (Li et al.), accuracy from one known label per class (baseline: majority)",
-    "model_completion": "passive model completion (Fu et al., USENIX Security 2022) on the representations it sent, "
-                        "4 known labels per class, accuracy (baseline: the same head on the party's own raw columns, "
-                        "what it predicts without any message)",
-}
-_PREFIX = {"kmeans_ari": "label partition", "norm_scoring": "norm scoring", "direction_scoring": "direction scoring",
-           "model_completion": "model completion"}
-
-
-def _own_columns_completion(server: ServerData, parties: list[PartyData]) -> float:
-    """Model completion's head on each party's own raw columns instead of its representations (the best over the
-    parties): the labels a party predicts from what it holds, with no message at all."""
-    y = server.y_overlap
-    known = literature.known_labels(y, COMPLETION_LABELS)
-    return max(literature.model_completion(p, "own columns", d.X_overlap, y, known, attacks=()).value
-               for p, d in zip(party_names(len(parties)), parties, strict=True))
-
-
 def _point(server: ServerData, parties: list[PartyData], cfg: SplitConfig, defence: str, budget: float | None,
            own: float, repeats: int) -> FrontierPoint:
     """One budget's point: the mean over ``repeats`` runs of the test accuracy and of each attack's worst score."""
-    t0 = time.perf_counter()
-    dfn = cfg.defence()
-    kind = DP_KIND if dfn.on else "split.gradient"
-    scores: dict[str, list[float]] = {}
-    baselines: dict[str, float] = {}
-    accuracy: list[float] = []
-    for _ in range(repeats):
+    kind = DP_KIND if cfg.defence().on else "split.gradient"
+
+    def once() -> FrontierRun:
         run, tap = _run(server, parties, cfg)
-        accuracy.append(float(run.test_accuracy or 0.0))
         found = _label_attacks(tap, party_names(len(parties)), kind, server.y_overlap, cfg, server.n_classes)
-        for key, prefix in _PREFIX.items():
-            hits = [f for f in found if prefix in f.name and f.measured]
-            if hits:
-                scores.setdefault(key, []).append(max(f.value for f in hits))
-                baselines[key] = own if key == "model_completion" else max(f.baseline or 0.0 for f in hits)
-    g = run.server.privacy.get(defence)
-    return FrontierPoint(budget, g["epsilon"] if g else None, g["delta"] if g else None, float(np.mean(accuracy)),
-                         {k: float(np.mean(v)) for k, v in scores.items()}, baselines, dict(g["params"]) if g else {},
-                         time.perf_counter() - t0, repeats)
+        return {"test_accuracy": float(run.test_accuracy or 0.0)}, run.server.privacy, found
+
+    return frontier_point(budget, defence, repeats, once, ATTACK_PATTERNS, {"model_completion": own})
 
 
 def frontier(defence: str, budgets: Sequence[float], repeats: int = 1) -> Frontier:
@@ -239,7 +202,7 @@ def frontier(defence: str, budgets: Sequence[float], repeats: int = 1) -> Fronti
     if repeats < 1:
         raise InputDataError(f"the frontier needs >= 1 run per budget, got {repeats}")
     server, parties = digits_example(100, seed=0)
-    own = _own_columns_completion(server, parties)
+    own = own_columns_completion(server, parties)
     points = [_point(server, parties, SplitConfig(epochs=EPOCHS), defence, None, own, repeats)]
     for b in budgets:
         cfg = (SplitConfig(epochs=EPOCHS, label_dp=b) if defence == "label-rr"

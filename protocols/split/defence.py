@@ -44,20 +44,18 @@ noised sum (the frontier, ``vflcrypto audit split --defence grad-gauss``, measur
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from vflcrypto.errors import InputDataError
 from vflcrypto.privacy import Guarantee
 from vflcrypto.privacy import mechanisms as dpm
 
-__all__ = ["COVERS", "DEFENCES", "LabelDefence", "grad_guarantee", "noise_for_budget", "noised_step", "rr_guarantee"]
+from .._repvfl_defence import DEFENCES, LabelDefence, Statement, noise_for_budget
 
-#: the defences of split learning: their names in ``vflcrypto audit split --defence``
-DEFENCES = ("label-rr", "grad-gauss")
+__all__ = ["COVERS", "DEFENCES", "STATEMENT", "LabelDefence", "grad_guarantee", "noise_for_budget", "noised_step",
+           "rr_guarantee"]
+
 COVERS_RR = ("each overlap row's label (label-DP, replace-one), in everything the server sends or trains: the "
               "randomized labels are drawn once and everything else is post-processing")
 COVERS_GAUSS = ("each overlap row's label (label-DP, replace-one: sensitivity 2C), in the transcript of every "
@@ -65,79 +63,21 @@ COVERS_GAUSS = ("each overlap row's label (label-DP, replace-one: sensitivity 2C
                  "so no amplification by subsampling is claimed")
 #: defence -> what its guarantee protects
 COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS}
+#: split learning's statement of its defences (the shared :class:`~vflcrypto.protocols._repvfl_defence.LabelDefence`
+#: reports its guarantees with it); each row's label enters one noised step per epoch
+STATEMENT = Statement(COVERS, "per-example joint clipping to C and Gaussian noise of std sigma*C (DP-SGD on the "
+                              "server's step)", releases_name="epochs")
 
 
 def rr_guarantee(epsilon: float, n_classes: int | None) -> Guarantee:
     """The guarantee of randomized response at ε: pure ε-label-DP, exact (no accountant needed)."""
-    params: dict[str, float] = {"epsilon": epsilon}
-    if n_classes is not None:
-        params.update(classes=n_classes, keep_probability=dpm.rr_keep_probability(epsilon, n_classes))
-    return Guarantee("label-rr", float(epsilon), 0.0, "randomized response on the training labels (one draw per row)",
-                     "exact: pure epsilon-DP of k-ary randomized response", COVERS_RR, params)
+    return LabelDefence(epsilon).guarantees(1, n_classes, STATEMENT)[0]
 
 
 def grad_guarantee(noise_multiplier: float, clip: float, delta: float, epochs: int) -> Guarantee:
     """The guarantee of the clipped and noised gradients: ``epochs`` Gaussian mechanisms of noise multiplier
     σ / 2 (replace-one sensitivity 2C) at sampling rate 1, by the library's RDP accountant."""
-    from vflcrypto.privacy import gaussian_epsilon
-
-    eps = gaussian_epsilon(noise_multiplier / 2, epochs, 1.0, delta)
-    return Guarantee("grad-gauss", eps, float(delta),
-                     "per-example joint clipping to C and Gaussian noise of std sigma*C (DP-SGD on the server's step)",
-                     "dp_accounting RdpAccountant", COVERS_GAUSS,
-                     {"noise_multiplier": noise_multiplier, "clip": clip, "epochs": epochs, "sampling_rate": 1.0})
-
-
-def noise_for_budget(epsilon: float, delta: float, epochs: int) -> float:
-    """The noise multiplier σ (std over the clip norm C) whose run meets (ε, δ): twice the library's calibrated
-    multiplier of ``epochs`` Gaussian mechanisms (the sensitivity of a label change is 2C)."""
-    from vflcrypto.privacy import calibrate_noise
-
-    return 2.0 * calibrate_noise(epsilon, delta, epochs, 1.0)
-
-
-@dataclass(frozen=True)
-class LabelDefence:
-    """The label defences of one run, as the setup announces them (``None``: off)."""
-
-    label_epsilon: float | None = None
-    noise_multiplier: float | None = None
-    clip: float | None = None
-    delta: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.label_epsilon is not None and not (self.label_epsilon > 0 and math.isfinite(self.label_epsilon)):
-            raise InputDataError(f"--label-dp needs a finite epsilon > 0, got {self.label_epsilon}")
-        if self.noise_multiplier is not None:
-            if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
-                raise InputDataError(f"the gradient noise multiplier must be finite and > 0, "
-                                     f"got {self.noise_multiplier}")
-            if self.clip is None or not (self.clip > 0 and math.isfinite(self.clip)):
-                raise InputDataError(f"gradient noise needs a finite clip norm > 0, got {self.clip}")
-            if self.delta is None or not 0 < self.delta < 1:
-                raise InputDataError(f"gradient noise needs 0 < delta < 1, got {self.delta}")
-
-    @property
-    def on(self) -> bool:
-        return self.label_epsilon is not None or self.noise_multiplier is not None
-
-    @property
-    def noised(self) -> bool:
-        return self.noise_multiplier is not None
-
-    def guarantees(self, epochs: int, n_classes: int | None = None) -> list[Guarantee]:
-        """Each defence's guarantee (both hold at once when both are on)."""
-        out = []
-        if self.label_epsilon is not None:
-            out.append(rr_guarantee(self.label_epsilon, n_classes))
-        if self.noise_multiplier is not None:
-            assert self.clip is not None and self.delta is not None  # checked in __post_init__
-            out.append(grad_guarantee(self.noise_multiplier, self.clip, self.delta, epochs))
-        return out
-
-    def privacy(self, epochs: int, n_classes: int | None = None) -> dict[str, Any]:
-        """The guarantees as JSON: defence name -> its (ε, δ), mechanism, accountant and what it covers."""
-        return {g.defence: g.to_dict() for g in self.guarantees(epochs, n_classes)}
+    return LabelDefence(None, noise_multiplier, clip, delta).guarantees(epochs, None, STATEMENT)[0]
 
 
 def noised_step(head: Any, opt: Any, hs: list[np.ndarray], y: np.ndarray, clip: float,

@@ -38,7 +38,6 @@ from .._repvfl import (
     PARTY,
     SERVER,
     PartyData,
-    RepConfig,
     RepRun,
     ServerData,
     ServerResult,
@@ -46,45 +45,27 @@ from .._repvfl import (
     require_torch,
     run_roles,
 )
-from .defence import LabelDefence, noise_for_budget, noised_step
+from .._repvfl_defence import DefendedConfig, announced_defence
+from .defence import STATEMENT, noised_step
 from .messages import BatchGradient, BatchRepresentation, DpBatchGradient, Setup, TestRepresentation
 
 __all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "run_local"]
 
 
 @dataclass(frozen=True)
-class SplitConfig(RepConfig):
-    """Split learning's parameters: :class:`RepConfig`, the number of joint epochs and the label defences
-    (:mod:`.defence`; all off by default)."""
+class SplitConfig(DefendedConfig):
+    """Split learning's parameters: :class:`RepConfig`, the label defences (:mod:`.defence`; all off by default)
+    and the number of joint epochs (each row's label enters one noised step per epoch)."""
 
     epochs: int = option(200, "epochs over the overlap rows (every batch is one round trip per party)")
-    label_dp: float | None = option(None, "label DP by randomized response: the server trains on labels kept with "
-                                          "probability e^eps/(e^eps+C-1), eps = this (pure eps-label-DP)")
-    grad_noise: float | None = option(None, "Gaussian noise on the server's gradients: its std over --grad-clip "
-                                            "(each example's gradient clipped, the head trained by DP-SGD)")
-    grad_epsilon: float | None = option(None, "Gaussian gradient noise calibrated to this label-DP eps at "
-                                              "--dp-delta over the epochs (RDP accountant); instead of --grad-noise")
-    grad_clip: float = option(1.0, "L2 clip norm C of each example's gradient (with --grad-noise/--grad-epsilon)")
-    dp_delta: float = option(1e-5, "delta of the gradient-noise guarantee")
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         if self.epochs < 1:
             raise InputDataError("split learning needs at least one epoch")
-        if self.grad_noise is not None and self.grad_epsilon is not None:
-            raise InputDataError("give --grad-noise or --grad-epsilon, not both")
-        if self.grad_epsilon is not None and not self.grad_epsilon > 0:
-            raise InputDataError(f"--grad-epsilon must be > 0, got {self.grad_epsilon}")
-        self.defence()  # the defences' own checks, before any party starts
+        super().__post_init__()
 
-    def defence(self) -> LabelDefence:
-        """The label defences this configuration asks for (the noise multiplier calibrated to --grad-epsilon)."""
-        sigma = self.grad_noise
-        if self.grad_epsilon is not None:
-            sigma = noise_for_budget(self.grad_epsilon, self.dp_delta, self.epochs)
-        if sigma is None:
-            return LabelDefence(self.label_dp)
-        return LabelDefence(self.label_dp, sigma, self.grad_clip, self.dp_delta)
+    def releases(self) -> int:
+        return self.epochs
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -217,7 +198,7 @@ class ServerRole(Role[_ServerState]):
         y = self.data.y_test
         acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
         return done(ServerResult(vnn.module_arrays(self.head), proba, acc, {"total": time.perf_counter() - self.t0},
-                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes)))
+                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes, STATEMENT)))
 
 
 # --------------------------------------------------------------------------- party
@@ -285,28 +266,18 @@ class PartyRole(Role[_PartyState]):
                                  f"server {setup.n_overlap} and {setup.n_test}: not aligned")
         if setup.dim != self.cfg.dim or setup.epochs < 1 or setup.batch_size < 1:
             raise ProtocolError(f"setup asks for d = {setup.dim}, {setup.epochs} epochs, batch {setup.batch_size}")
-        announced = self._announced(setup)
-        mine = self.cfg.defence()
-        if mine.on and mine != announced:
-            raise ProtocolError(f"{self.name} asks for the label defences {mine}, the server announced {announced}")
+        announced_defence(setup, self.name, self.cfg.defence())
         self.state.setup = setup
         self.hold("features", d.X_overlap)
         self._save()
         return self._send_batch()
-
-    @staticmethod
-    def _announced(setup: Setup) -> LabelDefence:
-        try:
-            return LabelDefence(setup.label_epsilon, setup.noise_multiplier, setup.clip, setup.delta)
-        except InputDataError as exc:
-            raise ProtocolError(f"the setup announces invalid label defences: {exc}") from None
 
     def _send_batch(self) -> Next:
         from vflcrypto.ml import nn as vnn
 
         st = self.state
         H = vnn.forward(self.f, self.data.X_overlap[self._rows()])
-        kind = DpBatchGradient if self._announced(self.setup).on else BatchGradient
+        kind = DpBatchGradient if announced_defence(self.setup, self.name).on else BatchGradient
         return then([send(self.server, BatchRepresentation(st.epoch, st.batch, H))], self.server, kind, "on_gradient")
 
     def on_gradient(self, msg: BatchGradient | DpBatchGradient) -> Next:
@@ -334,7 +305,7 @@ class PartyRole(Role[_PartyState]):
         if st.epoch < s.epochs:
             return self._send_batch()
         test = TestRepresentation(vnn.forward(self.f, self.data.X_test))
-        privacy = self._announced(s).privacy(s.epochs)
+        privacy = announced_defence(s, self.name).privacy(s.epochs, None, STATEMENT)
         return done(PartyResult(self.state.extractor, st.steps, privacy), [send(self.server, test)])
 
 

@@ -5,7 +5,8 @@
 * :func:`randomized_response_finding`: the label holder's training labels keep the true
   label no more often than randomized response at the announced ε allows;
 * :class:`Frontier`: one protocol's attacks and utility re-measured at several privacy
-  budgets beside the undefended run (``vflcrypto audit NAME --defence D --budgets ...``).
+  budgets beside the undefended run (``vflcrypto audit NAME --defence D --budgets ...``);
+  :func:`frontier_point` measures one budget's point from a protocol's run-and-attack function.
 
 The checks are of the mechanism, not bounds on what an attack may reach: a DP guarantee
 bounds how much a message changes with one row's label, not how well an attacker guesses
@@ -16,7 +17,8 @@ under a defence is reported on the frontier, beside its baseline, never held to 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,7 @@ from ..runtime.declarations import Protection
 from .attacks import ALPHA, accuracy_finding, normal_isf, normal_sf
 from .ledger import EmpiricalFinding
 
-__all__ = ["Frontier", "FrontierPoint", "noise_floor_finding", "randomized_response_finding"]
+__all__ = ["Frontier", "FrontierPoint", "frontier_point", "noise_floor_finding", "randomized_response_finding"]
 
 
 def noise_floor_finding(observer: str, name: str, rows: Sequence[np.ndarray], std: float, *, attacks: Sequence[str],
@@ -88,9 +90,12 @@ class FrontierPoint:
     seconds: float = 0.0
     #: the runs the accuracy and the scores are the mean of
     runs: int = 1
+    #: further utility figures beside the accuracy (e.g. ``test_auc``)
+    utility: Mapping[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"budget": self.budget, "epsilon": self.epsilon, "delta": self.delta, "test_accuracy": self.accuracy,
+                **({"utility": dict(self.utility)} if self.utility else {}),
                 "scores": dict(self.scores), "baselines": dict(self.baselines), "params": dict(self.params),
                 "runs": self.runs, "seconds": round(self.seconds, 3)}
 
@@ -116,13 +121,15 @@ class Frontier:
             return "-" if x is None or x != x else format(x, fmt)
 
         names = list(self.attacks)
-        head = ["budget", "epsilon", "delta", "test acc", *names]
+        extra = sorted({k for p in self.points for k in p.utility})
+        head = ["budget", "epsilon", "delta", "test acc", *(k.replace("_", " ") for k in extra), *names]
         rows = [head]
         for p in self.points:
             rows.append(["none" if p.budget is None else f"{p.budget:g}", num(p.epsilon), num(p.delta, ".0e"),
-                         num(p.accuracy), *(num(p.scores.get(n)) for n in names)])
+                         num(p.accuracy), *(num(p.utility.get(k)) for k in extra),
+                         *(num(p.scores.get(n)) for n in names)])
         base = self.points[0].baselines if self.points else {}
-        rows.append(["baseline", "", "", "", *(num(base.get(n)) for n in names)])
+        rows.append(["baseline", "", "", "", *("" for _ in extra), *(num(base.get(n)) for n in names)])
         widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
         lines = [f"Privacy-utility frontier: {self.protocol}, defence {self.defence}", "", self.guarantee, ""]
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
@@ -133,3 +140,37 @@ class Frontier:
         lines += ["", f"{runs} runs in {secs:.1f} s; each row the mean of {per} run{'s' if per > 1 else ''} (every "
                       "run draws fresh noise: figures vary run to run)"]
         return "\n".join(lines)
+
+
+#: one run of a frontier's point: its utility figures (``test_accuracy`` and any others), the guarantees the run
+#: reported (defence name -> a dict with ``epsilon``, ``delta``, ``params``) and the attacks' findings
+FrontierRun = tuple[Mapping[str, float], Mapping[str, Any], Sequence[EmpiricalFinding]]
+
+
+def frontier_point(budget: float | None, defence: str, repeats: int, run: Callable[[], FrontierRun],
+                   attacks: Mapping[str, str], baselines: Mapping[str, float] | None = None) -> FrontierPoint:
+    """One budget's point: ``run`` (a protocol's run and its attacks, fresh randomness each call) ``repeats``
+    times; each attack's score is the worst (largest) value over the measured findings whose name contains its
+    pattern (``attacks``: column -> pattern), averaged over the runs, as are the utility figures. The baseline
+    of a column is ``baselines[column]`` where given, else the findings' own; (ε, δ) and the parameters are the
+    run's reported guarantee for ``defence`` (none: the undefended run)."""
+    t0 = time.perf_counter()
+    scores: dict[str, list[float]] = {}
+    utility: dict[str, list[float]] = {}
+    base: dict[str, float] = {}
+    privacy: Mapping[str, Any] = {}
+    for _ in range(repeats):
+        figures, privacy, found = run()
+        for key, value in figures.items():
+            utility.setdefault(key, []).append(float(value))
+        for key, pattern in attacks.items():
+            hits = [f for f in found if pattern in f.name and f.measured]
+            if hits:
+                scores.setdefault(key, []).append(max(f.value for f in hits))
+                base[key] = (baselines or {}).get(key, max(f.baseline or 0.0 for f in hits))
+    g = privacy.get(defence)
+    accuracy = utility.pop("test_accuracy", None)
+    return FrontierPoint(budget, g["epsilon"] if g else None, g["delta"] if g else None,
+                         float(np.mean(accuracy)) if accuracy else None,
+                         {k: float(np.mean(v)) for k, v in scores.items()}, base, dict(g["params"]) if g else {},
+                         time.perf_counter() - t0, repeats, {k: float(np.mean(v)) for k, v in utility.items()})

@@ -14,7 +14,15 @@ Imports: :mod:`vflcrypto.errors` only (and numpy; ``dp_accounting`` inside the f
 that account). Public names: the modules above and their main functions.
 """
 
-from .accounting import Guarantee, calibrate_noise, composed_gaussian_epsilon, gaussian_epsilon, gaussian_rdp
+from .accounting import (
+    Guarantee,
+    calibrate_noise,
+    composed_gaussian_epsilon,
+    gaussian_epsilon,
+    gaussian_guarantee,
+    gaussian_rdp,
+    rr_guarantee,
+)
 from .mechanisms import (
     clip_rows,
     gaussian_noise,
@@ -31,11 +39,13 @@ __all__ = [
     "clip_rows",
     "composed_gaussian_epsilon",
     "gaussian_epsilon",
+    "gaussian_guarantee",
     "gaussian_noise",
     "gaussian_rdp",
     "mechanisms",
     "randomized_response",
     "rr_epsilon",
+    "rr_guarantee",
     "rr_keep_probability",
     "secure_uniform",
 ]

@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import InputDataError
 
-__all__ = ["Guarantee", "calibrate_noise", "composed_gaussian_epsilon", "gaussian_epsilon", "gaussian_rdp"]
+__all__ = ["Guarantee", "calibrate_noise", "composed_gaussian_epsilon", "gaussian_epsilon", "gaussian_guarantee",
+           "gaussian_rdp", "rr_guarantee"]
 
 
 @dataclass(frozen=True)
@@ -135,3 +136,31 @@ def calibrate_noise(epsilon: float, delta: float, steps: int, sampling_rate: flo
     if gaussian_epsilon(sigma, steps, sampling_rate, delta) > epsilon:  # pragma: no cover - the library's contract
         raise InputDataError(f"calibration missed: σ = {sigma} gives more than ε = {epsilon}")
     return sigma
+
+
+def rr_guarantee(epsilon: float, k: int | None, covers: str, *, defence: str = "label-rr",
+                 mechanism: str = "randomized response on the training labels (one draw per row)") -> Guarantee:
+    """The guarantee of k-ary randomized response at ε (:func:`~vflcrypto.privacy.mechanisms.randomized_response`):
+    pure ε-DP of each label, exact (no accountant). ``k`` adds the keep probability to the parameters when the
+    caller knows the class count; ``covers`` is the protocol's statement of what it protects."""
+    from .mechanisms import rr_keep_probability
+
+    params: dict[str, float] = {"epsilon": float(epsilon)}
+    if k is not None:
+        params.update(classes=k, keep_probability=rr_keep_probability(epsilon, k))
+    return Guarantee(defence, float(epsilon), 0.0, mechanism, "exact: pure epsilon-DP of k-ary randomized response",
+                     covers, params)
+
+
+def gaussian_guarantee(noise_multiplier: float, clip: float, delta: float, releases: int, covers: str, *,
+                       mechanism: str, sensitivity: float = 2.0, defence: str = "grad-gauss",
+                       releases_name: str = "releases") -> Guarantee:
+    """The guarantee of ``releases`` Gaussian mechanisms of noise std σ·C on values clipped to L2 norm C, each
+    row taking part in every release (sampling rate 1), by the library's RDP accountant
+    (:func:`gaussian_epsilon`). ``sensitivity`` is the L2 change of one row's clipped contribution in units of
+    C (2 under replace-one: a changed label moves a vector of norm <= C to another), so the accounted noise
+    multiplier is σ / sensitivity. ``releases_name`` names the count in the parameters (split learning: epochs)."""
+    eps = gaussian_epsilon(noise_multiplier / sensitivity, releases, 1.0, delta)
+    return Guarantee(defence, eps, float(delta), mechanism, "dp_accounting RdpAccountant", covers,
+                     {"noise_multiplier": noise_multiplier, "clip": clip, releases_name: releases,
+                      "sampling_rate": 1.0})

@@ -1,0 +1,152 @@
+"""The label defences the representation-VFL protocols share (split learning, one-shot and few-shot VFL).
+
+The server (the label holder) of each can train on randomized-response labels (``--label-dp ε``)
+and add clipped Gaussian noise to the gradients it sends (``--grad-noise σ --grad-clip C``, or
+``--grad-epsilon ε`` with ``--dp-delta``). What the three share is here:
+
+* :class:`DefendedConfig`: the options, one source of the flags of every protocol that offers them;
+* :class:`LabelDefence`: what the server announces in its setup, so that every party accounts the
+  same (ε, δ), and the guarantees each role reports (:meth:`LabelDefence.privacy`);
+* :func:`announced_defence`: a party reads the announcement and refuses one that differs from the
+  defences it was itself asked to run with;
+* :func:`noise_for_budget`: the noise multiplier that meets (ε, δ) over a protocol's releases.
+
+How a protocol applies the noise and what its guarantee covers are its own
+(:mod:`vflcrypto.protocols.split.defence`: DP-SGD over the epochs; :mod:`vflcrypto.protocols.oneshot.defence`:
+the one download D1, released once). Every figure comes from :mod:`vflcrypto.privacy` (randomized
+response's exact ε; ``dp-accounting``'s RDP accountant for the Gaussian mechanism).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.privacy import Guarantee, calibrate_noise, gaussian_guarantee, rr_guarantee
+from vflcrypto.spec import option
+
+from ._repvfl import RepConfig
+
+__all__ = ["DEFENCES", "DefendedConfig", "LabelDefence", "Statement", "announced_defence", "noise_for_budget"]
+
+#: the label defences (their names in ``vflcrypto audit NAME --defence``)
+DEFENCES = ("label-rr", "grad-gauss")
+
+
+@functools.lru_cache(maxsize=256)
+def noise_for_budget(epsilon: float, delta: float, releases: int) -> float:
+    """The noise multiplier σ (std over the clip norm C) whose ``releases`` Gaussian mechanisms meet (ε, δ) under
+    replace-one label-DP: twice the library's calibrated multiplier (a changed label moves one clipped row by 2C)."""
+    return 2.0 * calibrate_noise(epsilon, delta, releases, 1.0)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A protocol's statement of its defences: what each covers and how the Gaussian noise is applied."""
+
+    #: defence name -> what its guarantee protects, against whom, under which relation
+    covers: Mapping[str, str]
+    #: the Gaussian mechanism as the protocol applies it
+    gauss_mechanism: str
+    #: how the guarantee's parameters name the number of releases (split learning: epochs)
+    releases_name: str = "releases"
+
+
+@dataclass(frozen=True)
+class LabelDefence:
+    """The label defences of one run, as the setup announces them (``None``: off)."""
+
+    label_epsilon: float | None = None
+    noise_multiplier: float | None = None
+    clip: float | None = None
+    delta: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.label_epsilon is not None and not (self.label_epsilon > 0 and math.isfinite(self.label_epsilon)):
+            raise InputDataError(f"--label-dp needs a finite epsilon > 0, got {self.label_epsilon}")
+        if self.noise_multiplier is not None:
+            if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
+                raise InputDataError(f"the gradient noise multiplier must be finite and > 0, "
+                                     f"got {self.noise_multiplier}")
+            if self.clip is None or not (self.clip > 0 and math.isfinite(self.clip)):
+                raise InputDataError(f"gradient noise needs a finite clip norm > 0, got {self.clip}")
+            if self.delta is None or not 0 < self.delta < 1:
+                raise InputDataError(f"gradient noise needs 0 < delta < 1, got {self.delta}")
+
+    @property
+    def on(self) -> bool:
+        return self.label_epsilon is not None or self.noise_multiplier is not None
+
+    @property
+    def noised(self) -> bool:
+        return self.noise_multiplier is not None
+
+    def guarantees(self, releases: int, n_classes: int | None, statement: Statement) -> list[Guarantee]:
+        """Each defence's guarantee (both hold at once when both are on); ``releases``: how many noised gradients
+        each row's label enters."""
+        out = []
+        if self.label_epsilon is not None:
+            out.append(rr_guarantee(self.label_epsilon, n_classes, statement.covers["label-rr"]))
+        if self.noise_multiplier is not None:
+            assert self.clip is not None and self.delta is not None  # checked in __post_init__
+            out.append(gaussian_guarantee(self.noise_multiplier, self.clip, self.delta, releases,
+                                          statement.covers["grad-gauss"], mechanism=statement.gauss_mechanism,
+                                          releases_name=statement.releases_name))
+        return out
+
+    def privacy(self, releases: int, n_classes: int | None, statement: Statement) -> dict[str, Any]:
+        """The guarantees as JSON: defence name -> its (ε, δ), mechanism, accountant and what it covers."""
+        return {g.defence: g.to_dict() for g in self.guarantees(releases, n_classes, statement)}
+
+
+def announced_defence(setup: Any, party: str, mine: LabelDefence | None = None) -> LabelDefence:
+    """The defences a setup announces (its fields ``label_epsilon``, ``noise_multiplier``, ``clip``, ``delta``);
+    :class:`ProtocolError` when they are invalid, or when ``mine`` (the defences the party was itself asked for)
+    is on and differs."""
+    try:
+        announced = LabelDefence(setup.label_epsilon, setup.noise_multiplier, setup.clip, setup.delta)
+    except InputDataError as exc:
+        raise ProtocolError(f"the setup announces invalid label defences: {exc}") from None
+    if mine is not None and mine.on and mine != announced:
+        raise ProtocolError(f"{party} asks for the label defences {mine}, the server announced {announced}")
+    return announced
+
+
+@dataclass(frozen=True)
+class DefendedConfig(RepConfig):
+    """:class:`RepConfig` plus the label defences (all off by default); a subclass states, by :meth:`releases`,
+    how many noised gradients each row's label enters."""
+
+    label_dp: float | None = option(None, "label DP by randomized response: the server trains on labels kept with "
+                                          "probability e^eps/(e^eps+C-1), eps = this (pure eps-label-DP)")
+    grad_noise: float | None = option(None, "Gaussian noise on the gradients the server sends: its std over "
+                                            "--grad-clip (each example's gradient clipped first)")
+    grad_epsilon: float | None = option(None, "Gaussian gradient noise calibrated to this label-DP eps at "
+                                              "--dp-delta (RDP accountant); instead of --grad-noise")
+    grad_clip: float = option(1.0, "L2 clip norm C of each example's gradient (with --grad-noise/--grad-epsilon)")
+    dp_delta: float = option(1e-5, "delta of the gradient-noise guarantee")
+
+    def releases(self) -> int:
+        """How many noised gradients each row's label enters (one-/few-shot VFL: 1, the one download D1)."""
+        return 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.grad_noise is not None and self.grad_epsilon is not None:
+            raise InputDataError("give --grad-noise or --grad-epsilon, not both")
+        if self.grad_epsilon is not None and not (self.grad_epsilon > 0 and math.isfinite(self.grad_epsilon)):
+            raise InputDataError(f"--grad-epsilon must be finite and > 0, got {self.grad_epsilon}")
+        self.defence()  # the defences' own checks (and the calibration), before any party starts
+
+    def defence(self) -> LabelDefence:
+        """The label defences this configuration asks for (the noise multiplier calibrated to --grad-epsilon)."""
+        sigma = self.grad_noise
+        if self.grad_epsilon is not None:
+            sigma = noise_for_budget(self.grad_epsilon, self.dp_delta, self.releases())
+        if sigma is None:
+            return LabelDefence(self.label_dp)
+        return LabelDefence(self.label_dp, sigma, self.grad_clip, self.dp_delta)
