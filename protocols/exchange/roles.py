@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.errors import InputDataError, KeyMismatchError
+from vflcrypto.errors import ConfigurationError, InputDataError, KeyMismatchError
 from vflcrypto.he.ou import refuse_decryption_oracle
 from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, PaillierVector, generate_keypair
 from vflcrypto.runtime.channel import (
@@ -65,10 +65,13 @@ class ActiveRole(Role[_ActiveState]):
     State = _ActiveState
 
     def __init__(self, d: np.ndarray, keys: tuple[PaillierPublicKey, PaillierPrivateKey], *,
-                 name: str = ACTIVE, peer: str = PASSIVE) -> None:
+                 name: str = ACTIVE, peer: str = PASSIVE, allow_small_batches: bool = False) -> None:
+        """``allow_small_batches``: return the passive party its gradient even when it has at least as many
+        entries as there are rows (refused by default: :meth:`decrypt_masked_gradient`)."""
         refuse_decryption_oracle(keys[0], "exchange", OU_REFUSAL)
         super().__init__(name)
         self.d, (self.pk, self.sk), self.peer = np.asarray(d, dtype=np.float64), keys, peer
+        self.allow_small_batches = allow_small_batches
 
     def accepted_keys(self) -> list[PaillierPublicKey]:
         return [self.pk]  # the masked gradient comes back under our own key
@@ -81,9 +84,20 @@ class ActiveRole(Role[_ActiveState]):
                     self.peer, MaskedGradient, "decrypt_masked_gradient")
 
     def decrypt_masked_gradient(self, msg: MaskedGradient) -> Next:
-        """Step 4: decrypt Xᵀd + R mod n (uniform to us) and return it."""
+        """Step 4: decrypt Xᵀd + R mod n (uniform to us) and return it.
+
+        Refused (before anything is decrypted) when the gradient has at least as many entries as
+        there are rows, unless ``allow_small_batches``: ``Xᵀd`` is then ``F >= n`` equations in the
+        ``n`` residuals, which a full-rank ``X`` solves for every residual (Weng et al. 2020's reverse
+        multiplication; :func:`vflcrypto.audit.literature_tabular.residual_recovery`).
+        """
         if msg.values.public_key != self.pk:
             raise KeyMismatchError("masked gradient under a foreign key")
+        if len(msg.values) >= len(self.d) and not self.allow_small_batches:
+            raise ConfigurationError(
+                f"{self.peer}: its gradient has {len(msg.values)} entries for {len(self.d)} rows, so it could solve "
+                "its own gradient X^T d for every residual d; exchange on more rows than the passive party's "
+                "features, or allow it explicitly (allow_small_batches)")
         view = [v % self.pk.n for v in self.sk.decrypt(msg.values)]
         return done(view, [send(self.peer, DecryptedMaskedGradient(IntVector(view)))])
 
@@ -122,6 +136,7 @@ class PassiveRole(Role[_PassiveState]):
             raise InputDataError(f"{len(msg.residuals)} residuals for {self.X.shape[0]} rows: "
                                  "parties are not aligned")
         masked, mask = masked_gradient(msg.residuals, self.X)
+        self.hold("features", self.X)  # its own columns (an attacker's own knowledge, for the audit)
         self.state.mask, self.state.frac_bits = IntVector(mask), masked.frac_bits
         return then([send(self.peer, MaskedGradient(masked))], self.peer, DecryptedMaskedGradient,
                     "unmask_gradient")
@@ -148,7 +163,7 @@ class ExchangeResult:
 def run_local(d: np.ndarray, X: np.ndarray, *, keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
               key_bits: int = 2048, allow_insecure: bool = False, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> ExchangeResult:
+              tap: AuditTap | None = None, allow_small_batches: bool = False) -> ExchangeResult:
     """Run both roles in-process over a :class:`LocalNetwork` (a fresh key pair unless ``keys``).
 
     Keys below 2048 bits need ``allow_insecure=True``; ``overrides`` replaces a party's
@@ -164,7 +179,7 @@ def run_local(d: np.ndarray, X: np.ndarray, *, keys: tuple[PaillierPublicKey, Pa
     t0 = time.perf_counter()
     # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
     tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: drive(ActiveRole(d, keys), net.channels(ACTIVE)),
+        ACTIVE: lambda: drive(ActiveRole(d, keys, allow_small_batches=allow_small_batches), net.channels(ACTIVE)),
         PASSIVE: lambda: drive(PassiveRole(X), net.channels(PASSIVE)),
     }
     for name, fn in (overrides or {}).items():

@@ -9,10 +9,11 @@ import numpy as np
 from vflcrypto.audit.attacks import ring_mask_findings, unrandomized_finding, unrandomized_paillier
 from vflcrypto.audit.checks import mask_checks, unrandomized_check
 from vflcrypto.audit.ledger import AuditOutcome, audit_runs
+from vflcrypto.audit.literature import HE_2019, WENG_2020
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.runtime.channel import AuditTap
 
-from .messages import ACTIVE, EncryptedColumns, MaskedProducts
+from .messages import ACTIVE, PASSIVE, EncryptedColumns, MaskedProducts
 from .roles import run_local
 
 __all__ = ["CHECKS", "audit_run", "demo_step", "example"]
@@ -71,4 +72,16 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False, runs: int =
     runs_ = {"Pearson, the passive party receives": results[0].transcript,
              "Pearson, both receive": both.transcript}
     report, sections = audit_runs(runs_)
-    return AuditOutcome("pearson", report, tuple(findings), sections=sections, transcripts=tuple(runs_.items()))
+    return AuditOutcome("pearson", report, tuple(findings), sections=sections, transcripts=tuple(runs_.items()),
+                        inapplicable=INAPPLICABLE)
+
+
+#: the published attacks that do not apply to what each party receives (the scorecard says so)
+INAPPLICABLE = (
+    (PASSIVE, "residuals or columns from cross products (reverse multiplication)", WENG_2020,
+     "it receives (when it gets the correlations) one number per pair of columns, X_Aᵀ X_P / n: F_A x F_P equations "
+     "in n x F_A unknowns of the active party's columns, none per row; the columns themselves only as ciphertexts"),
+    (ACTIVE, "feature inversion from received values (learning-based model inversion)", HE_2019,
+     "it receives masked products (uniform mod n, measured above) and, when it gets the correlations, the masks: "
+     "one number per pair of columns, no per-row representation to invert"),
+)

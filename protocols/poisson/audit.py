@@ -8,7 +8,8 @@ import numpy as np
 
 from vflcrypto.audit.attacks import ring_mask_findings, unrandomized_finding, unrandomized_paillier
 from vflcrypto.audit.checks import mask_checks, unrandomized_check
-from vflcrypto.audit.ledger import AuditOutcome, audit_runs
+from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.audit.literature_tabular import residual_recovery
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.runtime.channel import AuditTap
 
@@ -16,11 +17,34 @@ from .math import PoissonParams, deviance, prepare_active, prepare_passive
 from .messages import ACTIVE, COORD, EncryptedExp, EncryptedResidual, MaskedGradient
 from .roles import PoissonRun, run_local
 
-__all__ = ["CHECKS", "audit_run", "demo_step", "example", "fitted_mean"]
+__all__ = ["CHECKS", "audit_run", "demo_step", "example", "fitted_mean", "residual_recovery_finding"]
 
 #: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
 CHECKS = (unrandomized_check("poisson.exp_u"), unrandomized_check("poisson.residual"),
           *mask_checks("masked gradients", "poisson.masked_gradient"))
+
+
+def residual_recovery_finding(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
+    """A data party solves its own gradient ``Zᵀ(μ − y)`` of every epoch for the residuals (Weng et al. 2020).
+
+    Its view: its own columns and its own gradient of each epoch (what it unmasks from
+    ``poisson.gradient_return``). The active party's columns carry an intercept, so it aims at
+    ``d = μ − y`` itself (with its own y: μ, hence the passive party's exp(u_A) per row); the passive
+    party's standardized columns sum to 0 over the rows, so at best it gets ``d`` up to their
+    mean (at the first epoch μ = 1: the counts up to their mean). The parties' linear predictors
+    and ``y`` only score. More rows than that rank leave ``d`` undetermined (0 recovered); both
+    parties refuse fewer unless ``allow_small_batches`` (:func:`~vflcrypto.protocols.poisson.roles.refuse_few_rows`).
+    """
+    kind = "poisson.gradient_return"
+    grads = tap.held(party, "gradient")
+    truth = [np.exp(np.asarray(ua) + np.asarray(ub)) - y
+             for ua, ub in zip(tap.held("passive-0", "u"), tap.held(ACTIVE, "u"), strict=False)][: len(grads)]
+    up_to = "" if party == ACTIVE else " up to their mean"
+    if party != ACTIVE:
+        truth = [d - d.mean() for d in truth]
+    X = np.asarray(tap.held(party, "features")[0])
+    return residual_recovery(party, f"residuals{up_to} from its own gradients (reverse multiplication)",
+                             [X] * len(truth), grads[: len(truth)], truth, attacks=(kind,))
 
 
 def example(n: int = 400, seed: int = 3) -> tuple[np.ndarray, np.ndarray, tuple[str, ...], np.ndarray,
@@ -64,7 +88,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     * passive: tries to read [[μ − y]] without the key;
     * coordinator: the masked gradients it decrypted are uniform mod n, fresh from epoch
       to epoch and uncorrelated with the true gradients (ground truth from the owners); 16
-      epochs give 96 gradient values, enough for the correlation check to detect |r| = 0.5.
+      epochs give 96 gradient values, enough for the correlation check to detect |r| = 0.5;
+    * the scorecard: each data party solves its own gradients for the residuals (Weng et al. 2020,
+      :func:`residual_recovery_finding`), at 0 on 200 rows.
     """
     Xa, y, _, Xp, _ = example(200)
     keys = generate_keypair(key_bits, allow_insecure=allow_insecure)
@@ -80,6 +106,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings = [unrandomized_finding(ACTIVE, "poisson.exp_u", unrandomized_paillier(n, exp_cts)),
                 unrandomized_finding("passive-0", "poisson.residual", unrandomized_paillier(n, res_cts))]
     findings += ring_mask_findings(COORD, "poisson.masked_gradient", "masked gradients", streams, n, truth=truth)
+    findings += [residual_recovery_finding(tap, p, y) for p in (ACTIVE, "passive-0")]
     report, sections = audit_runs({"Poisson regression, 8 epochs": run.transcript})
     return AuditOutcome("poisson", report, tuple(findings), sections=sections,
                         transcripts=(("Poisson regression", run.transcript),))

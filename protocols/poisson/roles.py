@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.errors import InputDataError, KeyMismatchError, ProtocolError
+from vflcrypto.errors import ConfigurationError, InputDataError, KeyMismatchError, ProtocolError
 from vflcrypto.he.ou import refuse_decryption_oracle
 from vflcrypto.he.paillier import PaillierPrivateKey, PaillierPublicKey, generate_keypair
 from vflcrypto.runtime import progress
@@ -48,7 +48,19 @@ from .messages import (
     PublicKey,
 )
 
-__all__ = ["ActiveRole", "CoordinatorRole", "PassiveRole", "PoissonRun", "run_local"]
+__all__ = ["ActiveRole", "CoordinatorRole", "PassiveRole", "PoissonRun", "refuse_few_rows", "run_local"]
+
+
+def refuse_few_rows(rows: int, rank: int, party: str, *, allowed: bool) -> None:
+    """Refuse full-batch training on no more rows than ``rank`` (the rank ``party``'s own columns can reach), unless
+    ``allowed``: its gradient ``Zᵀ(μ − y)`` of every epoch then determines every residual (Weng et al. 2020's reverse
+    multiplication; at the first epoch μ = 1, so the counts), or, for standardized columns without an intercept,
+    every residual up to their mean (:func:`vflcrypto.audit.literature_tabular.residual_recovery`)."""
+    if rows <= rank and not allowed:
+        raise ConfigurationError(
+            f"{party}: {rows} rows for columns of rank up to {rank}, so it could solve its own gradient for the "
+            "residuals (the counts at the first epoch); train on more rows, or allow it explicitly "
+            "(allow_small_batches)")
 
 GRAD_FRAC = 3 * FRAC_BITS  # exp(u_A) · exp(u_B) · Z: three fixed-point factors
 
@@ -189,9 +201,12 @@ class ActiveRole(_DataRole):
     role = ACTIVE
 
     def __init__(self, X: np.ndarray | None, y: np.ndarray, *, params: PoissonParams | None = None,
-                 passive: str = "passive-0", coordinator: str = COORD, name: str = ACTIVE) -> None:
+                 passive: str = "passive-0", coordinator: str = COORD, name: str = ACTIVE,
+                 allow_small_batches: bool = False) -> None:
+        """``allow_small_batches``: train even on no more rows than its own columns (:func:`refuse_few_rows`)."""
         super().__init__(name)
         self.Z, self.y = prepare_active(X, y)
+        self.allow_small_batches = allow_small_batches
         self.params = params or PoissonParams()
         self.params.validate()
         self.passive, self.coordinator = passive, coordinator
@@ -201,6 +216,8 @@ class ActiveRole(_DataRole):
 
     def on_key(self, msg: PublicKey) -> Next:
         """Step 0: accept the coordinator's key; send the plan."""
+        refuse_few_rows(len(self.y), self.Z.shape[1], self.name, allowed=self.allow_small_batches)
+        self.hold("features", self.Z)  # its own columns (an attacker's own knowledge, for the audit)
         self._key(msg)
         p = self.params
         return then([send(self.passive, Plan(len(self.y), p.epochs, p.learning_rate, p.momentum))],
@@ -218,6 +235,7 @@ class ActiveRole(_DataRole):
                                  "parties are not aligned")
         u_b = self.Z @ st.w
         check_eta(u_b, self.name, st.epoch)
+        self.hold("u", u_b)  # its own linear predictor (audit ground truth)
         mu = msg.exp_u.mul(np.exp(u_b), FRAC_BITS)
         residual = mu - self.y
         total = (mu.sum() - msg.u.dot(self.y.reshape(-1, 1), FRAC_BITS)) - float(self.y @ u_b)
@@ -242,9 +260,14 @@ class PassiveRole(_DataRole):
     role = PASSIVE
 
     def __init__(self, X: np.ndarray, *, active: str = ACTIVE, coordinator: str = COORD,
-                 name: str = "passive-0", expected: PoissonParams | None = None) -> None:
+                 name: str = "passive-0", expected: PoissonParams | None = None,
+                 allow_small_batches: bool = False) -> None:
+        """``allow_small_batches``: train even on no more rows than its own columns' rank plus one (its
+        standardized columns, without an intercept, determine the residuals up to their mean:
+        :func:`refuse_few_rows`)."""
         super().__init__(name)
         self.Z = prepare_passive(X)
+        self.allow_small_batches = allow_small_batches
         self.active, self.coordinator, self.expected = active, coordinator, expected
 
     def start(self) -> Next:
@@ -267,6 +290,8 @@ class PassiveRole(_DataRole):
             raise ProtocolError(f"{self.active} sent an invalid plan: {exc}") from None
         if self.expected is not None and plan != self.expected:
             raise ProtocolError(f"{self.active}'s plan {plan} differs from this party's {self.expected}")
+        refuse_few_rows(msg.rows, self.Z.shape[1] + 1, self.name, allowed=self.allow_small_batches)
+        self.hold("features", self.Z)  # its own columns (an attacker's own knowledge, for the audit)
         self.state.plan = msg
         return self._send_exp()
 
@@ -276,6 +301,7 @@ class PassiveRole(_DataRole):
         assert pk is not None
         u = self.Z @ st.w
         check_eta(u, self.name, st.epoch)
+        self.hold("u", u)  # its own linear predictor (audit ground truth)
         sends = [send(self.active, EncryptedExp(pk.encrypt_fixed(np.exp(u), FRAC_BITS),
                                                 pk.encrypt_fixed(u, FRAC_BITS)))]
         return then(sends, self.active, EncryptedResidual, "on_residual")
@@ -319,15 +345,18 @@ def run_local(X_active: np.ndarray | None, y: np.ndarray, X_passive: np.ndarray,
               params: PoissonParams | None = None, keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
               key_bits: int = 2048, allow_insecure: bool = False, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> PoissonRun:
-    """The active party, one passive party (``passive-0``) and the coordinator in-process."""
+              tap: AuditTap | None = None, allow_small_batches: bool = False) -> PoissonRun:
+    """The active party, one passive party (``passive-0``) and the coordinator in-process (``allow_small_batches``:
+    both data parties train even on as few rows as :func:`refuse_few_rows` refuses)."""
     params = params or PoissonParams()
     keys = keys or generate_keypair(key_bits, allow_insecure=allow_insecure)
     net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint("passive-0", PASSIVE), Endpoint(COORD, COORD)],
                        timeout=timeout, allow_insecure=allow_insecure, transcript=Transcript(tap))
     tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: drive(ActiveRole(X_active, y, params=params), net.channels(ACTIVE)),
-        "passive-0": lambda: drive(PassiveRole(X_passive), net.channels("passive-0")),
+        ACTIVE: lambda: drive(ActiveRole(X_active, y, params=params, allow_small_batches=allow_small_batches),
+                              net.channels(ACTIVE)),
+        "passive-0": lambda: drive(PassiveRole(X_passive, allow_small_batches=allow_small_batches),
+                                   net.channels("passive-0")),
         COORD: lambda: drive(CoordinatorRole(epochs=params.epochs, keys=keys), net.channels(COORD)),
     }
     for name, fn in (overrides or {}).items():

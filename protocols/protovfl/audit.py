@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from vflcrypto.audit import literature
 from vflcrypto.audit.attacks import not_measured, ring_mask_findings
 from vflcrypto.audit.checks import EXACT, Check, mask_checks
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
@@ -28,7 +29,7 @@ from vflcrypto.runtime.declarations import Protection
 from vflcrypto.spec import DemoContext
 
 from .._repvfl import SERVER, party_names, require_torch
-from .._repvfl_audit import needs_torch, probe_findings
+from .._repvfl_audit import inversion_findings, needs_torch, probe_findings
 from ..secagg.audit import share_reading_finding
 from ..secagg.math import encode_ring
 from ..secagg.messages import MaskedInput
@@ -82,6 +83,19 @@ def prototype_labelling(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFi
         "no message carries a label, yet labels do go down in effect",
         attacks=("protovfl.global_model",), flagged=acc > base + 0.1, samples=len(y),
         detects="accuracy above the base rate by 10 points")
+
+
+def completion_finding(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
+    """Passive model completion (Fu et al. 2022) by a party on the embeddings it sent itself, knowing one label
+    per class: a softmax head on its own representations of the aligned rows (its own knowledge only; ``y``
+    scores)."""
+    kind = "protovfl.embedding"
+    name = f"{kind}: passive model completion (1 known label per class)"
+    sent = tap.received(SERVER, Embedding, sender=party)
+    if not sent or len(sent[-1].H) != len(y):
+        return not_measured(party, name, (kind,), None, f"{party} sent no embedding of every aligned row")
+    return literature.model_completion(party, name, np.asarray(sent[-1].H), y, literature.known_labels(y, 1),
+                                       attacks=(kind,))
 
 
 def prior_finding(tap: AuditTap, party: str, y: np.ndarray, n_classes: int) -> EmpiricalFinding:
@@ -312,7 +326,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     * the server colluding with each party in turn (outside the model, the masks' limits):
       another party's table alone (the zero-sharing keeps it uniform), and the sum of the
       other tables (it reveals the other parties' intersection for any guess: by design);
-    * the gate weights (party usefulness) and the unaligned row counts are the server's by design.
+    * the gate weights (party usefulness) and the unaligned row counts are the server's by design;
+    * the scorecard: the server inverts each party's per-row embeddings to its raw columns (He et al.
+      2019, a decoder knowing half the rows), each party completes a label model on its own
+      embeddings from one known label per class (Fu et al. 2022).
 
     ``key_bits`` is unused (X25519, AES-256 and masks over F_p and Z_2^64).
     """
@@ -330,6 +347,8 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings: list[EmpiricalFinding] = [prototype_labelling(stap, p, y) for p in names]
     findings += [prior_finding(stap, p, y, K) for p in names[:1]]
     findings += probe_findings(stap, names, [("protovfl.embedding", "features")])
+    findings += inversion_findings(stap, names, [("protovfl.embedding", "features")])
+    findings += [completion_finding(stap, p, y) for p in names]
     gates = np.asarray(secure.server.gate_means)
     findings.append(EmpiricalFinding(
         SERVER, "the gate's mean weight per party (party usefulness)", float(gates.max() - gates.min()), 0.0,

@@ -14,6 +14,7 @@ from vflcrypto.audit.attacks import (
 )
 from vflcrypto.audit.checks import EXACT, Check, mask_checks, unrandomized_check
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.audit.literature import FU_2022, WENG_2020
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.ml.metrics import roc_auc
 from vflcrypto.runtime.channel import AuditTap
@@ -34,6 +35,7 @@ from .messages import (
     ACTIVE,
     GRADIENT,
     LOGITS,
+    PASSIVE,
     ActiveCiphertexts,
     MaskedForActive,
     MaskedForPassive,
@@ -42,7 +44,7 @@ from .messages import (
 )
 from .roles import SSHELRRun, run_local, unfold
 
-__all__ = ["AUDIT_EPOCHS", "CHECKS", "audit_run", "demo_step", "example", "logits", "masked_checks"]
+__all__ = ["AUDIT_EPOCHS", "CHECKS", "INAPPLICABLE", "audit_run", "demo_step", "example", "logits", "masked_checks"]
 
 SEC = STAT_BITS
 
@@ -52,6 +54,17 @@ SEC = STAT_BITS
 #: its correlation check about 70 values to flag |r| = 1/2: 12 × 6 = 72 values and 11 × 6 = 66
 #: differences here (3 epochs gave 18 and 12, too few: ks_critical(12) = 0.68)
 AUDIT_EPOCHS = 12
+
+#: the published attacks that do not apply to what either party receives (the scorecard says so)
+INAPPLICABLE = tuple(
+    row for role in (ACTIVE, PASSIVE) for row in (
+        (role, "residuals from its own gradients (reverse multiplication)", WENG_2020,
+         "it never learns its plaintext gradient: each epoch it holds one additive share of it (the other uniform "
+         "mod 2^256) and masked cross terms; its weights revealed after the last epoch are one sum over every "
+         "epoch's gradient, F equations in rows x epochs residuals"),
+        (role, "label inference from per-row gradients or representations", FU_2022,
+         "no per-row value reaches it in the clear: logits and errors stay secret-shared, the per-row cross terms "
+         "it decrypts are masked (their uniformity, freshness and correlation checks above)")))
 
 _STAGES = {LOGITS: "logit", GRADIENT: "gradient"}
 _PARTY = {ACTIVE: "active", "passive-0": "passive"}
@@ -173,5 +186,5 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
         findings += _masked_findings(me, mkind, GRADIENT, msgs, sk[me], gradient_mask_bits(len(y)), Xint[other],
                                      sent[1::2])
     report, sections = audit_runs({f"SSHE logistic regression, {AUDIT_EPOCHS} epochs": run.transcript})
-    return AuditOutcome("sshelr", report, tuple(findings), sections=sections,
+    return AuditOutcome("sshelr", report, tuple(findings), sections=sections, inapplicable=INAPPLICABLE,
                         transcripts=(("SSHE logistic regression", run.transcript),))

@@ -15,12 +15,13 @@ from vflcrypto.audit.attacks import (
 )
 from vflcrypto.audit.checks import EXACT, Check, unrandomized_check
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
+from vflcrypto.audit.literature import TAKAHASHI_2023, WENG_2020
 from vflcrypto.he.paillier import generate_keypair
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 
 from .math import COUNT_BITS, WoeParams, plain_counts
-from .messages import ACTIVE, EncryptedCounts, EncryptedLabels
+from .messages import ACTIVE, PASSIVE, EncryptedCounts, EncryptedLabels
 from .roles import WoeRun, run_local
 
 __all__ = ["BIN_ORDER", "CHECKS", "FEATURE_ORDER", "LABELS_READ", "NOT_RERANDOMIZED", "SMALL_BINS", "audit_run",
@@ -254,4 +255,17 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     runs = {"WOE/IV, results kept by the active party": kept.transcript,
             "WOE/IV, results returned to the feature party": returned.transcript}
     report, sections = audit_runs(runs)
-    return AuditOutcome("woe", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()))
+    return AuditOutcome("woe", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()),
+                        inapplicable=INAPPLICABLE)
+
+
+#: the published attacks that do not apply to what each party receives (the scorecard says so)
+INAPPLICABLE = (
+    (PASSIVE, "residuals from its own gradients (reverse multiplication)", WENG_2020,
+     "no gradient or per-row value reaches it: the labels only as ciphertexts, then which of its features are "
+     "selected and (with return_results) each of its bins' WOE, an event rate per bin it already groups its rows "
+     "by (declared; measured above)"),
+    (ACTIVE, "label or feature inference from instance spaces (ID2Graph)", TAKAHASHI_2023,
+     "it holds the labels and receives per-bin counts only, under anonymous feature numbers in a shuffled order: "
+     "no per-row partition of the passive party's rows to build a graph from"),
+)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..runtime.transcript import Transcript
 
 __all__ = [
+    "INAPPLICABLE",
     "VERDICTS",
     "WRONG",
     "AuditOutcome",
@@ -183,6 +184,8 @@ WRONG, FAILED, NOT_MEASURED, LEAKS, HOLDS, NO_LEAK, NO_CHECK = (
 #: a leak the declarations admit, a protection that held, a by-design leak the attack did not find, a role
 #: nobody attacked
 VERDICTS = (WRONG, FAILED, NOT_MEASURED, LEAKS, HOLDS, NO_LEAK, NO_CHECK)
+#: the scorecard outcome of a published attack that does not apply to what a role receives (no score, no verdict)
+INAPPLICABLE = "does not apply"
 
 
 @dataclass(frozen=True)
@@ -387,6 +390,9 @@ class AuditOutcome:
     transcripts: tuple[tuple[str, Transcript], ...] = ()
     #: training curves of the audited runs (name -> values per step or epoch), for the report's plots
     curves: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    #: published attacks that do not apply to what a role receives: (role, attack, paper, why). The scorecard lists
+    #: each as "does not apply: why" (so every protocol's scorecard says what was considered); verdicts ignore them
+    inapplicable: tuple[tuple[str, str, str, str], ...] = ()
 
     def finding(self, name: str, observer: str | None = None) -> EmpiricalFinding:
         """The one finding called ``name`` (of ``observer``); ``KeyError`` listing the names if none."""
@@ -417,13 +423,17 @@ class AuditOutcome:
     def scorecard(self) -> list[dict[str, Any]]:
         """The published attacks run on each role's view (the findings that name a ``paper``), per role: attack,
         paper, score, baseline and verdict (in words, and ``outcome``: one of :data:`VERDICTS`), roles in the order
-        of :meth:`verdicts`."""
+        of :meth:`verdicts`; the attacks that do not apply (:attr:`inapplicable`) have no score and the outcome
+        :data:`INAPPLICABLE`."""
         role_of = {r.receiver: r.receiver_role for r in self.report.rows}
         order = {v.role: i for i, v in enumerate(self.verdicts())}
         rows = [{"role": role_of.get(f.observer, f.observer), "observer": f.observer, "attack": f.name,
                  "paper": f.paper, "score": f.value, "baseline": f.baseline, "p_value": f.p_value,
                  "samples": f.samples, "verdict": f.verdict_label(), "outcome": f.verdict}
                 for f in self.findings if f.paper]
+        rows += [{"role": role, "observer": role, "attack": attack, "paper": paper, "score": None, "baseline": None,
+                  "p_value": None, "samples": None, "verdict": f"does not apply: {why}", "outcome": INAPPLICABLE}
+                 for role, attack, paper, why in self.inapplicable]
         return sorted(rows, key=lambda r: order.get(r["role"], len(order)))
 
     def checks(self) -> list[dict[str, Any]]:
@@ -464,8 +474,8 @@ class AuditOutcome:
             lines += ["", "Scorecard (published attacks on what each role received; score vs baseline):"]
             for row in card:
                 base = "" if row["baseline"] is None else f" (baseline {row['baseline']:.4g})"
-                lines.append(f"  {row['role']:<8} [{row['observer']}] {row['attack']}: {row['score']:.4g}{base} -> "
-                             f"{row['verdict']}")
+                score = "" if row["score"] is None else f" {row['score']:.4g}{base} ->"
+                lines.append(f"  {row['role']:<8} [{row['observer']}] {row['attack']}:{score} {row['verdict']}")
                 lines.append(f"      {row['paper']}")
         if self.metrics:
             lines += ["", "Headline numbers: " + ", ".join(f"{k} = {v:.4g}" for k, v in self.metrics.items())]

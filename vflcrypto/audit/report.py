@@ -47,6 +47,7 @@ from .diagram import (
 from .ledger import (
     FAILED,
     HOLDS,
+    INAPPLICABLE,
     LEAKS,
     NO_CHECK,
     NO_LEAK,
@@ -69,7 +70,7 @@ _nbytes = nbytes
 
 
 _VERDICT_CLASSES = {WRONG: "failed", FAILED: "failed", NOT_MEASURED: "not-measured", LEAKS: "by-design", HOLDS: "held",
-                    NO_LEAK: "no-leak", NO_CHECK: "no-check"}
+                    NO_LEAK: "no-leak", NO_CHECK: "no-check", INAPPLICABLE: "no-check"}
 _VERDICT_COLOURS = {"failed": "#d62728", "not-measured": "#d62728", "held": "#2ca02c", "by-design": "#ff7f0e",
                     "no-leak": "#7f7f7f", "no-check": "#7f7f7f"}
 
@@ -265,7 +266,8 @@ def _scorecard(outcome: AuditOutcome) -> str:
     rows = "".join(
         f'<tr class="score" data-verdict="{_VERDICT_CLASSES[r["outcome"]]}"><td>{_esc(r["role"])}</td>'
         f'<td>{_esc(r["observer"])}</td><td>{_esc(r["attack"])}</td><td>{_esc(r["paper"])}</td>'
-        f'<td>{r["score"]:.4g}</td><td>{"" if r["baseline"] is None else format(r["baseline"], ".4g")}</td>'
+        f'<td>{"" if r["score"] is None else format(r["score"], ".4g")}</td>'
+        f'<td>{"" if r["baseline"] is None else format(r["baseline"], ".4g")}</td>'
         f'<td><span class="tag" style="background:{_VERDICT_COLOURS[_VERDICT_CLASSES[r["outcome"]]]}">'
         f'{_esc(r["verdict"])}</span></td></tr>' for r in card)
     return ('<section id="scorecard"><h2>Scorecard: published attacks on what each role received</h2>'
