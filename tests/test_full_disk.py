@@ -274,8 +274,9 @@ def test_a_single_file_write_error_is_one_output_error_naming_the_file(tmp_path:
 def test_a_network_party_writes_output_messages_and_run_record_all_or_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Both parties of a network alignment run here (threads, real gRPC links); the active party's disk
-    fills at its output, its kept messages or its run record: it exits 2 with one line and leaves none of
-    the three, whatever the other party does."""
+    fills at its output, its kept messages or its run record: it exits 2 with one line naming the file and
+    leaves none of the three; the passive party, told so in ``net.done``, exits 2 naming the active party
+    and keeps none of its own."""
     import socket
     import threading
 
@@ -318,8 +319,11 @@ def test_a_network_party_writes_output_messages_and_run_record_all_or_nothing(
             for t in threads:
                 t.join(60)
         err = capsys.readouterr().err.strip().splitlines()
-        assert codes["active"] == 2, (target, codes, err)
-        assert len(err) == 1 and "No space left on device" in err[0] and str(d / "active" / target) in err[0], err
+        assert codes == {"active": 2, "passive-0": 2}, (target, codes, err)
+        mine = [e for e in err if str(d / "active" / target) in e]
+        assert len(mine) == 1 and "No space left on device" in mine[0], err
+        theirs = [e for e in err if e not in mine]
+        assert len(theirs) == 1 and "passive-0: active could not write its output (No space left on device)" \
+            in theirs[0], err
         assert _all_files(d / "active") == set(), target
-        assert {p.name for p in (d / "passive-0").iterdir()} == {"aligned.csv", "aligned.csv.messages",
-                                                                 "aligned.csv.run.json"}
+        assert _all_files(d / "passive-0") == set(), target  # the run's outputs appear at every party or at none

@@ -161,12 +161,19 @@ def test_a_constant_column_is_named_with_its_file(name: str, tmp_path: Path,
     assert "b.csv: column 'flat' is constant over the 12 aligned rows" in line
 
 
-def test_poisson_on_two_rows_warns_like_every_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    a = _write(tmp_path, "a.csv", "id,y,x\nr1,1,0.5\nr2,3,2\n")
-    b = _write(tmp_path, "b.csv", "id,z\nr1,1\nr2,4\n")
+def test_poisson_on_few_rows_warns_like_every_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Four rows warn; two rows (no more than the active party's columns with the intercept) are refused: the party
+    would solve its own gradient for every residual (the reverse multiplication of the scorecard)."""
+    a = _write(tmp_path, "a.csv", "id,y,x\nr1,1,0.5\nr2,3,2\nr3,0,1\nr4,2,1.5\n")
+    b = _write(tmp_path, "b.csv", "id,z\nr1,1\nr2,4\nr3,2\nr4,3\n")
     assert main(["train", "poisson", "--active", a, "--passive", b, "--id-column", "id", "--label", "y",
                  "--epochs", "1", "--json", *SMALL]) == 0
-    assert "vflcrypto: warning: only 2 aligned rows: the model will mean little" in capsys.readouterr().err
+    assert "vflcrypto: warning: only 4 aligned rows: the model will mean little" in capsys.readouterr().err
+    a2 = _write(tmp_path, "a2.csv", "id,y,x\nr1,1,0.5\nr2,3,2\n")
+    b2 = _write(tmp_path, "b2.csv", "id,z\nr1,1\nr2,4\n")
+    assert main(["train", "poisson", "--active", a2, "--passive", b2, "--id-column", "id", "--label", "y",
+                 "--epochs", "1", "--json", *SMALL]) != 0
+    assert "allow_small_batches" in capsys.readouterr().err
 
 
 def test_woe_on_few_rows_warns_like_every_protocol(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

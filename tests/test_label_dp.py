@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.privacy import randomized_response, rr_keep_probability
 
 #: few local and head epochs: D1 and the attacks on it do not depend on them
@@ -115,7 +115,7 @@ def test_secure_logreg_with_label_dp_announces_it_and_a_party_with_other_flags_r
     role = lr.PassiveRole("passive-0", data.X_train[0], expected=(False, 5, 0.5, None))
     setup = lr.Setup(False, 5, 0.5, len(data.y_train), 0, ("passive-0",), lr.rows_digest(None, len(data.y_train)),
                      label_epsilon=1.0)
-    with pytest.raises(Exception, match="label-DP epsilon"):
+    with pytest.raises(ConfigurationError, match="label-DP epsilon"):
         role.on_setup(setup)
 
 

@@ -759,16 +759,12 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     assert summary["test_accuracy"] == pytest.approx(local["test_accuracy"])
 
 
-def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The server and two parties each in a process; PSI aligns them; the same model as in-process; a party that
-    kept its messages is attacked from its view alone."""
-    pytest.importorskip("torch")
+def representation_processes(tmp_path: Path, model: str, args: list[str], *, keep: str,
+                             timeout: float) -> tuple[Path, list[Path], dict[str, dict]]:
+    """A representation-VFL protocol as three processes (server, party-0, party-1) on the digits views, each file
+    aligned by PSI (test fraction 0.5), ``keep`` keeping its messages; the label file, the parties' files and the
+    run records."""
     from test_cli_repvfl import write_views
-    from vflcrypto.protocols import oneshot
-    from vflcrypto.protocols._repvfl import aligned_inputs
-
-    from vflcrypto.cli import main
-    from vflcrypto.data.tables import read_party_csv
 
     names = ["server", "party-0", "party-1"]
     pki = tmp_path / "pki"
@@ -776,12 +772,25 @@ def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pyt
     labels, parties = write_views(tmp_path)
     files = {"server": labels, "party-0": parties[0], "party-1": parties[1]}
     cfg = make_config(tmp_path, pki, names, timeout=30.0)
-    args = ["--id-column", "id", "--test-fraction", "0.5", "--ssl-epochs", "3", "--head-epochs", "10"]
-    procs = {n: party(cfg, n, "train", "oneshot", "--data", str(files[n]), *args,
-                      *(["--label", "digit"] if n == "server" else []),
-                      *(["--keep-messages"] if n == "party-1" else []), "--out", str(tmp_path / f"{n}.npz"))
+    procs = {n: party(cfg, n, "train", model, "--data", str(files[n]), "--id-column", "id", "--test-fraction", "0.5",
+                      *args, *(["--label", "digit"] if n == "server" else []),
+                      *(["--keep-messages"] if n == keep else []), "--out", str(tmp_path / f"{n}.npz"))
              for n in names}
-    recs = check_ok(finish(procs, timeout=90))
+    return labels, parties, check_ok(finish(procs, timeout=timeout))
+
+
+def test_one_shot_vfl_three_processes_with_alignment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server and two parties each in a process; PSI aligns them; the same model as in-process; a party that
+    kept its messages is attacked from its view alone."""
+    pytest.importorskip("torch")
+    from vflcrypto.protocols import oneshot
+    from vflcrypto.protocols._repvfl import aligned_inputs
+
+    from vflcrypto.cli import main
+    from vflcrypto.data.tables import read_party_csv
+
+    labels, parties, recs = representation_processes(tmp_path, "oneshot", ["--ssl-epochs", "3", "--head-epochs", "10"],
+                                                     keep="party-1", timeout=90)
     inputs = aligned_inputs(read_party_csv(labels, "id", label="digit", features=[]),
                             [read_party_csv(p, "id") for p in parties], test_fraction=0.5)
     local = oneshot.run_local(inputs.server, inputs.parties,

@@ -103,24 +103,12 @@ def test_a_network_party_is_attacked_from_its_kept_messages_alone(tmp_path: Path
     """Split learning as three processes; party-0 keeps its messages; the label attacks on its view alone recover
     the classes (direction scoring) as the in-process audit does."""
     pytest.importorskip("torch")
-    from test_cli_repvfl import write_views
-    from test_party_processes import check_ok, finish, make_config, party
+    from test_party_processes import representation_processes
 
     from vflcrypto.cli import main
-    from vflcrypto.runtime.certs import write_dev_pki
 
-    names = ["server", "party-0", "party-1"]
-    pki = tmp_path / "pki"
-    write_dev_pki(pki, names)
-    labels, parties = write_views(tmp_path)
-    files = {"server": labels, "party-0": parties[0], "party-1": parties[1]}
-    cfg = make_config(tmp_path, pki, names, timeout=30.0)
-    args = ["--id-column", "id", "--test-fraction", "0.5", "--epochs", "2"]
-    procs = {n: party(cfg, n, "train", "split", "--data", str(files[n]), *args,
-                      *(["--label", "digit"] if n == "server" else []),
-                      *(["--keep-messages"] if n == "party-0" else []), "--out", str(tmp_path / f"{n}.npz"))
-             for n in names}
-    recs = check_ok(finish(procs, timeout=120))
+    labels, _, recs = representation_processes(tmp_path, "split", ["--epochs", "2"], keep="party-0",
+                                                     timeout=120)
     assert recs["party-0"]["messages"] == "party-0.npz.messages" and "messages" not in recs["party-1"]
     record = tmp_path / "party-0.npz.run.json"
     assert main(["audit", "--transcript", str(record), "--truth", str(labels), "--truth-id-column", "id",

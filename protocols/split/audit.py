@@ -72,10 +72,18 @@ def _label_attacks(tap: AuditTap, names: list[str], kind: str, y: np.ndarray, cf
     last = epoch_batches(n, cfg.batch_size, cfg.seed, cfg.epochs - 1)
     out = [batch_gradient_finding(tap, p, kind, y, first, n_classes) for p in names]
     for p in names:
-        out += label_attack_findings(p, kind, _epoch_rows(tap, p, kind, n, first, "G", last_epoch=False),
-                                     "split.representation",
-                                     _epoch_rows(tap, p, "split.representation", n, last, "H", last_epoch=True), y)
+        out += _published_label_attacks(tap, p, kind, y, first, last)
     return out
+
+
+def _published_label_attacks(tap: AuditTap, party: str, kind: str, y: np.ndarray, first: list[np.ndarray],
+                             last: list[np.ndarray]) -> list[EmpiricalFinding]:
+    """``party``'s norm and direction scoring on the first epoch's gradient rows it received (``kind``) and model
+    completion on the last epoch's representations it sent (an in-process audit and a recorded view alike)."""
+    n = len(y)
+    return label_attack_findings(party, kind, _epoch_rows(tap, party, kind, n, first, "G", last_epoch=False),
+                                 "split.representation",
+                                 _epoch_rows(tap, party, "split.representation", n, last, "H", last_epoch=True), y)
 
 
 def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFinding]:
@@ -100,10 +108,7 @@ def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFind
     kind = DP_KIND if view.tap.received(view.party, DP_KIND) else "split.gradient"
     first = epoch_batches(s.n_overlap, s.batch_size, s.seed, 0)
     last = epoch_batches(s.n_overlap, s.batch_size, s.seed, s.epochs - 1)
-    return label_attack_findings(
-        view.party, kind, _epoch_rows(view.tap, view.party, kind, s.n_overlap, first, "G", last_epoch=False),
-        "split.representation",
-        _epoch_rows(view.tap, view.party, "split.representation", s.n_overlap, last, "H", last_epoch=True), y)
+    return _published_label_attacks(view.tap, view.party, kind, y, first, last)
 
 def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> list[EmpiricalFinding]:
     """The checks of the label defences on a defended run: each party's noise check on the rows it received

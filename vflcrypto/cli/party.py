@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..data.files import atomic_set, atomic_write_text, check_outputs
-from ..errors import ProtocolError
+from ..errors import OutputError, ProtocolError
 from ..protocols._train import metrics_path
 from ..spec import PartyTask, ProtocolSpec, TaskContext
 
@@ -163,6 +163,14 @@ def run_party(args: argparse.Namespace) -> int:
                       "bytes_sent": sum(e.nbytes for e in transcript.sent()),
                       "transcript": transcript.to_dict(), "summary": outcome.summary}
             atomic_write_text(sidecar_path(out), json.dumps(record, indent=1, default=str))
+            party.confirm_outputs()  # staged here and at every peer, or published nowhere
+    except OutputError as exc:
+        if exc.path:  # this party's own write failed: its peers learn it and keep nothing either
+            party.confirm_outputs(failure=exc.reason or "an output could not be written")
+            party.close()
+        else:
+            party.abort()
+        raise
     except BaseException:
         party.abort()
         raise

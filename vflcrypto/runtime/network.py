@@ -60,6 +60,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from ..errors import (
     ConfigurationError,
     InputDataError,
+    OutputError,
     PeerDisconnectedError,
     PeerTimeoutError,
     ProtocolError,
@@ -77,6 +78,7 @@ __all__ = [
     "ConnectedParty",
     "Hello",
     "NonceSet",
+    "OutputsReady",
     "PartyNetwork",
     "agree_run",
     "connect_party",
@@ -124,6 +126,20 @@ class NonceSet:
     """Gossip of hello nonces over a partial mesh."""
 
     nonces: dict[str, bytes]
+
+
+@declare(
+    "net.done",
+    sender=HELLO_ROLE, receiver=HELLO_ROLE, protection=Protection.PUBLIC,
+    reveals="once the protocol's messages are all exchanged: whether the sender (and, over a partial mesh, "
+            "each party it heard from) staged every output file of the run, and if not the system's "
+            "one-line reason (e.g. 'No space left on device'; no path, no data)",
+)
+@dataclass(frozen=True)
+class OutputsReady:
+    """A party's word that its outputs are staged (``failed`` empty) or which party could not write them."""
+
+    failed: dict[str, str]
 
 
 # --------------------------------------------------------------------------- party network
@@ -471,6 +487,51 @@ class ConnectedParty:
 
     def abort(self) -> None:
         self.network.abort()
+
+    def confirm_outputs(self, failure: str | None = None) -> None:
+        """Tell every party whether this party's outputs are staged, and hear the same from each.
+
+        Called once the protocol is over and the outputs are staged (not yet published): the run's
+        outputs then appear at every party or at none. ``failure`` is this party's own one-line
+        reason for not writing them (it is told, then this returns; the caller raises its own
+        error). A peer's failure, or a peer that leaves or stalls here, raises an error naming it
+        (:class:`~vflcrypto.errors.OutputError` for a failed write) and the caller discards its staged
+        outputs. Over a partial mesh the word is relayed, as the hello nonces are. What remains is
+        the last step's window: a party that dies between this exchange and renaming its staged
+        files leaves its peers' outputs published and its own absent.
+        """
+        cfg, me = self.network.config, self.network.name
+        failed = {me: failure} if failure else {}
+        chans = {
+            peer: Channel(Endpoint(me, HELLO_ROLE), Endpoint(peer, HELLO_ROLE), t,
+                          transcript=self.transcript, timeout=cfg.settings.timeout,
+                          max_frame_bytes=64 * 1024, run_id=f"{self.run_id}-done")
+            for peer, t in self.network.transports.items()
+        }
+        n = len(cfg.parties)
+        rounds = 1 if len(cfg.links) >= n * (n - 1) // 2 else n - 1
+        try:
+            for _ in range(rounds):
+                for ch in chans.values():
+                    ch.send(OutputsReady(dict(failed)))
+                for peer, ch in chans.items():
+                    for name, reason in ch.recv(OutputsReady, step="confirm outputs").failed.items():
+                        if name not in cfg.parties or not isinstance(reason, str):
+                            raise ProtocolError(f"{peer} relayed a malformed output confirmation")
+                        failed.setdefault(name, " ".join(reason.split())[:200] or "unknown reason")
+        except (PeerDisconnectedError, PeerTimeoutError, ProtocolError) as exc:
+            if failure:
+                return  # this party's own error is the one to report
+            raise type(exc)(f"{me}: {exc}; nothing of this command's output was kept") from None
+        if failure:
+            return
+        others = {p: r for p, r in failed.items() if p != me}
+        if others:
+            party, reason = sorted(others.items())[0]
+            err = OutputError(f"{me}: {party} could not write its output ({reason}); "
+                              "nothing of this command's output was kept")
+            err.reason = f"{party}: {reason}"
+            raise err
 
 
 def connect_party(config: PartyConfig, identity: PartyIdentity, task: str, *,
