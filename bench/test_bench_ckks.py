@@ -38,34 +38,34 @@ def _report(benchmark, count: int, unit: str) -> None:
 def test_encrypt(benchmark, setup) -> None:
     ctx, x, _, _ = setup
     out = benchmark.pedantic(CKKSVector.encrypt, args=(ctx.public(), x), rounds=ROUNDS, iterations=1)
-    np.testing.assert_allclose(out.decrypt(ctx), x, atol=1e-3)
+    np.testing.assert_allclose(out.decrypt(ctx, flood=False), x, atol=1e-3)
     _report(benchmark, N, "values")
 
 
 def test_add(benchmark, setup) -> None:
     ctx, x, v, _ = setup
     out = benchmark.pedantic(lambda: v + v, rounds=ROUNDS, iterations=1)
-    np.testing.assert_allclose(out.decrypt(ctx), 2 * x, atol=1e-3)
+    np.testing.assert_allclose(out.decrypt(ctx, flood=False), 2 * x, atol=1e-3)
     _report(benchmark, N, "values")
 
 
 def test_mul_plain(benchmark, setup) -> None:
     ctx, x, v, _ = setup
     out = benchmark.pedantic(lambda: v * x, rounds=ROUNDS, iterations=1)
-    np.testing.assert_allclose(out.decrypt(ctx), x * x, atol=1e-3)
+    np.testing.assert_allclose(out.decrypt(ctx, flood=False), x * x, atol=1e-3)
     _report(benchmark, N, "values")
 
 
 def test_dot(benchmark, setup) -> None:
     ctx, x, v, X = setup
     out = benchmark.pedantic(v.dot, args=(X,), rounds=ROUNDS, iterations=1)
-    np.testing.assert_allclose(out.decrypt(ctx), X.T @ x, atol=1e-2)
+    np.testing.assert_allclose(out.decrypt(ctx, flood=False), X.T @ x, atol=1e-2)
     _report(benchmark, N * M, "mac")
 
 
 def test_decrypt(benchmark, setup) -> None:
     ctx, x, v, _ = setup
-    out = benchmark.pedantic(v.decrypt, args=(ctx,), rounds=ROUNDS, iterations=1)
+    out = benchmark.pedantic(v.decrypt, args=(ctx,), rounds=ROUNDS, iterations=1)  # flooded: a release's cost
     np.testing.assert_allclose(out, x, atol=1e-3)
     _report(benchmark, N, "values")
     _report(benchmark, N, "values")

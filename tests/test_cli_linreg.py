@@ -111,7 +111,8 @@ def test_both_schemes_match_least_squares_on_the_bundled_example_in_the_label_un
     for out in (ckks, paillier):
         assert isinstance(out["test_rmse"], float) and isinstance(out["test_r2"], float)
         assert isinstance(out["final_loss"], float)
-        assert out["test_r2"] == pytest.approx(out["plaintext_test_r2"], abs=0.005)  # measured 0.8477 vs 0.8481
+        # measured 0.8477 vs 0.8481 (CKKS, flooded: 0.847702 vs Paillier's 0.847711)
+        assert out["test_r2"] == pytest.approx(out["plaintext_test_r2"], abs=0.005)
         assert out["test_r2"] > 0.8  # the bundled data's credit score has real signal in both parties' columns
         assert 15 < out["test_rmse"] < 40  # in credit-score points, not in standardized units
         assert 300 < out["final_loss"] < 500  # half the training MSE in points² (measured 388), not ~0.1

@@ -71,12 +71,18 @@ def test_both_schemes_reach_numpy_least_squares_and_report_its_loss_in_label_uni
     run = run_local(active, [passive], config=cfg, allow_insecure=True,
                     keys=small_paillier_keys if scheme == "paillier" else None)
     pred = lr.predict_plain(run.models, [active, passive])
-    np.testing.assert_allclose(pred, best, atol=0.05)  # points, on a label of ~700 (CKKS: 2^-24 rounding)
+    # points, on a label of ~700 and std 57; CKKS: C's returns are flooded (σ ≈ 2^-11 per mean gradient value),
+    # which moves the predictions by up to 0.07 points here (unflooded: 1e-4), so 2^-8 of the label's std
+    np.testing.assert_allclose(pred, best, atol=0.05 if scheme == "paillier" else 2.0**-8 * float(np.std(y)))
     half_mse = 0.5 * float(np.mean((y - best) ** 2))
-    assert run.epoch_losses[-1] == pytest.approx(half_mse, rel=1e-3)
-    assert run.losses[-1] == pytest.approx(half_mse, rel=1e-3)
+    # CKKS: C floods each loss it decrypts (its stopping bit leaves it) with σ ≈ 2^-12 of the label's variance
+    # (loss_flooding; the loss is in standardized units): six σ, in points²
+    tol = {"rel": 1e-3} if scheme == "paillier" else {"abs": 2.0**-9 * float(np.var(y))}
+    assert run.epoch_losses[-1] == pytest.approx(half_mse, **tol)
+    assert run.losses[-1] == pytest.approx(half_mse, **tol)
     # C itself saw the standardized label's loss: the same number divided by the label's variance
-    assert run.coordinator.epoch_losses[-1] == pytest.approx(half_mse / float(np.var(y)), rel=1e-3)
+    tol_c = {"rel": 1e-3} if scheme == "paillier" else {"abs": 2.0**-9}
+    assert run.coordinator.epoch_losses[-1] == pytest.approx(half_mse / float(np.var(y)), **tol_c)
 
 
 def test_lossless_every_iteration_matches_plaintext_full_batch(small_paillier_keys) -> None:
@@ -198,14 +204,16 @@ def test_ckks_fast_mode_matches_reference_approximately() -> None:
     from vflcrypto.he.ckks import CKKSContext, mask_hiding_bits
 
     ctx = CKKSContext.generate()
-    assert lr.CKKS_HIDING_BITS == mask_hiding_bits(ctx, lr.CKKS_GRADIENT_BOUND)
+    assert lr.CKKS_HIDING_BITS == mask_hiding_bits(ctx, lr.CKKS_GRADIENT_BOUND, lr.messages.CKKS_MASK_LEVELS) == 25
     assert declaration_for("linreg.masked_gradient_ckks").hiding_bits == lr.CKKS_HIDING_BITS
     active, passives = lr.synthetic_split(n_rows=50, p_active=2, p_passive=(2,), seed=11)
     cfg = LinRegConfig(epochs=4, lr=0.3, tol=None, scheme="ckks", fit_intercept=True)
     run = run_local(active, passives, config=cfg, ckks_context=ctx)
     ref = _ref(active, passives, cfg)
-    assert _rel(run.active.model.weights, ref.active_weights) < 1e-4
-    assert _rel(run.passives[0].model.weights, ref.passive_weights[0]) < 1e-4
+    # C's returns are flooded (σ ≈ 2^-11 per mean-gradient value): 4 steps of lr 0.3 move a weight by at
+    # most lr·T·6σ·√k ≈ 8e-3 (tests/test_ckks_flooding.py); the raw CKKS error alone stays below 1e-4
+    assert _rel(run.active.model.weights, ref.active_weights) < 1e-2
+    assert _rel(run.passives[0].model.weights, ref.passive_weights[0]) < 1e-2
     np.testing.assert_allclose(run.losses, ref.losses, rtol=1e-2)
     rep = audit(run.transcript)
     assert "linreg.masked_gradient_ckks" in rep.kinds_received("coordinator")

@@ -35,7 +35,7 @@ from vflcrypto.protocols.split import audit as split_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
 from vflcrypto.cli.audit import load_all_protocols
-from vflcrypto.he import ckks, paillier
+from vflcrypto.he import ckks, flooding, paillier
 from vflcrypto.he.paillier import fixed_base
 from vflcrypto.privacy import marvell as dp_marvell
 from vflcrypto.privacy import mechanisms as dp_mechanisms
@@ -142,11 +142,17 @@ def no_rerandomization(mp: pytest.MonkeyPatch) -> None:
 
 
 def drop_ckks_masks(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(ckks, "uniform_real_mask", lambda context, size, bound: np.zeros(size))
+    mp.setattr(ckks, "uniform_real_mask", lambda context, size, bound, levels_left=0: np.zeros(size))
 
 
 def reuse_ckks_masks(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(ckks, "uniform_real_mask", _reuse(ckks.uniform_real_mask, lambda context, size, bound: size))
+    mp.setattr(ckks, "uniform_real_mask",
+               _reuse(ckks.uniform_real_mask, lambda context, size, bound, levels_left=0: size))
+
+
+def no_ckks_flooding(mp: pytest.MonkeyPatch) -> None:
+    """Every flooded CKKS decryption is released raw: the flooding noise is zero."""
+    mp.setattr(flooding, "gaussian", lambda size, sigma: np.zeros(size))
 
 
 def _fixed_scalar(side: str, mp: pytest.MonkeyPatch) -> None:
@@ -524,6 +530,9 @@ MUTATIONS = (
     Mutation("linreg: CKKS gradient mask reused across iterations", "linreg",
              (("linreg.masked_gradient_ckks", P.MASKED),), reuse_ckks_masks,
              checks=_reused("masked gradient (CKKS)")),
+    Mutation("linreg: CKKS decryptions returned without flooding", "linreg",
+             (("linreg.gradient_return_ckks", P.FLOODED),), no_ckks_flooding,
+             checks=("CKKS gradient returns: flooding noise",)),
     Mutation("linreg: ciphertexts without randomness", "linreg",
              (("linreg.encrypted_u", P.CIPHERTEXT), ("linreg.partial_sum", P.CIPHERTEXT),
               ("linreg.cross_term", P.CIPHERTEXT), ("linreg.encrypted_residual", P.CIPHERTEXT),
@@ -692,6 +701,8 @@ MODULES = sorted({m.module for m in MUTATIONS})
 #: check of another party's (or another kind's) protection that flags too would not be proven blind-free
 #: by it (a seam that breaks two things at once proves only that *some* check of them works)
 UNAFFECTED: dict[str, tuple[str, ...]] = {
+    "linreg: CKKS decryptions returned without flooding": ("masked gradient (CKKS): uniform on [-R, R]",
+                                                            "masked gradient (CKKS): fresh mask per message"),
     "split: gradient noise dropped": (split_audit.RR_CHECK,),  # Marvell draws from the same CSPRNG noise: flags too
     "split: randomized response skipped": (split_audit.NOISE_CHECK, split_audit.MARVELL_CHECK),
     "split: Marvell's noise dropped": (split_audit.NOISE_CHECK, split_audit.RR_CHECK),

@@ -85,7 +85,8 @@ Message flow (one iteration; message kinds ``linreg.*``)
    multi-exponentiation), adds a fresh mask ``[[R]]`` and sends ``masked_gradient``
    (``masked_gradient_ckks`` under CKKS) to C.
 5. C decrypts the loss ``L = S/(2m)`` and the masked gradients, returns each masked
-   gradient to its owner (``gradient_return``); the owner removes its mask, scales by
+   gradient to its owner (``gradient_return``; under CKKS ``gradient_return_ckks``, flooded
+   with fresh Gaussian noise, as is the loss C decides on); the owner removes its mask, scales by
    ``1/m``, adds ``λΘ`` and updates its weights.
 6. At the end of each epoch C sends ``control`` (stop or continue) to every data party.
 
@@ -135,9 +136,12 @@ Schemes
   1/m before ``dot``) and masked with a real mask uniform on [−R, R]; CKKS has no
   modular wrap, so the mask hides a gradient of magnitude <= ``CKKS_GRADIENT_BOUND``
   only to ``CKKS_HIDING_BITS`` bits of statistical distance (declared honestly; an owner
-  whose unmasked gradient exceeded the bound raises EncodingOverflowError). C rounds
-  decryptions to 2^-24 before returning them (IND-CPA^D mitigation, see
-  :mod:`vflcrypto.he.ckks`).
+  whose unmasked gradient exceeded the bound raises EncodingOverflowError). C floods
+  every decryption it returns (``gradient_return_ckks``) and every loss its stopping bit
+  comes from with fresh Gaussian noise sized by :mod:`vflcrypto.he.flooding` (IND-CPA^D:
+  Li–Micciancio 2021; 30-bit statistical security): about 22 bits above the CKKS error,
+  2^-11 absolute on a mean gradient at the default parameters (N = 16384, Δ = 2^54).
+  Tests and benchmarks may switch it off (``run_local(..., flood=False)``).
 """
 
 from __future__ import annotations
@@ -179,6 +183,7 @@ from .messages import (
     EncryptedResidual,
     EncryptedU,
     GradientReturn,
+    GradientReturnCKKS,
     MaskedGradient,
     MaskedGradientCKKS,
     Obfuscators,
@@ -197,9 +202,9 @@ from .roles import ActiveRole, PartyResult, PassiveRole
 __all__ = [
     "ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "COORD", "FRAC_BITS", "PASSIVE", "PREPROCESSING",
     "SCHEMES", "SPEC", "ActiveRole", "Control", "CoordinatorResult", "CoordinatorRole", "CrossTerm",
-    "EncryptedLoss", "EncryptedResidual", "EncryptedU", "GradientReturn", "LinRegConfig", "LinRegRun",
-    "MaskedGradient", "MaskedGradientCKKS", "Obfuscators", "PartialSum", "PartyModel", "PartyResult", "PassiveRole",
-    "PlainResult", "PredictMasked", "PredictPartial", "PredictPlan", "PredictReturn", "Preprocessing",
+    "EncryptedLoss", "EncryptedResidual", "EncryptedU", "GradientReturn", "GradientReturnCKKS", "LinRegConfig",
+    "LinRegRun", "MaskedGradient", "MaskedGradientCKKS", "Obfuscators", "PartialSum", "PartyModel", "PartyResult",
+    "PassiveRole", "PlainResult", "PredictMasked", "PredictPartial", "PredictPlan", "PredictReturn", "Preprocessing",
     "PublicKeyMsg", "TrainingPlan", "active_loss_share", "audit_run", "batch_loss", "converged", "demo_step",
     "epoch_batches", "fit_preprocessing", "gradient", "paillier_value_bits", "passive_loss_share",
     "passive_names", "plaintext_gradient_descent", "predict_local", "predict_plain", "run_active",
@@ -271,9 +276,10 @@ SPEC = ProtocolSpec(
                  "linreg.masked_gradient": "a passive party's gradient plus its own mask, under C's key: the "
                                            "ServerApp's party (B) holds neither the key nor the mask",
                  "linreg.masked_gradient_ckks": "as linreg.masked_gradient, under C's CKKS context",
-                 "linreg.gradient_return": "the passive party's masked gradient decrypted: uniform mod n to B "
-                                           "(Paillier; under CKKS hidden to CKKS_HIDING_BITS bits), which "
-                                           "does not know the mask",
+                 "linreg.gradient_return": "the passive party's masked gradient decrypted: uniform mod n to B, "
+                                           "which does not know the mask",
+                 "linreg.gradient_return_ckks": "as linreg.gradient_return under CKKS, flooded: the mask hides the "
+                                                "gradient from B to CKKS_HIDING_BITS bits",
                  "linreg.control": "one public bit per epoch"}),
     schemes=("paillier", "ckks"),
     oracle=OU_REFUSAL,

@@ -17,9 +17,10 @@ from vflcrypto.audit.attacks import (
     unrandomized_finding,
     unrandomized_paillier,
 )
-from vflcrypto.audit.checks import EXACT, Check, mask_checks, unrandomized_check, verified_result
+from vflcrypto.audit.checks import EXACT, Check, flooding_check, mask_checks, unrandomized_check, verified_result
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit, audit_runs
 from vflcrypto.audit.literature_tabular import residual_recovery
+from vflcrypto.audit.noise import flooding_finding
 from vflcrypto.data.synthetic import synthetic_split
 from vflcrypto.errors import AuditError
 from vflcrypto.he.paillier import DEFAULT_KEY_BITS, PaillierVector
@@ -27,6 +28,7 @@ from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 
 from .config import LinRegConfig
+from .crypto import gradient_flooding
 from .local import passive_names, run_local
 from .math import epoch_batches, plaintext_gradient_descent
 from .messages import (
@@ -37,6 +39,7 @@ from .messages import (
     EncryptedLoss,
     EncryptedResidual,
     EncryptedU,
+    GradientReturnCKKS,
     MaskedGradient,
     MaskedGradientCKKS,
     Obfuscators,
@@ -48,8 +51,10 @@ from .messages import (
 from .model import predict_plain, save_models
 from .predict import predict_local
 
-__all__ = ["CHECKS", "audit_run", "demo_step", "obfuscator_reuse_finding", "read_shared_obfuscators",
-           "residual_recovery_finding"]
+__all__ = ["CHECKS", "FLOODING", "audit_run", "demo_step", "flooding_findings", "obfuscator_reuse_finding",
+           "read_shared_obfuscators", "residual_recovery_finding"]
+
+FLOODING = "CKKS gradient returns: flooding noise"
 
 #: the checks this audit must run (:mod:`vflcrypto.audit.checks`), each proven by its own mutation
 CHECKS = (
@@ -59,6 +64,7 @@ CHECKS = (
           Protection.CIPHERTEXT, "an obfuscator reused across iterations (it cancels in the quotient)", EXACT),
     *mask_checks("masked gradient", "linreg.masked_gradient"),
     *mask_checks("masked gradient (CKKS)", "linreg.masked_gradient_ckks", real=True),
+    flooding_check(FLOODING, "linreg.gradient_return_ckks"),
     *mask_checks("masked prediction sum", "linreg.predict_masked", fresh=False),  # a fresh key per prediction
     Check("losses that C decrypted over a single row", ("linreg.encrypted_loss",), Protection.AGGREGATE,
           "a loss decrypted over a batch of one row (one row's squared residual)", EXACT),
@@ -239,6 +245,21 @@ def residual_recovery_finding(tap: AuditTap, party: str, passives: Sequence[str]
                              [X[b] for b in rows[:k]], grads[:k], truth, attacks=(kind,))
 
 
+def flooding_findings(tap: AuditTap, names: Sequence[str],
+                      raw: Sequence[Sequence[np.ndarray]]) -> list[EmpiricalFinding]:
+    """Per data party: its CKKS gradient returns minus ``raw`` (C's unflooded decryptions of the masked
+    gradients it sent, in order) over the σ C declares (:func:`~.crypto.gradient_flooding` of the plan
+    C received): N(0, 1) when flooded as declared (:func:`vflcrypto.audit.noise.flooding_finding`)."""
+    ctx = tap.held_one(COORD, "secret_key")
+    plans = tap.received(COORD, TrainingPlan)
+    out = []
+    for party, views in zip(names, raw, strict=True):
+        got = [m.values for m in tap.received(party, GradientReturnCKKS, sender=COORD)]
+        sigmas = [gradient_flooding(ctx, plans[0], len(v)).sigma for v in views] if plans else []
+        out.append(flooding_finding(party, FLOODING, "linreg.gradient_return_ckks", got, views, sigmas))
+    return out
+
+
 def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False, batch_size: int = 25,
               n_rows: int = 200) -> AuditOutcome:
     """Paillier and CKKS training runs plus a secure prediction; every attack reads the run's tap.
@@ -250,6 +271,9 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
       prediction sum, and tests them (uniform, fresh per iteration, uncorrelated with the
       true gradients, which serve as ground truth only); from the plan it received it
       counts losses that sum a single row;
+    * each data party: the CKKS gradient returns it received, minus C's raw decryptions of
+      the same ciphertexts (C's key scores them), must carry the flooding noise C declares
+      (:func:`flooding_findings`);
     * the scorecard: each passive party solves its own gradients for the residuals
       (:func:`residual_recovery_finding`, Weng et al. 2020), at 0 on batches of more rows than
       its features.
@@ -282,11 +306,13 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     findings += ring_mask_findings(COORD, "linreg.masked_gradient", "masked gradient", views, n,
                                    truth=[tap.held(p, "gradient") for p in names])
     ctx = ckks_tap.held_one(COORD, "secret_key")
-    ckks_views = [[m.values.decrypt(ctx) for m in stream]
-                  for stream in _streams(ckks_tap, COORD, MaskedGradientCKKS, names)]
+    ckks_streams = _streams(ckks_tap, COORD, MaskedGradientCKKS, names)
+    ckks_views = [[m.values.decrypt(ctx, flood=False) for m in stream] for stream in ckks_streams]  # C's own view
+    levels = next((s[0].values.levels_left for s in ckks_streams if s), 0)
     findings += real_mask_findings(COORD, "linreg.masked_gradient_ckks", "masked gradient (CKKS)",
-                                   ckks_views, mask_bound(ctx) - CKKS_GRADIENT_BOUND,
+                                   ckks_views, mask_bound(ctx, levels) - CKKS_GRADIENT_BOUND,
                                    truth=[ckks_tap.held(p, "gradient") for p in names])
+    findings += flooding_findings(ckks_tap, names, ckks_views)
     pn = int(pred_sk.public_key.n)
     pred_views = [[[v % pn for v in pred_sk.decrypt(m.values)] for m in pred_tap.received(COORD, PredictMasked)]]
     findings += ring_mask_findings(COORD, "linreg.predict_masked", "masked prediction sum", pred_views, pn,

@@ -24,7 +24,7 @@ from vflcrypto.runtime.steps import Next, Recv, Role, done, send, then
 from vflcrypto.runtime.wire import IntVector
 
 from .config import LinRegConfig
-from .crypto import reveal_masked
+from .crypto import gradient_flooding, loss_flooding, reveal_masked
 from .math import (
     check_divergence,
     check_plan_matches,
@@ -78,6 +78,11 @@ class _CoordState:
 class CoordinatorRole(Role[_CoordState]):
     """C: holds the key pair; decrypts only the loss and masked values.
 
+    Under CKKS every decryption C returns is flooded (:func:`~.crypto.gradient_flooding`), and so
+    is every loss its stopping bit is computed from (:func:`~.crypto.loss_flooding`);
+    ``flood=False`` switches that off, for tests and benchmarks only (IND-CPA^D: the raw
+    decryptions would carry C's key-dependent error to the data parties).
+
     With the plan's ``obfuscators`` it also keeps an :class:`~vflcrypto.he.obfuscators.ObfuscatorStock`
     of one iteration's encryptions of zero, filled by the CRT on the low-priority pool while
     it waits, and sends each passive party its next batch's (call :meth:`close` when done:
@@ -91,8 +96,9 @@ class CoordinatorRole(Role[_CoordState]):
                  active: str = ACTIVE, passives: Sequence[str] = ("passive-0",),
                  keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
                  ckks_context: CKKSContext | None = None, name: str = COORD,
-                 expected: LinRegConfig | None = None) -> None:
+                 expected: LinRegConfig | None = None, flood: bool = True) -> None:
         super().__init__(name)
+        self.flood = flood
         if scheme not in ("paillier", "ckks"):
             raise InputDataError(f"unknown scheme {scheme!r}")
         self.expected = expected
@@ -202,7 +208,9 @@ class CoordinatorRole(Role[_CoordState]):
         else:
             if not isinstance(msg.value, CKKSVector):
                 raise ProtocolError(f"a {type(msg.value).__name__} loss in a CKKS run (a peer sent the other scheme)")
-            st.batch_losses.append(float(msg.value.decrypt(self.secret)[0]))
+            assert st.plan is not None  # on_plan ran first
+            flood = loss_flooding(self.secret, st.plan) if self.flood else False
+            st.batch_losses.append(float(msg.value.decrypt(self.secret, flood=flood)[0]))
         st.k = 0
         return then([], self.parties[0], self._masked_kind(), "on_masked_gradient")
 
@@ -221,7 +229,9 @@ class CoordinatorRole(Role[_CoordState]):
             raise ProtocolError(f"{party} sent a gradient of {len(msg.values)} features for a batch of {m} rows: it "
                                 "could solve it for the batch's residuals; the plan does not allow small batches, "
                                 "so C returns none")
-        sends = [send(party, reveal_masked(self.secret, msg.values))]
+        flood = (gradient_flooding(self.secret, plan, len(msg.values))
+                 if self.flood and isinstance(msg.values, CKKSVector) else False)
+        sends = [send(party, reveal_masked(self.secret, msg.values, flood))]
         nxt_b = st.b + 1
         more = [party] if party in self.passives and nxt_b < len(self._batches()) else []
         st.k += 1

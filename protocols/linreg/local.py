@@ -101,11 +101,12 @@ def run_local(active: PartyTable, passives: Sequence[PartyTable], *, config: Lin
               keys: tuple[PaillierPublicKey, PaillierPrivateKey] | None = None,
               ckks_context: CKKSContext | None = None,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> LinRegRun:
+              tap: AuditTap | None = None, flood: bool = True) -> LinRegRun:
     """Run all roles in one process (threads over in-memory Channels).
 
     ``overrides`` replaces a party's task (tests: a stalling or hostile party); ``tap``
-    (audits) keeps what each party received and holds.
+    (audits) keeps what each party received and holds; ``flood=False`` returns C's CKKS
+    decryptions raw (tests and benchmarks only: :class:`~.coordinator.CoordinatorRole`).
     """
     cfg = config if config is not None else LinRegConfig()
     if not passives:
@@ -123,7 +124,7 @@ def run_local(active: PartyTable, passives: Sequence[PartyTable], *, config: Lin
     tasks: dict[str, Callable[..., Any]] = {
         COORD: lambda: run_coordinator(net.channels(COORD), scheme=cfg.scheme, key_bits=cfg.key_bits,
                                        allow_insecure=allow_insecure, passives=names, keys=keys,
-                                       ckks_context=ckks_context),
+                                       ckks_context=ckks_context, flood=flood),
         ACTIVE: lambda: run_active(net.channels(ACTIVE), active, passives=names, config=cfg,
                                    record_history=record_history),
     }

@@ -7,28 +7,36 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vflcrypto.he.ckks import CKKSContext, CKKSVector
+from vflcrypto.he.ckks import (
+    DEFAULT_COEFF_MOD_BIT_SIZES,
+    DEFAULT_GLOBAL_SCALE_BITS,
+    MASK_MAX_BITS,
+    CKKSContext,
+    CKKSVector,
+)
+from vflcrypto.he.flooding import DEFAULT_STAT_BITS
 from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.runtime.declarations import PERFECT, Protection, declare
 from vflcrypto.runtime.wire import IntVector
 
-__all__ = ["ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "CKKS_RESIDUAL_RMS", "CKKS_RETURN_FRAC_BITS", "COORD",
+__all__ = ["ACTIVE", "CKKS_GRADIENT_BOUND", "CKKS_HIDING_BITS", "CKKS_MASK_LEVELS", "CKKS_RESIDUAL_RMS", "COORD",
            "FRAC_BITS", "PASSIVE", "SCHEMES", "Control", "CrossTerm", "EncryptedLoss", "EncryptedResidual",
-           "EncryptedU", "GradientReturn", "MaskedGradient", "MaskedGradientCKKS", "Obfuscators", "PartialSum",
-           "PredictMasked", "PredictPartial", "PredictPlan", "PredictReturn", "PublicKeyMsg", "TrainingPlan"]
+           "EncryptedU", "GradientReturn", "GradientReturnCKKS", "MaskedGradient", "MaskedGradientCKKS", "Obfuscators",
+           "PartialSum", "PredictMasked", "PredictPartial", "PredictPlan", "PredictReturn", "PublicKeyMsg",
+           "TrainingPlan"]
 
 SCHEMES = ("paillier", "ckks")
 FRAC_BITS = 32  # fixed-point fractional bits of u, d and features (gradients carry 64)
-CKKS_Q0_BITS, CKKS_SCALE_BITS = 60, 40  # vflcrypto.he.ckks defaults (first prime, scale)
 CKKS_GRADIENT_BOUND = 2.0**6  # |mean gradient| the CKKS mask is sized for
 # |g_j| = |mean_i x_ij d_i| <= rms(x_j) * rms(d) over a batch (Cauchy-Schwarz): a run is refused
 # before training unless every column's batch rms is <= BOUND / CKKS_RESIDUAL_RMS and the label's
 # (the residual at Θ = 0) is <= CKKS_RESIDUAL_RMS; a gradient past the bound later still stops the run
 CKKS_RESIDUAL_RMS = 4.0
-# = vflcrypto.he.ckks.mask_hiding_bits(default context, CKKS_GRADIENT_BOUND) (checked by a test)
-_CKKS_ROOM = 2.0 ** (CKKS_Q0_BITS - CKKS_SCALE_BITS - 1) - CKKS_GRADIENT_BOUND
-CKKS_HIDING_BITS = max(0, math.floor(math.log2(_CKKS_ROOM / CKKS_GRADIENT_BOUND)))
-CKKS_RETURN_FRAC_BITS = 24  # C rounds CKKS decryptions to 2^-24 before returning them
+CKKS_MASK_LEVELS = 1  # levels a masked gradient has left: a fresh [[d]] at the default depth (3) after a dot (2)
+# = vflcrypto.he.ckks.mask_hiding_bits(default context, CKKS_GRADIENT_BOUND, CKKS_MASK_LEVELS) (checked by a test)
+_CKKS_ROOM_BITS = min(sum(DEFAULT_COEFF_MOD_BIT_SIZES[:CKKS_MASK_LEVELS + 1]) - DEFAULT_GLOBAL_SCALE_BITS - 1,
+                      MASK_MAX_BITS)
+CKKS_HIDING_BITS = max(0, math.floor(math.log2((2.0**_CKKS_ROOM_BITS - CKKS_GRADIENT_BOUND) / CKKS_GRADIENT_BOUND)))
 ACTIVE, PASSIVE, COORD = "active", "passive", "coordinator"
 
 
@@ -146,17 +154,29 @@ class MaskedGradientCKKS:
 
 @declare("linreg.gradient_return", sender=COORD, receiver=(ACTIVE, PASSIVE),
          protection=Protection.PLAINTEXT,
-         reveals="the receiver's own masked gradient, decrypted; it removes its own mask and "
-                 "learns its own gradient (which it is entitled to)")
+         reveals="the receiver's own masked gradient, decrypted (Paillier: exact residues mod n); it removes its "
+                 "own mask and learns its own gradient (which it is entitled to)")
 @dataclass(frozen=True)
 class GradientReturn:
-    residues: IntVector  # Paillier: decrypted masked residues mod n
-    approx: np.ndarray  # CKKS: decryptions rounded to 2^-24
+    residues: IntVector  # decrypted masked residues mod n
+
+
+@declare("linreg.gradient_return_ckks", sender=COORD, receiver=(ACTIVE, PASSIVE),
+         protection=(Protection.PLAINTEXT, Protection.FLOODED),
+         reveals="the receiver's own masked mean gradient, decrypted under CKKS and flooded by C with fresh Gaussian "
+                 f"noise of σ = 2^{DEFAULT_STAT_BITS // 2}·√(12V)·t (V: the values C returns to it over the run, t: "
+                 "the bound on the CKKS error's rms; about 22 bits above the error, 2^-11 at the defaults): it removes "
+                 "its own mask and learns its own gradient to that precision, and C's key-dependent decryption error "
+                 f"only within a divergence of 2^-{DEFAULT_STAT_BITS}/24 (IND-CPA^D, Li-Micciancio 2021)")
+@dataclass(frozen=True)
+class GradientReturnCKKS:
+    values: np.ndarray  # the flooded decryptions
 
 
 @declare("linreg.control", sender=COORD, receiver=(ACTIVE, PASSIVE),
          protection=Protection.PUBLIC,
-         reveals="one bit per epoch: whether C's convergence test on the loss fired")
+         reveals="one bit per epoch: whether C's convergence test on the loss fired (under CKKS on the losses as "
+                 "flooded, so the bit is a function of flooded decryptions only)")
 @dataclass(frozen=True)
 class Control:
     epoch: int

@@ -58,6 +58,7 @@ from .messages import (
     EncryptedResidual,
     EncryptedU,
     GradientReturn,
+    GradientReturnCKKS,
     Obfuscators,
     PartialSum,
     PublicKeyMsg,
@@ -166,7 +167,7 @@ class _DataRole(Role[_PartyState]):
             self.state.mask_real = np.asarray(state)
         return msg
 
-    def on_gradient_return(self, ret: GradientReturn) -> Next:
+    def on_gradient_return(self, ret: GradientReturn | GradientReturnCKKS) -> Next:
         """Step 5: remove the own mask; the update with momentum; the next batch or the epoch's end."""
         st, crypto = self.state, self.crypto
         assert crypto is not None
@@ -281,7 +282,8 @@ class PassiveRole(_DataRole):
         if len(msg.d) != len(idx):
             raise ProtocolError(f"{self.name}: residual vector of length {len(msg.d)}, batch has {len(idx)}")
         masked = self._masked_gradient(msg.d, self.X[idx], len(idx))
-        return then([send(self.coordinator, masked)], self.coordinator, GradientReturn, "on_gradient_return")
+        assert self.crypto is not None
+        return then([send(self.coordinator, masked)], self.coordinator, self.crypto.return_kind, "on_gradient_return")
 
 
 class ActiveRole(_DataRole):
@@ -383,7 +385,7 @@ class ActiveRole(_DataRole):
         sends = [*(send(p, EncryptedResidual(d)) for p in self.passives),
                  send(self.coordinator, EncryptedLoss(S)), send(self.coordinator, self._masked_gradient(d, Xb, m))]
         st.u_parts, st.losses_parts, st.cross = [], [], []
-        return then(sends, self.coordinator, GradientReturn, "on_gradient_return")
+        return then(sends, self.coordinator, self.crypto.return_kind, "on_gradient_return")
 
 
 def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:

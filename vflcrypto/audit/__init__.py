@@ -4,6 +4,8 @@
   findings and outcome of an audit, SECURITY.md's generated tables;
 * :mod:`.attacks`: empirical attacks on one role's received messages and the statistics
   that score them;
+* :mod:`.noise`: the check that CKKS decryptions released by their key holder carry their
+  flooding noise (a χ² variance test);
 * :mod:`.literature`: published attacks on vertical FL (label inference from gradients,
   model completion, representation inversion) on one role's view, each citing its paper;
   :mod:`.literature_tabular` those on tree-based and linear models, :mod:`.literature_psi`
@@ -19,4 +21,4 @@ Imports: :mod:`vflcrypto.runtime`, :mod:`vflcrypto.ml`, :mod:`vflcrypto.he`,
 :mod:`vflcrypto.data`, :mod:`vflcrypto.privacy`, :mod:`vflcrypto.errors`. Public names: the modules above.
 """
 
-__all__ = ["attacks", "defences", "frontier_report", "ledger", "literature", "net", "report"]
+__all__ = ["attacks", "defences", "frontier_report", "ledger", "literature", "net", "noise", "report"]

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from ..runtime.declarations import Protection
 from .ledger import AuditOutcome, EmpiricalFinding
 
-__all__ = ["CORRELATION_FAILURE", "EXACT", "KS_MASK_FAILURE", "RANK_FAILURE", "Check", "checks_table", "expect",
-           "mask_checks", "unrandomized_check", "verified_result"]
+__all__ = ["CORRELATION_FAILURE", "EXACT", "FLOODING_FAILURE", "KS_MASK_FAILURE", "RANK_FAILURE", "Check",
+           "checks_table", "expect", "flooding_check", "mask_checks", "unrandomized_check", "verified_result"]
 
 #: the KS distance a dropped or reused mask leaves (values, or consecutive differences, bunched at the ends of
 #: the range, so the empirical CDF jumps by about one half): the distance a mask check must detect
@@ -40,6 +40,9 @@ KS_MASK_FAILURE = 0.5
 CORRELATION_FAILURE = 0.5
 #: the rank correlation an order check must detect (a sender's order that survives in half of the items)
 RANK_FAILURE = 0.5
+#: the variance shortfall a flooding check must detect (:mod:`vflcrypto.audit.noise`): flooding at half its
+#: declared σ leaves a quarter of the variance (0.75); switched off, none (1.0)
+FLOODING_FAILURE = 0.75
 #: the effect of an exact check (one ciphertext read without the key, one seed recovered): always in reach
 EXACT = 0.0
 
@@ -85,6 +88,14 @@ def unrandomized_check(kind: str) -> Check:
     randomness is read without the key, exactly)."""
     return Check(f"{kind}: ciphertexts read without the key", (kind,), Protection.CIPHERTEXT,
                  "a ciphertext encrypted or sent without fresh randomness (c = 1 + m n mod n^2)", EXACT)
+
+
+def flooding_check(name: str, kind: str) -> Check:
+    """The check of :func:`~vflcrypto.audit.noise.flooding_finding` on ``kind``: its CKKS decryptions carry
+    their declared flooding noise."""
+    return Check(name, (kind,), Protection.FLOODED,
+                 "a decryption released without its flooding noise (or with half of it): C's key-dependent CKKS "
+                 "error reaches the receiver", FLOODING_FAILURE)
 
 
 def verified_result(observer: str, name: str, error: float, tolerance: float, description: str, *,

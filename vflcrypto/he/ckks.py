@@ -3,39 +3,52 @@
 CKKS (Cheon, Kim, Kim, Song, ASIACRYPT 2017) encrypts vectors of reals approximately:
 a ciphertext at ``poly_modulus_degree`` N holds N/2 slots, supports slot-wise addition
 and multiplication by plaintexts, and each multiplication consumes one *level* (one
-prime of the coefficient modulus chain). Results carry an absolute error of about
-2^-(scale_bits - 20); tests compare with numpy at 1e-3 and observe far smaller errors.
+prime of the coefficient modulus chain). Raw results carry an absolute error of about
+2^-(scale_bits - 12) fresh and 2^-(scale_bits - 21) after a ``dot`` at the defaults
+(:class:`~vflcrypto.he.flooding.ErrorModel`); a decryption that leaves its key holder
+carries the flooding noise on top, about 22 bits wider.
 
 Parameters (explicit, never implicit):
 
-* ``poly_modulus_degree`` N = 8192 (slots = 4096) and ``coeff_mod_bit_sizes``
-  (60, 40, 40, 60): total 200 bits, below the 218-bit bound of the Homomorphic
+* ``poly_modulus_degree`` N = 16384 (slots = 8192) and ``coeff_mod_bit_sizes``
+  (60, 54, 54, 54, 60): total 282 bits, below the 438-bit bound of the Homomorphic
   Encryption Standard (Albrecht et al., 2018, table for 128-bit classical security,
-  ternary secret). Two multiplicative levels: one plaintext multiply plus one
-  ``dot``-selection, or one ``sum``. Larger depth needs more 40-bit primes and
-  therefore N = 16384 (bound 438 bits).
-* ``global_scale_bits`` = 40: the encoding scale Δ = 2^40 (precision of each value).
+  ternary secret). Three multiplicative levels: a ``dot`` (two) leaves one, at the
+  moduli q0·q1 (114 bits), which is what holds the masks of :func:`uniform_real_mask`;
+  the last level (q0 alone) holds values below 2^5.
+* ``global_scale_bits`` = 54: the encoding scale Δ = 2^54 (each rescale prime is 54 bits).
+  The scale is this large because every decryption that leaves its key holder is
+  flooded (below): flooding costs about 22 bits of precision at 30-bit statistical
+  security, and a dot's error at this scale is about 2^-33, so a flooded dot result keeps
+  about 2^-11 absolute precision. The former parameters (N = 8192, (60, 40, 40, 60), Δ = 2^40)
+  leave a dot result with about 2^-21 before flooding, i.e. none after it: N = 8192's
+  218-bit bound cannot hold a larger scale beside the room masks need.
 
 Security notes (read before building a protocol on this module):
 
 * **The secret context stays with its owner.** :meth:`CKKSContext.public` is the only
   form that may be sent (wire codec ``"ckks.ctx"`` refuses a context with a secret key).
-* **IND-CPA^D (Li & Micciancio, EUROCRYPT 2021).** A CKKS decryption is the message
-  *plus the noise*, and the noise depends on the secret key: a decrypted result shared
-  back raw to the party that produced the ciphertext lets it recover the key. Key owners
-  must never return raw decryptions; round them (or add noise-flooding, not implemented
-  here) and only ever release values meant for release.
+* **IND-CPA^D (Li & Micciancio, EUROCRYPT 2021): decryptions are flooded by default.** A
+  CKKS decryption is the message *plus the noise*, and the noise depends on the secret
+  key: a decrypted result shared raw with a party that knows the message lets it recover
+  the key. :meth:`CKKSVector.decrypt` therefore adds fresh Gaussian noise from the OS
+  CSPRNG whose width follows from the ciphertext's estimated error and 30 bits of
+  statistical security (:mod:`vflcrypto.he.flooding`). A protocol passes a
+  :class:`~vflcrypto.he.flooding.Flooding` that counts every value its key releases;
+  ``flood=False`` (the raw decryption) is for the key holder's own use, tests and
+  benchmarks only.
 * **Unused slots.** TenSEAL's rotate-and-sum leaves partial sums of individual products
   in the other slots, which a key owner could decrypt directly. :meth:`CKKSVector.sum`
   and :meth:`CKKSVector.dot` therefore always select the result slots with an indicator
   plaintext, so every ciphertext from this module holds exactly its logical values and
   zeros elsewhere. This costs one level.
-* **Masks under CKKS are weakly hiding.** CKKS has no modular wrap-around in the message
-  space: a real mask r uniform on [-R, R] hides |v| <= B only up to statistical distance
-  B/R, and R is capped by the last prime (|value| < 2^(q0_bits - scale_bits - 1)).
-  :func:`mask_hiding_bits` gives the honest figure (19 - log2(B) bits at the default
-  parameters), which protocols declare as their ``hiding_bits``. Far below the 40 bits
-  of :mod:`vflcrypto.sharing.masking`; use Paillier where a statistically hiding mask is needed.
+* **Masks under CKKS are statistically hiding only to a bound.** CKKS has no modular
+  wrap-around in the message space: a real mask r uniform on [-R, R] hides |v| <= B only
+  up to statistical distance B/R, and R is capped by the ciphertext's moduli and by the
+  float64 precision of a decoded value (:func:`mask_bound`: 2^32 after a ``dot``).
+  :func:`mask_hiding_bits` gives the honest figure (25 bits for |v| <= 64 after a ``dot``
+  at the default parameters), which protocols declare as their ``hiding_bits``; below the
+  40 bits of :mod:`vflcrypto.sharing.masking`, so use Paillier where that is needed.
 * Ciphertexts are not re-randomized and TenSEAL is not audited for side channels.
 """
 
@@ -52,12 +65,14 @@ import tenseal as ts
 import tenseal.sealapi  # registers seal::Modulus so the coefficient moduli can be read
 
 from ..errors import DecodeError, EncodingError, InsecureParameterError, KeyMismatchError
+from .flooding import ErrorModel, Flooding
 
 __all__ = [
     "DEFAULT_COEFF_MOD_BIT_SIZES",
     "DEFAULT_GLOBAL_SCALE_BITS",
     "DEFAULT_POLY_MODULUS_DEGREE",
     "HE_STANDARD_MAX_MODULUS_BITS",
+    "MASK_MAX_BITS",
     "MIN_POLY_MODULUS_DEGREE",
     "CKKSContext",
     "CKKSVector",
@@ -66,10 +81,14 @@ __all__ = [
     "uniform_real_mask",
 ]
 
-DEFAULT_POLY_MODULUS_DEGREE = 8192
-DEFAULT_COEFF_MOD_BIT_SIZES = (60, 40, 40, 60)
-DEFAULT_GLOBAL_SCALE_BITS = 40
+DEFAULT_POLY_MODULUS_DEGREE = 16384
+DEFAULT_COEFF_MOD_BIT_SIZES = (60, 54, 54, 54, 60)
+DEFAULT_GLOBAL_SCALE_BITS = 54
 MIN_POLY_MODULUS_DEGREE = 8192
+# a mask's magnitude: a decoded float64 near 2^32 keeps 2^-20 absolute precision, far below the flooding noise
+MASK_MAX_BITS = 32
+# the default flooding model's assumptions for a ciphertext of unknown history (CKKSVector.default_flooding)
+DEFAULT_FRESH_TERMS, DEFAULT_FACTOR_SQ, DEFAULT_VALUE_SQ = 16, 2.0**10, 2.0**20
 
 # Homomorphic Encryption Standard (2018), 128-bit classical security, ternary secret:
 # the largest total coefficient modulus (bits) for each ring degree.
@@ -110,12 +129,13 @@ class CKKSContext:
     public context, and it is what a :class:`~vflcrypto.runtime.wire.KeyRing` indexes.
     """
 
-    __slots__ = ("_public_bytes", "_ts", "fingerprint")
+    __slots__ = ("_public", "_public_bytes", "_ts", "fingerprint")
 
     def __init__(self, tscontext: ts.Context, public_bytes: bytes) -> None:
         """Internal; use :meth:`generate` or :meth:`from_bytes`."""
         self._ts = tscontext
         self._public_bytes = public_bytes
+        self._public: CKKSContext | None = None
         self.fingerprint = hashlib.sha256(public_bytes).hexdigest()[:FINGERPRINT_HEX]
 
     @classmethod
@@ -130,7 +150,7 @@ class CKKSContext:
     ) -> CKKSContext:
         """Generate a fresh secret context (keys from SEAL's CSPRNG).
 
-        ``galois_keys`` (rotation keys, ~35 MB at N=8192) are needed by :meth:`CKKSVector.sum`
+        ``galois_keys`` (rotation keys, ~135 MB at the defaults) are needed by :meth:`CKKSVector.sum`
         and :meth:`CKKSVector.dot`. Parameters beyond the HE standard's bound for the degree,
         or a degree below 8192, raise :class:`InsecureParameterError` unless
         ``allow_insecure``.
@@ -190,15 +210,28 @@ class CKKSContext:
         return self.poly_modulus_degree // 2
 
     @property
+    def coeff_moduli(self) -> tuple[int, ...]:
+        """The primes of the coefficient modulus, the special (key-switching) prime last."""
+        parms = self._ts.seal_context().data.key_context_data().parms()
+        return tuple(int(q.value()) for q in parms.coeff_modulus())
+
+    def error_model(self) -> ErrorModel:
+        """The per-slot error model of this context's ciphertexts (:class:`~vflcrypto.he.flooding.ErrorModel`)."""
+        moduli = self.coeff_moduli
+        return ErrorModel(self.poly_modulus_degree, moduli[:-1], moduli[-1], self.global_scale_bits)
+
+    @property
     def max_depth(self) -> int:
         """Multiplicative levels of a fresh ciphertext."""
         return int(self._ts.seal_context().data.first_context_data().chain_index())
 
     def public(self) -> CKKSContext:
-        """The public context (public, relinearization and Galois keys; no secret key)."""
+        """The public context (public, relinearization and Galois keys; no secret key), loaded once."""
         if not self.has_secret_key:
             return self
-        return CKKSContext(ts.context_from(self._public_bytes), self._public_bytes)
+        if self._public is None:  # ~135 MB of keys at the defaults: deserialized on first use only
+            self._public = CKKSContext(ts.context_from(self._public_bytes), self._public_bytes)
+        return self._public
 
     def to_bytes(self) -> bytes:
         """Serialized public context. Never includes the secret key."""
@@ -343,8 +376,10 @@ class CKKSVector:
 
         A ciphertext derived from ciphertexts its receiver knows (e.g. its own [[u]] plus a
         plaintext) must be re-randomized before it is sent, or the receiver subtracts what
-        it knows and reads the rest. The derived ciphertext's noise is not flooded: that
-        needs noise flooding, which vflcrypto does not implement (SECURITY.md).
+        it knows and reads the rest. This hides the values from a receiver without the key;
+        the key holder, which decrypts, still sees an error shaped by how the ciphertext was
+        computed (circuit privacy toward the key holder is not claimed: that would need the
+        *sender* to flood; the decryptions the key holder releases are flooded, see :meth:`decrypt`).
         """
         return self + CKKSVector.encrypt(self.context, np.zeros(self._length))
 
@@ -430,11 +465,34 @@ class CKKSVector:
 
     # -- decryption -----------------------------------------------------------------
 
-    def decrypt(self, secret_context: CKKSContext) -> np.ndarray:
-        """Decrypt with the owner's secret context (approximate values, float64).
+    @property
+    def levels_used(self) -> int:
+        """Multiplicative levels this vector has consumed since its encryption."""
+        return self.context.max_depth - self.levels_left
 
-        Do not send the raw result back to the party that computed the ciphertext
-        (IND-CPA^D): see the module docstring.
+    def default_flooding(self) -> Flooding:
+        """The flooding :meth:`decrypt` applies when the caller knows nothing of the ciphertext's history.
+
+        The error is modelled as ``ceil(levels_used / 2)`` chained :meth:`dot` products (a ``sum`` or
+        a plaintext multiply counts as one), the first on a sum of 16 fresh encryptions, with
+        plaintext columns of squared norm <= 2^10 and values of squared norm <= 2^20; the release
+        is one decryption of ``len(self)`` values (OpenFHE's default of one adversarial query). A
+        protocol that releases more, or knows its circuit, passes its own
+        :class:`~vflcrypto.he.flooding.Flooding`.
+        """
+        model, depth = self.context.error_model(), self.context.max_depth
+        var = DEFAULT_FRESH_TERMS * model.fresh()
+        for step in range(-(-self.levels_used // 2)):
+            var = model.dot(var, depth + 1 - 2 * step, DEFAULT_FACTOR_SQ, DEFAULT_VALUE_SQ)
+        return Flooding(model.std(var), max(1, self._length))
+
+    def decrypt(self, secret_context: CKKSContext, *, flood: bool | Flooding = True) -> np.ndarray:
+        """Decrypt with the owner's secret context (approximate values, float64), flooded by default.
+
+        ``flood=True`` adds the noise of :meth:`default_flooding`; a
+        :class:`~vflcrypto.he.flooding.Flooding` adds its own (a protocol that counts the values its
+        key releases); ``False`` returns the raw decryption, whose error depends on the secret key
+        (IND-CPA^D): only for the key holder's own use, tests and benchmarks, never to be sent.
         """
         if (not isinstance(secret_context, CKKSContext)
                 or secret_context.fingerprint != self.context.fingerprint
@@ -446,7 +504,12 @@ class CKKSVector:
         for c, part in enumerate(self._parts):
             n = min(s, self._length - c * s)
             out[c * s:c * s + n] = np.asarray(part.decrypt(sk)[:n])
-        return out
+        if flood is False:
+            return out
+        spec = self.default_flooding() if flood is True else flood
+        if not isinstance(spec, Flooding):
+            raise EncodingError("flood must be True, False or a Flooding")
+        return spec.apply(out)
 
     # -- serialization --------------------------------------------------------------
 
@@ -481,39 +544,43 @@ class CKKSVector:
 # --------------------------------------------------------------------------- masks
 
 
-def mask_bound(context: CKKSContext) -> float:
-    """Largest magnitude a (masked) value may reach and still decrypt correctly.
+def mask_bound(context: CKKSContext, levels_left: int = 0) -> float:
+    """Largest magnitude a (masked) value may reach in a ciphertext with ``levels_left`` levels left.
 
-    After the last rescale the plaintext lives modulo the first prime q0 at scale
-    2^scale_bits, so |value| < 2^(q0_bits - scale_bits - 1).
+    Such a ciphertext lives modulo the first ``levels_left + 1`` primes at scale 2^scale_bits,
+    so |value| < 2^(their bits - scale_bits - 1); and a decoded float64 of magnitude 2^b keeps
+    only 2^(b - 52) absolute precision, so the bound is capped at 2^MASK_MAX_BITS (32: the
+    float then keeps 2^-20, far below the flooding noise of a decryption).
     """
-    return 2.0 ** (context.coeff_mod_bit_sizes[0] - context.global_scale_bits - 1)
+    if not 0 <= levels_left <= context.max_depth:
+        raise EncodingError(f"levels_left must be in 0..{context.max_depth}")
+    bits = sum(context.coeff_mod_bit_sizes[:levels_left + 1]) - context.global_scale_bits - 1
+    return 2.0 ** min(bits, MASK_MAX_BITS)
 
 
-def mask_hiding_bits(context: CKKSContext, value_bound: float) -> int:
+def mask_hiding_bits(context: CKKSContext, value_bound: float, levels_left: int = 0) -> int:
     """Statistical hiding (bits) of a uniform real mask on [-R, R] over |v| <= value_bound.
 
-    R is :func:`mask_bound` minus the value range (so the sum cannot overflow); the
-    statistical distance between masked values of two inputs is at most
+    R is :func:`mask_bound` (at ``levels_left``) minus the value range (so the sum cannot
+    overflow); the statistical distance between masked values of two inputs is at most
     value_bound / R, i.e. ``log2(R / value_bound)`` bits, floored. Returns 0 when there
     is no room at all. This is what a protocol should declare as ``hiding_bits``.
     """
     if not value_bound > 0:
         raise EncodingError("value_bound must be positive")
-    room = mask_bound(context) - value_bound
+    room = mask_bound(context, levels_left) - value_bound
     if room <= value_bound:
         return 0
     return max(0, math.floor(math.log2(room / value_bound)))
 
 
-def uniform_real_mask(context: CKKSContext, size: int, value_bound: float) -> np.ndarray:
-    """A mask uniform on [-R, R] (R = mask_bound - value_bound) from ``secrets``.
+def uniform_real_mask(context: CKKSContext, size: int, value_bound: float, levels_left: int = 0) -> np.ndarray:
+    """A mask uniform on [-R, R] (R = mask_bound(levels_left) - value_bound) from ``secrets``.
 
     53 random bits per value; hiding is :func:`mask_hiding_bits`, not 40 bits.
     """
-    room = mask_bound(context) - value_bound
+    room = mask_bound(context, levels_left) - value_bound
     if room <= 0:
         raise EncodingError("value_bound leaves no room for a mask")
     u = np.array([secrets.randbits(53) for _ in range(size)], dtype=np.float64) / 2.0 ** 53
     return (2.0 * u - 1.0) * room
-

@@ -58,6 +58,7 @@ class Protection(enum.Enum):
     AGGREGATE = "aggregate"  # only a sum over many rows or parties
     BLINDED = "blinded"  # pseudorandom blinding of IDs (PSI)
     SHUFFLED = "shuffled"  # order carries no information
+    FLOODED = "flooded"  # a CKKS decryption plus fresh Gaussian noise covering its key-dependent error (IND-CPA^D)
     DP = "differentially private"  # the output of a DP mechanism of the data it depends on; reveals states (ε, δ)
     NOISED = "noised"  # perturbed by an empirical defence's noise (no (ε, δ)); reveals states what it bounds
 
