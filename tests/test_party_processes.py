@@ -735,8 +735,11 @@ def test_kkrt_alignment_in_separate_processes(tmp_path: Path, pki: Path, mode: s
 def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Path, pki: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Raw per-party files (missing ages included): each feature party imputes and
-    standardizes its own columns, as `vflcrypto train logreg` does in-process."""
+    standardizes its own columns, as `vflcrypto train logreg` does in-process; each party's
+    output file holds the same model (weights and preprocessing) as its file of the
+    in-process command's --model-dir."""
     from vflcrypto.protocols import logreg as lr
+    from vflcrypto.protocols._linear import LinearParty
 
     from vflcrypto.cli import main
 
@@ -745,7 +748,7 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     assert main(["train", "logreg", "--coordinator", str(files["active"]),
                  *[a for k in range(3) for a in ("--party", str(files[f"passive-{k}"]))],
                  "--id-column", "PassengerId", "--label", "Survived", "--plain", "--aligned",
-                 "--steps", "5", "--json"]) == 0
+                 "--steps", "5", "--json", "--model-dir", str(tmp_path / "model")]) == 0
     local = json.loads(capsys.readouterr().out)
     names = list(files)
     cfg = make_config(tmp_path, pki, names, timeout=20.0)
@@ -756,6 +759,15 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     summary = recs["active"]["summary"]
     assert summary["train_loss"] == pytest.approx(local["train_loss"], rel=1e-12)
     assert summary["test_accuracy"] == pytest.approx(local["test_accuracy"])
+    for n in names:
+        net = LinearParty.load(tmp_path / f"{n}.npz", "logreg")
+        saved = LinearParty.load(tmp_path / "model" / f"{n}.npz", "logreg")
+        assert (net.name, net.role, net.columns, dict(net.settings)) == (saved.name, saved.role, saved.columns,
+                                                                          dict(saved.settings))
+        np.testing.assert_allclose(net.weights, saved.weights, rtol=1e-9, atol=1e-12)
+        for a, b in ((net.scaling.mean, saved.scaling.mean), (net.scaling.scale, saved.scaling.scale),
+                     (net.scaling.medians, saved.scaling.medians)):
+            np.testing.assert_array_equal(a if a is not None else [], b if b is not None else [])
 
 
 def representation_processes(tmp_path: Path, model: str, args: list[str], *, keep: str,
