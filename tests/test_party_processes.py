@@ -529,8 +529,14 @@ def test_pearson_two_processes_reveal_active(tmp_path: Path, pki: Path) -> None:
     assert recs["passive-0"]["summary"]["correlations"] is None
 
 
-def test_poisson_three_processes_equal_the_in_process_run(tmp_path: Path, pki: Path) -> None:
+@pytest.mark.parametrize("test_fraction", ["0", "0.25"])
+def test_poisson_three_processes_equal_the_in_process_run(tmp_path: Path, pki: Path, test_fraction: str) -> None:
+    """The weights and losses of the in-process run on the training rows of the public split; with held-out rows
+    the active party's test deviance is scikit-learn's of the same weights on them."""
+    from sklearn.metrics import mean_poisson_deviance
     from vflcrypto.protocols import poisson
+
+    from vflcrypto.data.tables import train_test_split
 
     Xa, y, ca, Xp, cp = poisson.example(120)
     ids = [f"r{i}" for i in range(120)]
@@ -541,17 +547,30 @@ def test_poisson_three_processes_equal_the_in_process_run(tmp_path: Path, pki: P
     procs = {n: party(cfg, n, "train", "poisson", *([] if n == "coordinator" else
                                                    ["--data", str(tmp_path / f"{n}.csv"), "--id-column", "id"]),
                       *(["--label", "y"] if n == "active" else []), "--aligned", "--epochs", "4", *SMALL_KEYS,
-                      "--out", str(tmp_path / f"{n}.json")) for n in names}
+                      "--test-fraction", test_fraction, "--out", str(tmp_path / f"{n}.json")) for n in names}
     recs = check_ok(finish(procs, timeout=60))
-    local = poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=4), key_bits=512, allow_insecure=True)
+    tr, te = train_test_split(120, float(test_fraction), seed=0)
+    local = poisson.run_local(Xa[tr], y[tr], Xp[tr], params=poisson.PoissonParams(epochs=4), key_bits=512,
+                              allow_insecure=True)
     got = recs["passive-0"]["summary"]["weights"]
     assert [got[c] for c in cp] == pytest.approx(local.passive.tolist(), abs=1e-9)
     assert recs["coordinator"]["summary"]["losses"] == pytest.approx(local.losses, abs=1e-7)
+    summary = recs["active"]["summary"]
+    assert summary["rows"] == len(tr) and summary.get("test_rows", 0) == len(te)
+    if len(te):
+        eta = ((Xa[te] - Xa[tr].mean(axis=0)) / Xa[tr].std(axis=0)) @ local.active[:-1] + local.active[-1] + \
+            ((Xp[te] - Xp[tr].mean(axis=0)) / Xp[tr].std(axis=0)) @ local.passive
+        assert summary["test_deviance"] == pytest.approx(mean_poisson_deviance(y[te], np.exp(eta)), rel=1e-7)
 
 
 def test_sshelr_two_processes_equal_the_plaintext_descent(tmp_path: Path, pki: Path) -> None:
-    """Two processes, no coordinator: each learns only its own weights, those of the Taylor descent."""
+    """Two processes, no coordinator: each learns only its own weights, those of the Taylor descent on the
+    training rows of the public split; the active party's test metrics are those of the same weights on the
+    held-out rows (scikit-learn's, on the plaintext logits)."""
+    from sklearn.metrics import roc_auc_score
     from vflcrypto.protocols import sshelr
+
+    from vflcrypto.data.tables import train_test_split
 
     Xa, y, ca, Xp, cp = sshelr.example(100)
     ids = [f"r{i}" for i in range(100)]
@@ -560,13 +579,20 @@ def test_sshelr_two_processes_equal_the_plaintext_descent(tmp_path: Path, pki: P
     cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
     procs = {n: party(cfg, n, "train", "sshelr", "--data", str(tmp_path / f"{n}.csv"), "--id-column", "id",
                       *(["--label", "y"] if n == "active" else []), "--aligned", "--epochs", "3", *SMALL_KEYS,
-                      "--out", str(tmp_path / f"{n}.json")) for n in ("active", "passive-0")}
+                      "--test-fraction", "0.25", "--out", str(tmp_path / f"{n}.json")) for n in ("active", "passive-0")}
     recs = check_ok(finish(procs, timeout=60))
-    Za, yy = sshelr.prepare_active(Xa, y)
-    wa, wp = sshelr.plaintext_fit(Za, yy, sshelr.prepare_passive(Xp), sshelr.SSHELRParams(epochs=3))
+    tr, te = train_test_split(100, 0.25, seed=0)
+    Za, yy = sshelr.prepare_active(Xa[tr], y[tr])
+    wa, wp = sshelr.plaintext_fit(Za, yy, sshelr.prepare_passive(Xp[tr]), sshelr.SSHELRParams(epochs=3))
     got_a, got_p = recs["active"]["summary"]["weights"], recs["passive-0"]["summary"]["weights"]
     assert [got_a[c] for c in [*ca, "(intercept)"]] == pytest.approx(wa.tolist(), abs=1e-8)
     assert [got_p[c] for c in cp] == pytest.approx(wp.tolist(), abs=1e-8)
+    z = ((Xa[te] - Xa[tr].mean(axis=0)) / Xa[tr].std(axis=0)) @ wa[:-1] + wa[-1] + \
+        ((Xp[te] - Xp[tr].mean(axis=0)) / Xp[tr].std(axis=0)) @ wp
+    summary = recs["active"]["summary"]
+    assert summary["rows"] == 75 and summary["test_rows"] == 25 == recs["passive-0"]["summary"]["test_rows"]
+    assert summary["test_auc"] == pytest.approx(roc_auc_score(y[te], z), abs=1e-9)
+    assert summary["test_accuracy"] == pytest.approx(float(np.mean((z > 0) == (y[te] == 1))))
 
 
 @pytest.mark.parametrize("scheme", ["paillier", "ou"])

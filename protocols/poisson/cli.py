@@ -5,10 +5,11 @@ optionally its own columns), ``--passive`` the one feature party's file; the coo
 runs in this process too. Rows are aligned by PSI first unless ``--aligned``. The summary
 gives the deviance on the training rows (computed here, where every party's weights are
 at hand) and the losses the coordinator saw. ``--test-fraction`` holds rows out of training
-(the public, seeded split): ``test_deviance`` is that of the active party's predictions on them,
-made as ``vflcrypto predict poisson`` makes them (:mod:`.predict`). ``--model-dir`` saves one
-``<party>.npz`` per data party (no pickle; its weights and its standardization, the active
-party's intercept last) and a manifest of their digests, all-or-nothing.
+(the public, seeded split, in both commands): ``test_deviance`` is that of the active party's
+predictions on them, made as ``vflcrypto predict poisson`` makes them (:mod:`.predict`).
+``--model-dir`` saves one ``<party>.npz`` per data party (no pickle; its weights and its
+standardization, the active party's intercept last) and a manifest of their digests,
+all-or-nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from vflcrypto.ml.preprocess import fit_standardize
 from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
-from .._linear import load_parties, read_query, save_parties
+from .._linear import LinearParty, load_parties, read_query, save_parties
 from .._predict import add_predict_options, report, write_predictions
 from .._train import (
     add_pair_train_arguments,
@@ -42,7 +43,7 @@ from .._train import (
 from .audit import fitted_mean
 from .math import PoissonParams, deviance
 from .messages import ACTIVE, COORD, PASSIVE
-from .predict import party_models, predict_local
+from .predict import party_models, predict_local, run_predict_active, run_predict_passive
 from .roles import ActiveRole, CoordinatorRole, PassiveRole, run_local
 
 __all__ = ["add_party_arguments", "add_predict_arguments", "add_train_arguments", "party_task", "predict", "train"]
@@ -138,14 +139,25 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         summary: dict[str, Any] = {"losses": losses}
     else:
         table = exact_columns(training_rows(args, ctx, read_own(args, ctx, label_role=ACTIVE))[0])
+        (train, *_), held = pair_split([table], opts)  # the public split: every party derives the same rows
         if ctx.role == ACTIVE:
-            assert table.label is not None  # read_own requires it at the active party
-            role: Any = ActiveRole(table.X if table.columns else None, table.label, params=params,
+            assert train.label is not None  # read_own requires it at the active party
+            role: Any = ActiveRole(train.X if train.columns else None, train.label, params=params,
                                    passive=passives[0], coordinator=coord, name=ctx.me)
-            cols = [*table.columns, "(intercept)"]
+            cols = [*train.columns, "(intercept)"]
         else:
-            role = PassiveRole(table.X, active=active, coordinator=coord, name=ctx.me, expected=params)
-            cols = list(table.columns)
+            role = PassiveRole(train.X, active=active, coordinator=coord, name=ctx.me, expected=params)
+            cols = list(train.columns)
         w = drive(role, ctx.only([active if ctx.role == PASSIVE else passives[0], coord]))
-        summary = {"rows": len(table), "weights": dict(zip(cols, w.tolist(), strict=True))}
+        summary = {"rows": len(train), "weights": dict(zip(cols, w.tolist(), strict=True))}
+        if held:  # the held-out rows, predicted as `predict poisson` does (the coordinator takes no part)
+            model = LinearParty("poisson", ctx.me, ctx.role, train.columns, w,
+                                fit_standardize(train.X, f"{ctx.role} party", intercept=ctx.role == ACTIVE))
+            summary["test_rows"] = len(held[0])
+            if ctx.role == ACTIVE:
+                assert held[0].label is not None
+                mu = run_predict_active(ctx.only([passives[0]]), model, held[0], peer=passives[0])
+                summary["test_deviance"] = deviance(held[0].label, mu)
+            else:
+                run_predict_passive(ctx.only([active]), model, held[0], peer=active)
     return json_outcome(summary)

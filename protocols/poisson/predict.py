@@ -18,7 +18,7 @@ from it; the coordinator takes no part (FATE's Hetero Poisson predicts so as wel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,13 +26,22 @@ import numpy as np
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.ml.preprocess import LocalScaling
-from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
 from vflcrypto.runtime.steps import drive
 
 from .._linear import LinearParty, ScoreActiveRole, ScorePassiveRole
 from .messages import ACTIVE, PASSIVE, PredictPlan, PredictScore
 
-__all__ = ["PASSIVE_NAME", "PredictActiveRole", "PredictPassiveRole", "party_models", "predict_local"]
+__all__ = ["PASSIVE_NAME", "PredictActiveRole", "PredictPassiveRole", "party_models", "predict_local",
+           "run_predict_active", "run_predict_passive"]
 
 PASSIVE_NAME = "passive-0"
 
@@ -59,20 +68,29 @@ def party_models(weights: tuple[np.ndarray, np.ndarray], scalings: tuple[LocalSc
             LinearParty("poisson", PASSIVE_NAME, PASSIVE, tuple(columns[1]), weights[1], scalings[1])]
 
 
+def run_predict_active(channels: Mapping[str, Channel], model: LinearParty, table: PartyTable, *,
+                       peer: str) -> np.ndarray:
+    """The active party's prediction over its channel to the passive party ``peer``: the expected counts μ."""
+    u_b = model.scores(table.X)  # its own score, before any message
+    received: np.ndarray = drive(PredictActiveRole(table.ids, peer=peer, name=model.name), channels)
+    return np.exp(received + u_b)
+
+
+def run_predict_passive(channels: Mapping[str, Channel], model: LinearParty, table: PartyTable, *, peer: str) -> None:
+    """The passive party's prediction over its channel to the active party ``peer``: its scores of the rows."""
+    drive(PredictPassiveRole(model.scores(table.X), table.ids, peer=peer, name=model.name), channels)
+
+
 def predict_local(models: Sequence[LinearParty], tables: Sequence[PartyTable], *, timeout: float = DEFAULT_TIMEOUT,
                   tap: AuditTap | None = None) -> tuple[np.ndarray, Transcript]:
     """Both data parties in this process: ``models`` and ``tables`` (aligned query rows) the active party's, then
     the passive party's. Returns the active party's expected counts ``μ`` and the transcript."""
     if len(models) != 2 or len(tables) != 2:
         raise InputDataError("Poisson regression predicts with the active party and one passive party")
-    u_b = models[0].scores(tables[0].X)  # each score is computed by its owner, before any message
-    u_a = models[1].scores(tables[1].X)
     net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint(PASSIVE_NAME, PASSIVE)], timeout=timeout,
                        transcript=Transcript(tap))
     tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: drive(PredictActiveRole(tables[0].ids, peer=PASSIVE_NAME, name=ACTIVE), net.channels(ACTIVE)),
-        PASSIVE_NAME: lambda: drive(PredictPassiveRole(u_a, tables[1].ids, peer=ACTIVE, name=PASSIVE_NAME),
-                                    net.channels(PASSIVE_NAME)),
+        ACTIVE: lambda: run_predict_active(net.channels(ACTIVE), models[0], tables[0], peer=PASSIVE_NAME),
+        PASSIVE_NAME: lambda: run_predict_passive(net.channels(PASSIVE_NAME), models[1], tables[1], peer=ACTIVE),
     }
-    received = run_parties(tasks, network=net)[ACTIVE]
-    return np.exp(received + u_b), net.transcript
+    return run_parties(tasks, network=net)[ACTIVE], net.transcript

@@ -8,11 +8,11 @@ by PSI first unless ``--aligned``. No coordinator: two parties only. The summary
 ``plaintext_train_accuracy`` / ``plaintext_train_auc`` of the plaintext reference
 (:func:`~vflcrypto.protocols.sshelr.plaintext_fit`: the same Taylor-sigmoid gradient descent in
 the clear, which the secure run matches to fixed-point precision). With ``--test-fraction``
-(the public, seeded split), ``test_accuracy`` / ``test_auc`` are those of the active party's
-predictions on the held-out rows, made as ``vflcrypto predict sshelr`` makes them (:mod:`.predict`),
-beside the plaintext reference's. ``--model-dir`` saves one ``<party>.npz`` per party (no pickle;
-its revealed weights and its standardization, the active party's intercept last) and a manifest
-of their digests, all-or-nothing.
+(the public, seeded split, in both commands), ``test_accuracy`` / ``test_auc`` are those of the
+active party's predictions on the held-out rows, made as ``vflcrypto predict sshelr`` makes them
+(:mod:`.predict`), beside the plaintext reference's. ``--model-dir`` saves one ``<party>.npz`` per
+party (no pickle; its revealed weights and its standardization, the active party's intercept
+last) and a manifest of their digests, all-or-nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from .._train import (
 from .audit import logits
 from .math import SSHELRParams, plaintext_fit, prepare_active, prepare_passive
 from .messages import ACTIVE, PASSIVE
-from .predict import party_models, predict_local, scores
+from .predict import party_models, predict_local, run_predict_active, run_predict_passive, scores
 from .roles import ActiveRole, PassiveRole, run_local
 
 __all__ = ["add_party_arguments", "add_predict_arguments", "add_train_arguments", "party_task", "predict", "train"]
@@ -155,14 +155,28 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     if len(passives) != 1 or len(ctx.roles) != 2:
         raise InputDataError("SSHE logistic regression runs with exactly two parties: one active, one passive")
     table = exact_columns(training_rows(args, ctx, read_own(args, ctx, label_role=ACTIVE))[0])
+    (train, *_), held = pair_split([table], opts)  # the public split: both parties derive the same rows
+    peer = passives[0] if ctx.role == ACTIVE else active
     if ctx.role == ACTIVE:
-        assert table.label is not None  # read_own requires it at the active party
-        role: Any = ActiveRole(table.X if table.columns else None, table.label, params=params, key_bits=opts.key_bits,
+        assert train.label is not None  # read_own requires it at the active party
+        role: Any = ActiveRole(train.X if train.columns else None, train.label, params=params, key_bits=opts.key_bits,
                                allow_insecure=opts.allow_insecure, passive=passives[0], name=ctx.me)
-        cols = [*table.columns, "(intercept)"]
+        cols = [*train.columns, "(intercept)"]
     else:
-        role = PassiveRole(table.X, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, active=active,
+        role = PassiveRole(train.X, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, active=active,
                            name=ctx.me, expected=params)
-        cols = list(table.columns)
-    w = drive(role, ctx.only([passives[0] if ctx.role == ACTIVE else active]))
-    return json_outcome({"rows": len(table), "weights": dict(zip(cols, w.tolist(), strict=True))})
+        cols = list(train.columns)
+    w = drive(role, ctx.only([peer]))
+    summary: dict[str, Any] = {"rows": len(train), "weights": dict(zip(cols, w.tolist(), strict=True))}
+    if held:  # the held-out rows, predicted as `predict sshelr` does
+        model = LinearParty("sshelr", ctx.me, ctx.role, train.columns, w,
+                            fit_standardize(train.X, f"{ctx.role} party", intercept=ctx.role == ACTIVE))
+        summary["test_rows"] = len(held[0])
+        if ctx.role == ACTIVE:
+            y = held[0].label
+            assert y is not None
+            z = run_predict_active(ctx.only([peer]), model, held[0], peer=peer)
+            summary.update(test_accuracy=float(((z > 0) == (y == 1)).mean()), test_auc=roc_auc(y, z))
+        else:
+            run_predict_passive(ctx.only([peer]), model, held[0], peer=peer)
+    return json_outcome(summary)

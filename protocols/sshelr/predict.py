@@ -20,7 +20,7 @@ to the guest). The passive party learns the row count and the digest.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,14 +28,23 @@ import numpy as np
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.ml.preprocess import LocalScaling
-from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Endpoint, LocalNetwork, Transcript, run_parties
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
 from vflcrypto.runtime.steps import drive
 
 from .._linear import LinearParty, ScoreActiveRole, ScorePassiveRole
 from .math import quantize
 from .messages import ACTIVE, PASSIVE, PredictPlan, PredictScore
 
-__all__ = ["PASSIVE_NAME", "PredictActiveRole", "PredictPassiveRole", "party_models", "predict_local", "scores"]
+__all__ = ["PASSIVE_NAME", "PredictActiveRole", "PredictPassiveRole", "party_models", "predict_local",
+           "run_predict_active", "run_predict_passive", "scores"]
 
 PASSIVE_NAME = "passive-0"
 
@@ -67,20 +76,29 @@ def scores(model: LinearParty, X: np.ndarray) -> np.ndarray:
     return quantize(model.features(X), f"{model.name}'s query rows") @ model.weights
 
 
+def run_predict_active(channels: Mapping[str, Channel], model: LinearParty, table: PartyTable, *,
+                       peer: str) -> np.ndarray:
+    """The active party's prediction over its channel to the passive party ``peer``: the logits z."""
+    u_a = scores(model, table.X)  # its own score, before any message
+    received: np.ndarray = drive(PredictActiveRole(table.ids, peer=peer, name=model.name), channels)
+    return received + u_a
+
+
+def run_predict_passive(channels: Mapping[str, Channel], model: LinearParty, table: PartyTable, *, peer: str) -> None:
+    """The passive party's prediction over its channel to the active party ``peer``: its scores of the rows."""
+    drive(PredictPassiveRole(scores(model, table.X), table.ids, peer=peer, name=model.name), channels)
+
+
 def predict_local(models: Sequence[LinearParty], tables: Sequence[PartyTable], *, timeout: float = DEFAULT_TIMEOUT,
                   tap: AuditTap | None = None) -> tuple[np.ndarray, Transcript]:
     """Both parties in this process: ``models`` and ``tables`` (aligned query rows) the active party's, then the
     passive party's. Returns the active party's logits ``z`` and the transcript."""
     if len(models) != 2 or len(tables) != 2:
         raise InputDataError("SSHE logistic regression predicts with the active party and one passive party")
-    u_a = scores(models[0], tables[0].X)  # each score is computed by its owner, before any message
-    u_p = scores(models[1], tables[1].X)
     net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint(PASSIVE_NAME, PASSIVE)], timeout=timeout,
                        transcript=Transcript(tap))
     tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: drive(PredictActiveRole(tables[0].ids, peer=PASSIVE_NAME, name=ACTIVE), net.channels(ACTIVE)),
-        PASSIVE_NAME: lambda: drive(PredictPassiveRole(u_p, tables[1].ids, peer=ACTIVE, name=PASSIVE_NAME),
-                                    net.channels(PASSIVE_NAME)),
+        ACTIVE: lambda: run_predict_active(net.channels(ACTIVE), models[0], tables[0], peer=PASSIVE_NAME),
+        PASSIVE_NAME: lambda: run_predict_passive(net.channels(PASSIVE_NAME), models[1], tables[1], peer=ACTIVE),
     }
-    received = run_parties(tasks, network=net)[ACTIVE]
-    return received + u_a, net.transcript
+    return run_parties(tasks, network=net)[ACTIVE], net.transcript
