@@ -42,6 +42,7 @@ __all__ = [
     "exact_columns",
     "json_outcome",
     "metrics_path",
+    "pair_split",
     "pair_weights",
     "read_own",
     "read_pair",
@@ -253,3 +254,13 @@ def pair_weights(tables: Sequence[PartyTable], active: np.ndarray, passive: np.n
     """Each party's learned weights by column name (the active party's intercept last)."""
     return {"active_weights": dict(zip([*tables[0].columns, "(intercept)"], active.tolist(), strict=True)),
             "passive_weights": dict(zip(tables[1].columns, passive.tolist(), strict=True))}
+
+
+def pair_split(tables: Sequence[PartyTable], opts: TrainOptions) -> tuple[list[PartyTable], list[PartyTable]]:
+    """The aligned tables of both parties split into training and held-out rows by the public, seeded
+    ``--test-fraction`` split (:func:`split_rows`); without a fraction every aligned row trains (no held-out
+    tables)."""
+    if not opts.test_fraction:
+        return list(tables), []
+    train, test = split_rows(len(tables[0]), opts)
+    return [t.take(train) for t in tables], ([t.take(test) for t in tables] if len(test) else [])

@@ -550,8 +550,14 @@ def test_pearson_two_processes_reveal_active(tmp_path: Path, pki: Path) -> None:
     assert recs["passive-0"]["summary"]["correlations"] is None
 
 
-def test_poisson_three_processes_equal_the_in_process_run(tmp_path: Path, pki: Path) -> None:
+@pytest.mark.parametrize("test_fraction", ["0", "0.25"])
+def test_poisson_three_processes_equal_the_in_process_run(tmp_path: Path, pki: Path, test_fraction: str) -> None:
+    """The weights and losses of the in-process run on the training rows of the public split; with held-out rows
+    the active party's test deviance is scikit-learn's of the same weights on them."""
+    from sklearn.metrics import mean_poisson_deviance
     from vflcrypto.protocols import poisson
+
+    from vflcrypto.data.tables import train_test_split
 
     Xa, y, ca, Xp, cp = poisson.example(120)
     ids = [f"r{i}" for i in range(120)]
@@ -562,17 +568,30 @@ def test_poisson_three_processes_equal_the_in_process_run(tmp_path: Path, pki: P
     procs = {n: party(cfg, n, "train", "poisson", *([] if n == "coordinator" else
                                                    ["--data", str(tmp_path / f"{n}.csv"), "--id-column", "id"]),
                       *(["--label", "y"] if n == "active" else []), "--aligned", "--epochs", "4", *SMALL_KEYS,
-                      "--out", str(tmp_path / f"{n}.json")) for n in names}
+                      "--test-fraction", test_fraction, "--out", str(tmp_path / f"{n}.json")) for n in names}
     recs = check_ok(finish(procs, timeout=60))
-    local = poisson.run_local(Xa, y, Xp, params=poisson.PoissonParams(epochs=4), key_bits=512, allow_insecure=True)
+    tr, te = train_test_split(120, float(test_fraction), seed=0)
+    local = poisson.run_local(Xa[tr], y[tr], Xp[tr], params=poisson.PoissonParams(epochs=4), key_bits=512,
+                              allow_insecure=True)
     got = recs["passive-0"]["summary"]["weights"]
     assert [got[c] for c in cp] == pytest.approx(local.passive.tolist(), abs=1e-9)
     assert recs["coordinator"]["summary"]["losses"] == pytest.approx(local.losses, abs=1e-7)
+    summary = recs["active"]["summary"]
+    assert summary["rows"] == len(tr) and summary.get("test_rows", 0) == len(te)
+    if len(te):
+        eta = ((Xa[te] - Xa[tr].mean(axis=0)) / Xa[tr].std(axis=0)) @ local.active[:-1] + local.active[-1] + \
+            ((Xp[te] - Xp[tr].mean(axis=0)) / Xp[tr].std(axis=0)) @ local.passive
+        assert summary["test_deviance"] == pytest.approx(mean_poisson_deviance(y[te], np.exp(eta)), rel=1e-7)
 
 
 def test_sshelr_two_processes_equal_the_plaintext_descent(tmp_path: Path, pki: Path) -> None:
-    """Two processes, no coordinator: each learns only its own weights, those of the Taylor descent."""
+    """Two processes, no coordinator: each learns only its own weights, those of the Taylor descent on the
+    training rows of the public split; the active party's test metrics are those of the same weights on the
+    held-out rows (scikit-learn's, on the plaintext logits)."""
+    from sklearn.metrics import roc_auc_score
     from vflcrypto.protocols import sshelr
+
+    from vflcrypto.data.tables import train_test_split
 
     Xa, y, ca, Xp, cp = sshelr.example(100)
     ids = [f"r{i}" for i in range(100)]
@@ -581,13 +600,20 @@ def test_sshelr_two_processes_equal_the_plaintext_descent(tmp_path: Path, pki: P
     cfg = make_config(tmp_path, pki, ["active", "passive-0"], timeout=20.0)
     procs = {n: party(cfg, n, "train", "sshelr", "--data", str(tmp_path / f"{n}.csv"), "--id-column", "id",
                       *(["--label", "y"] if n == "active" else []), "--aligned", "--epochs", "3", *SMALL_KEYS,
-                      "--out", str(tmp_path / f"{n}.json")) for n in ("active", "passive-0")}
+                      "--test-fraction", "0.25", "--out", str(tmp_path / f"{n}.json")) for n in ("active", "passive-0")}
     recs = check_ok(finish(procs, timeout=60))
-    Za, yy = sshelr.prepare_active(Xa, y)
-    wa, wp = sshelr.plaintext_fit(Za, yy, sshelr.prepare_passive(Xp), sshelr.SSHELRParams(epochs=3))
+    tr, te = train_test_split(100, 0.25, seed=0)
+    Za, yy = sshelr.prepare_active(Xa[tr], y[tr])
+    wa, wp = sshelr.plaintext_fit(Za, yy, sshelr.prepare_passive(Xp[tr]), sshelr.SSHELRParams(epochs=3))
     got_a, got_p = recs["active"]["summary"]["weights"], recs["passive-0"]["summary"]["weights"]
     assert [got_a[c] for c in [*ca, "(intercept)"]] == pytest.approx(wa.tolist(), abs=1e-8)
     assert [got_p[c] for c in cp] == pytest.approx(wp.tolist(), abs=1e-8)
+    z = ((Xa[te] - Xa[tr].mean(axis=0)) / Xa[tr].std(axis=0)) @ wa[:-1] + wa[-1] + \
+        ((Xp[te] - Xp[tr].mean(axis=0)) / Xp[tr].std(axis=0)) @ wp
+    summary = recs["active"]["summary"]
+    assert summary["rows"] == 75 and summary["test_rows"] == 25 == recs["passive-0"]["summary"]["test_rows"]
+    assert summary["test_auc"] == pytest.approx(roc_auc_score(y[te], z), abs=1e-9)
+    assert summary["test_accuracy"] == pytest.approx(float(np.mean((z > 0) == (y[te] == 1))))
 
 
 @pytest.mark.parametrize("scheme", ["paillier", "ou"])
@@ -780,8 +806,11 @@ def test_kkrt_alignment_in_separate_processes(tmp_path: Path, pki: Path, mode: s
 def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Path, pki: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Raw per-party files (missing ages included): each feature party imputes and
-    standardizes its own columns, as `vflcrypto train logreg` does in-process."""
+    standardizes its own columns, as `vflcrypto train logreg` does in-process; each party's
+    output file holds the same model (weights and preprocessing) as its file of the
+    in-process command's --model-dir."""
     from vflcrypto.protocols import logreg as lr
+    from vflcrypto.protocols._linear import LinearParty
 
     from vflcrypto.cli import main
 
@@ -790,7 +819,7 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     assert main(["train", "logreg", "--coordinator", str(files["active"]),
                  *[a for k in range(3) for a in ("--party", str(files[f"passive-{k}"]))],
                  "--id-column", "PassengerId", "--label", "Survived", "--plain", "--aligned",
-                 "--steps", "5", "--json"]) == 0
+                 "--steps", "5", "--json", "--model-dir", str(tmp_path / "model")]) == 0
     local = json.loads(capsys.readouterr().out)
     names = list(files)
     cfg = make_config(tmp_path, pki, names, timeout=20.0)
@@ -801,6 +830,15 @@ def test_logreg_on_raw_titanic_files_matches_the_in_process_command(tmp_path: Pa
     summary = recs["active"]["summary"]
     assert summary["train_loss"] == pytest.approx(local["train_loss"], rel=1e-12)
     assert summary["test_accuracy"] == pytest.approx(local["test_accuracy"])
+    for n in names:
+        net = LinearParty.load(tmp_path / f"{n}.npz", "logreg")
+        saved = LinearParty.load(tmp_path / "model" / f"{n}.npz", "logreg")
+        assert (net.name, net.role, net.columns, dict(net.settings)) == (saved.name, saved.role, saved.columns,
+                                                                          dict(saved.settings))
+        np.testing.assert_allclose(net.weights, saved.weights, rtol=1e-9, atol=1e-12)
+        for a, b in ((net.scaling.mean, saved.scaling.mean), (net.scaling.scale, saved.scaling.scale),
+                     (net.scaling.medians, saved.scaling.medians)):
+            np.testing.assert_array_equal(a if a is not None else [], b if b is not None else [])
 
 
 def representation_processes(tmp_path: Path, model: str, args: list[str], *, keep: str,

@@ -52,6 +52,19 @@ For each step t:
 Prediction: as in the plain protocol, but the logits are pairwise-masked
 (``logreg.masked_logits``) so the active party learns only the summed logits z.
 
+Saved models and prediction on new rows (:mod:`.predict`)
+---------------------------------------------------------
+``vflcrypto train logreg --model-dir DIR`` saves each party's file: a feature party's weights
+with its own preprocessing (training medians, mean and standard deviation, the intercept at
+``passive-0``), the label holder's mode, label column and parties. ``vflcrypto predict logreg``
+runs the prediction phase above on new rows in the model's mode, after a ``logreg.setup`` with
+no training step (no Paillier key: nothing is encrypted at prediction). What the label holder
+learns at prediction is what it learns of the test rows in training: the summed logit
+z = sum_k z_k of every query row (and so sigma(z)); in secure mode nothing about one z_k while
+at least two feature parties are honest, but with a single feature party z *is* that party's
+score X_0 w_0 per row; in plain mode every z_k. The feature parties learn the row count and the
+digest of the query IDs.
+
 Label DP (:mod:`.defence`, off by default)
 ------------------------------------------
 ``--label-dp ε`` (both modes): the active party trains on randomized-response labels (each
@@ -74,8 +87,9 @@ X_k^T r every step (d_k linear equations in the n residuals). Fixed-point encodi
 Python big integers are not constant-time; see SECURITY.md.
 
 Modules: :mod:`.messages` (declarations), :mod:`.math` (the plain functions every step
-calls), :mod:`.roles` (the named steps, ``run_local``), :mod:`.audit` (attacks and demo),
-:mod:`.cli` (the train command and the network task). The Titanic example data lives in
+calls), :mod:`.roles` (the named steps, ``run_local``), :mod:`.predict` (saved models on new
+rows), :mod:`.audit` (attacks and demo), :mod:`.cli` (the train and predict commands and the
+network task). The Titanic example data lives in
 :mod:`vflcrypto.data.titanic`.
 
 Citations: Hardy et al., "Private federated learning on vertically partitioned data via
@@ -152,6 +166,7 @@ from .messages import (
     Residual,
     Setup,
 )
+from .predict import PredictActiveRole, PredictPassiveRole, party_models, predict_local
 from .roles import (
     ActiveResult,
     ActiveRole,
@@ -168,12 +183,13 @@ __all__ = [
     "ACTIVE", "DEFENCES", "GRAD_FRAC_BITS", "PASSIVE", "RING_BITS", "RING_FRAC_BITS", "SPEC", "TITANIC_FILES",
     "TITANIC_PARTIES", "Ack", "ActiveResult", "ActiveRole", "DpResidual", "EncryptedResidual", "GradientReply",
     "Identity", "KeyShare", "LocalRun", "Logits", "MaskedGradient", "MaskedLogits", "PassiveResult", "PassiveRole",
-    "Request", "Residual", "Setup", "TitanicSplit", "accept_key_share", "audit_run", "bce_loss", "centralized_gd",
-    "decode_ring", "decrypt_masked", "demo_step", "encode_ring", "encrypt_residual", "export_titanic_parties",
-    "frontier", "label_attack", "local_features", "local_gradient", "majority_rate", "make_key_share",
-    "mask_logits", "masked_encrypted_gradient", "pair_step_seed", "partial_logits", "passive_names", "residuals",
-    "rows_digest", "run_active", "run_local", "run_passive", "secure_findings", "sgd_update", "sigmoid",
-    "titanic_parties", "titanic_path", "unmask_gradient", "unmask_sum"
+    "PredictActiveRole", "PredictPassiveRole", "Request", "Residual", "Setup", "TitanicSplit", "accept_key_share",
+    "audit_run", "bce_loss", "centralized_gd", "decode_ring", "decrypt_masked", "demo_step", "encode_ring",
+    "encrypt_residual", "export_titanic_parties", "frontier", "label_attack", "local_features", "local_gradient",
+    "majority_rate", "make_key_share", "mask_logits", "masked_encrypted_gradient", "pair_step_seed", "partial_logits",
+    "party_models", "passive_names", "predict_local", "residuals", "rows_digest", "run_active", "run_local",
+    "run_passive", "secure_findings", "sgd_update", "sigmoid", "titanic_parties", "titanic_path", "unmask_gradient",
+    "unmask_sum"
 ]
 
 
@@ -220,7 +236,9 @@ SPEC = ProtocolSpec(
     demo=demo_step,
     demo_order=50,
     commands=(Command("logreg", "vertical logistic regression (plain or secure)", cli.add_train_arguments,
-                      cli.train, description=cli.__doc__),),
+                      cli.train, description=cli.__doc__),
+              Command("logreg", "apply a saved logistic-regression model to new rows (training's masked logits)",
+                      cli.add_predict_arguments, cli.predict, group="predict", description=cli.predict.__doc__)),
     party_tasks=(PartyTask("logreg", "vertical logistic regression", cli.add_party_arguments, cli.party_task,
                            needs_identity=cli.needs_identity),),
     flower=FlowerSpec(

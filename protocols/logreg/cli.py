@@ -8,10 +8,13 @@ list the same IDs in the same order, the rows are first aligned by private set
 intersection. Each party then preprocesses its own columns locally: the rows are split
 into train and test with the public, seeded :func:`vflcrypto.data.tables.train_test_split`;
 missing values are imputed with the training-row median and features standardized with
-training-row mean and standard deviation (:func:`vflcrypto.ml.preprocess.local_features`).
+training-row mean and standard deviation (:func:`vflcrypto.ml.preprocess.fit_local_features`).
 ``--label-dp EPS`` trains on randomized-response labels (:mod:`.defence`, both modes); ``--json``
 then prints each party's accounted guarantee under ``privacy``, and the network parties' model
-files keep it.
+files keep it. ``--model-dir`` saves one ``<party>.npz`` per party (no pickle) and a manifest of
+their digests, all-or-nothing: each feature party's weights with its own preprocessing (training
+medians, mean and standard deviation, the intercept), the label holder's mode, label and
+parties; ``vflcrypto predict logreg`` applies them to new rows (:mod:`.predict`).
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import save_model
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
-from vflcrypto.ml.preprocess import local_features
+from vflcrypto.ml.preprocess import LocalScaling, fit_local_features
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, option
 
+from .._linear import LinearParty, load_parties, read_query, save_parties
+from .._predict import add_predict_options, report, write_predictions
 from .._train import (
     TrainOptions,
     add_party_data_arguments,
@@ -43,9 +47,11 @@ from .._train import (
     write_metrics,
 )
 from .messages import ACTIVE, PASSIVE
-from .roles import run_active, run_local, run_passive
+from .predict import party_models, predict_local
+from .roles import passive_names, run_active, run_local, run_passive
 
-__all__ = ["LogRegConfig", "add_party_arguments", "add_train_arguments", "party_task", "train"]
+__all__ = ["LogRegConfig", "add_party_arguments", "add_predict_arguments", "add_train_arguments", "party_task",
+           "predict", "train"]
 
 TEST_FRACTION = 0.2  # the Titanic example's split: the default of both commands
 
@@ -74,13 +80,13 @@ class LogRegConfig:
             raise InputDataError("steps must be >= 0 and the learning rate positive")
 
 
-def _blocks(parties: list[PartyTable], train: np.ndarray, preprocess: str) -> list[np.ndarray]:
+def _scaling(table: PartyTable, train: np.ndarray, preprocess: str, *, intercept: bool) -> LocalScaling:
+    """A feature party's own preprocessing, fitted on its training rows (``none``: its columns as given)."""
     if preprocess == "standardize":
-        return [local_features(t.X, train, intercept=k == 0) for k, t in enumerate(parties)]
-    blocks = [t.X for t in parties]
-    if not all(np.all(np.isfinite(b)) for b in blocks):
+        return fit_local_features(table.X, train, intercept=intercept)
+    if not np.all(np.isfinite(table.X)):
         raise InputDataError("features must be finite with --preprocess none (impute first)")
-    return blocks
+    return LocalScaling.identity(table.X.shape[1])
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -92,6 +98,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, LogRegConfig)
     add_train_options(p, test_fraction=TEST_FRACTION)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+    p.add_argument("--model-dir", help="save one model file per party here (each feature party's weights and "
+                                       "preprocessing), with a manifest.json of their digests")
 
 
 def train(args: argparse.Namespace) -> int:
@@ -108,7 +116,8 @@ def train(args: argparse.Namespace) -> int:
     if y is None or not np.all((y == 0) | (y == 1)):
         raise InputDataError(f"label {args.label!r} must be 0/1")
     tr, te = split_rows(len(y), opts)
-    blocks = _blocks(parties, tr, cfg.preprocess)
+    scalings = [_scaling(t, tr, cfg.preprocess, intercept=k == 0) for k, t in enumerate(parties)]
+    blocks = [s.apply(t.X, name) for s, t, name in zip(scalings, parties, passive_names(len(parties)), strict=True)]
     ids_train = [list(coord.ids)[i] for i in tr]
     res = run_local([b[tr] for b in blocks], y[tr], [b[te] for b in blocks] if len(te) else None,
                     y[te] if len(te) else None, secure=cfg.secure, steps=cfg.steps,
@@ -117,6 +126,10 @@ def train(args: argparse.Namespace) -> int:
                     ids_train=[ids_train] * (len(parties) + 1), allow_small_batches=cfg.allow_small_batches,
                     label_dp=cfg.label_dp)
     a = res.active
+    if args.model_dir:
+        save_parties("logreg", party_models(res, scalings, [t.columns for t in parties], secure=cfg.secure,
+                                            preprocess=cfg.preprocess, label=args.label),
+                     args.model_dir, overwrite=getattr(args, "overwrite", False))
     bytes_sent = {("coordinator" if k == ACTIVE else k): v for k, v in res.bytes_sent.items()}
     summary: dict[str, Any] = {
         "train_loss": a.train_loss, "test_loss": a.test_loss, "test_accuracy": a.test_accuracy, "steps": cfg.steps,
@@ -137,7 +150,40 @@ def train(args: argparse.Namespace) -> int:
     print(f"  bytes sent: {bytes_sent}; {summary['seconds']:.1f} s")
     for d, g in a.privacy.items():
         print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-label-DP ({g['accountant']}); protects {g['covers']}")
+    if args.model_dir:
+        print(f"  party models saved in {args.model_dir}")
     return 0
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def add_predict_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--coordinator", required=True, metavar="IDS.csv",
+                   help="the label holder's CSV: the ID column of the rows to predict (other columns are ignored)")
+    p.add_argument("--party", action="append", default=[], metavar="X.csv",
+                   help="a feature party's CSV (ID column, its model's columns); one per feature party, in the "
+                        "order of training")
+    add_predict_options(p)
+
+
+def predict(args: argparse.Namespace) -> int:
+    """``vflcrypto predict logreg``: the saved weights on new rows by training's own prediction messages (the
+    model's mode: pairwise-masked logits in secure mode, so the label holder learns only their sum z per row;
+    plain logits otherwise). ``--out``: the ID column, ``prediction`` (1 where σ(z) >= 0.5) and ``probability``."""
+    t0 = time.perf_counter()
+    names = [ACTIVE, *passive_names(len(args.party))]
+    models = load_parties("logreg", args.model_dir, names, "--party")
+    tables = read_query([args.coordinator, *args.party], args.id_column, models)
+    query_rows = [len(t) for t in tables]
+    tables, align_bytes = align_tables(tables, names, aligned=args.aligned)
+    p, transcript = predict_local(models, tables, timeout=args.timeout)
+    write_predictions(args.out, args.id_column, tables[0].ids,
+                      {"prediction": (p >= 0.5).astype(np.int64), "probability": p})
+    bytes_sent = {**({} if args.aligned else {"alignment": align_bytes}),
+                  **{("coordinator" if k == ACTIVE else k): v for k, v in transcript.bytes_sent_by().items()}}
+    return report(args, "logreg", len(tables[0]), query_rows, t0, bytes_sent,
+                  {"mode": "secure" if models[0].settings.get("secure", True) else "plain"})
 
 
 # --------------------------------------------------------------------------- network party
@@ -177,13 +223,17 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                                    "test_loss": res.test_loss, "test_accuracy": res.test_accuracy,
                                    "secure": cfg.secure, **({"privacy": res.privacy} if res.privacy else {})}
 
-        def write(out: Path, meta: dict[str, Any]) -> None:
-            save_model(out, {**meta, **summary}, {"train_probabilities": res.train_probabilities})
+        model = LinearParty("logreg", me, ACTIVE, (), np.zeros(0), LocalScaling.identity(0),
+                            {"secure": cfg.secure, "preprocess": cfg.preprocess, "label": args.label,
+                             "parties": passives})
+
+        def write(out: Path, meta: dict[str, Any]) -> None:  # the label holder's model, as in a --model-dir
+            model.save(out, {**meta, **summary}, {"train_probabilities": res.train_probabilities})
             write_metrics(out, meta, summary)
 
         return PartyOutcome(summary, write)
-    X = _blocks([table], tr, cfg.preprocess)[0] if cfg.preprocess != "standardize" else \
-        local_features(table.X, tr, intercept=me == passives[0])
+    scaling = _scaling(table, tr, cfg.preprocess, intercept=me == passives[0])
+    X = scaling.apply(table.X, me)
     kw: dict[str, Any] = {}
     peers = [ACTIVE]
     if cfg.secure:
@@ -195,8 +245,10 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                        expected=(cfg.secure, cfg.steps, float(cfg.learning_rate), cfg.label_dp), **kw)
     dp = {"privacy": pres.privacy} if pres.privacy else {}
     summary = {"weights": [float(w) for w in pres.weights], "columns": list(table.columns), **dp}
+    model = LinearParty("logreg", me, PASSIVE, tuple(table.columns), pres.weights, scaling,
+                        {"secure": cfg.secure, "preprocess": cfg.preprocess})
 
     def write_weights(out: Path, meta: dict[str, Any]) -> None:
-        save_model(out, {**meta, "columns": list(table.columns), **dp}, {"weights": pres.weights})
+        model.save(out, {**meta, **dp})  # the weights with this party's preprocessing, as in a --model-dir
 
     return PartyOutcome(summary, write_weights)

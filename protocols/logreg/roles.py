@@ -83,7 +83,7 @@ from .messages import (
 __all__ = ["ActiveResult", "ActiveRole", "LocalRun", "PassiveResult", "PassiveRole", "passive_names",
            "run_active", "run_local", "run_passive"]
 
-PREDICT_TRAIN, PREDICT_TEST = "predict-train", "predict-test"
+PREDICT_TRAIN, PREDICT_TEST, PREDICT = "predict-train", "predict-test", "predict"  # PREDICT: a saved model's rows
 
 
 @dataclass
@@ -396,7 +396,7 @@ class PassiveRole(Role[_PassiveState]):
         st.peers = tuple(p for p in setup.parties if p != name)
         if not setup.secure:
             return self._next_request()
-        if setup.public_key is None:
+        if setup.public_key is None and setup.steps:  # a prediction (no step) sends no residual
             raise ProtocolError(f"{name}: secure mode without a public key")
         st.public_key = setup.public_key
         if self.identity is None:
@@ -436,8 +436,8 @@ class PassiveRole(Role[_PassiveState]):
         st = self.state
         if req.action == "stop":
             return done(PassiveResult(self.name, st.weights, privacy(st.label_epsilon)))
-        if req.action in (PREDICT_TRAIN, PREDICT_TEST):
-            data = self.X if req.action == PREDICT_TRAIN else self.X_test
+        if req.action in (PREDICT_TRAIN, PREDICT_TEST, PREDICT):
+            data = self.X_test if req.action == PREDICT_TEST else self.X
             if data is None:
                 raise ProtocolError(f"{self.name}: asked for test predictions without test rows")
             z = partial_logits(data, st.weights)

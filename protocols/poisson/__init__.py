@@ -33,12 +33,21 @@ Message flow (one epoch; the named steps of :mod:`.roles` in brackets)
        coordinator → each ``poisson.gradient_return``                [on_loss, on_*_gradient]
     5. each removes its mask: g = G/m; momentum step v ← βv + g, w ← w − η v       [on_return]
 
+Prediction with a saved model (:mod:`.predict`; ``train poisson --model-dir``, ``predict poisson``)
+    Each data party keeps its own weights and standardization. On new rows the active party
+    sends ``poisson.predict_plan`` (row count, digest of the query IDs) and the passive party
+    answers ``poisson.predict_score``: its score u_A = Z_A w_A per row, in the clear; the active
+    party predicts the expected count μ = exp(u_A + u_B). What the label holder learns at
+    prediction: μ per query row, and with its own u_B the passive party's score u_A per row
+    (which the score message sends; encrypting it would hide nothing more from the party that
+    learns μ). The coordinator takes no part; the passive party learns the row count only.
+
 Citation
     FATE Hetero Poisson regression (guest/host/arbiter; the exp factorisation); Yang et
     al., *Federated Machine Learning*, 2019, ch. 5 (the coordinator pattern).
 
 Modules: :mod:`.math` (the reference in the clear), :mod:`.messages`, :mod:`.roles`,
-:mod:`.audit`, :mod:`.cli`.
+:mod:`.predict`, :mod:`.audit`, :mod:`.cli`.
 """
 
 from __future__ import annotations
@@ -63,14 +72,18 @@ from .messages import (
     GradientReturn,
     MaskedGradient,
     Plan,
+    PredictPlan,
+    PredictScore,
     PublicKey,
 )
+from .predict import PredictActiveRole, PredictPassiveRole, party_models, predict_local
 from .roles import ActiveRole, CoordinatorRole, PassiveRole, PoissonRun, run_local
 
 __all__ = ["ACTIVE", "COORD", "ETA_BOUND", "FRAC_BITS", "PASSIVE", "SPEC", "ActiveRole", "CoordinatorRole",
            "EncryptedExp", "EncryptedLoss", "EncryptedResidual", "GradientReturn", "MaskedGradient", "PassiveRole",
-           "Plan", "PoissonParams", "PoissonRun", "PublicKey", "audit_run", "demo_step", "deviance", "example",
-           "fitted_mean", "plaintext_fit", "prepare_active", "prepare_passive", "run_local"]
+           "Plan", "PoissonParams", "PoissonRun", "PredictActiveRole", "PredictPassiveRole", "PredictPlan",
+           "PredictScore", "PublicKey", "audit_run", "demo_step", "deviance", "example", "fitted_mean", "party_models",
+           "plaintext_fit", "predict_local", "prepare_active", "prepare_passive", "run_local"]
 
 
 def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
@@ -105,7 +118,10 @@ SPEC = ProtocolSpec(
     demo=demo_step,
     demo_order=32,
     commands=(Command("poisson", "secure vertical Poisson regression (log link; Paillier, with a coordinator)",
-                      cli.add_train_arguments, cli.train, description=cli.__doc__),),
+                      cli.add_train_arguments, cli.train, description=cli.__doc__),
+              Command("poisson", "apply a saved Poisson model to new rows (the passive party's scores to the active "
+                                 "party)", cli.add_predict_arguments, cli.predict, group="predict",
+                      description=cli.predict.__doc__)),
     party_tasks=(PartyTask("poisson", "secure vertical Poisson regression (with a coordinator)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.runtime.declarations import PERFECT, Protection, declare
 from vflcrypto.runtime.wire import IntVector
@@ -19,6 +21,8 @@ __all__ = [
     "GradientReturn",
     "MaskedGradient",
     "Plan",
+    "PredictPlan",
+    "PredictScore",
     "PublicKey",
 ]
 
@@ -84,3 +88,24 @@ class MaskedGradient:
 @dataclass(frozen=True)
 class GradientReturn:
     values: IntVector
+
+
+# --------------------------------------------------------------------------- prediction with a saved model
+
+
+@declare("poisson.predict_plan", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
+         reveals="the number of query rows and a digest of their IDs (an equality check of the alignment only)")
+@dataclass(frozen=True)
+class PredictPlan:
+    rows: int
+    ids_digest: bytes
+
+
+@declare("poisson.predict_score", sender=PASSIVE, receiver=ACTIVE, protection=Protection.PLAINTEXT,
+         reveals="the passive party's score u_A = Z_A w_A of every query row, in the clear: exactly what the "
+                 "prediction exp(u_A + u_B) reveals to the active party, which knows its own u_B (so encrypting "
+                 "u_A under a coordinator's key would hide nothing more from it); nothing about the passive "
+                 "party's columns or weights beyond these scores")
+@dataclass(frozen=True)
+class PredictScore:
+    values: np.ndarray

@@ -67,6 +67,15 @@ Message flow (the named steps of :mod:`.roles` in brackets; both parties run 2â€
     7. after the last epoch, each â†’ other ``sshelr.reveal_share``: its share of the
        other's weights; each learns its own weights                                [on_reveal]
 
+Prediction with a saved model (:mod:`.predict`; ``train sshelr --model-dir``, ``predict sshelr``)
+    Each party keeps its own revealed weights and its standardization. On new rows the active
+    party sends ``sshelr.predict_plan`` (row count, digest of the query IDs) and the passive
+    party answers ``sshelr.predict_score``: its score u_P = Z_P w_P per row, in the clear; the
+    active party's logit is z = u_A + u_P. What the label holder learns at prediction: z per
+    query row, and with its own u_A the passive party's score u_P per row (which the score
+    message sends; FATE's SSHE-LR predicts the same way once weights are revealed to their
+    owners). The passive party learns the row count only.
+
 Citation
     Chen et al., "When Homomorphic Encryption Marries Secret Sharing: Secure Large-Scale
     Sparse Logistic Regression and Applications in Risk Control", KDD 2021 (CAESAR;
@@ -77,7 +86,7 @@ Citation
     its own device) follow; Mohassel & Zhang, "SecureML", IEEE S&P 2017 (local truncation).
 
 Modules: :mod:`.math` (the ring, fixed point and the reference in the clear),
-:mod:`.messages`, :mod:`.roles`, :mod:`.audit`, :mod:`.cli`.
+:mod:`.messages`, :mod:`.roles`, :mod:`.predict`, :mod:`.audit`, :mod:`.cli`.
 """
 
 from __future__ import annotations
@@ -112,17 +121,21 @@ from .messages import (
     MaskedForPassive,
     PassiveCiphertexts,
     Plan,
+    PredictPlan,
+    PredictScore,
     PublicKey,
     RevealShare,
     WeightShare,
 )
+from .predict import PredictActiveRole, PredictPassiveRole, party_models, predict_local
 from .roles import ActiveRole, PassiveRole, SSHELRRun, run_local
 
 __all__ = ["ACTIVE", "FEATURE_FRAC", "PASSIVE", "RING", "RING_BITS", "SPEC", "STEP_FRAC", "WEIGHT_FRAC",
            "ActiveCiphertexts", "ActiveRole", "MaskedForActive", "MaskedForPassive", "PassiveCiphertexts",
-           "PassiveRole", "Plan", "PublicKey", "RevealShare", "SSHELRParams", "SSHELRRun", "WeightShare", "audit_run",
-           "demo_step", "example", "logits", "plaintext_fit", "prepare_active", "prepare_passive", "run_local",
-           "taylor_loss", "taylor_sigmoid"]
+           "PassiveRole", "Plan", "PredictActiveRole", "PredictPassiveRole", "PredictPlan", "PredictScore",
+           "PublicKey", "RevealShare", "SSHELRParams", "SSHELRRun", "WeightShare", "audit_run", "demo_step", "example",
+           "logits", "party_models", "plaintext_fit", "predict_local", "prepare_active", "prepare_passive",
+           "run_local", "taylor_loss", "taylor_sigmoid"]
 
 
 def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
@@ -156,7 +169,10 @@ SPEC = ProtocolSpec(
     demo_order=52,
     commands=(Command("sshelr", "two-party logistic regression without a coordinator (secret-shared weights, "
                                 "Paillier cross terms; FATE's SSHE-LR)", cli.add_train_arguments, cli.train,
-                      description=cli.__doc__),),
+                      description=cli.__doc__),
+              Command("sshelr", "apply a saved SSHE-LR model to new rows (the passive party's scores to the active "
+                                "party)", cli.add_predict_arguments, cli.predict, group="predict",
+                      description=cli.predict.__doc__)),
     party_tasks=(PartyTask("sshelr", "two-party logistic regression without a coordinator (SSHE-LR)",
                            cli.add_party_arguments, cli.party_task),),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.runtime.declarations import PERFECT, Protection, declare
 from vflcrypto.runtime.wire import IntVector
@@ -26,6 +28,8 @@ __all__ = [
     "MaskedForPassive",
     "PassiveCiphertexts",
     "Plan",
+    "PredictPlan",
+    "PredictScore",
     "PublicKey",
     "RevealShare",
     "WeightShare",
@@ -117,3 +121,24 @@ class MaskedForActive:
 @dataclass(frozen=True)
 class RevealShare:
     values: IntVector
+
+
+# --------------------------------------------------------------------------- prediction with a saved model
+
+
+@declare("sshelr.predict_plan", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PUBLIC,
+         reveals="the number of query rows and a digest of their IDs (an equality check of the alignment only)")
+@dataclass(frozen=True)
+class PredictPlan:
+    rows: int
+    ids_digest: bytes
+
+
+@declare("sshelr.predict_score", sender=PASSIVE, receiver=ACTIVE, protection=Protection.PLAINTEXT,
+         reveals="the passive party's score u_P = Z_P w_P of every query row, in the clear (after training, each "
+                 "party holds its own weights in the clear): exactly what the prediction's logit z = u_A + u_P "
+                 "reveals to the active party, which knows its own u_A; nothing about the passive party's columns "
+                 "or weights beyond these scores")
+@dataclass(frozen=True)
+class PredictScore:
+    values: np.ndarray

@@ -21,8 +21,10 @@ def _outputs_first(run: Callable[[argparse.Namespace], int]) -> Callable[[argpar
     def checked(args: argparse.Namespace) -> int:
         from ..data.files import atomic_set, check_outputs
 
-        inputs = [getattr(args, a) for a in ("active", "server") if getattr(args, a, None)]
-        inputs += [*getattr(args, "passive", []), *getattr(args, "party", [])]
+        inputs: list[str] = []
+        for a in ("active", "server", "coordinator", "passive", "party"):  # one file, or one per party
+            given = getattr(args, a, None) or []
+            inputs += [given] if isinstance(given, str) else list(given)
         check_outputs({"predictions": args.out}, inputs)
         with atomic_set():
             return run(args)
