@@ -11,7 +11,7 @@ import numpy as np
 
 from vflcrypto.audit.attacks import not_measured, probe_finding
 from vflcrypto.audit.checks import Check
-from vflcrypto.audit.defences import noise_floor_finding
+from vflcrypto.audit.defences import keep_rate_finding, noise_floor_finding
 from vflcrypto.audit.ledger import AuditOutcome, EmpiricalFinding, audit_runs
 from vflcrypto.errors import AuditError
 from vflcrypto.runtime.channel import AuditTap
@@ -42,7 +42,7 @@ from .roles import SplitConfig, epoch_batches, run_local
 
 __all__ = ["CHECKS", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
            "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step", "gradient_kind_received",
-           "label_attacks", "marvell_findings", "run_tapped", "view_attacks"]
+           "label_attacks", "lpmst_finding", "marvell_findings", "run_tapped", "view_attacks"]
 
 EPOCHS = 20  # the audit's runs: 100 overlap rows of the digits, 2 batches per epoch
 #: the audit's defended run: both label defences at the frontier's tightest budget
@@ -143,8 +143,27 @@ def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> lis
         sizes = [len(b) for e in range(s.epochs) for b in epoch_batches(s.n_overlap, s.batch_size, s.seed, e)]
         rows = [np.asarray(m.G, np.float64) * b for m, b in zip(msgs, sizes, strict=False)]
         out.append(noise_floor_finding(p, NOISE_CHECK, rows, s.noise_multiplier * s.clip, attacks=(DP_KIND,)))
-    out.append(rr_finding(tap, names, "split.setup", RR_CHECK, (DP_KIND,), n_classes))
+    setups = tap.received(names[0], "split.setup") if names else []
+    if setups and setups[0].label_epsilon is not None and setups[0].label_mechanism == "lpmst":
+        out.append(lpmst_finding(tap, setups[0].label_epsilon))
+    else:
+        out.append(rr_finding(tap, names, "split.setup", RR_CHECK, (DP_KIND,), n_classes))
     return out
+
+
+def lpmst_finding(tap: AuditTap, epsilon: float) -> EmpiricalFinding:
+    """The randomized-response check of an LP-MST run: the label holder's released labels (both stages, from its own
+    records) against the keep probability RRWithPrior gives each row under the prior it used (exact
+    Poisson-binomial tail); every overlap row's label must have been released exactly once."""
+    recs = tap.held(SERVER, "lpmst_releases")
+    if not recs:
+        return not_measured(SERVER, RR_CHECK, (DP_KIND,), Protection.DP, "no LP-MST release recorded")
+    rows = np.concatenate([r[0] for r in recs])
+    if len(np.unique(rows)) != len(rows):
+        raise AuditError("LP-MST released a row's label more than once")
+    return keep_rate_finding(SERVER, RR_CHECK, np.concatenate([r[2] for r in recs]),
+                             np.concatenate([r[1] for r in recs]), np.concatenate([r[3] for r in recs]),
+                             f"LP-MST (RRWithPrior at epsilon = {epsilon:g}, two stages)", attacks=(DP_KIND,))
 
 
 def marvell_findings(tap: AuditTap, names: Sequence[str]) -> list[EmpiricalFinding]:
@@ -192,7 +211,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       representations (:func:`~vflcrypto.protocols._repvfl_audit.label_attack_findings`,
       :func:`~vflcrypto.protocols._repvfl_audit.inversion_findings`);
     * the defended run (randomized response and gradient noise, both at ε = 1): the checks
-      that each defence runs as announced (:func:`defence_findings`); and a Marvell run on the
+      that each defence runs as announced (:func:`defence_findings`); an LP-MST run at ε = 1
+      (two stages), whose released labels are checked against RRWithPrior's per-row keep
+      probabilities (:func:`lpmst_finding`, the same declared check); and a Marvell run on the
       binary digits (:func:`~vflcrypto.protocols._repvfl.binary_digits_example`, 200 overlap rows,
       s = 4), whose rows are checked against the noise the label holder solved
       (:func:`marvell_findings`). What the defences do to the attacks, at several budgets, is
@@ -229,6 +250,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     for name, g in drun.server.privacy.items():
         metrics[f"defended_{name.replace('-', '_')}_epsilon"] = g["epsilon"]
         metrics[f"defended_{name.replace('-', '_')}_delta"] = g["delta"]
+    lrun, ltap = run_tapped(server, parties, SplitConfig(epochs=EPOCHS, label_dp=DEFENDED_EPSILON,
+                                                         label_mechanism="lpmst"))
+    findings += defence_findings(ltap, names, server.n_classes)[-1:]  # its label check (no gradient noise)
+    metrics["lpmst_test_accuracy"] = float(lrun.test_accuracy or 0.0)
+    metrics["lpmst_epsilon"] = lrun.server.privacy["label-lpmst"]["epsilon"]
     bserver, bparties = binary_digits_example(200, seed=0)
     mrun, mtap = run_tapped(bserver, bparties, SplitConfig(epochs=EPOCHS, marvell_bound=DEFENDED_MARVELL))
     findings += marvell_findings(mtap, names)
@@ -237,6 +263,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
                    marvell_leak_auc_bound=marvell["leak_auc_bound"])
     label = f"label defences (randomized response and gradient noise, epsilon = {DEFENDED_EPSILON:g} each)"
     runs = {"undefended": run.transcript, label: drun.transcript,
+            f"LP-MST label defence (two stages, epsilon = {DEFENDED_EPSILON:g})": lrun.transcript,
             f"Marvell (s = {DEFENDED_MARVELL:g}) on the binary digits": mrun.transcript}
     report, sections = audit_runs(runs)
     return AuditOutcome("split", report, tuple(findings), metrics, sections=sections, transcripts=tuple(runs.items()))

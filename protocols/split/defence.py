@@ -18,6 +18,25 @@ only. Everything it computes afterwards (every gradient, the head, the predictio
 post-processing of them: **pure ε-label-DP** for every overlap row's label (δ = 0), however
 many epochs it trains. Cost: the head learns from labels of which a share 1 − keep is wrong.
 
+**label-lpmst** (``--label-dp ε --label-mechanism lpmst``). LP-MST with two stages (Ghazi et
+al., "Deep Learning with Label Differential Privacy", NeurIPS 2021, Algorithm 3): a public seeded
+rule (:func:`lpmst_stage2`, from the schedule seed, independent of the labels) splits the overlap
+rows into two halves. Stage 1 (the first ⌊epochs / 2⌋ epochs) releases half 1's labels by
+RRWithPrior with the uniform prior, which is plain randomized response over the C classes, and
+trains on them only (the other rows of each batch get a zero gradient). Stage 2 (the remaining
+epochs): the first time a half-2 row is in a batch, the server takes the softmax of the head on
+that batch's representations (the joint forward pass it runs anyway: the model trained so far
+on released labels) as the row's prior and releases its label by RRWithPrior
+(:func:`vflcrypto.privacy.mechanisms.rr_with_prior`: only the k* classes of largest prior can be
+output, the true one with probability e^ε / (e^ε + k* − 1) if it is among them); training then
+uses every released label. Each row's label is released once, by a mechanism that is pure ε-DP
+whatever its prior, and a row's prior depends only on other rows' released labels and on public
+or party-held values: the whole run is **pure ε-label-DP** by (adaptive) parallel composition
+(the paper's Section 4), accounted by the same exact pure-ε figure as label-rr. Refused beside
+the gradient noise (a run uses one label mechanism). Cost: half the rows train the first half
+of the epochs alone; gain: at small ε the half-2 labels are kept far more often than RR's
+e^ε / (e^ε + C − 1) (the frontier, ``vflcrypto audit split --defence label-lpmst``, measures it).
+
 **grad-gauss** (``--grad-noise σ --grad-clip C``, or ``--grad-epsilon ε``). Per step the
 server computes every batch example's gradient of its own loss with respect to the head's
 parameters *and* to its representations from every party, clips that joint vector to L2
@@ -75,20 +94,27 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.errors import InputDataError
-from vflcrypto.privacy import Guarantee
+from vflcrypto.privacy import Guarantee, rr_with_prior_guarantee
 from vflcrypto.privacy import mechanisms as dpm
 
 from .._repvfl_defence import DEFENCES as SHARED_DEFENCES
 from .._repvfl_defence import LabelDefence, Statement, noise_for_budget
 
-__all__ = ["COVERS", "DEFENCES", "STATEMENT", "LabelDefence", "MarvellState", "SplitDefence", "grad_guarantee",
-           "marvell_guarantee", "noise_for_budget", "noised_step", "rr_guarantee"]
+__all__ = ["COVERS", "DEFENCES", "LABEL_MECHANISMS", "STATEMENT", "LabelDefence", "MarvellState", "SplitDefence",
+           "grad_guarantee", "lpmst_stage2", "lpmst_stage2_epoch", "marvell_guarantee", "noise_for_budget",
+           "noised_step", "rr_guarantee"]
 
 #: split learning's defences (their names in ``vflcrypto audit split --defence``): the shared ones and Marvell
-DEFENCES = (*SHARED_DEFENCES, "marvell")
+DEFENCES = (*SHARED_DEFENCES, "label-lpmst", "marvell")
+#: how ``--label-dp ε`` releases the labels: ``rr`` (randomized response) or ``lpmst`` (two-stage LP-MST)
+LABEL_MECHANISMS = ("rr", "lpmst")
 
 COVERS_RR = ("each overlap row's label (label-DP, replace-one), in everything the server sends or trains: the "
               "randomized labels are drawn once and everything else is post-processing")
+COVERS_LPMST = ("each overlap row's label (label-DP, replace-one), in everything the server sends or trains: each "
+                "label is released once by RRWithPrior (pure epsilon-DP whatever its prior), the two stages' rows are "
+                "disjoint and chosen by a public rule, a row's prior depends only on other rows' released labels "
+                "(parallel composition)")
 COVERS_GAUSS = ("each overlap row's label (label-DP, replace-one: sensitivity 2C), in the transcript of every "
                  "party, even all parties together, and in the head; the rows of each step are known to the parties, "
                  "so no amplification by subsampling is claimed")
@@ -96,7 +122,7 @@ COVERS_MARVELL = ("each overlap row's binary label against each party's view of 
                   "(epsilon, delta)): the AUC of any scoring of the party's perturbed rows is at most 1/2 + sqrt(k)/2 "
                   "- k/8 for the batch's symmetrised KL k, under the Gaussian model of the batch's gradients")
 #: defence -> what its guarantee protects
-COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS, "marvell": COVERS_MARVELL}
+COVERS = {"label-rr": COVERS_RR, "label-lpmst": COVERS_LPMST, "grad-gauss": COVERS_GAUSS, "marvell": COVERS_MARVELL}
 #: split learning's statement of its defences (the shared :class:`~vflcrypto.protocols._repvfl_defence.LabelDefence`
 #: reports its guarantees with it); each row's label enters one noised step per epoch
 STATEMENT = Statement(COVERS, "per-example joint clipping to C and Gaussian noise of std sigma*C (DP-SGD on the "
@@ -122,14 +148,38 @@ def marvell_guarantee(scale: float, sum_kls: Sequence[float] | None = None) -> G
     return marvell.guarantee(scale, COVERS_MARVELL, sum_kls)
 
 
+def lpmst_stage2(n: int, seed: int) -> np.ndarray:
+    """LP-MST's partition of the ``n`` overlap rows: True for the rows of stage 2 (half of them, ⌈n / 2⌉), from the
+    public schedule seed only (a rule that does not depend on the labels, as Algorithm 3 requires)."""
+    order = np.random.default_rng([0x4C504D5354, seed]).permutation(n)  # public partition, not secret
+    out = np.zeros(n, bool)
+    out[order[n // 2:]] = True
+    return out
+
+
+def lpmst_stage2_epoch(epochs: int) -> int:
+    """The first epoch of LP-MST's stage 2: ⌊epochs / 2⌋ (stage 1 trains on half 1's labels before it)."""
+    return epochs // 2
+
+
 @dataclass(frozen=True)
 class SplitDefence(LabelDefence):
     """The shared label defences plus Marvell's power bound s (P = s·‖ḡ_1 − ḡ_0‖² per batch and party; ``None``:
-    off), as split learning's setup announces them."""
+    off) and how ``--label-dp`` releases the labels (``rr`` or ``lpmst``), as split learning's setup announces
+    them."""
 
     marvell_bound: float | None = None
+    label_mechanism: str = "rr"
 
     def __post_init__(self) -> None:
+        if self.label_mechanism not in LABEL_MECHANISMS:
+            raise InputDataError(f"--label-mechanism is one of {', '.join(LABEL_MECHANISMS)}, "
+                                 f"not {self.label_mechanism!r}")
+        if self.lpmst:
+            if self.label_epsilon is None:
+                raise InputDataError("--label-mechanism lpmst needs --label-dp epsilon")
+            if self.noise_multiplier is not None:
+                raise InputDataError("LP-MST runs without --grad-noise or --grad-epsilon (one label mechanism)")
         if self.marvell_bound is not None:
             if not (self.marvell_bound > 0 and math.isfinite(self.marvell_bound)):
                 raise InputDataError(f"--marvell-bound needs a finite power bound > 0, got {self.marvell_bound}")
@@ -141,6 +191,11 @@ class SplitDefence(LabelDefence):
     @property
     def on(self) -> bool:
         return self.dp or self.marvell_bound is not None
+
+    @property
+    def lpmst(self) -> bool:
+        """The labels are released by two-stage LP-MST (else, under ``--label-dp``, by randomized response)."""
+        return self.label_mechanism == "lpmst"
 
     @property
     def dp(self) -> bool:
@@ -158,6 +213,10 @@ class SplitDefence(LabelDefence):
         """The shared defences' guarantees, then Marvell's (with the symmetrised KL of every step when the server
         gives them)."""
         out = super().guarantees(releases, n_classes, statement)
+        if self.lpmst:
+            assert self.label_epsilon is not None  # checked in __post_init__
+            out = [rr_with_prior_guarantee(self.label_epsilon, n_classes, COVERS_LPMST) if g.defence == "label-rr"
+                   else g for g in out]
         if self.marvell_bound is not None:
             out.append(marvell_guarantee(self.marvell_bound, sum_kls))
         return out

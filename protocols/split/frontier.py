@@ -6,7 +6,7 @@
 baseline of every representation-VFL frontier: :mod:`vflcrypto.protocols._repvfl_defence_audit`).
 Two settings:
 
-* the audit's: the digits, 10 classes, 100 overlap rows (``label-rr`` and ``grad-gauss``);
+* the audit's: the digits, 10 classes, 100 overlap rows (``label-rr``, ``label-lpmst`` and ``grad-gauss``);
 * **binary digits** (``marvell``, which protects binary labels only, and any other defence with
   ``binary=True`` beside it, ``vflcrypto audit split --defence grad-gauss --binary``): the
   bundled digits with the public rule *digit 8 is the positive label, every other digit
@@ -22,8 +22,8 @@ Two settings:
   0.5: its baseline is simulated (:func:`worst_epoch_baseline`). The utility is the test
   accuracy and the test AUC (the paper's metric; the point's ``utility["test_auc"]``).
 
-The budgets: ε for ``label-rr`` and ``grad-gauss`` (δ = 1e-5, accounted by ``dp-accounting``),
-Marvell's power bound s for ``marvell`` (larger s: more noise, less leakage; no ε).
+The budgets: ε for ``label-rr``, ``label-lpmst`` (two-stage LP-MST) and ``grad-gauss`` (δ = 1e-5, accounted
+by ``dp-accounting``), Marvell's power bound s for ``marvell`` (larger s: more noise, less leakage; no ε).
 """
 
 from __future__ import annotations
@@ -128,7 +128,8 @@ def _test_auc(server: ServerData, proba: np.ndarray) -> float | None:
 def frontier(defence: str, budgets: Sequence[float], repeats: int = 1, *, binary: bool | None = None,
              overlap: int | None = None, epochs: int = EPOCHS, undefended: bool = True) -> Frontier:
     """The label attacks and the test utility of split learning at each budget of ``budgets`` under ``defence``
-    (``label-rr``: randomized response at ε; ``grad-gauss``: gradient noise calibrated to (ε, δ = 1e-5);
+    (``label-rr``: randomized response at ε; ``label-lpmst``: two-stage LP-MST at ε; ``grad-gauss``: gradient
+    noise calibrated to (ε, δ = 1e-5);
     ``marvell``: Marvell at power bound s), beside the undefended run; each point the mean of ``repeats`` runs
     (fresh randomness each). ``binary`` (default: only for Marvell) runs on the binary digits; ``overlap`` and
     ``epochs`` shrink the setting, ``undefended=False`` leaves the undefended run out (tests)."""
@@ -169,6 +170,7 @@ def frontier(defence: str, budgets: Sequence[float], repeats: int = 1, *, binary
               ] if undefended else []
     for b in budgets:
         cfg = (SplitConfig(epochs=epochs, label_dp=b) if defence == "label-rr"
+               else SplitConfig(epochs=epochs, label_dp=b, label_mechanism="lpmst") if defence == "label-lpmst"
                else SplitConfig(epochs=epochs, marvell_bound=b) if defence == "marvell"
                else SplitConfig(epochs=epochs, grad_epsilon=b))
         points.append(frontier_point(b, defence, repeats, runner(cfg), patterns, baselines))

@@ -16,8 +16,9 @@ __all__ = ["PARTY", "SERVER", "BatchGradient", "BatchRepresentation", "DpBatchGr
 
 @declare("split.setup", sender=SERVER, receiver=PARTY, protection=Protection.PUBLIC,
          reveals="the numbers of overlap and test rows, d, the epochs, the batch size and the public schedule seed; "
-                 "the label defences of the run (randomized response's epsilon; the gradient noise multiplier, "
-                 "clip norm and delta; Marvell's power bound), so that every party accounts the same (epsilon, delta)")
+                 "the label defences of the run (randomized response's epsilon and mechanism, rr or two-stage "
+                 "LP-MST; the gradient noise multiplier, clip norm and delta; Marvell's power bound), so that every "
+                 "party accounts the same (epsilon, delta)")
 @dataclass(frozen=True)
 class Setup:
     n_overlap: int
@@ -34,6 +35,8 @@ class Setup:
     delta: float | None = None
     #: Marvell's power bound s (None: off)
     marvell_bound: float | None = None
+    #: how the labels under ``label_epsilon`` are released: "rr" or "lpmst" (two-stage LP-MST)
+    label_mechanism: str = "rr"
 
 
 @declare("split.representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
@@ -59,7 +62,9 @@ class BatchGradient:
 
 @declare("split.dp_gradient", sender=SERVER, receiver=PARTY, protection=Protection.DP,
          reveals="dL/dH^k of the batch under the run's label defences, every step: with --label-dp epsilon, computed "
-                 "from randomized-response labels (everything sent is pure epsilon-label-DP); with --grad-noise or "
+                 "from randomized-response labels, or under --label-mechanism lpmst from labels released once each by "
+                 "RRWithPrior over two stages (zero rows for labels not yet released; everything sent is pure "
+                 "epsilon-label-DP); with --grad-noise or "
                  "--grad-epsilon, each example's joint gradient (head and every party's rows) clipped to C and "
                  "Gaussian noise added, the head trained on the noised sum: the transcript to every party, even "
                  "all parties together, is (epsilon, delta)-label-DP over the epochs (RDP accountant; setup states "

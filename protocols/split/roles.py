@@ -47,7 +47,15 @@ from .._repvfl import (
     run_roles,
 )
 from .._repvfl_defence import DefendedConfig
-from .defence import STATEMENT, MarvellState, SplitDefence, noised_step
+from .defence import (
+    LABEL_MECHANISMS,
+    STATEMENT,
+    MarvellState,
+    SplitDefence,
+    lpmst_stage2,
+    lpmst_stage2_epoch,
+    noised_step,
+)
 from .messages import (
     BatchGradient,
     BatchRepresentation,
@@ -70,10 +78,16 @@ class SplitConfig(DefendedConfig):
     marvell_bound: float | None = option(None, "Marvell's optimised gradient noise for binary labels (Li et al. 2022) "
                                                "at this power bound s: per batch, noise power s*|mean_1 - mean_0|^2 "
                                                "(empirical, no epsilon; bounds any attack's leak AUC per batch)")
+    label_mechanism: str = option("rr", "how --label-dp releases the labels: rr (randomized response) or lpmst "
+                                        "(two-stage LP-MST, Ghazi et al. 2021: half the rows by RR, then the other "
+                                        "half by RRWithPrior with the stage-1 model's prior; pure eps-label-DP)",
+                                  choices=LABEL_MECHANISMS)
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
             raise InputDataError("split learning needs at least one epoch")
+        if self.label_mechanism == "lpmst" and self.epochs < 2:
+            raise InputDataError("--label-mechanism lpmst needs at least two epochs (one per stage)")
         super().__post_init__()
 
     def releases(self) -> int:
@@ -83,7 +97,7 @@ class SplitConfig(DefendedConfig):
         """The shared label defences this configuration asks for, and Marvell's bound."""
         shared = super().defence()
         return SplitDefence(shared.label_epsilon, shared.noise_multiplier, shared.clip, shared.delta,
-                            self.marvell_bound)
+                            self.marvell_bound, self.label_mechanism)
 
 
 def gradient_kind(dfn: SplitDefence) -> type[BatchGradient] | type[DpBatchGradient] | type[MarvellBatchGradient]:
@@ -143,6 +157,7 @@ class ServerRole(Role[_ServerState]):
         self.defence.check_task(data.n_classes)
         self.marvell = MarvellState()
         self.y_train = data.y_overlap  # randomized at start() under --label-dp
+        self.released = np.ones(len(data.y_overlap), bool)  # LP-MST: the rows whose label is released so far
         self.t0 = time.perf_counter()
 
     @property
@@ -160,12 +175,32 @@ class ServerRole(Role[_ServerState]):
         if dfn.label_epsilon is not None:
             from vflcrypto.privacy import mechanisms
 
-            self.y_train = mechanisms.randomized_response(self.data.y_overlap, self.data.n_classes, dfn.label_epsilon)
-        self.hold("training_labels", self.y_train)
+            if dfn.lpmst:  # stage 1: half 1 by RRWithPrior with the uniform prior (plain RR); half 2 in stage 2
+                self.released = ~lpmst_stage2(self.n, c.seed)
+                self.y_train = np.zeros_like(self.data.y_overlap)  # unreleased rows: a placeholder, weight 0
+                self._release(np.flatnonzero(self.released),
+                              np.full((int(self.released.sum()), self.data.n_classes), 1.0 / self.data.n_classes))
+            else:
+                self.y_train = mechanisms.randomized_response(self.data.y_overlap, self.data.n_classes,
+                                                              dfn.label_epsilon)
+        if not dfn.lpmst:
+            self.hold("training_labels", self.y_train)
         setup = Setup(self.n, self.n_test, c.dim, c.epochs, c.batch_size, c.seed, dfn.label_epsilon,
-                      dfn.noise_multiplier, dfn.clip, dfn.delta, dfn.marvell_bound)
+                      dfn.noise_multiplier, dfn.clip, dfn.delta, dfn.marvell_bound, dfn.label_mechanism)
         return then([send(p, setup) for p in self.parties], self.parties[0], BatchRepresentation,
                     "on_representation")
+
+    def _release(self, rows: np.ndarray, priors: np.ndarray) -> None:
+        """LP-MST: release the labels of ``rows`` by RRWithPrior under ``priors`` (once per row; the record of each
+        release is the label holder's own, for its check)."""
+        from vflcrypto.privacy import mechanisms
+
+        eps = self.defence.label_epsilon
+        assert eps is not None  # LP-MST needs --label-dp
+        y = self.data.y_overlap[rows]
+        self.y_train[rows] = mechanisms.rr_with_prior(y, priors, eps)
+        self.released[rows] = True
+        self.hold("lpmst_releases", (rows, y, self.y_train[rows], mechanisms.rr_with_prior_keep(y, priors, eps)))
 
     def on_representation(self, msg: BatchRepresentation) -> Next:
         """Step 1 from party k; after the last party, step 2: the head's step and the gradients."""
@@ -203,9 +238,19 @@ class ServerRole(Role[_ServerState]):
             self.state.losses.append(mean_loss)
             return grads
         hs = [torch.as_tensor(h).requires_grad_(True) for h in self.state.H]
+        if dfn.lpmst and self.state.epoch >= lpmst_stage2_epoch(self.cfg.epochs) and not self.released[rows].all():
+            fresh = ~self.released[rows]  # stage 2: half-2 rows seen for the first time, prior from this forward pass
+            prior = vnn.predict_proba(self.head, np.concatenate(self.state.H, axis=1)[fresh])
+            self._release(rows[fresh], np.asarray(prior, np.float64))
         self.head.train()
-        loss = torch.nn.functional.cross_entropy(self.head(torch.cat(hs, dim=1)),
-                                                 torch.as_tensor(self.y_train[rows], dtype=torch.long))
+        logits = self.head(torch.cat(hs, dim=1))
+        target = torch.as_tensor(self.y_train[rows], dtype=torch.long)
+        if dfn.lpmst:  # only released labels train: the other rows' gradients are zero
+            mask = torch.as_tensor(self.released[rows], dtype=logits.dtype)
+            per_row = torch.nn.functional.cross_entropy(logits, target, reduction="none")
+            loss = (per_row * mask).sum() / mask.sum().clamp(min=1.0)
+        else:
+            loss = torch.nn.functional.cross_entropy(logits, target)
         self.opt.zero_grad()
         torch.autograd.backward(loss)
         self.opt.step()

@@ -4,6 +4,8 @@
   the announced Gaussian noise (a chi-square lower-tail test of their sum of squares);
 * :func:`randomized_response_finding`: the label holder's training labels keep the true
   label no more often than randomized response at the announced ε allows;
+* :func:`keep_rate_finding`: the same for a mechanism whose keep probability differs per row
+  (RRWithPrior: e^ε / (e^ε + k* − 1) or 0), by the exact Poisson-binomial tail;
 * :class:`Frontier`: one protocol's attacks and utility re-measured at several privacy
   budgets beside the undefended run (``vflcrypto audit NAME --defence D --budgets ...``);
   :func:`frontier_point` measures one budget's point from a protocol's run-and-attack function.
@@ -29,7 +31,8 @@ from ..runtime.declarations import Protection
 from .attacks import ALPHA, accuracy_finding, normal_isf, normal_sf
 from .ledger import EmpiricalFinding
 
-__all__ = ["Frontier", "FrontierPoint", "frontier_point", "noise_floor_finding", "randomized_response_finding"]
+__all__ = ["Frontier", "FrontierPoint", "frontier_point", "keep_rate_finding", "noise_floor_finding",
+           "randomized_response_finding"]
 
 
 def noise_floor_finding(observer: str, name: str, rows: Sequence[np.ndarray], std: float, *, attacks: Sequence[str],
@@ -70,6 +73,34 @@ def randomized_response_finding(observer: str, name: str, trained: np.ndarray, t
                                         f"response at epsilon = {epsilon:g} over {n_classes} classes keeps a label "
                                         f"with probability {keep:.3f} (the baseline); more kept means a weaker "
                                         "mechanism than announced")
+
+
+def _poisson_binomial(q: np.ndarray) -> np.ndarray:
+    """The exact distribution of the number of successes of independent Bernoulli(q_i) (convolution, O(n²))."""
+    dist = np.ones(1)
+    for qi in q:
+        dist = np.concatenate([dist * (1 - qi), [0.0]]) + np.concatenate([[0.0], dist * qi])
+    return dist
+
+
+def keep_rate_finding(observer: str, name: str, trained: np.ndarray, truth: np.ndarray, keep: np.ndarray,
+                      mechanism: str, *, attacks: Sequence[str],
+                      protection: Protection | None = Protection.DP) -> EmpiricalFinding:
+    """The share of rows whose released label is the true label, against a mechanism that keeps row i's label with
+    probability ``keep[i]`` (RRWithPrior: e^ε / (e^ε + k* − 1) if the label is among the k* classes of largest
+    prior, else 0): one-sided exact Poisson-binomial test (labels kept that the mechanism should have replaced)."""
+    y, t, q = np.asarray(trained).ravel(), np.asarray(truth).ravel(), np.clip(np.asarray(keep, np.float64), 0, 1)
+    n = int(t.size)
+    kept = int(np.sum(y == t))
+    tail = np.cumsum(_poisson_binomial(q)[::-1])[::-1]  # tail[j] = P(X >= j)
+    p = float(min(max(tail[kept], 0.0), 1.0))
+    crit = int(np.argmax(tail < ALPHA)) if np.any(tail < ALPHA) else n + 1  # the smallest count that flags
+    return EmpiricalFinding(observer, name, kept / max(n, 1), float(q.mean()) if n else 0.0,
+                            f"the labels it trained on, as guesses of the true labels: {mechanism} keeps row i's label "
+                            f"with probability q_i (mean {float(q.mean()) if n else 0.0:.3f}, the baseline); more kept "
+                            "means a weaker mechanism than announced", attacks=tuple(attacks), protection=protection,
+                            flagged=p < ALPHA, p_value=p, samples=n, min_effect=crit / max(n, 1),
+                            detects=f"a kept share >= {min(crit, n) / max(n, 1):.3f} on {n} rows")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 * :mod:`.accounting`: (ε, δ) of the Gaussian mechanism composed over steps, and the noise
   that meets a budget, from Google's ``dp-accounting`` RDP accountant (no hand-written
   accountant); :class:`Guarantee`, one defence's stated guarantee;
-* :mod:`.mechanisms`: randomized response on class labels (pure ε-DP), per-row L2
+* :mod:`.mechanisms`: randomized response on class labels (pure ε-DP), and with a prior
+  (RRWithPrior, Ghazi et al. 2021; pure ε-DP), per-row L2
   clipping and Gaussian noise, with randomness from the OS CSPRNG;
 * :mod:`.marvell`: Marvell's optimised gradient noise for binary labels (Li et al., ICLR
   2022), an empirical defence (no (ε, δ)) whose symmetrised KL bounds any attack's leak AUC.
@@ -25,6 +26,7 @@ from .accounting import (
     gaussian_guarantee,
     gaussian_rdp,
     rr_guarantee,
+    rr_with_prior_guarantee,
 )
 from .mechanisms import (
     clip_rows,
@@ -32,6 +34,7 @@ from .mechanisms import (
     randomized_response,
     rr_epsilon,
     rr_keep_probability,
+    rr_with_prior,
     secure_uniform,
 )
 
@@ -51,5 +54,7 @@ __all__ = [
     "rr_epsilon",
     "rr_guarantee",
     "rr_keep_probability",
+    "rr_with_prior",
+    "rr_with_prior_guarantee",
     "secure_uniform",
 ]

@@ -18,6 +18,7 @@ its RDP curve, converted as the moments accountant converts it, gives Abadi et a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ import numpy as np
 from ..errors import InputDataError
 
 __all__ = ["Guarantee", "calibrate_noise", "composed_gaussian_epsilon", "gaussian_epsilon", "gaussian_guarantee",
-           "gaussian_rdp", "rr_guarantee"]
+           "gaussian_rdp", "rr_guarantee", "rr_with_prior_guarantee"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,19 @@ def rr_guarantee(epsilon: float, k: int | None, covers: str, *, defence: str = "
         params.update(classes=k, keep_probability=rr_keep_probability(epsilon, k))
     return Guarantee(defence, float(epsilon), 0.0, mechanism, "exact: pure epsilon-DP of k-ary randomized response",
                      covers, params)
+
+
+def rr_with_prior_guarantee(epsilon: float, k: int | None, covers: str, *, defence: str = "label-lpmst",
+                            mechanism: str = "LP-MST: randomized response with a prior (RRWithPrior) on the training "
+                                             "labels, one release per row over disjoint stages") -> Guarantee:
+    """The guarantee of labels released by RRWithPrior (:func:`~vflcrypto.privacy.mechanisms.rr_with_prior`), each
+    once, in stages over disjoint rows (LP-MST, Ghazi et al., NeurIPS 2021, Algorithm 3): each release is pure ε-DP
+    of its row's label whatever the prior (Corollary 2: k* depends on the prior only), the prior of a row depends on
+    other rows' released labels only, so the whole is ε-label-DP by (adaptive) parallel composition. The figure is
+    :func:`rr_guarantee`'s exact pure ε (no accountant); ``params`` keep RR's keep probability, the first stage's."""
+    g = rr_guarantee(epsilon, k, covers, defence=defence, mechanism=mechanism)
+    return dataclasses.replace(g, accountant="exact: pure epsilon-DP of RRWithPrior per row, each label released "
+                                             "once (parallel composition over the stages)")
 
 
 def gaussian_guarantee(noise_multiplier: float, clip: float, delta: float, releases: int, covers: str, *,

@@ -15,6 +15,15 @@ Every output's probability changes by a factor of at most e^ε when the input la
 changes, so it is **pure ε-label-DP** (δ = 0) per row; one draw per row, reused by
 everything computed afterwards (post-processing), so training for many epochs does not
 spend more.
+
+Randomized response with a prior (RRWithPrior, Ghazi et al., NeurIPS 2021, Algorithms 1 and 2):
+given a prior p over the K classes for one row, let Y_k be the k classes of largest p (ties
+broken by class index) and w_k = e^ε / (e^ε + k − 1) · Σ_{c ∈ Y_k} p_c; take k* = argmax_k w_k
+(the smallest on ties; it depends on p only, never on the label). RRTop-k* then outputs the
+true label with probability e^ε / (e^ε + k* − 1) and each other class of Y_k* with probability
+1 / (e^ε + k* − 1) when the label is in Y_k*, and a class of Y_k* uniformly otherwise. Every
+output's probability changes by a factor of at most e^ε when the label changes (Lemma 1,
+Corollary 2): **pure ε-label-DP** per row, as RR; a uniform prior gives k* = K, plain RR.
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import numpy as np
 from ..errors import InputDataError
 
 __all__ = ["clip_rows", "gaussian_noise", "randomized_response", "rr_epsilon", "rr_keep_probability",
-           "secure_uniform"]
+           "rr_with_prior", "rr_with_prior_k", "rr_with_prior_keep", "rr_with_prior_matrix", "secure_uniform"]
 
 
 def _words(n: int) -> np.ndarray:
@@ -80,6 +89,73 @@ def randomized_response(labels: np.ndarray, k: int, epsilon: float) -> np.ndarra
     keep = secure_uniform(len(y)) < rr_keep_probability(epsilon, k)
     other = (_words(len(y)) % np.uint64(k - 1)).astype(np.int64)  # modulo bias < 2^-59 for k <= 32
     return np.where(keep, y, (y + 1 + other) % k).astype(y.dtype)
+
+
+def _prior_order(priors: np.ndarray, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's classes by decreasing prior (ties by class index) and its k* (Algorithm 2, steps 1–2)."""
+    P = np.asarray(priors, np.float64)
+    if P.ndim != 2 or P.shape[1] < 2 or not np.all(np.isfinite(P)) or np.any(P < 0):
+        raise InputDataError("RRWithPrior takes an (n, K) array of finite priors >= 0 over K >= 2 classes")
+    order = np.argsort(-P, axis=1, kind="stable")
+    K = P.shape[1]
+    ks = np.arange(1, K + 1, dtype=np.float64)
+    keep = np.array([rr_keep_probability(epsilon, int(k)) if k > 1 else 1.0 for k in ks])
+    w = keep[None, :] * np.cumsum(np.take_along_axis(P, order, axis=1), axis=1)
+    return order, np.argmax(w, axis=1) + 1  # argmax: the first (smallest) k on ties
+
+
+def rr_with_prior_k(priors: np.ndarray, epsilon: float) -> np.ndarray:
+    """k* = argmax_k e^ε / (e^ε + k − 1) · (the sum of the k largest priors) of each row of ``priors`` (n, K)."""
+    return _prior_order(priors, epsilon)[1]
+
+
+def rr_with_prior_keep(labels: np.ndarray, priors: np.ndarray, epsilon: float) -> np.ndarray:
+    """Each row's probability that RRWithPrior outputs its true label: e^ε / (e^ε + k* − 1) when the label is
+    among the k* classes of largest prior, else 0 (what the label holder's check holds its draws to)."""
+    y = np.asarray(labels)
+    order, k = _prior_order(priors, epsilon)
+    rank = np.argmax(order == y[:, None], axis=1)
+    keep = np.array([rr_keep_probability(epsilon, int(j)) if j > 1 else 1.0 for j in k])
+    return np.where(rank < k, keep, 0.0)
+
+
+def rr_with_prior_matrix(prior: np.ndarray, epsilon: float) -> np.ndarray:
+    """The exact output distribution of RRWithPrior for one prior: M[y, c] = Pr[output c | true label y]."""
+    p = np.asarray(prior, np.float64).reshape(1, -1)
+    order, kk = _prior_order(p, epsilon)
+    K, k = p.shape[1], int(kk[0])
+    top = order[0, :k]
+    M = np.zeros((K, K))
+    e = 1.0 if k == 1 else rr_keep_probability(epsilon, k)
+    for y in range(K):
+        if y in top:
+            M[y, top] = (1.0 - e) / (k - 1) if k > 1 else 0.0
+            M[y, y] = e
+        else:
+            M[y, top] = 1.0 / k
+    return M
+
+
+def rr_with_prior(labels: np.ndarray, priors: np.ndarray, epsilon: float) -> np.ndarray:
+    """RRWithPrior (Ghazi et al. 2021, Algorithm 2) on each row: ``labels`` (n,) in 0..K−1, ``priors`` (n, K) (rows
+    need not sum to 1: only their order and partial sums matter); one independent CSPRNG draw per row."""
+    y = np.asarray(labels)
+    P = np.asarray(priors, np.float64)
+    if y.ndim != 1 or P.ndim != 2 or len(P) != len(y) or (y.size and (y.min() < 0 or y.max() >= P.shape[1])):
+        raise InputDataError(f"RRWithPrior takes 1-D labels in 0..K-1 and one prior row per label, got labels "
+                             f"{y.shape} and priors {P.shape}")
+    order, k = _prior_order(P, epsilon)
+    n = len(y)
+    rank = np.argmax(order == y[:, None], axis=1)
+    inside = rank < k
+    keep_p = np.array([rr_keep_probability(epsilon, int(j)) if j > 1 else 1.0 for j in k])
+    u = secure_uniform(n)
+    w = _words(n)  # modulo bias < 2^-59 for K <= 32
+    other = (w % np.maximum(k - 1, 1).astype(np.uint64)).astype(np.int64)  # one of the k* − 1 others of Y_k*
+    pos_other = np.where(other < rank, other, other + 1)
+    pos_any = (w % k.astype(np.uint64)).astype(np.int64)  # one of Y_k* uniformly
+    pos = np.where(inside, np.where(u < keep_p, rank, pos_other), pos_any)
+    return order[np.arange(n), pos].astype(y.dtype)
 
 
 def clip_rows(G: np.ndarray, clip: float) -> tuple[np.ndarray, np.ndarray]:
