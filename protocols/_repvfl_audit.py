@@ -89,9 +89,10 @@ def d1_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray) -> Empirical
 
 
 def batch_gradient_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray, batches: Sequence[np.ndarray],
-                           n_classes: int) -> EmpiricalFinding:
-    """Split learning: k-means on each received batch gradient (K = C), pooled over the first epoch's batches."""
-    msgs = tap.received(party, kind)[: len(batches)]
+                           n_classes: int, epoch: int = 0) -> EmpiricalFinding:
+    """Split learning: k-means on each received batch gradient (K = C), pooled over the batches of ``epoch`` (the
+    first by default; ``batches`` are that epoch's, every epoch has as many)."""
+    msgs = tap.received(party, kind)[epoch * len(batches): (epoch + 1) * len(batches)]
     guess, truth, offset = [], [], 0
     for msg, rows in zip(msgs, batches, strict=False):
         G = np.asarray(msg.G)
@@ -104,7 +105,8 @@ def batch_gradient_finding(tap: AuditTap, party: str, kind: str, y: np.ndarray, 
     per_batch = [adjusted_rand_index(g, t) for g, t in zip(guess, truth, strict=True)]
     finding = partition_finding(party, f"{kind}: label partition of each batch", np.concatenate(guess),
                                 np.concatenate(truth), attacks=(kind,), protection=None,
-                                description=f"k-means (K = C) on each of the first {len(msgs)} batch gradients "
+                                description=f"k-means (K = C) on each of the {len(msgs)} batch gradients of epoch "
+                                            f"{epoch} "
                                             f"(mean per-batch ARI {np.mean(per_batch):.3f}); by design, "
                                             "repeated every round")
     first: Any = kmeans(np.asarray(msgs[0].G), min(n_classes, len(msgs[0].G)), seed=12345).labels if msgs else []

@@ -446,6 +446,11 @@ def skip_randomized_response(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(dp_mechanisms, "randomized_response", lambda labels, k, epsilon: np.asarray(labels).copy())
 
 
+def skip_rr_with_prior(mp: pytest.MonkeyPatch) -> None:
+    """Split learning's server releases the true labels in both LP-MST stages while announcing RRWithPrior."""
+    mp.setattr(dp_mechanisms, "rr_with_prior", lambda labels, priors, epsilon: np.asarray(labels).copy())
+
+
 def drop_marvell_noise(mp: pytest.MonkeyPatch) -> None:
     """Split learning's server solves Marvell's covariance for every batch but sends the rows without its noise."""
     mp.setattr(dp_marvell, "draw", lambda positive, sol, unit: np.zeros((len(positive), len(unit))))
@@ -456,6 +461,8 @@ MUTATIONS = (
     Mutation("split: gradient noise dropped", "split", (("split.dp_gradient", P.DP),), drop_gradient_noise,
              checks=(split_audit.NOISE_CHECK,)),
     Mutation("split: randomized response skipped", "split", (("split.dp_gradient", P.DP),), skip_randomized_response,
+             checks=(split_audit.RR_CHECK,)),
+    Mutation("split: LP-MST's randomization skipped", "split", (("split.dp_gradient", P.DP),), skip_rr_with_prior,
              checks=(split_audit.RR_CHECK,)),
     Mutation("split: Marvell's noise dropped", "split", (("split.marvell_gradient", P.NOISED),), drop_marvell_noise,
              checks=(split_audit.MARVELL_CHECK,)),

@@ -38,9 +38,10 @@ from .._repvfl_audit import (
     needs_torch,
 )
 from .._repvfl_defence_audit import defence_checks, noise_check_name, rr_check_name, rr_finding
+from .defence import lpmst_stage2_epoch
 from .roles import SplitConfig, epoch_batches, run_local
 
-__all__ = ["CHECKS", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
+__all__ = ["CHECKS", "attacked_epoch", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
            "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step", "gradient_kind_received",
            "label_attacks", "lpmst_finding", "marvell_findings", "run_tapped", "view_attacks"]
 
@@ -66,39 +67,50 @@ def run_tapped(server: ServerData, parties: list[PartyData], cfg: SplitConfig) -
 
 
 def _epoch_rows(tap: AuditTap, p: str, kind: str, n: int, batches: list[np.ndarray], field: str, *,
-                last_epoch: bool) -> np.ndarray | None:
-    """One epoch's ``field`` arrays of ``kind`` (received by party ``p``, or sent by it to the server) in row order."""
+                last_epoch: bool, epoch: int = 0) -> np.ndarray | None:
+    """One epoch's ``field`` arrays of ``kind`` (received by party ``p``, or sent by it to the server) in row order:
+    the last epoch's, or that of ``epoch`` (the first by default; ``batches`` are that epoch's)."""
     msgs = tap.received(p, kind) if field == "G" else tap.received(None, kind, sender=p)
-    msgs = msgs[-len(batches):] if last_epoch else msgs[: len(batches)]
+    msgs = msgs[-len(batches):] if last_epoch else msgs[epoch * len(batches): (epoch + 1) * len(batches)]
     return batch_rows(msgs, batches, n, field) if len(msgs) == len(batches) else None
+
+
+def attacked_epoch(cfg: SplitConfig) -> int:
+    """The epoch whose gradients the label attacks read: the first; under LP-MST the first of stage 2 (in stage 1
+    the rows whose labels are not yet released get zero gradients, which would flatter the defence)."""
+    return lpmst_stage2_epoch(cfg.epochs) if cfg.label_mechanism == "lpmst" else 0
 
 
 def label_attacks(tap: AuditTap, names: list[str], kind: str, y: np.ndarray, cfg: SplitConfig,
                    n_classes: int) -> list[EmpiricalFinding]:
-    """Each party's k-means on the first epoch's batch gradients (``kind``: the gradient message the run sends) (ARI),
-    then norm and direction scoring on them and model completion on the last epoch's representations it sent."""
-    n = len(y)
-    first = epoch_batches(n, cfg.batch_size, cfg.seed, 0)
+    """Each party's k-means on the batch gradients of the first epoch (``kind``: the gradient message the run sends)
+    (ARI), then norm and direction scoring on them and model completion on the last epoch's representations it sent;
+    under LP-MST the gradients are those of stage 2's first epoch (:func:`attacked_epoch`)."""
+    n, e = len(y), attacked_epoch(cfg)
+    first = epoch_batches(n, cfg.batch_size, cfg.seed, e)
     last = epoch_batches(n, cfg.batch_size, cfg.seed, cfg.epochs - 1)
-    out = [batch_gradient_finding(tap, p, kind, y, first, n_classes) for p in names]
+    out = [batch_gradient_finding(tap, p, kind, y, first, n_classes, e) for p in names]
     for p in names:
-        out += _published_label_attacks(tap, p, kind, y, first, last)
+        out += _published_label_attacks(tap, p, kind, y, first, last, e)
     return out
 
 
 def _published_label_attacks(tap: AuditTap, party: str, kind: str, y: np.ndarray, first: list[np.ndarray],
-                             last: list[np.ndarray]) -> list[EmpiricalFinding]:
-    """``party``'s norm and direction scoring on the first epoch's gradient rows it received (``kind``) and model
-    completion on the last epoch's representations it sent (an in-process audit and a recorded view alike)."""
+                             last: list[np.ndarray], epoch: int = 0) -> list[EmpiricalFinding]:
+    """``party``'s norm and direction scoring on the gradient rows of ``epoch`` it received (``kind``; the first by
+    default, ``first`` its batches) and model completion on the last epoch's representations it sent (an
+    in-process audit and a recorded view alike)."""
     n = len(y)
-    return label_attack_findings(party, kind, _epoch_rows(tap, party, kind, n, first, "G", last_epoch=False),
+    return label_attack_findings(party, kind, _epoch_rows(tap, party, kind, n, first, "G", last_epoch=False,
+                                                          epoch=epoch),
                                  "split.representation",
                                  _epoch_rows(tap, party, "split.representation", n, last, "H", last_epoch=True), y)
 
 
 def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFinding]:
     """The published attacks on one party's recorded view of a network run (``vflcrypto party ... train split
-    --keep-messages``): a feature party's norm and direction scoring on the first epoch's gradient rows it received
+    --keep-messages``): a feature party's norm and direction scoring on the first epoch's (LP-MST: stage 2's first
+    epoch's) gradient rows it received
     (``split.gradient``, ``split.dp_gradient`` under a DP defence, ``split.marvell_gradient`` under Marvell) and model
     completion on the last epoch's
     representations it sent, from the setup and the messages it kept alone; ``y`` (the true labels of its overlap
@@ -117,9 +129,10 @@ def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFind
     if len(y) != s.n_overlap:
         raise AuditError(f"{len(y)} labels for the {s.n_overlap} overlap rows of the recorded run")
     kind = gradient_kind_received(view.tap, view.party)
-    first = epoch_batches(s.n_overlap, s.batch_size, s.seed, 0)
+    e = lpmst_stage2_epoch(s.epochs) if s.label_mechanism == "lpmst" else 0
+    first = epoch_batches(s.n_overlap, s.batch_size, s.seed, e)
     last = epoch_batches(s.n_overlap, s.batch_size, s.seed, s.epochs - 1)
-    return _published_label_attacks(view.tap, view.party, kind, y, first, last)
+    return _published_label_attacks(view.tap, view.party, kind, y, first, last, e)
 
 def gradient_kind_received(tap: AuditTap, party: str) -> str:
     """The gradient message ``party`` received: ``split.dp_gradient``, ``split.marvell_gradient`` or

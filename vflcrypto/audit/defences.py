@@ -88,17 +88,20 @@ def keep_rate_finding(observer: str, name: str, trained: np.ndarray, truth: np.n
                       protection: Protection | None = Protection.DP) -> EmpiricalFinding:
     """The share of rows whose released label is the true label, against a mechanism that keeps row i's label with
     probability ``keep[i]`` (RRWithPrior: e^ε / (e^ε + k* − 1) if the label is among the k* classes of largest
-    prior, else 0): one-sided exact Poisson-binomial test (labels kept that the mechanism should have replaced)."""
+    prior, else 0): one-sided exact Poisson-binomial test (labels kept that the mechanism should have replaced); a
+    label kept where q_i = 0 is an outcome of probability 0 under the announced mechanism (p = 0)."""
     y, t, q = np.asarray(trained).ravel(), np.asarray(truth).ravel(), np.clip(np.asarray(keep, np.float64), 0, 1)
     n = int(t.size)
     kept = int(np.sum(y == t))
     tail = np.cumsum(_poisson_binomial(q)[::-1])[::-1]  # tail[j] = P(X >= j)
-    p = float(min(max(tail[kept], 0.0), 1.0))
+    impossible = int(np.sum((y == t) & (q == 0)))  # kept where the mechanism cannot keep: probability 0
+    p = 0.0 if impossible else float(min(max(tail[kept], 0.0), 1.0))
     crit = int(np.argmax(tail < ALPHA)) if np.any(tail < ALPHA) else n + 1  # the smallest count that flags
     return EmpiricalFinding(observer, name, kept / max(n, 1), float(q.mean()) if n else 0.0,
                             f"the labels it trained on, as guesses of the true labels: {mechanism} keeps row i's label "
                             f"with probability q_i (mean {float(q.mean()) if n else 0.0:.3f}, the baseline); more kept "
-                            "means a weaker mechanism than announced", attacks=tuple(attacks), protection=protection,
+                            f"means a weaker mechanism than announced ({impossible} kept where q_i = 0)", attacks=tuple(attacks),
+                            protection=protection,
                             flagged=p < ALPHA, p_value=p, samples=n, min_effect=crit / max(n, 1),
                             detects=f"a kept share >= {min(crit, n) / max(n, 1):.3f} on {n} rows")
 
