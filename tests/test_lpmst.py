@@ -104,12 +104,13 @@ def test_lpmst_in_split_learning_releases_each_label_once_over_two_stages(
     stage-1 gradients are zero on the other half, every party accounts the announced label-lpmst guarantee
     (pure ε), the audit's check passes, and the frontier runs from the command line."""
     pytest.importorskip("torch")
-    from vflcrypto.cli import main
-    from vflcrypto.errors import ProtocolError
     from vflcrypto.protocols import split
     from vflcrypto.protocols._repvfl import digits_example
     from vflcrypto.protocols.split import audit
     from vflcrypto.protocols.split.defence import lpmst_stage2
+
+    from vflcrypto.cli import main
+    from vflcrypto.errors import ProtocolError
 
     server, parties = digits_example(60, seed=0)
     cfg = split.SplitConfig(epochs=4, label_dp=1.0, label_mechanism="lpmst")

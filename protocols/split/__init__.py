@@ -15,14 +15,16 @@ Threat model
     of the protocol, repeated over many rounds (SECURITY.md; ``vflcrypto audit split``).
 
 Label defences (:mod:`.defence`, off by default)
-    ``--label-dp ε``: the server trains on randomized-response labels (pure ε-label-DP);
+    ``--label-dp ε``: the server trains on randomized-response labels (pure ε-label-DP), or with
+    ``--label-mechanism lpmst`` on labels released by two-stage LP-MST (Ghazi et al., NeurIPS
+    2021: half by RR, half by RRWithPrior with the stage-1 model's prior; still pure ε-label-DP);
     ``--grad-noise σ --grad-clip C`` or ``--grad-epsilon ε``: each example's gradient clipped
     and Gaussian noise added, the head trained by DP-SGD ((ε, δ)-label-DP of the whole
     transcript, from the ``dp-accounting`` RDP accountant). Announced in the setup; the
     gradients then travel as ``split.dp_gradient``. ``--marvell-bound s`` (binary labels only):
     Marvell's optimised noise (Li et al., ICLR 2022) on the gradients sent, an empirical
     defence bounding any attack's leak AUC per batch; they travel as ``split.marvell_gradient``.
-    ``vflcrypto audit split --defence label-rr|grad-gauss|marvell --budgets 1,2,4,8`` draws
+    ``vflcrypto audit split --defence label-rr|label-lpmst|grad-gauss|marvell --budgets 1,2,4,8`` draws
     their privacy–utility frontier.
 
 Citations

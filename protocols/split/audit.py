@@ -41,9 +41,10 @@ from .._repvfl_defence_audit import defence_checks, noise_check_name, rr_check_n
 from .defence import lpmst_stage2_epoch
 from .roles import SplitConfig, epoch_batches, run_local
 
-__all__ = ["CHECKS", "attacked_epoch", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
-           "NOISE_CHECK", "RR_CHECK", "audit_run", "defence_findings", "demo_step", "gradient_kind_received",
-           "label_attacks", "lpmst_finding", "marvell_findings", "run_tapped", "view_attacks"]
+__all__ = ["CHECKS", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
+           "NOISE_CHECK", "RR_CHECK", "attacked_epoch", "audit_run", "defence_findings", "demo_step",
+           "gradient_kind_received", "label_attacks", "lpmst_finding", "marvell_findings", "run_tapped",
+           "view_attacks"]
 
 EPOCHS = 20  # the audit's runs: 100 overlap rows of the digits, 2 batches per epoch
 #: the audit's defended run: both label defences at the frontier's tightest budget

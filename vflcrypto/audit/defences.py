@@ -100,8 +100,8 @@ def keep_rate_finding(observer: str, name: str, trained: np.ndarray, truth: np.n
     return EmpiricalFinding(observer, name, kept / max(n, 1), float(q.mean()) if n else 0.0,
                             f"the labels it trained on, as guesses of the true labels: {mechanism} keeps row i's label "
                             f"with probability q_i (mean {float(q.mean()) if n else 0.0:.3f}, the baseline); more kept "
-                            f"means a weaker mechanism than announced ({impossible} kept where q_i = 0)", attacks=tuple(attacks),
-                            protection=protection,
+                            f"means a weaker mechanism than announced ({impossible} kept where q_i = 0)",
+                            attacks=tuple(attacks), protection=protection,
                             flagged=p < ALPHA, p_value=p, samples=n, min_effect=crit / max(n, 1),
                             detects=f"a kept share >= {min(crit, n) / max(n, 1):.3f} on {n} rows")
 
