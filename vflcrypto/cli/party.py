@@ -198,7 +198,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     groups = {}
     for group, help in (("train", "train a vertical model"),
-                        ("predict", "apply this party's saved model to new rows (linreg)")):
+                        ("predict", "apply this party's saved model to new rows")):
         g = tasks.add_parser(group, help=help)
         groups[group] = g.add_subparsers(dest="model", required=True, metavar="MODEL")
     for task, protocol in _task_specs().values():
