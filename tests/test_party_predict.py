@@ -12,12 +12,14 @@ another party's model file is refused in one line naming the file.
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from test_party_processes import finish, make_config, party, pki  # noqa: F401  (pki: the module's fixture)
+from vflcrypto.protocols import poisson, sshelr
 
 from vflcrypto.cli import main
 from vflcrypto.data.files import write_csv_atomic
@@ -127,3 +129,31 @@ def test_party_predict_logreg_secure_equals_in_process(tmp_path: Path, pki: Path
     assert received == {"logreg.masked_logits"}  # never a party's logits in the clear
     _refused(cfg, "logreg", tmp_path, {**tasks, "passive-0": _own(q[0], model, "passive-1")}, "passive-0",
              "passive-1")
+
+
+# --------------------------------------------------------------------------- Poisson and SSHE-LR
+
+
+def _pair(name: str, tmp_path: Path, flags: list[str]) -> tuple[Path, str, str]:
+    """Train ``name`` in-process on 40 aligned rows; the shuffled query files of both parties."""
+    Xa, y, ca, Xp, cp = (poisson if name == "poisson" else sshelr).example(40)
+    ids = [f"c{i:03d}" for i in range(len(y))]
+    a = _write(tmp_path / "a.csv", ids, ["y", *ca], np.column_stack([y, Xa]))
+    p = _write(tmp_path / "p.csv", ids, list(cp), Xp)
+    model = tmp_path / "model"
+    assert main(["train", name, "--active", a, "--passive", p, "--id-column", "id", "--label", "y", "--aligned",
+                 *flags, *SMALL_KEYS, "--model-dir", str(model), "--json"]) == 0
+    return model, _query(tmp_path / "qa.csv", ids, list(ca), Xa, 4), _query(tmp_path / "qp.csv", ids, list(cp), Xp, 5)
+
+
+def test_party_predict_poisson_equals_in_process(tmp_path: Path, pki: Path,  # noqa: F811
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """The configuration of training (with its coordinator, which takes no part in a prediction)."""
+    model, qa, qp = _pair("poisson", tmp_path, ["--epochs", "2"])
+    reference = _in_process("poisson", tmp_path, capsys, "--active", qa, "--passive", qp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0", "coordinator"])
+    tasks = {"active": _own(qa, model, "active"), "passive-0": _own(qp, model, "passive-0"), "coordinator": []}
+    res = _run(cfg, "poisson", tmp_path, tasks)
+    _check("poisson", tmp_path, res, reference, {"poisson.predict_plan", "poisson.predict_score"})
+    assert json.loads((tmp_path / "passive-0.json").read_text())["rows"] == 40
+    _refused(cfg, "poisson", tmp_path, {**tasks, "active": _own(qa, model, "passive-0")}, "active", "passive-0")
