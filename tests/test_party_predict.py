@@ -157,3 +157,14 @@ def test_party_predict_poisson_equals_in_process(tmp_path: Path, pki: Path,  # n
     _check("poisson", tmp_path, res, reference, {"poisson.predict_plan", "poisson.predict_score"})
     assert json.loads((tmp_path / "passive-0.json").read_text())["rows"] == 40
     _refused(cfg, "poisson", tmp_path, {**tasks, "active": _own(qa, model, "passive-0")}, "active", "passive-0")
+
+
+def test_party_predict_sshelr_equals_in_process(tmp_path: Path, pki: Path,  # noqa: F811
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    model, qa, qp = _pair("sshelr", tmp_path, ["--epochs", "2"])
+    reference = _in_process("sshelr", tmp_path, capsys, "--active", qa, "--passive", qp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"])
+    tasks = {"active": _own(qa, model, "active"), "passive-0": _own(qp, model, "passive-0")}
+    res = _run(cfg, "sshelr", tmp_path, tasks)
+    _check("sshelr", tmp_path, res, reference, {"sshelr.predict_plan", "sshelr.predict_score"})
+    _refused(cfg, "sshelr", tmp_path, {**tasks, "passive-0": _own(qp, model, "active")}, "passive-0", "active")
