@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from test_party_processes import finish, make_config, party, pki  # noqa: F401  (pki: the module's fixture)
 from vflcrypto.protocols import poisson, sshelr
+from vflcrypto.protocols import secureboost as sb
 
 from vflcrypto.cli import main
 from vflcrypto.data.files import write_csv_atomic
@@ -168,3 +169,27 @@ def test_party_predict_sshelr_equals_in_process(tmp_path: Path, pki: Path,  # no
     res = _run(cfg, "sshelr", tmp_path, tasks)
     _check("sshelr", tmp_path, res, reference, {"sshelr.predict_plan", "sshelr.predict_score"})
     _refused(cfg, "sshelr", tmp_path, {**tasks, "passive-0": _own(qp, model, "active")}, "passive-0", "active")
+
+
+# --------------------------------------------------------------------------- SecureBoost
+
+
+def test_party_predict_secureboost_equals_in_process(tmp_path: Path, pki: Path,  # noqa: F811
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    Xa, y, ca, Xp, cp = sb.example(40, seed=3)
+    ids = [f"s{i:03d}" for i in range(40)]
+    a = _write(tmp_path / "a.csv", ids, ["y", *ca], np.column_stack([y, Xa]))
+    p = _write(tmp_path / "p.csv", ids, list(cp), Xp)
+    model = tmp_path / "model"
+    assert main(["train", "secureboost", "--active", a, "--passive", p, "--id-column", "id", "--label", "y",
+                 "--aligned", "--trees", "2", "--depth", "3", "--no-first-tree-active-only", *SMALL_KEYS,
+                 "--model-dir", str(model), "--json"]) == 0
+    qa = _query(tmp_path / "qa.csv", ids, list(ca), Xa, 6)
+    qp = _query(tmp_path / "qp.csv", ids, list(cp), Xp, 7)
+    reference = _in_process("secureboost", tmp_path, capsys, "--active", qa, "--passive", qp)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"])
+    tasks = {"active": _own(qa, model, "active"), "passive-0": _own(qp, model, "passive-0")}
+    res = _run(cfg, "secureboost", tmp_path, tasks)
+    _check("secureboost", tmp_path, res, reference, {"secureboost.predict_query", "secureboost.predict_answer"})
+    assert json.loads((tmp_path / "passive-0.json").read_text())["answered"] > 0  # the passive party's own nodes
+    _refused(cfg, "secureboost", tmp_path, {**tasks, "active": _own(qa, model, "passive-0")}, "active", "passive-0")
