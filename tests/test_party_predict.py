@@ -199,3 +199,24 @@ def test_party_predict_secureboost_equals_in_process(tmp_path: Path, pki: Path, 
     _check("secureboost", tmp_path, res, reference, {"secureboost.predict_query", "secureboost.predict_answer"})
     assert json.loads((tmp_path / "passive-0.json").read_text())["answered"] > 0  # the passive party's own nodes
     _refused(cfg, "secureboost", tmp_path, {**tasks, "active": _own(qa, model, "passive-0")}, "active", "passive-0")
+
+
+# --------------------------------------------------------------------------- linear regression
+
+
+def test_party_predict_linreg_refuses_another_partys_model_file(tmp_path: Path, pki: Path) -> None:  # noqa: F811
+    """The refusal of the other tasks holds for ``predict linreg`` too: a passive party given another passive
+    party's file (same role, another name) is refused in one line."""
+    from vflcrypto.protocols import linreg as lr
+
+    active, passives = lr.synthetic_split(n_rows=20, p_active=2, p_passive=(2, 2), seed=9)
+    names = ["active", "passive-0", "passive-1"]
+    models = [lr.PartyModel(n, n.split("-")[0], tuple(t.columns), np.asarray([0.5, -1.0]), lr.fit_preprocessing(t.X))
+              for n, t in zip(names, [active, *passives], strict=True)]
+    lr.save_models(models, tmp_path / "model")
+    files = [_write(tmp_path / f"{n}.in.csv", list(t.ids), list(t.columns), t.X)
+             for n, t in zip(names, [active, *passives], strict=True)]
+    cfg = make_config(tmp_path, pki, [*names, "coordinator"])
+    tasks = {n: [*_own(f, tmp_path / "model", n), "--aligned"] for n, f in zip(names, files, strict=True)}
+    tasks["passive-0"] = [*_own(files[1], tmp_path / "model", "passive-1"), "--aligned"]
+    _refused(cfg, "linreg", tmp_path, {**tasks, "coordinator": [*SMALL_KEYS]}, "passive-0", "passive-1")
