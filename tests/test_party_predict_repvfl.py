@@ -75,7 +75,7 @@ def _processes(tmp_path: Path, cfg: Path, model: Path, name: str, server: Path, 
     return finish(procs, timeout=60)
 
 
-@pytest.mark.parametrize("name", ["split"])
+@pytest.mark.parametrize("name", ["split", "oneshot", "fewshot"])
 def test_party_processes_predict_like_the_in_process_command(name: str, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
