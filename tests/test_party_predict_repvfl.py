@@ -21,8 +21,8 @@ from vflcrypto.runtime.certs import write_dev_pki
 TRAIN = {"split": ["--dataset", "digits", "--overlap", "40", "--epochs", "1"],
          "oneshot": ["--dataset", "digits", "--overlap", "40", "--ssl-epochs", "2", "--head-epochs", "5"],
          "fewshot": ["--dataset", "digits", "--overlap", "40", "--ssl-epochs", "2", "--head-epochs", "5"],
-         "protovfl": ["--dataset", "digits", "--aligned", "12", "--rounds", "1", "--local-epochs", "1",
-                      "--head-epochs", "5", "--plain"]}
+         "protovfl": ["--dataset", "digits", "--aligned", "12", "--rounds", "0", "--local-epochs", "1",
+                      "--hidden", "16", "--head-epochs", "5", "--plain"]}
 #: the one message each party sends the server at prediction
 MESSAGE = {"split": "split.test_representation", "oneshot": "oneshot.test_representation",
            "fewshot": "fewshot.test_representation", "protovfl": "protovfl.test_embedding"}
@@ -75,7 +75,7 @@ def _processes(tmp_path: Path, cfg: Path, model: Path, name: str, server: Path, 
     return finish(procs, timeout=60)
 
 
-@pytest.mark.parametrize("name", ["split", "oneshot", "fewshot"])
+@pytest.mark.parametrize("name", ["split", "oneshot", "fewshot", "protovfl"])
 def test_party_processes_predict_like_the_in_process_command(name: str, tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")

@@ -10,7 +10,7 @@
 Tasks: ``align`` (ECDH or, with pinned identity keys, keyed-hash PSI; two parties or the
 all-party intersection of 3+), ``train logreg`` (plain or ``--secure``), ``train linreg``
 (active, passive parties and a coordinator), ``train secureboost`` and the other protocols'
-``train NAME``, and ``predict linreg|split|oneshot|fewshot`` (each party applies its own
+``train NAME``, and ``predict linreg|split|oneshot|fewshot|protovfl`` (each party applies its own
 saved model to new rows; the label holder writes the predictions). Training tasks read
 only this party's CSV and align rows by PSI first (active and passive parties; the
 coordinator holds no data) unless ``--aligned``; their flags mirror the in-process
