@@ -110,3 +110,24 @@ def test_party_processes_predict_like_the_in_process_command(name: str, tmp_path
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and why in lines[0], lines
     assert not list(tmp_path.glob("bad-*"))  # no output, no run record
+
+
+def test_the_outputs_of_party_train_are_checked_by_their_party_name(tmp_path: Path) -> None:
+    """A party's ``--out`` of ``party ... train NAME`` names its party and task: it is this party's own, or refused."""
+    from vflcrypto.protocols._repvfl_party_predict import _own_model
+
+    from vflcrypto.data.files import save_model
+    from vflcrypto.errors import ModelFileError
+    from vflcrypto.spec import TaskContext
+
+    roles = {"server": "server", "bank": "party", "shop": "party"}
+    ctx = TaskContext("shop", "party", roles, {}, None)
+    meta = {"party": "shop", "role": "party", "task": "train-oneshot", "protocol": "oneshot", "columns": ["a"]}
+    save_model(tmp_path / "shop.npz", meta, {"extractor_0": np.zeros((1, 2))})
+    save_model(tmp_path / "bank.npz", {**meta, "party": "bank"}, {"extractor_0": np.zeros((1, 2))})
+    save_model(tmp_path / "split.npz", {**meta, "task": "train-split", "protocol": "split"}, {})
+    assert _own_model(str(tmp_path / "shop.npz"), "oneshot", ctx, ["bank", "shop"])[0]["columns"] == ["a"]
+    with pytest.raises(ModelFileError, match="is the model of bank, and this is shop"):
+        _own_model(str(tmp_path / "bank.npz"), "oneshot", ctx, ["bank", "shop"])
+    with pytest.raises(ModelFileError, match="holds a split model, not a oneshot model"):
+        _own_model(str(tmp_path / "split.npz"), "oneshot", ctx, ["bank", "shop"])
