@@ -102,7 +102,9 @@ def cases(ex: Path) -> list[Case]:
         return [["train", "pearson", "--active", str(bank), "--passive", str(s), "--id-column", "id"]]
 
     def poisson_few_rows(w: Path) -> list[list[str]]:
-        a = _edit(ex / "claims" / "insurer.csv", w / "insurer.csv", lambda r: r[:4])
+        common = {r[0] for r in _rows(ex / "claims" / "pharmacy.csv")[1:]}
+        a = _edit(ex / "claims" / "insurer.csv", w / "insurer.csv",
+                  lambda r: [r[0], *[x for x in r[1:] if x[0] in common][:3]])
         return [["train", "poisson", "--active", str(a), "--passive", str(ex / "claims" / "pharmacy.csv"),
                  "--id-column", "id", "--label", "claims", "--epochs", "2", *SMALL]]
 
@@ -172,15 +174,16 @@ def cases(ex: Path) -> list[Case]:
                  "--id-column", "id", "--out", str(w / "o.csv"), "--chunk-size", "0"]]
 
     return [
-        Case("single class (one-shot)", single_class, 2, ("one class",)),
+        Case("single class (one-shot)", single_class, 2, ("single class",)),
         Case("label file as a party (one-shot)", label_as_party, 2, ("digit",)),
         Case("label 9999999 (split)", huge_label, 2, ("9999999",)),
         Case("NaN feature (few-shot)", nan_feature, 2, ("party0.csv", "px5")),
         Case("HFL header-only client file", hfl_header_only, 2, ("client0.csv",)),
         Case("constant column named (pearson)", constant_column, 2, ("visits", "shop.csv")),
-        Case("poisson on 3 rows warns", poisson_few_rows, 2, ("rows",)),
+        Case("poisson on 3 rows: warned, then refused", poisson_few_rows, 2,
+             ("only 3 aligned rows", "allow_small_batches")),
         Case("secure aggregation with 2 clients", secagg_two, 0),
-        Case("--degree 2 --drop 2", degree_drop, 2, ("--drop",)),
+        Case("--degree 2 --drop 2", degree_drop, 2, ("--drop 2", "neighbourhood", "threshold")),
         Case("blank line in an ID file", blank_id, 2, ("bank.csv", "line 4")),
         Case("duplicate header id,id", dup_header, 2, ("bank.csv", "id")),
         Case("1e300 value", extreme, 2, ("income",)),

@@ -13,6 +13,14 @@ to new rows, every party in this process, through the protocol's own prediction 
    party, in the canonical order of the IDs) unless ``--aligned``;
 4. the protocol's prediction runs; the label holder writes ``--out``: a CSV of the ID
    column and ``prediction`` (and, for a binary classifier, ``probability``), atomically.
+
+``vflcrypto party ... predict NAME`` runs the same steps with one party per process
+(:func:`add_party_predict_options`, :func:`own_model`, :func:`own_rows`,
+:func:`predictions_outcome`): each party loads only its own model file (checked against the
+manifest of its model directory, and refused if it is another party's), reads only its own
+rows, aligns them with its peers by PSI unless ``--aligned``, and runs its own prediction
+role over its network channels; the label holder writes ``--out``, every other party a JSON
+summary.
 """
 
 from __future__ import annotations
@@ -20,16 +28,24 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from vflcrypto.data.files import write_csv_atomic
-from vflcrypto.errors import ModelFileError
+from vflcrypto.data.tables import PartyTable, read_party_csv
+from vflcrypto.data.validate import refuse_missing_values
+from vflcrypto.errors import InputDataError, ModelFileError
+from vflcrypto.spec import PartyOutcome, TaskContext
 
-__all__ = ["add_predict_options", "check_parties", "report", "write_predictions"]
+from ._train import training_rows
+
+__all__ = ["add_party_predict_options", "add_predict_options", "check_parties", "own_model", "own_rows",
+           "predictions_outcome", "report", "write_predictions"]
+
+M = TypeVar("M")
 
 
 def add_predict_options(p: argparse.ArgumentParser, *, key: bool = False) -> None:
@@ -80,3 +96,56 @@ def report(args: argparse.Namespace, name: str, n_rows: int, query_rows: Sequenc
     print(f"{name}: predicted {n_rows} rows{unmatched}; {sum(bytes_sent.values()):,} bytes; "
           f"{summary['seconds']:.1f} s; wrote {args.out}")
     return 0
+
+
+# --------------------------------------------------------------------------- one party per process
+
+
+def add_party_predict_options(p: argparse.ArgumentParser, *, name: str, outputs: str,
+                              without_data: str | None = None) -> None:
+    """The flags of ``vflcrypto party ... predict NAME`` (``outputs``: the label holder's columns;
+    ``without_data``: the role that takes part without data or model, e.g. a coordinator)."""
+    but = f" (not the {without_data})" if without_data else ""
+    p.add_argument("--data", help=f"this party's CSV: the ID column and its model's columns{but}")
+    p.add_argument("--id-column", help="the ID column of --data")
+    p.add_argument("--model", dest="model_file", metavar="FILE",
+                   help=f"this party's own model file: its <party>.npz of a `vflcrypto train {name} --model-dir` "
+                        f"directory (checked against the manifest there){but}")
+    p.add_argument("--out", required=True, help=f"the label holder: the predictions (CSV of the ID column and "
+                                                f"{outputs}); the others: a JSON summary")
+    p.add_argument("--aligned", action="store_true", help="the files already list the same IDs in the same "
+                                                         "order (no PSI)")
+
+
+def own_model(args: argparse.Namespace, ctx: TaskContext, load: Callable[[str], M],
+              owner: Callable[[M], tuple[str | None, str]]) -> M:
+    """This party's model file (``load``: read and checked against its manifest), refused in one line if
+    ``owner(model)`` (its party's name, or None where the file keeps none, and role) is another party's."""
+    if not (args.data and args.id_column and args.model_file):
+        raise InputDataError(f"the {ctx.role} party needs --data, --id-column and --model")
+    model = load(args.model_file)
+    name, role = owner(model)
+    if role != ctx.role or name not in (None, ctx.me):
+        raise ModelFileError(f"{args.model_file} is the model of {name or 'the ' + role + ' party'} "
+                             f"({role}), not of {ctx.me} ({ctx.role}): give each party its own model file")
+    return model
+
+
+def own_rows(args: argparse.Namespace, ctx: TaskContext, columns: Sequence[str], *,
+             refuse_missing: bool = False) -> PartyTable:
+    """This party's query rows with its model's ``columns`` (others ignored, a missing one named), aligned with
+    its peers' as in training (PSI unless ``--aligned``; canonical ID order). ``refuse_missing``: the model has
+    no imputation, so a missing value is refused naming its file, line and column."""
+    table = read_party_csv(args.data, args.id_column, features=list(columns))
+    if refuse_missing:
+        refuse_missing_values(table)
+    return training_rows(args, ctx, table)[0]
+
+
+def predictions_outcome(args: argparse.Namespace, table: PartyTable,
+                        columns: Mapping[str, np.ndarray]) -> PartyOutcome:
+    """The label holder's outcome: ``--out`` holds the ID column and ``columns`` of its aligned query rows."""
+    def write(out: Path, meta: dict[str, Any]) -> None:
+        write_predictions(out, args.id_column, table.ids, columns)
+
+    return PartyOutcome({"rows": len(table), "columns": list(columns)}, write, tuple(table.ids))

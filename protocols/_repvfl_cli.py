@@ -135,8 +135,8 @@ def save_rep_model(model_dir: str, name: str, head: list[np.ndarray], extractors
     files = {"server.npz": partial(save_model, meta={"protocol": name, "role": SERVER, **dp(SERVER)},
                                    arrays={f"{head_prefix}{i}": a for i, a in enumerate(head)})}
     for k, (ext, cols) in enumerate(zip(extractors, columns, strict=True)):
-        files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY, "columns": list(cols),
-                                                            **dp(f"party-{k}")},
+        files[f"party-{k}.npz"] = partial(save_model, meta={"protocol": name, "role": PARTY, "party": f"party-{k}",
+                                                            "columns": list(cols), **dp(f"party-{k}")},
                                           arrays={f"extractor_{i}": a for i, a in enumerate(ext)})
     write_model_dir(model_dir, name, files, overwrite=overwrite, what="--model-dir")
 
@@ -155,7 +155,7 @@ def add_party_arguments(p: argparse.ArgumentParser, config_cls: type) -> None:
 
 
 def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, server_cls: Callable[..., Role[Any]],
-               party_cls: Callable[..., Role[Any]]) -> PartyOutcome:
+               party_cls: Callable[..., Role[Any]], name: str) -> PartyOutcome:
     """One role over the network: align by PSI (server = active, parties = passive), split, train."""
     require_torch()
     from . import align
@@ -200,7 +200,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
 
         def write_server(out: Path, meta: dict[str, Any]) -> None:
             dp = {"privacy": result.privacy} if result.privacy else {}
-            save_model(out, {**meta, "protocol": ctx.me, **dp}, {f"head_{i}": a for i, a in enumerate(result.head)})
+            save_model(out, {**meta, "protocol": name, **dp}, {f"head_{i}": a for i, a in enumerate(result.head)})
             write_metrics(out, meta, metrics)
 
         return PartyOutcome(metrics, write_server, overlap_ids)
@@ -212,7 +212,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext, config_cls: type, ser
     dp = {"privacy": privacy} if privacy else {}
 
     def write_party(out: Path, meta: dict[str, Any]) -> None:
-        save_model(out, {**meta, **dp}, {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
+        save_model(out, {**meta, "protocol": name, "columns": list(table.columns), **dp},
+                   {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
 
     return PartyOutcome({"rows": {"overlap": len(tr), "test": len(te), "unaligned": len(others)}, **dp}, write_party,
                         overlap_ids)
@@ -231,4 +232,4 @@ def task(name: str, help: str, config_cls: type, server_cls: Callable[..., Role[
          party_cls: Callable[..., Role[Any]]) -> PartyTask:
     """``vflcrypto party ... train NAME`` of a representation-VFL protocol."""
     return PartyTask(name, help, lambda p: add_party_arguments(p, config_cls),
-                     lambda args, ctx: party_task(args, ctx, config_cls, server_cls, party_cls))
+                     lambda args, ctx: party_task(args, ctx, config_cls, server_cls, party_cls, name))

@@ -356,3 +356,21 @@ def test_the_flower_apps_log_the_librarys_own_errors_in_one_line_and_bugs_with_t
     assert out.count("\n") == 1 and "FileNotFoundError" in out and "bank.csv" in out
     out = logged(KeyError("a bug"))
     assert "Traceback (most recent call last)" in out and "KeyError: 'a bug'" in out
+
+
+@pytest.mark.parametrize("clients, degree, drop, works", [
+    (4, 2, 1, True), (4, 2, 2, False), (6, 2, 2, False), (8, 4, 2, True), (8, 2, 3, False), (5, None, 2, True),
+    (5, None, 3, False)])
+def test_a_drop_that_would_leave_a_neighbourhood_below_the_threshold_is_refused_in_the_users_terms(
+        clients: int, degree: int | None, drop: int, works: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every --drop either trains (the server unmasks every round) or is refused before training, naming the
+    neighbourhood, its survivors and the threshold, never "1 shares cannot reconstruct a secret"."""
+    args = ["train", "fedavg", "--dataset", "digits", "--clients", str(clients), "--drop", str(drop), "--rounds", "2"]
+    args += ["--degree", str(degree)] if degree else []
+    rc = main(args)
+    err = capsys.readouterr().err
+    if works:
+        assert rc == 0, err
+        return
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"--drop {drop}: " in err and "neighbourhood" in err and "threshold" in err and "shares" not in err, err

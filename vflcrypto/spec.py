@@ -296,7 +296,9 @@ class PartyTask:
     """``vflcrypto party ... TASK``: one party of the protocol over the network.
 
     ``needs_identity(args, ctx)`` says whether this party signs with its Ed25519 identity
-    key (so a missing key fails before any peer waits on it).
+    key (so a missing key fails before any peer waits on it). ``check(args, ctx)`` refuses this
+    party's own inputs (e.g. a model file that is not its own) before it connects: ``ctx`` has
+    no channels yet.
     """
 
     name: str
@@ -305,6 +307,7 @@ class PartyTask:
     run: Callable[[argparse.Namespace, TaskContext], PartyOutcome]
     group: str | None = "train"
     needs_identity: Callable[[argparse.Namespace, TaskContext], bool] = lambda args, ctx: False
+    check: Callable[[argparse.Namespace, TaskContext], None] = lambda args, ctx: None
 
 
 @dataclass(frozen=True)

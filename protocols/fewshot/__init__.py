@@ -50,7 +50,7 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_audit, _repvfl_cli, _repvfl_predict
+from .. import _repvfl_audit, _repvfl_cli, _repvfl_party_predict, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
 from .._repvfl_defence import DEFENCES
 from ..oneshot import flower_config
@@ -85,6 +85,9 @@ def _flower_config(run_config: Mapping[str, Any]) -> FewShotConfig:
     return FewShotConfig(**{**vars(flower_config(run_config)), "mode": str(run_config.get("fewshot-mode", "server"))})
 
 
+#: the prediction of ``vflcrypto predict fewshot`` and ``vflcrypto party ... predict fewshot``
+_PREDICT = _repvfl_predict.Predictor("fewshot", messages.TestRepresentation)
+
 SPEC = ProtocolSpec(
     name="fewshot",
     title="Few-shot VFL (unaligned rows at the server)",
@@ -96,9 +99,12 @@ SPEC = ProtocolSpec(
     demo_order=65,
     commands=(_repvfl_cli.command("fewshot", "few-shot VFL: one-shot plus the unaligned rows (PyTorch extractors)",
                                   FewShotConfig, run_local),
-              _repvfl_predict.command(_repvfl_predict.Predictor("fewshot", messages.TestRepresentation))),
+              _repvfl_predict.command(_PREDICT)),
     party_tasks=(_repvfl_cli.task("fewshot", "few-shot VFL (server with labels, parties with columns)",
-                                  FewShotConfig, ServerRole, PartyRole),),
+                                  FewShotConfig, ServerRole, PartyRole),
+                 _repvfl_party_predict.task(
+                     _repvfl_party_predict.PartyPredictor(_PREDICT),
+                     "apply a saved few-shot VFL model to new rows (the server learns the predictions)")),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "fewshot"),
     view_attacks=_repvfl_audit.view_attacks("fewshot"),
     checks=audit.CHECKS,

@@ -33,13 +33,28 @@ from vflcrypto.data.validate import class_labels, require_classes, warn_few_rows
 from vflcrypto.errors import InputDataError
 from vflcrypto.spec import Command, add_config_arguments, config_from_args, number
 
-from ..secagg.math import SecAggConfig
+from ..secagg.math import SecAggConfig, neighbours
 from ..secagg.roles import client_names
 from .data import digits_clients
 from .math import HFLConfig
 from .roles import ClientData, run_local
 
 __all__ = ["commands", "read_client"]
+
+
+def _check_survivors(sa: SecAggConfig, names: list[str], vanish: dict[str, tuple[int, str]], drop: int) -> None:
+    """Refuse a ``--drop`` that leaves some client's neighbourhood with fewer survivors than the threshold, in
+    the user's terms, before training (the server could not unmask that round's sum)."""
+    size, t = sa.check(len(names))
+    round_ = min(r for r, _ in vanish.values())
+    graph = neighbours(names, sa.degree, sa.seed + round_)
+    for u in names:
+        alive = sum(v not in vanish for v in [u, *graph[u]])
+        if alive < t:
+            raise InputDataError(
+                f"--drop {drop}: {u}'s neighbourhood ({u} and its {size - 1} neighbours) would keep {alive} "
+                f"client{'s' if alive != 1 else ''}, and secure aggregation needs {t} of them (its threshold) to "
+                f"unmask the round's sum: drop fewer clients" + (" or raise --degree" if sa.degree else ""))
 
 
 def read_client(path: str, label: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
@@ -97,6 +112,8 @@ def _train(args: argparse.Namespace) -> int:
         raise InputDataError("--drop must leave at least one client")
     names = client_names(len(clients))
     vanish = {names[-1 - k]: (min(1, cfg.rounds - 1), "masked") for k in range(args.drop)}
+    if cfg.secure and args.drop:
+        _check_survivors(sa, names, vanish, args.drop)
     t0 = time.perf_counter()
     run = run_local(clients, C, config=cfg, secagg=sa, vanish=vanish, timeout=10.0 if args.drop else 120.0)
     summary: dict[str, Any] = {

@@ -40,7 +40,15 @@ from vflcrypto.errors import InputDataError
 from vflcrypto.ml.metrics import r2_score, rmse
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, config_from_args
 
-from .._predict import add_predict_options, check_parties, report, write_predictions
+from .._predict import (
+    add_predict_options,
+    check_parties,
+    own_model,
+    own_rows,
+    predictions_outcome,
+    report,
+    write_predictions,
+)
 from .._train import (
     TrainOptions,
     add_party_data_arguments,
@@ -286,20 +294,10 @@ def party_predict_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutco
             raise InputDataError("the coordinator holds no data and no model: leave out --data and --model")
         run_predict_coordinator(only([ACTIVE, *passives]), args.key_bits, args.allow_insecure, passives)
         return json_outcome({"key_bits": args.key_bits})
-    if not (args.data and args.model_file and args.id_column):
-        raise InputDataError(f"the {ctx.role} party needs --data, --id-column and --model")
-    model = PartyModel.load(args.model_file)
-    if model.role != ctx.role:
-        raise InputDataError(f"{args.model_file} is the model of a {model.role} party, and {ctx.me} is the "
-                             f"{ctx.role} party")
-    table = read_party_csv(args.data, args.id_column, features=list(model.columns))
-    table, _ = training_rows(args, ctx, table)
+    model = own_model(args, ctx, PartyModel.load, lambda m: (m.name, m.role))
+    table = own_rows(args, ctx, model.columns)
     if ctx.role == ACTIVE:
         pred = run_predict_active(only([COORD, *passives]), model, table, passives)
-
-        def write(out: Path, meta: dict[str, Any]) -> None:
-            write_predictions(out, args.id_column, table.ids, {"prediction": pred})
-
-        return PartyOutcome({"rows": len(table)}, write, tuple(table.ids))
+        return predictions_outcome(args, table, {"prediction": pred})
     run_predict_passive(only([ACTIVE, COORD]), model, table)
     return json_outcome({"rows": len(table)})

@@ -240,7 +240,10 @@ SPEC = ProtocolSpec(
               Command("logreg", "apply a saved logistic-regression model to new rows (training's masked logits)",
                       cli.add_predict_arguments, cli.predict, group="predict", description=cli.predict.__doc__)),
     party_tasks=(PartyTask("logreg", "vertical logistic regression", cli.add_party_arguments, cli.party_task,
-                           needs_identity=cli.needs_identity),),
+                           needs_identity=cli.needs_identity),
+                 PartyTask("logreg", "apply saved logistic-regression models to new rows (the model's mode)",
+                           cli.add_party_predict_arguments, cli.party_predict_task, group="predict",
+                           needs_identity=cli.predict_needs_identity)),
     flower=FlowerSpec(
         ACTIVE, _flower_parties, _flower_role, _flower_summary,
         relayed={"logreg.identity": "public identity keys of this run (the ServerApp is trusted not to "

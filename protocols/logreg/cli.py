@@ -31,27 +31,38 @@ import numpy as np
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.ml.preprocess import LocalScaling, fit_local_features
+from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments, option
 
 from .._linear import LinearParty, load_parties, read_query, save_parties
-from .._predict import add_predict_options, report, write_predictions
+from .._predict import (
+    add_party_predict_options,
+    add_predict_options,
+    own_model,
+    own_rows,
+    predictions_outcome,
+    report,
+    write_predictions,
+)
 from .._train import (
     TrainOptions,
     add_party_data_arguments,
     add_train_options,
     align_tables,
+    json_outcome,
     read_own,
     read_tables,
     split_rows,
     training_rows,
     write_metrics,
 )
+from .math import sigmoid
 from .messages import ACTIVE, PASSIVE
-from .predict import party_models, predict_local
+from .predict import PredictActiveRole, PredictPassiveRole, party_models, predict_local
 from .roles import passive_names, run_active, run_local, run_passive
 
-__all__ = ["LogRegConfig", "add_party_arguments", "add_predict_arguments", "add_train_arguments", "party_task",
-           "predict", "train"]
+__all__ = ["LogRegConfig", "add_party_arguments", "add_party_predict_arguments", "add_predict_arguments",
+           "add_train_arguments", "party_predict_task", "party_task", "predict", "predict_needs_identity", "train"]
 
 TEST_FRACTION = 0.2  # the Titanic example's split: the default of both commands
 
@@ -252,3 +263,53 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         model.save(out, {**meta, **dp})  # the weights with this party's preprocessing, as in a --model-dir
 
     return PartyOutcome(summary, write_weights)
+
+
+def add_party_predict_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_predict_options(p, name="logreg", outputs="'prediction' and 'probability'")
+
+
+def _own_model(args: argparse.Namespace, ctx: TaskContext) -> LinearParty:
+    return own_model(args, ctx, lambda f: LinearParty.load(f, "logreg"), lambda m: (m.name, m.role))
+
+
+def predict_needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:
+    """A feature party of a secure model signs its key shares with its pinned identity key (as in training)."""
+    if ctx.role != PASSIVE or not args.model_file:
+        return False
+    try:
+        return bool(LinearParty.load(args.model_file, "logreg").settings.get("secure", True))
+    except (InputDataError, OSError):  # the task itself refuses the file, after connecting (peers learn it)
+        return False
+
+
+def party_predict_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    """``vflcrypto party ... predict logreg``: one party of training's prediction phase on new rows, in its
+    model's mode (:mod:`.predict`: the label holder learns the summed logit z per row; in secure mode the
+    feature parties' logits reach it under pairwise masks agreed with their pinned identity keys)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    active, passives = ctx.one(ACTIVE), ctx.names(PASSIVE)
+    model = _own_model(args, ctx)
+    secure = bool(model.settings.get("secure", True))
+    mode = "secure" if secure else "plain"
+    table = own_rows(args, ctx, model.columns, refuse_missing=model.scaling.medians is None)
+    if ctx.role == ACTIVE:
+        parties = [str(n) for n in model.settings.get("parties", [])]
+        if sorted(parties) != sorted(passives):
+            raise InputDataError(f"{args.model_file} was trained with the feature parties {parties}; the "
+                                 f"configuration names {passives}")
+        z = drive(PredictActiveRole(table.ids, parties=parties, secure=secure, name=ctx.me), ctx.only(parties))
+        prob = sigmoid(z)
+        return predictions_outcome(args, table, {"prediction": (prob >= 0.5).astype(np.int64),
+                                                 "probability": prob})
+    kw: dict[str, Any] = {}
+    peers = [active]
+    if secure:
+        others = [p for p in passives if p != ctx.me]
+        kw["identity"] = ctx.identity()
+        kw["peer_identities"] = {p: Ed25519PublicKey.from_public_bytes(ctx.peer_identity(p)) for p in others}
+        peers += others
+    chans = ctx.only(peers)
+    drive(PredictPassiveRole(model, table.X, table.ids, active=active, run_id=chans[active].run_id, **kw), chans)
+    return json_outcome({"rows": len(table), "mode": mode})

@@ -65,7 +65,7 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_audit, _repvfl_cli, _repvfl_predict
+from .. import _repvfl_audit, _repvfl_cli, _repvfl_party_predict, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, digits_example, flower_spec
 from .._repvfl_defence import DEFENCES, LabelDefence
 from . import audit, messages
@@ -97,6 +97,9 @@ def flower_config(run_config: Mapping[str, Any]) -> OneShotConfig:
                          head_epochs=int(run_config.get("head-epochs", 200)))
 
 
+#: the prediction of ``vflcrypto predict oneshot`` and ``vflcrypto party ... predict oneshot``
+_PREDICT = _repvfl_predict.Predictor("oneshot", messages.TestRepresentation)
+
 SPEC = ProtocolSpec(
     name="oneshot",
     title="One-shot VFL (few overlapping rows)",
@@ -108,9 +111,12 @@ SPEC = ProtocolSpec(
     demo_order=60,
     commands=(_repvfl_cli.command("oneshot", "one-shot VFL with few overlapping rows (PyTorch extractors)",
                                   OneShotConfig, run_local),
-              _repvfl_predict.command(_repvfl_predict.Predictor("oneshot", messages.TestRepresentation))),
+              _repvfl_predict.command(_PREDICT)),
     party_tasks=(_repvfl_cli.task("oneshot", "one-shot VFL (server with labels, parties with columns)",
-                                  OneShotConfig, ServerRole, PartyRole),),
+                                  OneShotConfig, ServerRole, PartyRole),
+                 _repvfl_party_predict.task(
+                     _repvfl_party_predict.PartyPredictor(_PREDICT),
+                     "apply a saved one-shot VFL model to new rows (the server learns the predictions)")),
     flower=flower_spec(flower_config, ServerRole, PartyRole, "oneshot"),
     view_attacks=_repvfl_audit.view_attacks("oneshot"),
     checks=audit.CHECKS,

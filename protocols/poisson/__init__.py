@@ -123,7 +123,10 @@ SPEC = ProtocolSpec(
                                  "party)", cli.add_predict_arguments, cli.predict, group="predict",
                       description=cli.predict.__doc__)),
     party_tasks=(PartyTask("poisson", "secure vertical Poisson regression (with a coordinator)",
-                           cli.add_party_arguments, cli.party_task),),
+                           cli.add_party_arguments, cli.party_task),
+                 PartyTask("poisson", "apply saved Poisson-regression models to new rows (the passive party's "
+                                      "score per row)",
+                           cli.add_party_predict_arguments, cli.party_predict_task, group="predict")),
     flower=FlowerSpec(
         ACTIVE, _flower_parties, _flower_role, _flower_summary,
         relayed={"poisson.public_key": "the coordinator's public key (public)",

@@ -25,7 +25,15 @@ from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
 from .._linear import LinearParty, load_parties, read_query, save_parties
-from .._predict import add_predict_options, report, write_predictions
+from .._predict import (
+    add_party_predict_options,
+    add_predict_options,
+    own_model,
+    own_rows,
+    predictions_outcome,
+    report,
+    write_predictions,
+)
 from .._train import (
     add_pair_train_arguments,
     add_party_data_arguments,
@@ -46,7 +54,8 @@ from .messages import ACTIVE, COORD, PASSIVE
 from .predict import party_models, predict_local, run_predict_active, run_predict_passive
 from .roles import ActiveRole, CoordinatorRole, PassiveRole, run_local
 
-__all__ = ["add_party_arguments", "add_predict_arguments", "add_train_arguments", "party_task", "predict", "train"]
+__all__ = ["add_party_arguments", "add_party_predict_arguments", "add_predict_arguments", "add_train_arguments",
+           "party_predict_task", "party_task", "predict", "train"]
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -161,3 +170,29 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
             else:
                 run_predict_passive(ctx.only([active]), model, held[0], peer=active)
     return json_outcome(summary)
+
+
+def add_party_predict_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_predict_options(p, name="poisson", outputs="'prediction' (the expected count)",
+                              without_data="coordinator")
+
+
+def party_predict_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    """``vflcrypto party ... predict poisson``: one data party of the prediction on new rows (:mod:`.predict`: the
+    passive party's score per row to the active party, which writes the expected counts exp(u_A + u_B)); a
+    coordinator named in the configuration takes no part."""
+    active, passives = ctx.one(ACTIVE), ctx.names(PASSIVE)
+    if len(passives) != 1:
+        raise InputDataError("Poisson regression predicts with exactly one passive party")
+    if ctx.role == COORD:  # the coordinator of training holds no key at prediction: it only confirms the run
+        if args.data or args.model_file:
+            raise InputDataError("the coordinator holds no data and no model at prediction: leave out --data and "
+                                 "--model")
+        return json_outcome({"rows": 0, "takes_part": False})
+    model = own_model(args, ctx, lambda f: LinearParty.load(f, "poisson"), lambda m: (m.name, m.role))
+    table = own_rows(args, ctx, model.columns, refuse_missing=model.scaling.medians is None)
+    if ctx.role == ACTIVE:
+        mu = run_predict_active(ctx.only([passives[0]]), model, table, peer=passives[0])
+        return predictions_outcome(args, table, {"prediction": mu})
+    run_predict_passive(ctx.only([active]), model, table, peer=active)
+    return json_outcome({"rows": len(table)})

@@ -108,6 +108,6 @@ SPEC = ProtocolSpec(
     demo=audit.demo_step,
     demo_order=80,
     commands=(cli.command(), cli.predict_command()),
-    party_tasks=(cli.party_task(),),
+    party_tasks=(cli.party_task(), cli.predict_party_task()),
     flower=flower.flower_spec(),
 )

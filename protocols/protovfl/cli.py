@@ -32,11 +32,11 @@ import numpy as np
 from vflcrypto.data.files import save_model
 from vflcrypto.data.tables import PartyTable, read_party_csv, train_test_split
 from vflcrypto.data.validate import MAX_CLASSES, class_labels, refuse_label_column, refuse_missing_values, warn_few_rows
-from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.errors import InputDataError, ModelFileError, ProtocolError
 from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import Command, PartyOutcome, PartyTask, TaskContext, add_config_arguments, config_from_args, number
 
-from .. import _repvfl_predict
+from .. import _repvfl_party_predict, _repvfl_predict
 from .._repvfl import PARTY, SERVER, PartyData, ServerData, check_labels, require_torch
 from .._repvfl_cli import save_rep_model
 from .._repvfl_predict import psi_rows
@@ -48,7 +48,7 @@ from .math import ProtoConfig
 from .messages import TestEmbedding
 from .roles import PartyRole, ServerRole, run_local
 
-__all__ = ["command", "party_task", "predict_command"]
+__all__ = ["command", "party_task", "predict_command", "predict_party_task"]
 
 
 def _add(p: argparse.ArgumentParser) -> None:
@@ -146,11 +146,51 @@ def _proto_rows(server: PartyTable, tables: Sequence[PartyTable], aligned: bool
     return ids, X, run.transcript.total_bytes
 
 
+#: the prediction of ``vflcrypto predict protovfl`` and ``vflcrypto party ... predict protovfl``
+_PREDICT = _repvfl_predict.Predictor("protovfl", TestEmbedding, head_prefix="fusion_", combine=_fuse,
+                                     align=_proto_rows)
+
+
 def predict_command() -> Command:
     """``vflcrypto predict protovfl``: every party's embeddings of the query rows (``protovfl.test_embedding``)
     to the server, which fuses them."""
-    return _repvfl_predict.command(_repvfl_predict.Predictor("protovfl", TestEmbedding, head_prefix="fusion_",
-                                                             combine=_fuse, align=_proto_rows))
+    return _repvfl_predict.command(_PREDICT)
+
+
+def _fusion_dim(fusion: Sequence[np.ndarray], n_parties: int) -> int:
+    """The embedding width the server's fusion model takes from each of ``n_parties`` parties (its adapters')."""
+    state = pm.FusionState.from_flat(fusion, n_parties)  # the wrong number of parties' adapters: refused here
+    dims = {int(np.shape(w)[-1]) for w, _ in state.adapters}
+    if len(dims) != 1:
+        raise ModelFileError(f"the saved fusion model's adapters take embeddings of different widths {sorted(dims)}")
+    return dims.pop()
+
+
+def _net_proto_rows(args: argparse.Namespace, ctx: TaskContext, table: PartyTable) -> PartyTable:
+    """Training's all-party-only alignment over the links: the server aggregates, no party learns a pairwise
+    overlap; the server keeps its IDs in A, each party the same rows of its own, in the same order."""
+    table.check_unique_ids()
+    if args.aligned:
+        return table
+    server, parties = ctx.one(SERVER), ctx.names(PARTY)
+    if len(parties) < 2:
+        raise InputDataError("prototype VFL needs at least two 'party' parties")
+    if ctx.role == SERVER:
+        aln = drive(PsiServerRole(table.ids, parties=parties, name=ctx.me), ctx.only(parties))
+        ids = [i for i, keep in zip(aln.ids, aln.labelled, strict=True) if keep]
+        if not ids:
+            raise InputDataError(f"{ctx.me}: no ID of the server's file is on every party")
+        where = {x: r for r, x in enumerate(table.ids)}
+        return table.take(np.asarray([where[i] for i in ids], np.int64))
+    got = drive(PsiPartyRole(table.ids, index=parties.index(ctx.me), name=ctx.me, server=server), ctx.only([server]))
+    return table.take(np.asarray(got.rows, np.int64))
+
+
+def predict_party_task() -> PartyTask:
+    """``vflcrypto party ... predict protovfl``."""
+    return _repvfl_party_predict.task(
+        _repvfl_party_predict.PartyPredictor(_PREDICT, head_dim=_fusion_dim, rows=_net_proto_rows),
+        "apply a saved prototype-VFL model to new rows (the server learns the predictions)")
 
 
 # --------------------------------------------------------------------------- network party
@@ -219,7 +259,8 @@ def _run_party(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     presult = drive(prole, ctx.only([server]))
 
     def write_party(out: Path, meta: dict[str, Any]) -> None:
-        save_model(out, meta, {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
+        save_model(out, {**meta, "protocol": "protovfl", "columns": list(table.columns)},
+                   {f"extractor_{i}": a for i, a in enumerate(presult.extractor)})
 
     return PartyOutcome({"rows": {"aligned": len(got.aligned), "training": len(tr), "test": len(te),
                                   "unaligned": len(others)}}, write_party)

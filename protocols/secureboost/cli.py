@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import verify_model_dir, write_model_dir
+from vflcrypto.data.files import load_model, verify_model_dir, write_model_dir
 from vflcrypto.data.tables import PartyTable, read_party_csv
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.schemes import describe
@@ -56,12 +56,22 @@ from vflcrypto.runtime.channel import Transcript
 from vflcrypto.runtime.transcript import uncaptured
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
-from .._predict import add_predict_options, check_parties, report, write_predictions
+from .._predict import (
+    add_party_predict_options,
+    add_predict_options,
+    check_parties,
+    own_model,
+    own_rows,
+    predictions_outcome,
+    report,
+    write_predictions,
+)
 from .._train import (
     TrainOptions,
     add_party_data_arguments,
     add_train_options,
     align_tables,
+    json_outcome,
     read_own,
     read_tables,
     split_rows,
@@ -75,8 +85,8 @@ from .model import ActiveModel, PassiveModel
 from .predict import predict_active, predict_local, predict_passive
 from .tree import BoostParams
 
-__all__ = ["add_party_arguments", "add_predict_arguments", "add_train_arguments", "config", "party_task", "predict",
-           "train"]
+__all__ = ["add_party_arguments", "add_party_predict_arguments", "add_predict_arguments", "add_train_arguments",
+           "config", "party_predict_task", "party_task", "predict", "train"]
 
 
 def config(args: argparse.Namespace) -> tuple[BoostParams, TrainOptions]:
@@ -353,3 +363,33 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     return PartyOutcome({"model_id": pres.model.model_id, "records": len(pres.model.record_ids),
                          "importance": pres.model.importance(),
                          **({"privacy": pres.model.privacy} if pres.model.privacy else {})}, write_passive)
+
+
+def add_party_predict_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_predict_options(p, name="secureboost", outputs="'prediction' (and 'probability' of a binary model)")
+
+
+def _load_party_model(path: str) -> ActiveModel | PassiveModel:
+    """An active or a passive party's SecureBoost file, by the format it declares (checked against its manifest)."""
+    meta, _ = load_model(path, protocol="secureboost")
+    if str(meta.get("format", "")).startswith("vflcrypto.secureboost.active/"):
+        return ActiveModel.load(path)
+    return PassiveModel.load(path)
+
+
+def party_predict_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    """``vflcrypto party ... predict secureboost``: one party of the joint prediction on new rows (:mod:`.predict`:
+    the active party walks the trees, each passive party answers only left/right at its own nodes)."""
+    active, passives = ctx.one(ACTIVE), ctx.names(PASSIVE)
+    model = own_model(args, ctx, _load_party_model,
+                      lambda m: (None, ACTIVE) if isinstance(m, ActiveModel) else (m.party, PASSIVE))
+    table = own_rows(args, ctx, model.columns)
+    if isinstance(model, ActiveModel):
+        names = list(model.passive_parties)
+        if sorted(names) != sorted(passives):
+            raise InputDataError(f"{args.model_file} was trained with the passive parties {names}; the "
+                                 f"configuration names {passives}")
+        out = predict_active(ctx.only(names), model, table.X)
+        return predictions_outcome(args, table, prediction_columns(model.objective, out))
+    answered = predict_passive(ctx.only([active]), model, table.X)
+    return json_outcome({"rows": len(table), "answered": answered})

@@ -53,7 +53,7 @@ from typing import Any
 
 from vflcrypto.spec import ProtocolSpec
 
-from .. import _repvfl_cli, _repvfl_predict
+from .. import _repvfl_cli, _repvfl_party_predict, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
 from . import audit, frontier, messages
 from .defence import DEFENCES, LabelDefence, SplitDefence
@@ -79,6 +79,9 @@ def _flower_config(run_config: Mapping[str, Any]) -> SplitConfig:
     return SplitConfig(epochs=int(run_config.get("epochs", 5)), seed=int(run_config.get("seed", 0)))
 
 
+#: the prediction of ``vflcrypto predict split`` and ``vflcrypto party ... predict split``
+_PREDICT = _repvfl_predict.Predictor("split", messages.TestRepresentation)
+
 SPEC = ProtocolSpec(
     name="split",
     title="Split learning (vanilla VFL)",
@@ -90,9 +93,12 @@ SPEC = ProtocolSpec(
     demo_order=55,
     commands=(_repvfl_cli.command("split", "split learning, the many-round baseline (PyTorch extractors)",
                                   SplitConfig, run_local),
-              _repvfl_predict.command(_repvfl_predict.Predictor("split", messages.TestRepresentation))),
+              _repvfl_predict.command(_PREDICT)),
     party_tasks=(_repvfl_cli.task("split", "split learning (server with labels, parties with columns)",
-                                  SplitConfig, ServerRole, PartyRole),),
+                                  SplitConfig, ServerRole, PartyRole),
+                 _repvfl_party_predict.task(
+                     _repvfl_party_predict.PartyPredictor(_PREDICT),
+                     "apply a saved split-learning model to new rows (the server learns the predictions)")),
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "split"),
     view_attacks=audit.view_attacks,
     checks=audit.CHECKS,

@@ -174,7 +174,9 @@ SPEC = ProtocolSpec(
                                 "party)", cli.add_predict_arguments, cli.predict, group="predict",
                       description=cli.predict.__doc__)),
     party_tasks=(PartyTask("sshelr", "two-party logistic regression without a coordinator (SSHE-LR)",
-                           cli.add_party_arguments, cli.party_task),),
+                           cli.add_party_arguments, cli.party_task),
+                 PartyTask("sshelr", "apply saved SSHE-LR models to new rows (the passive party's score per row)",
+                           cli.add_party_predict_arguments, cli.party_predict_task, group="predict")),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
     oracle=OU_REFUSAL,
 )

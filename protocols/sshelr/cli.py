@@ -31,7 +31,15 @@ from vflcrypto.runtime.steps import drive
 from vflcrypto.spec import PartyOutcome, TaskContext, add_config_arguments
 
 from .._linear import LinearParty, load_parties, read_query, save_parties
-from .._predict import add_predict_options, report, write_predictions
+from .._predict import (
+    add_party_predict_options,
+    add_predict_options,
+    own_model,
+    own_rows,
+    predictions_outcome,
+    report,
+    write_predictions,
+)
 from .._train import (
     add_pair_train_arguments,
     add_party_data_arguments,
@@ -52,7 +60,8 @@ from .messages import ACTIVE, PASSIVE
 from .predict import party_models, predict_local, run_predict_active, run_predict_passive, scores
 from .roles import ActiveRole, PassiveRole, run_local
 
-__all__ = ["add_party_arguments", "add_predict_arguments", "add_train_arguments", "party_task", "predict", "train"]
+__all__ = ["add_party_arguments", "add_party_predict_arguments", "add_predict_arguments", "add_train_arguments",
+           "party_predict_task", "party_task", "predict", "train"]
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -180,3 +189,23 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         else:
             run_predict_passive(ctx.only([peer]), model, held[0], peer=peer)
     return json_outcome(summary)
+
+
+def add_party_predict_arguments(p: argparse.ArgumentParser) -> None:
+    add_party_predict_options(p, name="sshelr", outputs="'prediction' and 'probability'")
+
+
+def party_predict_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
+    """``vflcrypto party ... predict sshelr``: one party of the prediction on new rows (:mod:`.predict`: the
+    passive party's score per row to the active party, which writes the class where the logit z > 0 and σ(z))."""
+    active, passives = ctx.one(ACTIVE), ctx.names(PASSIVE)
+    if len(passives) != 1 or len(ctx.roles) != 2:
+        raise InputDataError("SSHE logistic regression predicts with one active and one passive party")
+    model = own_model(args, ctx, lambda f: LinearParty.load(f, "sshelr"), lambda m: (m.name, m.role))
+    table = own_rows(args, ctx, model.columns, refuse_missing=model.scaling.medians is None)
+    if ctx.role == ACTIVE:
+        z = run_predict_active(ctx.only([passives[0]]), model, table, peer=passives[0])
+        return predictions_outcome(args, table, {"prediction": (z > 0).astype(np.int64),
+                                                 "probability": 0.5 * (1.0 + np.tanh(z / 2))})
+    run_predict_passive(ctx.only([active]), model, table, peer=active)
+    return json_outcome({"rows": len(table)})

@@ -10,8 +10,8 @@
 Tasks: ``align`` (ECDH or, with pinned identity keys, keyed-hash PSI; two parties or the
 all-party intersection of 3+), ``train logreg`` (plain or ``--secure``), ``train linreg``
 (active, passive parties and a coordinator), ``train secureboost`` and the other protocols'
-``train NAME``, and ``predict linreg`` (each party applies its own saved model to new rows;
-the active party writes the predictions). Training tasks read
+``train NAME``, and ``predict linreg|logreg|poisson|sshelr|secureboost|split|oneshot|fewshot|protovfl``
+(each party applies its own saved model to new rows; the label holder writes the predictions). Training tasks read
 only this party's CSV and align rows by PSI first (active and passive parties; the
 coordinator holds no data) unless ``--aligned``; their flags mirror the in-process
 ``vflcrypto train ...`` commands. The label holder also writes ``<out>.metrics.json``.
@@ -140,6 +140,7 @@ def run_party(args: argparse.Namespace) -> int:
                       Path(args.identity_key) if args.identity_key else None)
     if _needs_identity(args, task, ctx):
         ctx.identity()  # a missing or wrong identity key fails here, before any peer waits on us
+    registered.check(args, ctx)  # this party's own inputs (e.g. its model file), before any peer waits on us
     party = connect_party(config, identity, task, transcript=transcript,
                           allow_insecure=bool(getattr(args, "allow_insecure", False)), settings=shared_settings(args))
     ctx.channels = party.channels
@@ -198,7 +199,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     groups = {}
     for group, help in (("train", "train a vertical model"),
-                        ("predict", "apply this party's saved model to new rows (linreg)")):
+                        ("predict", "apply this party's saved model to new rows")):
         g = tasks.add_parser(group, help=help)
         groups[group] = g.add_subparsers(dest="model", required=True, metavar="MODEL")
     for task, protocol in _task_specs().values():
