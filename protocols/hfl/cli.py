@@ -90,10 +90,12 @@ def _train(args: argparse.Namespace) -> int:
     if args.dataset == "digits":
         clients, C = digits_clients(args.clients, seed=cfg.seed, skew=args.skew,
                                     test_fraction=args.test_fraction), 10
+        columns: tuple[str, ...] = tuple(f"px{i}" for i in range(64))  # the bundled examples/hfl files' names
     else:
         if len(args.client) < 2 or not args.label:
             raise InputDataError("give two or more --client files and --label, or --dataset digits")
         loaded = [read_client(p, args.label) for p in args.client]
+        columns = tuple(loaded[0][2])
         for path, (_, _, cols) in zip(args.client[1:], loaded[1:], strict=True):
             if cols != loaded[0][2]:
                 raise InputDataError(f"{path} has the columns {list(cols)}, {args.client[0]} has "
@@ -123,7 +125,7 @@ def _train(args: argparse.Namespace) -> int:
     if run.result.privacy:
         summary["privacy"] = run.result.privacy  # the server's accounting with each round's survivors
     if args.model_dir:
-        meta = {"protocol": "hfl", "role": "server", "algorithm": cfg.algorithm, "classes": C,
+        meta = {"protocol": "hfl", "role": "server", "algorithm": cfg.algorithm, "classes": C, "columns": list(columns),
                 **({"privacy": run.result.privacy} if run.result.privacy else {})}
         write_model_dir(args.model_dir, "hfl", {"server.npz": partial(save_model, meta=meta,
                                                                       arrays={"w": np.asarray(run.result.w)})},
@@ -149,4 +151,55 @@ def commands() -> tuple[Command, ...]:
     def adder(algorithm: str) -> Callable[[argparse.ArgumentParser], None]:
         return lambda p: _add(p, algorithm)
 
-    return tuple(Command(a, h, adder(a), _train, description=__doc__) for a, h in helps.items())
+    train = tuple(Command(a, h, adder(a), _train, description=__doc__) for a, h in helps.items())
+    return (*train, Command("hfl", "apply a saved HFL global model (train fedavg|fedprox|scaffold --model-dir) to a "
+                                   "client's rows, locally", _add_predict, _predict, group="predict",
+                            description=_predict.__doc__))
+
+
+def _add_predict(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-dir", required=True, help="the model directory `vflcrypto train fedavg ... --model-dir` "
+                                                      "wrote")
+    p.add_argument("--data", required=True, help="the client's CSV: the model's columns (others, e.g. the label, "
+                                                 "are ignored)")
+    p.add_argument("--id-column", help="an ID column of --data to write beside each prediction (default: 'row', the "
+                                       "row's number from 1)")
+    p.add_argument("--out", required=True, help="the predictions: a CSV of the ID (or row) column, 'prediction' (the "
+                                                "class) and 'probability' (its softmax probability)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
+
+
+def _predict(args: argparse.Namespace) -> int:
+    """``vflcrypto predict hfl``: the global model of a horizontal run applied by one client to its own rows.
+
+    Horizontal FL ends with every client holding the same global model (softmax regression), so prediction
+    is local: no message leaves the client. The model directory's manifest and digest are checked first; the
+    client's file is read with the model's columns (a missing one is named), every value must be given.
+    """
+    from vflcrypto.data.files import load_model, verify_model_dir
+    from vflcrypto.errors import ModelFileError
+
+    from .._predict import write_predictions
+
+    verify_model_dir(args.model_dir, "hfl")
+    path = f"{args.model_dir}/server.npz"
+    meta, arrays = load_model(path, protocol="hfl")
+    columns, w, classes = meta.get("columns"), arrays.get("w"), meta.get("classes")
+    if not columns or w is None or not isinstance(classes, int) or w.size != (len(columns) + 1) * classes:
+        raise ModelFileError(f"{path} holds no usable HFL model (its columns, classes and weights do not fit; "
+                             "a model saved before predict existed has no columns: train it again)")
+    w = w.reshape(len(columns) + 1, classes)  # the weights, then the bias row (as training flattens them)
+    table = read_party_csv(args.data, args.id_column, features=list(columns), allow_nan=False)
+    z = table.X @ w[:-1] + w[-1]
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    pred = p.argmax(axis=1)
+    ids = list(table.ids) if args.id_column else [str(i + 1) for i in range(len(pred))]
+    write_predictions(args.out, args.id_column or "row", ids,
+                      {"prediction": pred.astype(np.int64), "probability": p[np.arange(len(pred)), pred]})
+    summary = {"protocol": "hfl", "rows": len(pred), "out": str(args.out), "bytes_sent": 0}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"hfl: predicted {len(pred)} rows locally (no message sent); wrote {args.out}")
+    return 0

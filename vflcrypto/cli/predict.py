@@ -22,7 +22,7 @@ def _outputs_first(run: Callable[[argparse.Namespace], int]) -> Callable[[argpar
         from ..data.files import atomic_set, check_outputs
 
         inputs: list[str] = []
-        for a in ("active", "server", "coordinator", "passive", "party"):  # one file, or one per party
+        for a in ("active", "server", "coordinator", "passive", "party", "data"):  # one file, or one per party
             given = getattr(args, a, None) or []
             inputs += [given] if isinstance(given, str) else list(given)
         check_outputs({"predictions": args.out}, inputs)
