@@ -111,10 +111,13 @@ class Frontier:
     points: tuple[FrontierPoint, ...]
     #: attack name -> what it is (in the order of the table's columns)
     attacks: Mapping[str, str]
+    #: what the budgets are (an ε, or an empirical defence's own strength, such as a penalty's weight)
+    budget_name: str = "budget"
 
     def to_dict(self) -> dict[str, Any]:
         return {"protocol": self.protocol, "defence": self.defence, "guarantee": self.guarantee,
-                "attacks": dict(self.attacks), "points": [p.to_dict() for p in self.points]}
+                "budget_name": self.budget_name, "attacks": dict(self.attacks),
+                "points": [p.to_dict() for p in self.points]}
 
     def to_text(self) -> str:
         def num(x: float | None, fmt: str = ".3f") -> str:
@@ -122,7 +125,7 @@ class Frontier:
 
         names = list(self.attacks)
         extra = sorted({k for p in self.points for k in p.utility})
-        head = ["budget", "epsilon", "delta", "test acc", *(k.replace("_", " ") for k in extra), *names]
+        head = [self.budget_name, "epsilon", "delta", "test acc", *(k.replace("_", " ") for k in extra), *names]
         rows = [head]
         for p in self.points:
             rows.append(["none" if p.budget is None else f"{p.budget:g}", num(p.epsilon), num(p.delta, ".0e"),
