@@ -418,9 +418,28 @@ def _secagg_except(*broken: str) -> tuple[str, ...]:
     return tuple(c.name for c in CHECKS if not c.name.startswith(broken))
 
 
+def _in_server(weak: Callable[..., Any], strong: Callable[..., Any]) -> Callable[..., Any]:
+    """Call ``weak`` in the representation-VFL server's thread (``run_parties`` names it ``party-server``), ``strong``
+    elsewhere."""
+
+    def seam(*args: Any, **kwargs: Any) -> Any:
+        return (weak if threading.current_thread().name == "party-server" else strong)(*args, **kwargs)
+
+    return seam
+
+
 def drop_gradient_noise(mp: pytest.MonkeyPatch) -> None:
-    """The label holder adds no Gaussian noise to the clipped gradients it sends (it still clips them)."""
-    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+    """The label holder adds no Gaussian noise to the clipped gradients it sends (it still clips them); the feature
+    parties' embedding noise stays."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", _in_server(lambda shape, std: np.zeros(shape),
+                                                           dp_mechanisms.gaussian_noise))
+
+
+def drop_embedding_noise(mp: pytest.MonkeyPatch) -> None:
+    """The feature parties add no Gaussian noise to the clipped representations they send (they still clip them
+    and the setup still announces the noise); the label holder's gradient noise stays."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", _only_in("party-", lambda shape, std: np.zeros(shape),
+                                                         dp_mechanisms.gaussian_noise))
 
 
 def drop_client_noise(mp: pytest.MonkeyPatch) -> None:
@@ -439,6 +458,10 @@ MUTATIONS = (
              checks=(split_audit.NOISE_CHECK,)),
     Mutation("split: randomized response skipped", "split", (("split.dp_gradient", P.DP),), skip_randomized_response,
              checks=(split_audit.RR_CHECK,)),
+    # the feature parties' embedding noise (split's audit: its own defended run)
+    Mutation("split: embedding noise dropped", "split",
+             tuple((k, P.DP) for k in split_audit.EMBED_KINDS), drop_embedding_noise,
+             checks=(split_audit.EMBED_CHECK,)),
     # one-shot and few-shot VFL's label defences (the audits' defended runs alone)
     *(m for proto, audit in (("oneshot", oneshot_audit), ("fewshot", fewshot_audit)) for m in (
         Mutation(f"{proto}: D1 noise dropped", proto, ((f"{proto}.dp_gradient", P.DP),), drop_gradient_noise,
@@ -676,8 +699,9 @@ MODULES = sorted({m.module for m in MUTATIONS})
 #: check of another party's (or another kind's) protection that flags too would not be proven blind-free
 #: by it (a seam that breaks two things at once proves only that *some* check of them works)
 UNAFFECTED: dict[str, tuple[str, ...]] = {
-    "split: gradient noise dropped": (split_audit.RR_CHECK,),
-    "split: randomized response skipped": (split_audit.NOISE_CHECK,),
+    "split: gradient noise dropped": (split_audit.RR_CHECK, split_audit.EMBED_CHECK),
+    "split: randomized response skipped": (split_audit.NOISE_CHECK, split_audit.EMBED_CHECK),
+    "split: embedding noise dropped": (split_audit.NOISE_CHECK, split_audit.RR_CHECK),
     "oneshot: D1 noise dropped": (oneshot_audit.RR_CHECK,),
     "oneshot: randomized response skipped": (oneshot_audit.NOISE_CHECK,),
     "fewshot: D1 noise dropped": (fewshot_audit.RR_CHECK,),

@@ -89,6 +89,8 @@ class OneShotConfig(DefendedConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.embedding(2).on:
+            raise InputDataError("one-shot and few-shot VFL do not run the embedding defences yet")
         if self.ssl_epochs < 0 or self.head_epochs < 0 or not 0 < self.threshold <= 1:
             raise InputDataError("need non-negative epochs and 0 < threshold <= 1")
         if self.variant not in VARIANTS:

@@ -40,6 +40,14 @@ the protocol (a party cannot verify the clipping under the noise; the audit chec
 noise's scale), and the floating-point caveat of :mod:`vflcrypto.privacy.mechanisms`.
 Cost: the extractors learn from rows whose noise is σ times the clip norm, the head from a
 noised sum (the frontier, ``vflcrypto audit split --defence grad-gauss``, measures it).
+
+**The feature parties' embedding defences** (:mod:`vflcrypto.protocols._repvfl_embed`:
+``--embed-noise σ``/``--embed-epsilon ε`` with ``--embed-clip C``, and ``--dcor-weight λ``) protect
+the other way: each party's raw columns against the server. Under embedding noise each party clips
+and noises every representation row it sends (``split.dp_representation``,
+``split.dp_test_representation``); an overlap row is released once per epoch (the batches of an
+epoch partition the rows), a test row once, so :data:`EMBED_STATEMENT` composes ``epochs`` Gaussian
+releases per row at sampling rate 1 (the server knows each batch's rows).
 """
 
 from __future__ import annotations
@@ -51,18 +59,31 @@ import numpy as np
 from vflcrypto.privacy import Guarantee
 from vflcrypto.privacy import mechanisms as dpm
 
-from .._repvfl_defence import DEFENCES, LabelDefence, Statement, noise_for_budget
+from .._repvfl_defence import DEFENCES as LABEL_DEFENCES
+from .._repvfl_defence import LabelDefence, Statement, noise_for_budget
+from .._repvfl_embed import DCOR_COVERS, EMBED_DEFENCES, EmbedStatement
 
-__all__ = ["COVERS", "DEFENCES", "STATEMENT", "LabelDefence", "grad_guarantee", "noise_for_budget", "noised_step",
-           "rr_guarantee"]
+__all__ = ["COVERS", "DEFENCES", "EMBED_STATEMENT", "STATEMENT", "LabelDefence", "grad_guarantee",
+           "noise_for_budget", "noised_step", "rr_guarantee"]
+
+#: the label defences, then the feature parties' embedding defences (names for ``vflcrypto audit split --defence``)
+DEFENCES = LABEL_DEFENCES + EMBED_DEFENCES
 
 COVERS_RR = ("each overlap row's label (label-DP, replace-one), in everything the server sends or trains: the "
               "randomized labels are drawn once and everything else is post-processing")
 COVERS_GAUSS = ("each overlap row's label (label-DP, replace-one: sensitivity 2C), in the transcript of every "
                  "party, even all parties together, and in the head; the rows of each step are known to the parties, "
                  "so no amplification by subsampling is claimed")
+COVERS_EMBED = ("each row's raw columns at its party (feature-DP, replace-one: sensitivity 2C) in the representations "
+                "of it that party sends: each overlap row once per epoch, each test row once (the server knows each "
+                "batch's rows, so no amplification by subsampling is claimed), for the extractors the run used taken "
+                "as given; what the extractors, trained on the raw columns without noise, carry about a row into "
+                "other rows' representations and into the saved model is not covered")
 #: defence -> what its guarantee protects
-COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS}
+COVERS = {"label-rr": COVERS_RR, "grad-gauss": COVERS_GAUSS, "embed-gauss": COVERS_EMBED, "dcor": DCOR_COVERS}
+#: split learning's statement of its embedding noise: each overlap row is released once per epoch
+EMBED_STATEMENT = EmbedStatement(COVERS_EMBED, "each representation row clipped to L2 norm C by its party and "
+                                               "Gaussian noise of std sigma*C added (os.urandom)", "epochs")
 #: split learning's statement of its defences (the shared :class:`~vflcrypto.protocols._repvfl_defence.LabelDefence`
 #: reports its guarantees with it); each row's label enters one noised step per epoch
 STATEMENT = Statement(COVERS, "per-example joint clipping to C and Gaussian noise of std sigma*C (DP-SGD on the "

@@ -1,0 +1,88 @@
+"""The audit of the feature parties' embedding defences (:mod:`._repvfl_embed`): their check and frontier columns.
+
+* :func:`embed_check` / :func:`embed_noise_findings`: the server, which receives the noised
+  representations (a protocol's ``dp_`` representation kinds), tests that each party's rows carry
+  at least the Gaussian noise the setup announced (σ·C per coordinate: a chi-square lower-tail
+  test, :func:`vflcrypto.audit.defences.noise_floor_finding`), the mirror of the parties' check
+  of the label holder's gradient noise; proven by a mutation that drops the parties' noise;
+* :data:`EMBED_FRONTIER_ATTACKS`, :data:`EMBED_PATTERNS`: the frontier's columns (the server's
+  trained decoder of each party's raw columns, He et al. 2019), :data:`BUDGET_NAMES` (what a
+  budget is: ε for embed-gauss, the penalty's weight λ for dcor, which has no ε) and
+  :func:`embed_config`: a budget as configuration fields.
+
+The check is of the mechanism; what the defences do to the decoder, and what they cost, is the
+frontier (``vflcrypto audit split --defence embed-gauss|dcor``), never a bound a check holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vflcrypto.audit.attacks import not_measured
+from vflcrypto.audit.checks import Check
+from vflcrypto.audit.defences import noise_floor_finding
+from vflcrypto.audit.ledger import EmpiricalFinding
+from vflcrypto.errors import InputDataError
+from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.declarations import Protection
+
+from ._repvfl import SERVER
+from ._repvfl_embed import EMBED_DEFENCES
+
+__all__ = ["BUDGET_NAMES", "EMBED_FRONTIER_ATTACKS", "EMBED_PATTERNS", "embed_check", "embed_check_name",
+           "embed_config", "embed_noise_findings"]
+
+#: the frontiers' columns: attack -> what it is
+EMBED_FRONTIER_ATTACKS = {
+    "inversion_r2": "the server's trained decoder (He et al., ACSAC 2019) from the representations it received of a "
+                    "party's rows (split: the last epoch's; one-/few-shot: U1, U2 and H_u, the best of them) to the "
+                    "party's raw columns, knowing half of the rows' raw values; held-out R^2 (baseline: rows "
+                    "shuffled)",
+    "inversion_mean_r2": "split learning: the same decoder on each row's representations averaged over its releases "
+                         "(one per epoch): the server's use of the repeated noised releases the accountant composes",
+}
+#: column -> the pattern of its findings' names
+EMBED_PATTERNS = {"inversion_r2": "raw columns by a trained decoder", "inversion_mean_r2": "mean of its releases"}
+#: defence -> what its budgets are
+BUDGET_NAMES = {"embed-gauss": "epsilon (embed)", "dcor": "dCor weight"}
+
+
+def embed_check_name(protocol: str) -> str:
+    return f"{protocol} representations: Gaussian noise at the announced scale"
+
+
+def embed_check(protocol: str, kinds: Sequence[str]) -> Check:
+    """The server's noise check of every noised representation kind of ``protocol``."""
+    return Check(embed_check_name(protocol), tuple(kinds), Protection.DP,
+                 "the parties' embedding noise dropped or scaled down (less than half the announced variance in "
+                 "the rows)", 0.5)
+
+
+def embed_noise_findings(tap: AuditTap, names: Sequence[str], protocol: str,
+                         kinds: Sequence[str]) -> list[EmpiricalFinding]:
+    """The server tests, per party, that the noised representations it received from that party (every message of
+    ``kinds``, rows as sent) carry at least the noise the setup announced (σ·C per coordinate)."""
+    out = []
+    for p in names:
+        setup = tap.received(p, f"{protocol}.setup")
+        rows = [np.asarray(m.H) for k in kinds for m in tap.received(SERVER, k, sender=p)]
+        if not setup or setup[0].embed_noise_multiplier is None or not rows:
+            out.append(not_measured(SERVER, embed_check_name(protocol), tuple(kinds), Protection.DP,
+                                    f"the server received no noised representations from {p} under announced "
+                                    "embedding noise"))
+            continue
+        s = setup[0]
+        std = s.embed_noise_multiplier * s.embed_clip
+        out.append(noise_floor_finding(SERVER, embed_check_name(protocol), rows, std, attacks=tuple(kinds)))
+    return out
+
+
+def embed_config(defence: str, budget: float) -> dict[str, Any]:
+    """The configuration fields of one budget: embed-gauss at ε = ``budget`` (δ = 1/n²), dcor at weight
+    λ = ``budget``."""
+    if defence not in EMBED_DEFENCES:
+        raise InputDataError(f"the embedding defences are {', '.join(EMBED_DEFENCES)}, not {defence!r}")
+    return {"embed_epsilon": budget} if defence == "embed-gauss" else {"dcor_weight": budget}
