@@ -29,8 +29,9 @@ What the Gaussian guarantee covers, stated exactly: for the sequence of extracto
 used, taken as given, the representations of a row that the party sends are (ε, δ)-DP in
 that row's raw columns. The extractors themselves are trained on the raw columns without
 noise, so what their parameters carry about a row into *other* rows' representations, into
-later releases and into the saved model is not covered (only a public extractor, such as
-one-shot VFL's U1 at its public initialisation, makes the release unconditional); nor are
+later releases and into the saved model is not covered (only an extractor that depends on no
+row would make the release unconditional: none here, even an untrained default extractor
+standardises by its party's column means and deviations); nor are
 the representations ``vflcrypto predict`` sends for new rows (in the clear), a party that
 deviates (the server tests the noise's scale, not the clipping), or floating-point sampling.
 """

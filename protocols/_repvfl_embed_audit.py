@@ -5,10 +5,12 @@
   at least the Gaussian noise the setup announced (σ·C per coordinate: a chi-square lower-tail
   test, :func:`vflcrypto.audit.defences.noise_floor_finding`), the mirror of the parties' check
   of the label holder's gradient noise; proven by a mutation that drops the parties' noise;
+* :func:`embed_defended_run`: one-/few-shot VFL's embedding-defended run (its check and metrics);
 * :data:`EMBED_FRONTIER_ATTACKS`, :data:`EMBED_PATTERNS`: the frontier's columns (the server's
   trained decoder of each party's raw columns, He et al. 2019), :data:`BUDGET_NAMES` (what a
-  budget is: ε for embed-gauss, the penalty's weight λ for dcor, which has no ε) and
-  :func:`embed_config`: a budget as configuration fields.
+  budget is: ε for embed-gauss, the penalty's weight λ for dcor, which has no ε),
+  :func:`embed_config` (a budget as configuration fields) and :func:`received_frontier` (one-/few-shot
+  VFL's frontier on the digits; split's runs per epoch: :func:`vflcrypto.protocols.split.audit.frontier`).
 
 The check is of the mechanism; what the defences do to the decoder, and what they cost, is the
 frontier (``vflcrypto audit split --defence embed-gauss|dcor``), never a bound a check holds.
@@ -16,24 +18,31 @@ frontier (``vflcrypto audit split --defence embed-gauss|dcor``), never a bound a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from vflcrypto.audit.attacks import not_measured
 from vflcrypto.audit.checks import Check
-from vflcrypto.audit.defences import noise_floor_finding
+from vflcrypto.audit.defences import Frontier, FrontierRun, frontier_point, noise_floor_finding
 from vflcrypto.audit.ledger import EmpiricalFinding
 from vflcrypto.errors import InputDataError
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 
-from ._repvfl import SERVER
+from ._repvfl import SERVER, PartyData, RepRun, ServerData, digits_example, party_names, require_torch
+from ._repvfl_audit import inversion_findings
 from ._repvfl_embed import EMBED_DEFENCES
 
-__all__ = ["BUDGET_NAMES", "EMBED_FRONTIER_ATTACKS", "EMBED_PATTERNS", "embed_check", "embed_check_name",
-           "embed_config", "embed_noise_findings"]
+__all__ = ["BUDGET_NAMES", "DEFENDED_EMBED", "EMBED_FRONTIER_ATTACKS", "EMBED_PATTERNS", "embed_check",
+           "embed_check_name", "embed_config", "embed_defended_run", "embed_noise_findings", "received_frontier",
+           "received_inversions"]
+
+#: the embedding-defended run of one-/few-shot VFL's audit: every party's representations clipped to 1 and noised for
+#: ε = 1 over an overlap row's releases (δ = 1/n²), no local or head training (its check reads what the server
+#: received; what the defence costs is the frontier)
+DEFENDED_EMBED: dict[str, Any] = {"embed_epsilon": 1.0, "ssl_epochs": 0, "head_epochs": 0}
 
 #: the frontiers' columns: attack -> what it is
 EMBED_FRONTIER_ATTACKS = {
@@ -78,6 +87,63 @@ def embed_noise_findings(tap: AuditTap, names: Sequence[str], protocol: str,
         std = s.embed_noise_multiplier * s.embed_clip
         out.append(noise_floor_finding(SERVER, embed_check_name(protocol), rows, std, attacks=tuple(kinds)))
     return out
+
+
+def embed_defended_run(protocol: str, run_local: Callable[..., RepRun], config: Any, server: ServerData,
+                       parties: Sequence[PartyData], kinds: Sequence[str]
+                       ) -> tuple[RepRun, list[EmpiricalFinding], dict[str, float]]:
+    """One-/few-shot VFL's embedding-defended run (``config``: :data:`DEFENDED_EMBED` and the protocol's own): the
+    server's noise check of every party, and each party's (ε, δ) as it accounted its own rows' releases."""
+    tap = AuditTap()
+    run = run_local(server, parties, config=config, tap=tap)
+    names = party_names(len(parties))
+    metrics: dict[str, float] = {}
+    for p, res in zip(names, run.parties, strict=True):
+        g, key = res.privacy["embed-gauss"], p.replace("-", "_")
+        metrics[f"embed_defended_epsilon_{key}"], metrics[f"embed_defended_delta_{key}"] = g["epsilon"], g["delta"]
+    return run, embed_noise_findings(tap, names, protocol, kinds), metrics
+
+
+def received_inversions(tap: AuditTap, names: Sequence[str], protocol: str,
+                        kinds: Sequence[tuple[str, str]]) -> list[EmpiricalFinding]:
+    """The server's decoder from each representation kind it received (``kinds``: (the plain kind's suffix, the held
+    name of the raw rows), e.g. ``("representation_update", "features")``; its ``dp_`` kind where that was sent)."""
+    chosen = []
+    for suffix, held in kinds:
+        dp = f"{protocol}.dp_{suffix}"
+        chosen.append((dp if tap.received(SERVER, dp) else f"{protocol}.{suffix}", held))
+    return inversion_findings(tap, names, chosen)
+
+
+def received_frontier(protocol: str, run_local: Callable[..., RepRun], make_config: Callable[..., Any], defence: str,
+                      budgets: Sequence[float], repeats: int, kinds: Sequence[tuple[str, str]],
+                      covers: Mapping[str, str], setting: str) -> Frontier:
+    """One-/few-shot VFL's embedding frontier on the digits (100 overlap rows, the default training): the server's
+    decoder of each party's raw columns from every representation kind it received (the best of them, the worst
+    party) and the test accuracy, undefended and at each budget (embed-gauss: ε at δ = 1/n², rows clipped to the
+    default 1; dcor: the weight λ); each point the mean of ``repeats`` runs."""
+    require_torch()
+    if repeats < 1:
+        raise InputDataError(f"the frontier needs >= 1 run per budget, got {repeats}")
+    server, parties = digits_example(100, seed=0)
+    names = party_names(len(parties))
+
+    def runner(cfg: Any) -> Callable[[], FrontierRun]:
+        def once() -> FrontierRun:
+            tap = AuditTap()
+            run = run_local(server, parties, config=cfg, tap=tap)
+            return ({"test_accuracy": float(run.test_accuracy or 0.0)}, run.server.privacy,
+                    received_inversions(tap, names, protocol, kinds))
+
+        return once
+
+    columns = {"inversion_r2": EMBED_PATTERNS["inversion_r2"]}
+    points = [frontier_point(None, defence, repeats, runner(make_config()), columns)]
+    for b in budgets:
+        points.append(frontier_point(b, defence, repeats, runner(make_config(**embed_config(defence, b))), columns))
+    statement = f"{defence} protects {covers[defence]}; {setting}"
+    return Frontier(protocol, defence, statement, tuple(points),
+                    {"inversion_r2": EMBED_FRONTIER_ATTACKS["inversion_r2"]}, BUDGET_NAMES[defence])
 
 
 def embed_config(defence: str, budget: float) -> dict[str, Any]:

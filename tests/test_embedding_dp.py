@@ -206,3 +206,58 @@ def test_the_dcor_frontier_from_the_cli(capsys: pytest.CaptureFixture[str]) -> N
     assert strong["budget"] == 3.0 and strong["epsilon"] is None and strong["params"] == {"weight": 3.0}
     assert none["scores"]["inversion_r2"] > 0.4
     assert strong["scores"]["inversion_r2"] < min(0.3, none["scores"]["inversion_r2"] - 0.2)
+
+
+# --------------------------------------------------------------------------- one-shot and few-shot VFL
+
+
+def test_one_and_few_shot_parties_noise_every_representation_and_account_its_releases() -> None:
+    """One-shot VFL releases an overlap row twice (U1, U2), few-shot's client return three times (the refit):
+    the accounted ε is the library's over that many releases, and every representation travels as a dp_ kind."""
+    from vflcrypto.protocols import fewshot, oneshot
+
+    server, parties = digits_example(60, seed=0)
+    delta = 1 / 420**2
+    fast = {"ssl_epochs": 1, "head_epochs": 2, "embed_noise": 4.0}
+    for mod, cfg, releases in ((oneshot, oneshot.OneShotConfig(**fast), 2),
+                               (fewshot, fewshot.FewShotConfig(**fast, mode="client", label_dp=4.0), 3)):
+        run = mod.run_local(server, parties, config=cfg)
+        name = mod.__name__.rsplit(".", 1)[-1]
+        reps = {e.kind for e in run.transcript.sent() if e.sender_role == "party"}
+        assert reps and all(k.startswith(f"{name}.dp_") for k in reps), reps
+        if name == "fewshot":
+            assert {"fewshot.dp_refit", "fewshot.dp_unaligned_representation"} <= reps
+        gauss = run.server.privacy["embed-gauss"]
+        assert gauss["params"]["releases_per_row"] == releases
+        assert gauss["epsilon"] == pytest.approx(_library_epsilon(4.0, releases, delta), rel=1e-9)
+        for p in run.parties:
+            assert p.privacy["embed-gauss"] == gauss
+
+
+def test_local_training_adds_the_penalty_on_every_step() -> None:
+    """fixmatch_tab and train_supervised add the party's NoPeek term on each step's batch (rows and the extractor's
+    output on them); a large weight lowers the distance correlation of what the extractor outputs."""
+    from vflcrypto.ml import nn as vnn
+
+    rng = np.random.default_rng(0)  # example data, not secret
+    X, y = rng.normal(size=(96, 8)).astype(np.float32), rng.integers(0, 3, 96)
+    calls: list[tuple[int, int]] = []
+
+    def penalty(Xb: object, H: object) -> object:
+        calls.append((len(Xb), H.shape[1]))  # type: ignore[arg-type, attr-defined]
+        return 0.0 * H.sum()  # type: ignore[attr-defined]
+
+    f = vnn.mlp_extractor(X, 4, seed=1)
+    vnn.fixmatch_tab(f, vnn.head(4, 3, seed=2), X, y, X[:32], epochs=2, lr=1e-2, batch_size=32, penalty=penalty)
+    assert calls and all(c == (32, 4) for c in calls) and len(calls) == 2 * 3
+    calls.clear()
+    vnn.train_supervised([f, vnn.head(4, 3, seed=3)], X, y, epochs=1, lr=1e-2, batch_size=48, penalty=penalty)
+    assert calls == [(48, 4), (48, 4)]
+    dcor = EmbeddingDefence(dcor_weight=5.0).penalty()
+    assert dcor is not None
+    plain, private = vnn.mlp_extractor(X, 4, seed=1), vnn.mlp_extractor(X, 4, seed=1)
+    vnn.train_supervised([plain, vnn.head(4, 3, seed=3)], X, y, epochs=30, lr=1e-2, batch_size=32)
+    vnn.train_supervised([private, vnn.head(4, 3, seed=3)], X, y, epochs=30, lr=1e-2, batch_size=32, penalty=dcor)
+    Xt = torch.as_tensor(X)
+    with torch.no_grad():
+        assert float(distance_correlation(Xt, private(Xt))) < float(distance_correlation(Xt, plain(Xt))) - 0.1

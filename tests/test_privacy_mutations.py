@@ -462,10 +462,12 @@ MUTATIONS = (
     Mutation("split: embedding noise dropped", "split",
              tuple((k, P.DP) for k in split_audit.EMBED_KINDS), drop_embedding_noise,
              checks=(split_audit.EMBED_CHECK,)),
-    # one-shot and few-shot VFL's label defences (the audits' defended runs alone)
+    # one-shot and few-shot VFL's label and embedding defences (the audits' defended runs alone)
     *(m for proto, audit in (("oneshot", oneshot_audit), ("fewshot", fewshot_audit)) for m in (
         Mutation(f"{proto}: D1 noise dropped", proto, ((f"{proto}.dp_gradient", P.DP),), drop_gradient_noise,
                  {"undefended": False}, checks=(audit.NOISE_CHECK,)),
+        Mutation(f"{proto}: embedding noise dropped", proto, tuple((k, P.DP) for k in audit.EMBED_KINDS),
+                 drop_embedding_noise, {"undefended": False}, checks=(audit.EMBED_CHECK,)),
         Mutation(f"{proto}: randomized response skipped", proto,
                  ((f"{proto}.dp_gradient", P.DP), (f"{proto}.dp_partition", P.DP)), skip_randomized_response,
                  {"undefended": False}, checks=(audit.RR_CHECK,)))),
@@ -702,10 +704,10 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
     "split: gradient noise dropped": (split_audit.RR_CHECK, split_audit.EMBED_CHECK),
     "split: randomized response skipped": (split_audit.NOISE_CHECK, split_audit.EMBED_CHECK),
     "split: embedding noise dropped": (split_audit.NOISE_CHECK, split_audit.RR_CHECK),
-    "oneshot: D1 noise dropped": (oneshot_audit.RR_CHECK,),
-    "oneshot: randomized response skipped": (oneshot_audit.NOISE_CHECK,),
-    "fewshot: D1 noise dropped": (fewshot_audit.RR_CHECK,),
-    "fewshot: randomized response skipped": (fewshot_audit.NOISE_CHECK,),
+    **{f"{proto}: {seam}": tuple(c for c in (audit.NOISE_CHECK, audit.RR_CHECK, audit.EMBED_CHECK) if c != proven)
+       for proto, audit in (("oneshot", oneshot_audit), ("fewshot", fewshot_audit))
+       for seam, proven in (("D1 noise dropped", audit.NOISE_CHECK), ("randomized response skipped", audit.RR_CHECK),
+                            ("embedding noise dropped", audit.EMBED_CHECK))},
     "logreg: randomized response skipped":
         tuple(c.name for c in logreg_audit.CHECKS if c.name != logreg_audit.RR_CHECK),
     "woe: features sent by column, bins shuffled": ("order of the passive party's bins within each feature",),
