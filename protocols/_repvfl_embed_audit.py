@@ -18,6 +18,7 @@ frontier (``vflcrypto audit split --defence embed-gauss|dcor``), never a bound a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -52,9 +53,14 @@ EMBED_FRONTIER_ATTACKS = {
                     "shuffled)",
     "inversion_mean_r2": "split learning: the same decoder on each row's representations averaged over its releases "
                          "(one per epoch): the server's use of the repeated noised releases the accountant composes",
+    "inversion_u1_r2": "one-/few-shot: the same decoder on U1 alone (the untrained extractor's representations, sent "
+                       "before any local training: dCor cannot act on them)",
+    "inversion_u2_r2": "one-/few-shot: the same decoder on U2 alone (after local training)",
+    "inversion_hu_r2": "few-shot: the same decoder on the unaligned rows' H_u alone (after local training)",
 }
 #: column -> the pattern of its findings' names
-EMBED_PATTERNS = {"inversion_r2": "raw columns by a trained decoder", "inversion_mean_r2": "mean of its releases"}
+EMBED_PATTERNS = {"inversion_r2": "raw columns by a trained decoder", "inversion_mean_r2": "mean of its releases",
+                  "inversion_u1_r2": "[U1]", "inversion_u2_r2": "[U2]", "inversion_hu_r2": "[H_u]"}
 #: defence -> what its budgets are
 BUDGET_NAMES = {"embed-gauss": "epsilon (embed)", "dcor": "dCor weight"}
 
@@ -105,23 +111,26 @@ def embed_defended_run(protocol: str, run_local: Callable[..., RepRun], config: 
 
 
 def received_inversions(tap: AuditTap, names: Sequence[str], protocol: str,
-                        kinds: Sequence[tuple[str, str]]) -> list[EmpiricalFinding]:
+                        kinds: Sequence[tuple[str, str, str]]) -> list[EmpiricalFinding]:
     """The server's decoder from each representation kind it received (``kinds``: (the plain kind's suffix, the held
-    name of the raw rows), e.g. ``("representation_update", "features")``; its ``dp_`` kind where that was sent)."""
-    chosen = []
-    for suffix, held in kinds:
+    name of the raw rows, a short label), e.g. ``("representation_update", "features", "U2")``; its ``dp_`` kind
+    where that was sent); each finding's name ends with its label in brackets (the frontier's per-kind columns)."""
+    out = []
+    for suffix, held, label in kinds:
         dp = f"{protocol}.dp_{suffix}"
-        chosen.append((dp if tap.received(SERVER, dp) else f"{protocol}.{suffix}", held))
-    return inversion_findings(tap, names, chosen)
+        kind = dp if tap.received(SERVER, dp) else f"{protocol}.{suffix}"
+        found = inversion_findings(tap, names, [(kind, held)])
+        out += [dataclasses.replace(f, name=f"{f.name} [{label}]") for f in found]
+    return out
 
 
 def received_frontier(protocol: str, run_local: Callable[..., RepRun], make_config: Callable[..., Any], defence: str,
-                      budgets: Sequence[float], repeats: int, kinds: Sequence[tuple[str, str]],
+                      budgets: Sequence[float], repeats: int, kinds: Sequence[tuple[str, str, str]],
                       covers: Mapping[str, str], setting: str) -> Frontier:
     """One-/few-shot VFL's embedding frontier on the digits (100 overlap rows, the default training): the server's
     decoder of each party's raw columns from every representation kind it received (the best of them, the worst
-    party) and the test accuracy, undefended and at each budget (embed-gauss: ε at δ = 1/n², rows clipped to the
-    default 1; dcor: the weight λ); each point the mean of ``repeats`` runs."""
+    party; and each kind's own column) and the test accuracy, undefended and at each budget (embed-gauss: ε at
+    δ = 1/n², rows clipped to the default 1; dcor: the weight λ); each point the mean of ``repeats`` runs."""
     require_torch()
     if repeats < 1:
         raise InputDataError(f"the frontier needs >= 1 run per budget, got {repeats}")
@@ -137,13 +146,15 @@ def received_frontier(protocol: str, run_local: Callable[..., RepRun], make_conf
 
         return once
 
-    columns = {"inversion_r2": EMBED_PATTERNS["inversion_r2"]}
+    labels = {"U1": "inversion_u1_r2", "U2": "inversion_u2_r2", "H_u": "inversion_hu_r2"}
+    columns = {"inversion_r2": EMBED_PATTERNS["inversion_r2"],
+               **{labels[label]: EMBED_PATTERNS[labels[label]] for _, _, label in kinds}}
     points = [frontier_point(None, defence, repeats, runner(make_config()), columns)]
     for b in budgets:
         points.append(frontier_point(b, defence, repeats, runner(make_config(**embed_config(defence, b))), columns))
     statement = f"{defence} protects {covers[defence]}; {setting}"
-    return Frontier(protocol, defence, statement, tuple(points),
-                    {"inversion_r2": EMBED_FRONTIER_ATTACKS["inversion_r2"]}, BUDGET_NAMES[defence])
+    return Frontier(protocol, defence, statement, tuple(points), {c: EMBED_FRONTIER_ATTACKS[c] for c in columns},
+                    BUDGET_NAMES[defence])
 
 
 def embed_config(defence: str, budget: float) -> dict[str, Any]:

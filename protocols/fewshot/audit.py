@@ -47,9 +47,9 @@ EMBED_CHECK = embed_check_name("fewshot")
 CHECKS: tuple[Check, ...] = (*defence_checks(DP_KIND, (DP_KIND, "fewshot.dp_partition")),
                              embed_check("fewshot", EMBED_KINDS))
 EMBED_LABEL = "embedding noise (epsilon = 1 for each party's rows, delta = 1/n^2; client return; no local training)"
-#: the inversion attack's kinds (the suffix of the plain kind, the held raw rows)
-INVERTED = (("representation", "features"), ("representation_update", "features"),
-            ("unaligned_representation", "unaligned_features"))
+#: the frontier's inversion attack: (the suffix of the plain kind, the held raw rows, its column's label)
+INVERTED = (("representation", "features", "U1"), ("representation_update", "features", "U2"),
+            ("unaligned_representation", "unaligned_features", "H_u"))
 
 
 def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False, undefended: bool = True) -> AuditOutcome:

@@ -43,8 +43,8 @@ DEFENDED: dict[str, Any] = {"label_dp": 1.0, "grad_epsilon": 1.0, "grad_clip": F
                             "head_epochs": 0}
 DEFENDED_LABEL = "label defences (randomized response and D1 noise, epsilon = 1 each; no local training)"
 EMBED_LABEL = "embedding noise (epsilon = 1 for each party's rows, delta = 1/n^2; no local training)"
-#: the inversion attack's kinds (the suffix of the plain kind, the held raw rows)
-INVERTED = (("representation", "features"), ("representation_update", "features"))
+#: the frontier's inversion attack: (the suffix of the plain kind, the held raw rows, its column's label)
+INVERTED = (("representation", "features", "U1"), ("representation_update", "features", "U2"))
 
 
 def defended_run(protocol: str, run: RepRun, tap: AuditTap, n_classes: int, y: Any,

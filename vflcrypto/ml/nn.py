@@ -318,8 +318,6 @@ def fixmatch_tab(extractor: nn.Module, classifier: nn.Module, X_l: np.ndarray, y
             b = perm_l[(s * batch_size) % len(yl) : (s * batch_size) % len(yl) + batch_size]
             loss_s = nn.functional.cross_entropy(net(_augment(Xl[b], mean, scale, aug.weak_mask, 0.0, gen)), yl[b])
             loss = loss_s
-            if penalty is not None:
-                loss = loss + penalty(Xl[b], extractor(Xl[b]))
             if len(Xu):
                 start = (s * ub) % len(Xu)
                 u = Xu[perm_u[start : start + ub]]
@@ -331,6 +329,8 @@ def fixmatch_tab(extractor: nn.Module, classifier: nn.Module, X_l: np.ndarray, y
                 loss_u = (nn.functional.cross_entropy(strong, pseudo, reduction="none") * use).mean()
                 loss = loss_s + aug.lambda_u * loss_u
                 stats["l_u"], stats["used"] = float(loss_u.detach()), float(use.mean())
+            if penalty is not None:
+                loss = loss + penalty(Xl[b], extractor(Xl[b]))
             opt.zero_grad()
             torch.autograd.backward(loss)
             opt.step()
