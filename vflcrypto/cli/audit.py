@@ -166,9 +166,9 @@ def _budgets(text: str) -> list[float]:
     try:
         budgets = [float(b) for b in text.split(",") if b.strip()]
     except ValueError:
-        raise InputDataError(f"--budgets takes comma-separated epsilons, got {text!r}") from None
+        raise InputDataError(f"--budgets takes comma-separated epsilons (dcor: weights), got {text!r}") from None
     if not budgets or any(not b > 0 or b == float("inf") for b in budgets):
-        raise InputDataError(f"--budgets takes finite epsilons > 0, got {text!r}")
+        raise InputDataError(f"--budgets takes finite epsilons (dcor: weights) > 0, got {text!r}")
     return budgets
 
 
@@ -259,6 +259,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
                                                   "(split: label-rr, grad-gauss; hfl: dp-fedavg) instead of the audit")
-    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8)")
+    p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8; "
+                                                        "dcor: NoPeek's weights)")
     p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")
     p.set_defaults(handler=run)

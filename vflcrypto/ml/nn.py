@@ -295,9 +295,9 @@ def fixmatch_tab(extractor: nn.Module, classifier: nn.Module, X_l: np.ndarray, y
     ``l_s``: cross-entropy on weakly augmented labelled rows (here the pseudo-labelled
     overlap rows); ``l_u``: cross-entropy of the strongly augmented unlabelled rows
     against the hard label of their weak view, for rows whose weak-view confidence
-    exceeds ``threshold``. ``penalty`` (optional) is added to each step's loss, on the labelled batch's raw rows
-    and the extractor's output on them (a NoPeek term). Returns the last losses and the fraction of unlabelled rows
-    used.
+    exceeds ``threshold``. ``penalty`` (optional) is added to each step's loss, on the step's raw rows (its
+    labelled and unlabelled batches, unaugmented) and the extractor's output on them (a NoPeek term). Returns the
+    last losses and the fraction of unlabelled rows used.
     """
     aug = augment or AugmentConfig()
     net = nn.Sequential(extractor, classifier)
@@ -318,6 +318,7 @@ def fixmatch_tab(extractor: nn.Module, classifier: nn.Module, X_l: np.ndarray, y
             b = perm_l[(s * batch_size) % len(yl) : (s * batch_size) % len(yl) + batch_size]
             loss_s = nn.functional.cross_entropy(net(_augment(Xl[b], mean, scale, aug.weak_mask, 0.0, gen)), yl[b])
             loss = loss_s
+            rows = Xl[b]  # the penalty's raw rows: the labelled batch, and the unlabelled one below
             if len(Xu):
                 start = (s * ub) % len(Xu)
                 u = Xu[perm_u[start : start + ub]]
@@ -329,8 +330,9 @@ def fixmatch_tab(extractor: nn.Module, classifier: nn.Module, X_l: np.ndarray, y
                 loss_u = (nn.functional.cross_entropy(strong, pseudo, reduction="none") * use).mean()
                 loss = loss_s + aug.lambda_u * loss_u
                 stats["l_u"], stats["used"] = float(loss_u.detach()), float(use.mean())
+                rows = torch.cat([rows, u])
             if penalty is not None:
-                loss = loss + penalty(Xl[b], extractor(Xl[b]))
+                loss = loss + penalty(rows, extractor(rows))
             opt.zero_grad()
             torch.autograd.backward(loss)
             opt.step()
