@@ -185,14 +185,16 @@ def received_label_attacks(tap: AuditTap, parties: Sequence[str], protocol: str,
                            kind: str | None = None) -> list[EmpiricalFinding]:
     """:func:`label_attack_findings` of each party on the first-round gradients it received (``kind``: by default
     ``<protocol>.gradient``; ``<protocol>.dp_gradient`` under a label defence) and the last representation update it
-    sent (``<protocol>.representation_update``)."""
+    sent (``<protocol>.representation_update``, or ``<protocol>.dp_representation_update`` under embedding noise)."""
     kind = kind or f"{protocol}.gradient"
     out: list[EmpiricalFinding] = []
     for p in parties:
         (d1,) = tap.received(p, kind)
-        u2 = tap.received(None, f"{protocol}.representation_update", sender=p)
-        out += label_attack_findings(p, kind, np.asarray(d1.G), f"{protocol}.representation_update",
-                                     np.asarray(u2[-1].H) if u2 else None, y)
+        update = f"{protocol}.dp_representation_update"
+        if not tap.received(None, update, sender=p):
+            update = f"{protocol}.representation_update"
+        u2 = tap.received(None, update, sender=p)
+        out += label_attack_findings(p, kind, np.asarray(d1.G), update, np.asarray(u2[-1].H) if u2 else None, y)
     return out
 
 

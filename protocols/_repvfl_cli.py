@@ -7,8 +7,10 @@ rows; a public, seeded ``--test-fraction`` of them is held out (their labels onl
 evaluate); every party's other rows are its unaligned rows. ``--dataset digits
 --overlap N`` runs the bundled digits halves instead (360 test rows). ``--json`` prints
 ``test_accuracy``, ``bytes_sent`` and ``messages`` per role, and ``seconds``; under a label
-defence (``--label-dp``, ``--grad-noise``/``--grad-epsilon``: :mod:`._repvfl_defence`) also
-``privacy``: each role's accounted (ε, δ) per defence, which the model files' metadata keep too.
+defence (``--label-dp``, ``--grad-noise``/``--grad-epsilon``: :mod:`._repvfl_defence`) or an
+embedding defence (``--embed-noise``/``--embed-epsilon``, ``--dcor-weight``: :mod:`._repvfl_embed`)
+also ``privacy``: each role's accounted (ε, δ) per defence (the server's, and each feature party's
+own; ``dcor`` has none: an empirical defence), which the model files' metadata keep too.
 
 Network (``vflcrypto party ... train NAME``): the configuration names one ``server``
 party and ``party`` parties; each reads only its own CSV, the PSI aligns them, and each
@@ -114,12 +116,12 @@ def train(args: argparse.Namespace, config_cls: type, run_local: RunLocal, name:
           f"on {summary['rows']['test']} rows; {sum(summary['bytes_sent'].values()):,} bytes; "
           f"{summary['seconds']:.1f} s")
     for d, g in run.server.privacy.items():
-        if g["epsilon"] is None:  # an empirical defence (Marvell): what it bounds, no (epsilon, delta)
+        if g["epsilon"] is None:  # an empirical defence (Marvell, NoPeek): what it bounds, no (epsilon, delta)
             bound = g["params"].get("leak_auc_bound")
             print(f"  {d}: no (epsilon, delta) ({g['accountant']}); "
                   f"{'' if bound is None else f'leak AUC bound {bound:.3f}; '}protects {g['covers']}")
             continue
-        print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-label-DP ({g['accountant']}); protects {g['covers']}")
+        print(f"  {d}: ({g['epsilon']:.4g}, {g['delta']:.2g})-DP ({g['accountant']}); protects {g['covers']}")
     return 0
 
 

@@ -13,6 +13,10 @@ and add clipped Gaussian noise to the gradients it sends (``--grad-noise σ --gr
   subclass's fields by name: split learning's Marvell, :mod:`vflcrypto.protocols.split.defence`);
 * :func:`noise_for_budget`: the noise multiplier that meets (ε, δ) over a protocol's releases.
 
+:class:`DefendedConfig` also carries the feature parties' embedding defences (``--embed-noise`` /
+``--embed-epsilon``, ``--embed-clip``, ``--embed-delta``, ``--dcor-weight``), whose mechanism and
+statement are in :mod:`._repvfl_embed`.
+
 How a protocol applies the noise and what its guarantee covers are its own
 (:mod:`vflcrypto.protocols.split.defence`: DP-SGD over the epochs; :mod:`vflcrypto.protocols.oneshot.defence`:
 the one download D1, released once). Every figure comes from :mod:`vflcrypto.privacy` (randomized
@@ -33,6 +37,7 @@ from vflcrypto.privacy import Guarantee, calibrate_noise, gaussian_guarantee, rr
 from vflcrypto.spec import option
 
 from ._repvfl import RepConfig
+from ._repvfl_embed import EmbeddingDefence, default_delta
 
 __all__ = ["DEFENCES", "DefendedConfig", "LabelDefence", "Statement", "announced_defence", "noise_for_budget"]
 
@@ -43,7 +48,8 @@ DEFENCES = ("label-rr", "grad-gauss")
 @functools.lru_cache(maxsize=256)
 def noise_for_budget(epsilon: float, delta: float, releases: int) -> float:
     """The noise multiplier σ (std over the clip norm C) whose ``releases`` Gaussian mechanisms meet (ε, δ) under
-    replace-one label-DP: twice the library's calibrated multiplier (a changed label moves one clipped row by 2C)."""
+    replace-one DP of values clipped to C: twice the library's calibrated multiplier (a changed label, or a replaced
+    row's features, moves one clipped row by 2C)."""
     return 2.0 * calibrate_noise(epsilon, delta, releases, 1.0)
 
 
@@ -127,8 +133,9 @@ def announced_defence(setup: Any, party: str, mine: LabelDefence | None = None) 
 
 @dataclass(frozen=True)
 class DefendedConfig(RepConfig):
-    """:class:`RepConfig` plus the label defences (all off by default); a subclass states, by :meth:`releases`,
-    how many noised gradients each row's label enters."""
+    """:class:`RepConfig` plus the label defences and the embedding defences (all off by default); a subclass
+    states, by :meth:`releases`, how many noised gradients each row's label enters and, by :meth:`embed_releases`,
+    how many noised representations of one row a party sends."""
 
     label_dp: float | None = option(None, "label DP by randomized response: the server trains on labels kept with "
                                           "probability e^eps/(e^eps+C-1), eps = this (pure eps-label-DP)")
@@ -138,10 +145,25 @@ class DefendedConfig(RepConfig):
                                               "--dp-delta (RDP accountant); instead of --grad-noise")
     grad_clip: float = option(1.0, "L2 clip norm C of each example's gradient (with --grad-noise/--grad-epsilon)")
     dp_delta: float = option(1e-5, "delta of the gradient-noise guarantee")
+    embed_noise: float | None = option(None, "Gaussian noise on every representation a party sends: its std over "
+                                             "--embed-clip (each row clipped first)")
+    embed_epsilon: float | None = option(None, "Gaussian embedding noise calibrated to this feature-DP eps at "
+                                               "--embed-delta over each row's releases (RDP accountant); instead of "
+                                               "--embed-noise")
+    embed_clip: float = option(1.0, "L2 clip norm C of each representation row (with --embed-noise/--embed-epsilon)")
+    embed_delta: float | None = option(None, "delta of the embedding-noise guarantee (default 1/n^2, n the overlap "
+                                             "plus test rows)")
+    dcor_weight: float | None = option(None, "NoPeek: each party adds this weight times the distance correlation "
+                                             "of its batch's raw rows and representations to its loss (empirical, "
+                                             "no formal guarantee)")
 
     def releases(self) -> int:
         """How many noised gradients each row's label enters (one-/few-shot VFL: 1, the one download D1)."""
         return 1
+
+    def embed_releases(self) -> int:
+        """How many noised representations of one row a party sends at most (one-shot VFL: 2, U1 and U2)."""
+        return 2
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -150,6 +172,16 @@ class DefendedConfig(RepConfig):
         if self.grad_epsilon is not None and not (self.grad_epsilon > 0 and math.isfinite(self.grad_epsilon)):
             raise InputDataError(f"--grad-epsilon must be finite and > 0, got {self.grad_epsilon}")
         self.defence()  # the defences' own checks (and the calibration), before any party starts
+        if self.embed_noise is not None and self.embed_epsilon is not None:
+            raise InputDataError("give --embed-noise or --embed-epsilon, not both")
+        for value, flag in ((self.embed_epsilon, "--embed-epsilon"), (self.embed_clip, "--embed-clip"),
+                            (self.dcor_weight, "--dcor-weight")):
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise InputDataError(f"{flag} must be finite and > 0, got {value}")
+        if self.embed_delta is not None and not 0 < self.embed_delta < 1:
+            raise InputDataError(f"--embed-delta must lie in (0, 1), got {self.embed_delta}")
+        if self.embed_delta is not None or self.embed_noise is not None:
+            self.embedding(2)  # checked now where the row count does not enter (an explicit delta, or sigma)
 
     def defence(self) -> LabelDefence:
         """The label defences this configuration asks for (the noise multiplier calibrated to --grad-epsilon)."""
@@ -159,3 +191,14 @@ class DefendedConfig(RepConfig):
         if sigma is None:
             return LabelDefence(self.label_dp)
         return LabelDefence(self.label_dp, sigma, self.grad_clip, self.dp_delta)
+
+    def embedding(self, rows: int) -> EmbeddingDefence:
+        """The embedding defences this configuration asks for in a run over ``rows`` rows (the overlap plus the test
+        rows: δ defaults to 1/rows²; --embed-epsilon calibrated over :meth:`embed_releases`)."""
+        sigma = self.embed_noise
+        if sigma is None and self.embed_epsilon is None:
+            return EmbeddingDefence(dcor_weight=self.dcor_weight)
+        delta = self.embed_delta if self.embed_delta is not None else default_delta(rows)
+        if self.embed_epsilon is not None:
+            sigma = noise_for_budget(self.embed_epsilon, delta, self.embed_releases())
+        return EmbeddingDefence(sigma, self.embed_clip, delta, self.dcor_weight)

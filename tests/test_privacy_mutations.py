@@ -426,9 +426,28 @@ def _secagg_except(*broken: str) -> tuple[str, ...]:
     return tuple(c.name for c in CHECKS if not c.name.startswith(broken))
 
 
+def _in_server(weak: Callable[..., Any], strong: Callable[..., Any]) -> Callable[..., Any]:
+    """Call ``weak`` in the representation-VFL server's thread (``run_parties`` names it ``party-server``), ``strong``
+    elsewhere."""
+
+    def seam(*args: Any, **kwargs: Any) -> Any:
+        return (weak if threading.current_thread().name == "party-server" else strong)(*args, **kwargs)
+
+    return seam
+
+
 def drop_gradient_noise(mp: pytest.MonkeyPatch) -> None:
-    """The label holder adds no Gaussian noise to the clipped gradients it sends (it still clips them)."""
-    mp.setattr(dp_mechanisms, "gaussian_noise", lambda shape, std: np.zeros(shape))
+    """The label holder adds no Gaussian noise to the clipped gradients it sends (it still clips them); the feature
+    parties' embedding noise stays."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", _in_server(lambda shape, std: np.zeros(shape),
+                                                           dp_mechanisms.gaussian_noise))
+
+
+def drop_embedding_noise(mp: pytest.MonkeyPatch) -> None:
+    """The feature parties add no Gaussian noise to the clipped representations they send (they still clip them
+    and the setup still announces the noise); the label holder's gradient noise stays."""
+    mp.setattr(dp_mechanisms, "gaussian_noise", _only_in("party-", lambda shape, std: np.zeros(shape),
+                                                         dp_mechanisms.gaussian_noise))
 
 
 def drop_client_noise(mp: pytest.MonkeyPatch) -> None:
@@ -466,10 +485,16 @@ MUTATIONS = (
              checks=(split_audit.RR_CHECK,)),
     Mutation("split: Marvell's noise dropped", "split", (("split.marvell_gradient", P.NOISED),), drop_marvell_noise,
              checks=(split_audit.MARVELL_CHECK,)),
-    # one-shot and few-shot VFL's label defences (the audits' defended runs alone)
+    # the feature parties' embedding noise (split's audit: its own defended run)
+    Mutation("split: embedding noise dropped", "split",
+             tuple((k, P.DP) for k in split_audit.EMBED_KINDS), drop_embedding_noise,
+             checks=(split_audit.EMBED_CHECK,)),
+    # one-shot and few-shot VFL's label and embedding defences (the audits' defended runs alone)
     *(m for proto, audit in (("oneshot", oneshot_audit), ("fewshot", fewshot_audit)) for m in (
         Mutation(f"{proto}: D1 noise dropped", proto, ((f"{proto}.dp_gradient", P.DP),), drop_gradient_noise,
                  {"undefended": False}, checks=(audit.NOISE_CHECK,)),
+        Mutation(f"{proto}: embedding noise dropped", proto, tuple((k, P.DP) for k in audit.EMBED_KINDS),
+                 drop_embedding_noise, {"undefended": False}, checks=(audit.EMBED_CHECK,)),
         Mutation(f"{proto}: randomized response skipped", proto,
                  ((f"{proto}.dp_gradient", P.DP), (f"{proto}.dp_partition", P.DP)), skip_randomized_response,
                  {"undefended": False}, checks=(audit.RR_CHECK,)))),
@@ -710,13 +735,18 @@ MODULES = sorted({m.module for m in MUTATIONS})
 UNAFFECTED: dict[str, tuple[str, ...]] = {
     "linreg: CKKS decryptions returned without flooding": ("masked gradient (CKKS): uniform on [-R, R]",
                                                             "masked gradient (CKKS): fresh mask per message"),
-    "split: gradient noise dropped": (split_audit.RR_CHECK,),  # Marvell draws from the same CSPRNG noise: flags too
-    "split: randomized response skipped": (split_audit.NOISE_CHECK, split_audit.MARVELL_CHECK),
-    "split: Marvell's noise dropped": (split_audit.NOISE_CHECK, split_audit.RR_CHECK),
-    "oneshot: D1 noise dropped": (oneshot_audit.RR_CHECK,),
-    "oneshot: randomized response skipped": (oneshot_audit.NOISE_CHECK,),
-    "fewshot: D1 noise dropped": (fewshot_audit.RR_CHECK,),
-    "fewshot: randomized response skipped": (fewshot_audit.NOISE_CHECK,),
+    # the server's gradient noise and Marvell's both draw from the same CSPRNG noise in the server's thread: the
+    # gradient-noise seam (the server's thread only) flags Marvell's check too, never the parties' embedding noise
+    "split: gradient noise dropped": (split_audit.RR_CHECK, split_audit.EMBED_CHECK),
+    "split: randomized response skipped": (split_audit.NOISE_CHECK, split_audit.MARVELL_CHECK, split_audit.EMBED_CHECK),
+    "split: LP-MST's randomization skipped": (split_audit.NOISE_CHECK, split_audit.MARVELL_CHECK,
+                                              split_audit.EMBED_CHECK),
+    "split: Marvell's noise dropped": (split_audit.NOISE_CHECK, split_audit.RR_CHECK, split_audit.EMBED_CHECK),
+    "split: embedding noise dropped": (split_audit.NOISE_CHECK, split_audit.RR_CHECK, split_audit.MARVELL_CHECK),
+    **{f"{proto}: {seam}": tuple(c for c in (audit.NOISE_CHECK, audit.RR_CHECK, audit.EMBED_CHECK) if c != proven)
+       for proto, audit in (("oneshot", oneshot_audit), ("fewshot", fewshot_audit))
+       for seam, proven in (("D1 noise dropped", audit.NOISE_CHECK), ("randomized response skipped", audit.RR_CHECK),
+                            ("embedding noise dropped", audit.EMBED_CHECK))},
     "logreg: randomized response skipped":
         tuple(c.name for c in logreg_audit.CHECKS if c.name != logreg_audit.RR_CHECK),
     "woe: features sent by column, bins shuffled": ("order of the passive party's bins within each feature",),

@@ -339,6 +339,11 @@ def test_every_message_is_declared_and_the_audit_sees_each(small: Any) -> None:
                                                                            **FAST)),
             fewshot.run_local(server, parties, config=fewshot.FewShotConfig(grad_noise=4.0, **FAST)),
             fewshot.run_local(server, parties, config=fewshot.FewShotConfig(variant="partition", label_dp=1.0,
+                                                                           **FAST)),
+            # the embedding defences' kinds: every representation as its dp_ kind (few-shot: with the refit)
+            split.run_local(server, parties, config=split.SplitConfig(epochs=1, embed_noise=1.0)),
+            oneshot.run_local(server, parties, config=oneshot.OneShotConfig(embed_noise=1.0, **FAST)),
+            fewshot.run_local(server, parties, config=fewshot.FewShotConfig(mode="client", gate=0.5, embed_noise=1.0,
                                                                            **FAST))]
     for run in runs:
         report = audit(run.transcript)

@@ -53,6 +53,7 @@ from vflcrypto.spec import ProtocolSpec
 from .. import _repvfl_audit, _repvfl_cli, _repvfl_party_predict, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, flower_spec
 from .._repvfl_defence import DEFENCES
+from .._repvfl_embed import EMBED_DEFENCES
 from ..oneshot import flower_config
 from . import audit, messages
 from .math import attention_estimate, dual_gate, softmax_rows
@@ -108,6 +109,6 @@ SPEC = ProtocolSpec(
     flower=flower_spec(_flower_config, ServerRole, PartyRole, "fewshot"),
     view_attacks=_repvfl_audit.view_attacks("fewshot"),
     checks=audit.CHECKS,
-    defences=DEFENCES,
+    defences=DEFENCES + EMBED_DEFENCES,
     frontier=audit.frontier,
 )

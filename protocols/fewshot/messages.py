@@ -16,8 +16,10 @@ from vflcrypto.runtime.declarations import Protection, declare
 from .._repvfl import PARTY, SERVER
 from ..oneshot import messages as oneshot
 
-__all__ = ["MODES", "PARTY", "SERVER", "DpGradient", "DpPartition", "Gradient", "Partition", "PseudoLabels", "Refit",
-           "Representation", "RepresentationUpdate", "Setup", "TestRepresentation", "UnalignedRepresentation"]
+__all__ = ["MODES", "PARTY", "SERVER", "DpGradient", "DpPartition", "DpRefit", "DpRepresentation",
+           "DpRepresentationUpdate", "DpTestRepresentation", "DpUnalignedRepresentation", "Gradient", "Partition",
+           "PseudoLabels", "Refit", "Representation", "RepresentationUpdate", "Setup", "TestRepresentation",
+           "UnalignedRepresentation"]
 
 #: server: the server expands its training set itself (no label-bearing download after D1);
 #: client: the server returns pseudo-labels to each party, which retrains its extractor
@@ -27,10 +29,11 @@ MODES = ("server", "client")
 @declare("fewshot.setup", sender=SERVER, receiver=PARTY, protection=Protection.PUBLIC,
          reveals="the numbers of overlap and test rows, d, the D1 variant, the public training seed, the label "
                  "defences of the run (randomized response's epsilon; the gradient noise multiplier, clip norm and "
-                 "delta) and the mode (server-side expansion or client return)")
+                 "delta), the embedding defences (the embedding noise multiplier, clip norm and delta; the dCor "
+                 "weight) and the mode (server-side expansion or client return)")
 @dataclass(frozen=True)
 class Setup(oneshot.Setup):
-    """One-shot VFL's setup (with its label defences) plus the mode."""
+    """One-shot VFL's setup (with its label and embedding defences) plus the mode."""
 
     mode: str = "server"
 
@@ -40,6 +43,14 @@ class Setup(oneshot.Setup):
                  "measured)")
 @dataclass(frozen=True)
 class Representation:
+    H: np.ndarray
+
+
+@declare("fewshot.dp_representation", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="U1: H_o^k = f_k(X_o^k) of every overlap row (untrained extractor) "
+                 + oneshot.DP_REPRESENTATION_REVEALS)
+@dataclass(frozen=True)
+class DpRepresentation:
     H: np.ndarray
 
 
@@ -85,12 +96,27 @@ class RepresentationUpdate:
     H: np.ndarray
 
 
+@declare("fewshot.dp_representation_update", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="U2: H_o^k after the party's local semi-supervised training " + oneshot.DP_REPRESENTATION_REVEALS)
+@dataclass(frozen=True)
+class DpRepresentationUpdate:
+    H: np.ndarray
+
+
 @declare("fewshot.unaligned_representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
          reveals="H_u^k of every unaligned row of the party: how many rows it holds that the others lack, and "
                  "their representations in the clear (the server's estimate of the missing views, and the "
                  "probe R^2, measured)")
 @dataclass(frozen=True)
 class UnalignedRepresentation:
+    H: np.ndarray
+
+
+@declare("fewshot.dp_unaligned_representation", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="H_u^k of every unaligned row of the party: how many rows it holds that the others lack (the row "
+                 "count is not protected), and their representations " + oneshot.DP_REPRESENTATION_REVEALS)
+@dataclass(frozen=True)
+class DpUnalignedRepresentation:
     H: np.ndarray
 
 
@@ -114,8 +140,23 @@ class Refit:
     H: np.ndarray
 
 
+@declare("fewshot.dp_refit", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="client-return mode: H_o^k from the extractor retrained on the pseudo-labels, the third release of "
+                 "an overlap row " + oneshot.DP_REPRESENTATION_REVEALS)
+@dataclass(frozen=True)
+class DpRefit:
+    H: np.ndarray
+
+
 @declare("fewshot.test_representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
          reveals="f_k of the held-out aligned rows (prediction), in the clear")
 @dataclass(frozen=True)
 class TestRepresentation:
+    H: np.ndarray
+
+
+@declare("fewshot.dp_test_representation", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="f_k of the held-out aligned rows (prediction) " + oneshot.DP_REPRESENTATION_REVEALS)
+@dataclass(frozen=True)
+class DpTestRepresentation:
     H: np.ndarray

@@ -42,7 +42,8 @@ __all__ = ["FewShotConfig", "Kinds", "PartyRole", "ServerRole", "run_local"]
 
 @dataclass(frozen=True)
 class FewShotConfig(OneShotConfig):
-    """Few-shot VFL's parameters: one-shot VFL's plus the gate threshold t and the mode."""
+    """Few-shot VFL's parameters: one-shot VFL's plus the gate threshold t and the mode (client return releases an
+    overlap row's representation a third time, the refit)."""
 
     gate: float = option(0.9, "threshold t of the dual-classifier gate (Eq. 9)")
     mode: str = option("server", "server: S expands its own training set; client: S returns pseudo-labels",
@@ -56,6 +57,9 @@ class FewShotConfig(OneShotConfig):
             raise InputDataError("client return sends pseudo-labels computed from the labels, which gradient noise "
                                  "on D1 does not cover: add --label-dp, or use the server mode")
 
+    def embed_releases(self) -> int:
+        return 3 if self.mode == "client" else 2
+
 
 class Kinds(OneShotKinds):
     """Few-shot VFL's message classes for the one-shot roles."""
@@ -68,6 +72,13 @@ class Kinds(OneShotKinds):
     DpPartition: type[Any] = m.DpPartition
     RepresentationUpdate: type[Any] = m.RepresentationUpdate
     TestRepresentation: type[Any] = m.TestRepresentation
+    DpRepresentation: type[Any] = m.DpRepresentation
+    DpRepresentationUpdate: type[Any] = m.DpRepresentationUpdate
+    DpTestRepresentation: type[Any] = m.DpTestRepresentation
+    UnalignedRepresentation: type[Any] = m.UnalignedRepresentation
+    DpUnalignedRepresentation: type[Any] = m.DpUnalignedRepresentation
+    Refit: type[Any] = m.Refit
+    DpRefit: type[Any] = m.DpRefit
 
 
 @dataclass
@@ -100,16 +111,16 @@ class ServerRole(OneShotServer):
         return setup
 
     def _after_update(self) -> Next:
-        return then([], self.parties[self.state.k], m.UnalignedRepresentation, "on_unaligned")
+        return then([], self.parties[self.state.k], self.rep("UnalignedRepresentation"), "on_unaligned")
 
-    def on_unaligned(self, msg: m.UnalignedRepresentation) -> Next:
+    def on_unaligned(self, msg: m.UnalignedRepresentation | m.DpUnalignedRepresentation) -> Next:
         """Step 4: party k's unaligned representations H_u^k; after the last party, step 5."""
         st = self.fs
         rows = int(np.shape(msg.H)[0]) if np.ndim(msg.H) == 2 else -1
         st.Hu.append(check_matrix(msg.H, rows, self.cfg.dim, "unaligned representations", self.parties[st.k]))
         st.k += 1
         if st.k < len(self.parties):
-            return then([], self.parties[st.k], m.RepresentationUpdate, "on_update")
+            return then([], self.parties[st.k], self.rep("RepresentationUpdate"), "on_update")
         return self._expand()
 
     def _views(self, k: int) -> np.ndarray:
@@ -154,20 +165,20 @@ class ServerRole(OneShotServer):
             sends = [send(p, m.PseudoLabels(r, c, w.astype(np.float32)))
                      for p, (r, c, w) in zip(self.parties, kept, strict=True)]
             st.k, st.H2 = 0, []
-            return then(sends, self.parties[0], m.Refit, "on_refit")
+            return then(sends, self.parties[0], self.rep("Refit"), "on_refit")
         Xs = [X_o] + [self._views(k)[r] for k, (r, _, _) in enumerate(kept)]
         ys = [self.y_train] + [c for _, c, _ in kept]
         ws = [np.ones(len(X_o))] + [w for _, _, w in kept]
         self.fit_head(np.concatenate(Xs), np.concatenate(ys), np.concatenate(ws))
         return self._await_tests()
 
-    def on_refit(self, msg: m.Refit) -> Next:
+    def on_refit(self, msg: m.Refit | m.DpRefit) -> Next:
         """Step 5c (client mode): party k's overlap representations after retraining; then the head again."""
         st = self.state
         st.H2.append(self._check(msg.H, self.n, "refitted representations"))
         st.k += 1
         if st.k < len(self.parties):
-            return then([], self.parties[st.k], m.Refit, "on_refit")
+            return then([], self.parties[st.k], self.rep("Refit"), "on_refit")
         self.fit_head(np.concatenate(st.H2, axis=1), self.y_train)
         return self._await_tests()
 
@@ -214,6 +225,10 @@ class PartyRole(OneShotParty):
         self.fs.n_classes = super()._classes(n_classes)
         return n_classes
 
+    def embed_releases(self) -> int:
+        """How many representations of one overlap row this party sends (U1, U2; client return: and the refit)."""
+        return 3 if self.mode == "client" else 2
+
     def _after_local_training(self, result: PartyResult, classifier: Any) -> Next:
         """Step 4: U2 and H_u^k; server mode: also the test representations (6) and done."""
         from vflcrypto.ml import nn as vnn
@@ -221,10 +236,11 @@ class PartyRole(OneShotParty):
         d = self.data
         if len(d.X_unaligned):
             self.hold("unaligned_clusters", vnn.predict_proba(classifier, vnn.forward(self.f, d.X_unaligned)).argmax(1))
-        sends = [send(self.server, m.RepresentationUpdate(vnn.forward(self.f, d.X_overlap))),
-                 send(self.server, m.UnalignedRepresentation(vnn.forward(self.f, d.X_unaligned)))]
+        sends = [send(self.server, self.release("RepresentationUpdate", vnn.forward(self.f, d.X_overlap))),
+                 send(self.server, self.release("UnalignedRepresentation", vnn.forward(self.f, d.X_unaligned)))]
         if self.mode == "server":
-            return done(result, [*sends, send(self.server, m.TestRepresentation(vnn.forward(self.f, d.X_test)))])
+            return done(result, [*sends, send(self.server, self.release("TestRepresentation",
+                                                                         vnn.forward(self.f, d.X_test)))])
         return then(sends, self.server, m.PseudoLabels, "on_pseudo_labels")
 
     def on_pseudo_labels(self, msg: m.PseudoLabels) -> Next:
@@ -243,10 +259,11 @@ class PartyRole(OneShotParty):
         if len(rows):
             classifier = vnn.head(cfg.dim, C, seed=self.seed + 2)
             vnn.train_supervised([self.f, classifier], d.X_unaligned[rows], labels, weights=conf,
-                                 epochs=cfg.ssl_epochs, lr=cfg.lr, batch_size=cfg.batch_size, seed=self.seed + 2)
+                                 epochs=cfg.ssl_epochs, lr=cfg.lr, batch_size=cfg.batch_size, seed=self.seed + 2,
+                                 penalty=self.embedding.penalty())
         self.state.extractor = vnn.module_arrays(self.f)
-        sends = [send(self.server, m.Refit(vnn.forward(self.f, d.X_overlap))),
-                 send(self.server, m.TestRepresentation(vnn.forward(self.f, d.X_test)))]
+        sends = [send(self.server, self.release("Refit", vnn.forward(self.f, d.X_overlap))),
+                 send(self.server, self.release("TestRepresentation", vnn.forward(self.f, d.X_test)))]
         return done(PartyResult(self.state.extractor, np.zeros(0, np.int64), {"returned": float(len(rows))},
                                 self.privacy()), sends)
 

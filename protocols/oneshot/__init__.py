@@ -68,6 +68,7 @@ from vflcrypto.spec import ProtocolSpec
 from .. import _repvfl_audit, _repvfl_cli, _repvfl_party_predict, _repvfl_predict
 from .._repvfl import PartyData, RepRun, ServerData, ServerResult, digits_example, flower_spec
 from .._repvfl_defence import DEFENCES, LabelDefence
+from .._repvfl_embed import EMBED_DEFENCES
 from . import audit, messages
 from .messages import (
     PARTY,
@@ -120,6 +121,6 @@ SPEC = ProtocolSpec(
     flower=flower_spec(flower_config, ServerRole, PartyRole, "oneshot"),
     view_attacks=_repvfl_audit.view_attacks("oneshot"),
     checks=audit.CHECKS,
-    defences=DEFENCES,
+    defences=DEFENCES + EMBED_DEFENCES,
     frontier=audit.frontier,
 )

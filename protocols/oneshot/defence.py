@@ -32,6 +32,17 @@ floating-point caveat of :mod:`vflcrypto.privacy.mechanisms`.
 Cost: the parties' temporary labels come from k-means on randomized-response or noised
 gradients, so their local training learns less; the frontier (``vflcrypto audit oneshot|fewshot
 --defence label-rr|grad-gauss``) measures it.
+
+**The feature parties' embedding defences** (:mod:`vflcrypto.protocols._repvfl_embed`:
+``--embed-noise σ``/``--embed-epsilon ε`` with ``--embed-clip C``, and ``--dcor-weight λ``) protect
+each party's raw columns against the server. Under embedding noise every representation a party
+sends is clipped and noised (``dp_representation`` for U1, ``dp_representation_update`` for U2,
+``dp_test_representation``; few-shot also ``dp_unaligned_representation`` and, in client return,
+``dp_refit``). An overlap row is released twice (U1, U2), three times in few-shot's client
+return (the refit); a test or unaligned row once: :data:`EMBED_STATEMENT` composes that many
+Gaussian releases per row (:meth:`~.roles.OneShotConfig.embed_releases`). Under ``--dcor-weight``
+the party adds NoPeek's term to every step of its local training (FixMatch-tab, and few-shot's
+retraining on returned pseudo-labels).
 """
 
 from __future__ import annotations
@@ -41,8 +52,9 @@ import numpy as np
 from vflcrypto.privacy import mechanisms as dpm
 
 from .._repvfl_defence import Statement
+from .._repvfl_embed import DCOR_COVERS, EmbedStatement
 
-__all__ = ["COVERS", "FRONTIER_CLIP", "STATEMENT", "noised_d1"]
+__all__ = ["COVERS", "EMBED_STATEMENT", "FRONTIER_CLIP", "STATEMENT", "noised_d1"]
 
 COVERS = {
     "label-rr": "each overlap row's label (label-DP, replace-one) in everything the server sends (D1 in either "
@@ -51,10 +63,19 @@ COVERS = {
     "grad-gauss": "each overlap row's label (label-DP, replace-one: sensitivity 2C) in D1 to every party, even all "
                   "parties together (D1 is sent once: one Gaussian release per row); not the head the server trains "
                   "on the true labels afterwards, which never leaves it",
+    "embed-gauss": "each row's raw columns at its party (feature-DP, replace-one: sensitivity 2C) in the "
+                   "representations of it that party sends: an overlap row twice (U1, U2; few-shot's client return "
+                   "three times, with the refit), a test or unaligned row once; for the extractors the run used taken "
+                   "as given: what the extractors, fitted on the party's raw columns without noise, carry about a row "
+                   "into other rows' representations and into the saved model is not covered",
+    "dcor": DCOR_COVERS,
 }
 #: one-/few-shot VFL's statement of its defences (the shared LabelDefence reports its guarantees with it)
 STATEMENT = Statement(COVERS, "each D1 row, joint over the parties, clipped to C and Gaussian noise of std sigma*C "
                               "added (released once)")
+#: one-/few-shot VFL's statement of its embedding noise (the releases per row: the configuration's embed_releases)
+EMBED_STATEMENT = EmbedStatement(COVERS["embed-gauss"], "each representation row clipped to L2 norm C by its party "
+                                                        "and Gaussian noise of std sigma*C added (os.urandom)")
 #: the clip norm of the frontier and the audit's defended run: about the median L2 norm (0.51; largest 0.63) of a
 #: joint D1 row at the head's public initialisation on the digits, so clipping rarely binds and the noise is set
 #: against the signal's own scale

@@ -10,8 +10,9 @@ from vflcrypto.runtime.declarations import Protection, declare
 
 from .._repvfl import PARTY, SERVER
 
-__all__ = ["PARTY", "SERVER", "VARIANTS", "DpGradient", "DpPartition", "Gradient", "Partition", "Representation",
-           "RepresentationUpdate", "Setup", "TestRepresentation"]
+__all__ = ["DP_REPRESENTATION_REVEALS", "PARTY", "SERVER", "VARIANTS", "DpGradient", "DpPartition",
+           "DpRepresentation", "DpRepresentationUpdate", "DpTestRepresentation", "Gradient", "Partition",
+           "Representation", "RepresentationUpdate", "Setup", "TestRepresentation"]
 
 #: what the server's one download (D1) carries: the gradients, or only its k-means partition of them
 VARIANTS = ("gradient", "partition")
@@ -20,7 +21,8 @@ VARIANTS = ("gradient", "partition")
 @declare("oneshot.setup", sender=SERVER, receiver=PARTY, protection=Protection.PUBLIC,
          reveals="the numbers of overlap and test rows, the representation width d, the D1 variant and the "
                  "public training seed; the label defences of the run (randomized response's epsilon; the gradient "
-                 "noise multiplier, clip norm and delta), so that every party accounts the same (epsilon, delta)")
+                 "noise multiplier, clip norm and delta) and the embedding defences (the embedding noise multiplier, "
+                 "clip norm and delta; the dCor weight), so that every role accounts the same guarantees")
 @dataclass(frozen=True)
 class Setup:
     n_overlap: int
@@ -34,6 +36,12 @@ class Setup:
     noise_multiplier: float | None = None
     clip: float | None = None
     delta: float | None = None
+    #: the embedding noise's standard deviation over its clip norm (None: representations sent without noise)
+    embed_noise_multiplier: float | None = None
+    embed_clip: float | None = None
+    embed_delta: float | None = None
+    #: NoPeek's distance-correlation weight in every party's local training (None: off)
+    dcor_weight: float | None = None
 
 
 @declare("oneshot.representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
@@ -95,11 +103,36 @@ class DpPartition:
     n_classes: int
 
 
+#: what a representation under the parties' embedding noise reveals (one-shot's and few-shot's declarations)
+DP_REPRESENTATION_REVEALS = (
+    "under the party's embedding noise (--embed-noise or --embed-epsilon): each row clipped to L2 norm C and Gaussian "
+    "noise of std sigma*C added by the party; the representations of a row are (epsilon, delta)-DP in its raw columns "
+    "(replace-one, sensitivity 2C) over its releases (an overlap row: U1 and U2, and few-shot's refit; any other row: "
+    "once), for the extractors the run used taken as given: they are fitted on the raw columns without noise, which "
+    "the guarantee does not cover (RDP accountant; the setup states the parameters). The probe and decoder attacks "
+    "fall toward their baselines as epsilon shrinks")
+
+
+@declare("oneshot.dp_representation", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="U1: H_o^k = f_k(X_o^k) of every overlap row (untrained extractor) " + DP_REPRESENTATION_REVEALS)
+@dataclass(frozen=True)
+class DpRepresentation:
+    H: np.ndarray
+
+
 @declare("oneshot.representation_update", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
          reveals="U2: H_o^k from the party's extractor after its local semi-supervised training, in the clear: "
-                 "features trained to separate the classes (probe R^2 measured)")
+                 "features trained to separate the classes (probe R^2 measured); under --dcor-weight alone still in "
+                 "the clear, from an extractor trained to lower dCor(X, H) (NoPeek): empirical, no formal guarantee")
 @dataclass(frozen=True)
 class RepresentationUpdate:
+    H: np.ndarray
+
+
+@declare("oneshot.dp_representation_update", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="U2: H_o^k after the party's local semi-supervised training " + DP_REPRESENTATION_REVEALS)
+@dataclass(frozen=True)
+class DpRepresentationUpdate:
     H: np.ndarray
 
 
@@ -107,4 +140,11 @@ class RepresentationUpdate:
          reveals="f_k of the held-out aligned rows (prediction), in the clear")
 @dataclass(frozen=True)
 class TestRepresentation:
+    H: np.ndarray
+
+
+@declare("oneshot.dp_test_representation", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="f_k of the held-out aligned rows (prediction) " + DP_REPRESENTATION_REVEALS)
+@dataclass(frozen=True)
+class DpTestRepresentation:
     H: np.ndarray

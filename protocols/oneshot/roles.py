@@ -11,7 +11,10 @@ Steps, numbered as in the package docstring:
 The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-epsilon``) are the
 server's: it announces them in the setup, uses randomized labels and/or clips and noises D1,
 which then travels as ``dp_gradient`` or ``dp_partition``; every party accounts the announced
-(ε, δ) itself and keeps it in its result.
+(ε, δ) itself and keeps it in its result. The embedding defences (:mod:`.._repvfl_embed`) are every
+party's, announced in the same setup: each party clips and noises every representation it sends
+(the ``dp_`` representation kinds) and/or adds NoPeek's distance-correlation term to its local
+training.
 """
 
 from __future__ import annotations
@@ -42,11 +45,15 @@ from .._repvfl import (
     run_roles,
 )
 from .._repvfl_defence import DefendedConfig, announced_defence
-from .defence import STATEMENT, noised_d1
+from .._repvfl_embed import EmbeddingDefence, announced_embedding
+from .defence import EMBED_STATEMENT, STATEMENT, noised_d1
 from .messages import (
     VARIANTS,
     DpGradient,
     DpPartition,
+    DpRepresentation,
+    DpRepresentationUpdate,
+    DpTestRepresentation,
     Gradient,
     Partition,
     Representation,
@@ -70,6 +77,16 @@ class Kinds:
     DpPartition: type[Any] = DpPartition
     RepresentationUpdate: type[Any] = RepresentationUpdate
     TestRepresentation: type[Any] = TestRepresentation
+    DpRepresentation: type[Any] = DpRepresentation
+    DpRepresentationUpdate: type[Any] = DpRepresentationUpdate
+    DpTestRepresentation: type[Any] = DpTestRepresentation
+
+    @classmethod
+    def rep(cls, plain: str, embedding: EmbeddingDefence) -> type[Any]:
+        """The representation kind ``plain`` (e.g. ``"RepresentationUpdate"``), or its ``Dp`` kind under embedding
+        noise."""
+        kind: type[Any] = getattr(cls, f"Dp{plain}" if embedding.noised else plain)
+        return kind
 
 #: the protocol's numbered steps (package docstring): progress is reported as steps done of these
 STEPS = 6
@@ -77,8 +94,9 @@ STEPS = 6
 
 @dataclass(frozen=True)
 class OneShotConfig(DefendedConfig):
-    """One-shot VFL's parameters: :class:`RepConfig`, the label defences (:mod:`.defence`; off by default; D1 is
-    their one release per row), the semi-supervised training and what D1 carries."""
+    """One-shot VFL's parameters: :class:`RepConfig`, the label and embedding defences (:mod:`.defence`; off by
+    default; D1 is the label defences' one release per row, U1 and U2 an overlap row's two embedding releases), the
+    semi-supervised training and what D1 carries."""
 
     ssl_epochs: int = option(60, "epochs of each party's local semi-supervised training")
     head_epochs: int = option(200, "epochs of the server's head training on the overlap rows")
@@ -98,7 +116,8 @@ class OneShotConfig(DefendedConfig):
 @dataclass
 class PartyResult:
     """A party's trained extractor (arrays), the temporary labels it derived, its local training statistics and the
-    label defences' guarantees it accounted from the setup (defence name -> (ε, δ) and what it covers)."""
+    label and embedding defences' guarantees it accounted from the setup (defence name -> (ε, δ) and what it
+    covers)."""
 
     extractor: list[np.ndarray]
     pseudo_labels: np.ndarray
@@ -137,16 +156,21 @@ class ServerRole(Role[_ServerState]):
             raise InputDataError(f"{len(data.y_test)} test labels for {n_test} test rows")
         self.timings: dict[str, float] = {}
         self.defence = self.cfg.defence()
+        self.embedding = self.cfg.embedding(len(data.y_overlap) + n_test)
         self.y_train = data.y_overlap  # randomized at start() under --label-dp
 
     @property
     def n(self) -> int:
         return len(self.data.y_overlap)
 
+    def rep(self, plain: str) -> type[Any]:
+        """The kind of the representations ``plain`` the parties send under this run's embedding defences."""
+        return self.M.rep(plain, self.embedding)
+
     def _setup(self) -> Any:
-        c, dfn = self.cfg, self.defence
+        c, dfn, emb = self.cfg, self.defence, self.embedding
         return self.M.Setup(self.n, self.n_test, c.dim, c.variant, c.seed, dfn.label_epsilon, dfn.noise_multiplier,
-                            dfn.clip, dfn.delta)
+                            dfn.clip, dfn.delta, emb.noise_multiplier, emb.clip, emb.delta, emb.dcor_weight)
 
     def start(self) -> Next:
         """Step 0: the setup to every party (after randomized response, under --label-dp); then wait for U1."""
@@ -157,19 +181,19 @@ class ServerRole(Role[_ServerState]):
             self.y_train = mechanisms.randomized_response(self.data.y_overlap, self.data.n_classes,
                                                           self.defence.label_epsilon)
         self.hold("training_labels", self.y_train)
-        return then([send(p, self._setup()) for p in self.parties], self.parties[0], self.M.Representation,
+        return then([send(p, self._setup()) for p in self.parties], self.parties[0], self.rep("Representation"),
                     "on_representation")
 
     def _check(self, H: Any, rows: int, what: str) -> np.ndarray:
         return check_matrix(H, rows, self.cfg.dim, what, self.parties[self.state.k])
 
-    def on_representation(self, msg: Representation) -> Next:
+    def on_representation(self, msg: Representation | DpRepresentation) -> Next:
         """Step 1 (U1) from party k; after the last, step 2 (D1) to every party."""
         st = self.state
         st.H.append(self._check(msg.H, self.n, "U1 representations"))
         st.k += 1
         if st.k < len(self.parties):
-            return then([], self.parties[st.k], self.M.Representation, "on_representation")
+            return then([], self.parties[st.k], self.rep("Representation"), "on_representation")
         return self._download()
 
     def _download(self) -> Next:
@@ -197,9 +221,9 @@ class ServerRole(Role[_ServerState]):
         self.timings["d1"] = time.perf_counter() - t0
         progress.report(self.PROTOCOL, 2, STEPS, unit="step")
         st.k = 0
-        return then(sends, self.parties[0], self.M.RepresentationUpdate, "on_update")
+        return then(sends, self.parties[0], self.rep("RepresentationUpdate"), "on_update")
 
-    def on_update(self, msg: RepresentationUpdate) -> Next:
+    def on_update(self, msg: RepresentationUpdate | DpRepresentationUpdate) -> Next:
         """Step 4 (U2) from party k; after the last, step 5: fine-tune the head on the overlap rows."""
         self.state.H2.append(self._check(msg.H, self.n, "U2 representations"))
         return self._after_update()
@@ -208,14 +232,14 @@ class ServerRole(Role[_ServerState]):
         st = self.state
         st.k += 1
         if st.k < len(self.parties):
-            return then([], self.parties[st.k], self.M.RepresentationUpdate, "on_update")
+            return then([], self.parties[st.k], self.rep("RepresentationUpdate"), "on_update")
         self.fit_head(np.concatenate(st.H2, axis=1), self.y_train)
         return self._await_tests()
 
     def _await_tests(self) -> Next:
         progress.report(self.PROTOCOL, 5, STEPS, unit="step")  # the head is fitted
         self.state.k = 0
-        return then([], self.parties[0], self.M.TestRepresentation, "on_test")
+        return then([], self.parties[0], self.rep("TestRepresentation"), "on_test")
 
     def fit_head(self, X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> None:
         """Fine-tune the head (from its state) on joint representations ``X`` with labels ``y``."""
@@ -229,13 +253,13 @@ class ServerRole(Role[_ServerState]):
         st.head = vnn.module_arrays(head)
         self.timings["head"] = self.timings.get("head", 0.0) + time.perf_counter() - t0
 
-    def on_test(self, msg: TestRepresentation) -> Next:
+    def on_test(self, msg: TestRepresentation | DpTestRepresentation) -> Next:
         """Step 6: the test representations of party k; after the last, the predictions."""
         st = self.state
         st.Ht.append(self._check(msg.H, self.n_test, "test representations"))
         st.k += 1
         if st.k < len(self.parties):
-            return then([], self.parties[st.k], self.M.TestRepresentation, "on_test")
+            return then([], self.parties[st.k], self.rep("TestRepresentation"), "on_test")
         result = self._predict()
         progress.report(self.PROTOCOL, STEPS, STEPS, unit="step")
         return done(result)
@@ -252,8 +276,9 @@ class ServerRole(Role[_ServerState]):
             proba = np.zeros((0, self.data.n_classes), np.float32)
         y = self.data.y_test
         acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
-        return ServerResult(st.head, proba, acc, self.timings,
-                            privacy=self.defence.privacy(1, self.data.n_classes, STATEMENT))
+        privacy = {**self.defence.privacy(1, self.data.n_classes, STATEMENT),
+                   **self.embedding.privacy(self.cfg.embed_releases(), EMBED_STATEMENT)}
+        return ServerResult(st.head, proba, acc, self.timings, privacy=privacy)
 
 
 # --------------------------------------------------------------------------- party
@@ -317,6 +342,7 @@ class PartyRole(Role[_PartyState]):
             raise ProtocolError(f"setup asks for variant {setup.variant!r} and d = {setup.dim}; this party runs d = "
                                 f"{self.cfg.dim}")
         announced = announced_defence(setup, self.name, self.cfg.defence())
+        announced_embedding(setup, self.name, self.cfg.embedding(setup.n_overlap + setup.n_test))
         self.state.setup = setup
         self.hold("features", d.X_overlap)  # ground truth of the representation probe (audit)
         H = vnn.forward(self.f, d.X_overlap)
@@ -327,7 +353,22 @@ class PartyRole(Role[_PartyState]):
             kind, step = (self.M.DpGradient if announced.on else self.M.Gradient), "on_gradient"
         else:
             kind, step = (self.M.DpPartition if announced.on else self.M.Partition), "on_partition"
-        return then([send(self.server, self.M.Representation(H))], self.server, kind, step)
+        return then([send(self.server, self.release("Representation", H))], self.server, kind, step)
+
+    @property
+    def embedding(self) -> EmbeddingDefence:
+        """The embedding defences the setup announced (checked against this party's own in :meth:`on_setup`)."""
+        return announced_embedding(self.setup, self.name)
+
+    def release(self, plain: str, H: np.ndarray) -> Any:
+        """The message ``plain`` (e.g. ``"RepresentationUpdate"``) carrying representations ``H`` as this party sends
+        them: clipped and noised, as its ``Dp`` kind, under embedding noise."""
+        emb = self.embedding
+        return self.M.rep(plain, emb)(emb.release(H))
+
+    def embed_releases(self) -> int:
+        """How many representations of one overlap row this party sends (U1 and U2)."""
+        return 2
 
     def _classes(self, n_classes: int) -> int:
         if not 2 <= n_classes <= len(self.data.X_overlap):
@@ -357,7 +398,8 @@ class PartyRole(Role[_PartyState]):
         classifier = vnn.head(cfg.dim, C, seed=self.seed + 1)
         aug = vnn.AugmentConfig(threshold=cfg.threshold, lambda_u=cfg.lambda_u)
         stats = vnn.fixmatch_tab(self.f, classifier, d.X_overlap, pseudo, d.X_unaligned, epochs=cfg.ssl_epochs,
-                                 lr=cfg.lr, batch_size=cfg.batch_size, augment=aug, seed=self.seed)
+                                 lr=cfg.lr, batch_size=cfg.batch_size, augment=aug, seed=self.seed,
+                                 penalty=self.embedding.penalty())
         self.state.extractor = vnn.module_arrays(self.f)
         progress.report(self.PROTOCOL, 3, STEPS, unit="step")  # this party's local training
         self.hold("pseudo_labels", pseudo)
@@ -365,15 +407,16 @@ class PartyRole(Role[_PartyState]):
 
     def privacy(self) -> dict[str, Any]:
         """The guarantees of the defences the setup announced, as this party accounts them (empty: undefended)."""
-        return announced_defence(self.setup, self.name).privacy(1, None, STATEMENT)
+        return {**announced_defence(self.setup, self.name).privacy(1, None, STATEMENT),
+                **self.embedding.privacy(self.embed_releases(), EMBED_STATEMENT)}
 
     def _after_local_training(self, result: PartyResult, classifier: Any) -> Next:
         """Steps 4 and 6: U2 and the test representations; the party is done."""
         from vflcrypto.ml import nn as vnn
 
         d = self.data
-        sends = [send(self.server, self.M.RepresentationUpdate(vnn.forward(self.f, d.X_overlap))),
-                 send(self.server, self.M.TestRepresentation(vnn.forward(self.f, d.X_test)))]
+        sends = [send(self.server, self.release("RepresentationUpdate", vnn.forward(self.f, d.X_overlap))),
+                 send(self.server, self.release("TestRepresentation", vnn.forward(self.f, d.X_test)))]
         return done(result, sends)
 
 

@@ -27,6 +27,16 @@ Label defences (:mod:`.defence`, off by default)
     ``vflcrypto audit split --defence label-rr|label-lpmst|grad-gauss|marvell --budgets 1,2,4,8`` draws
     their privacy–utility frontier.
 
+Embedding defences (:mod:`vflcrypto.protocols._repvfl_embed`, off by default)
+    Each feature party's, against the server: ``--embed-noise σ --embed-clip C`` or
+    ``--embed-epsilon ε`` (each representation row it sends clipped to C and Gaussian noise added:
+    (ε, δ)-DP of each row's raw columns over its releases, one per epoch, for the extractors taken
+    as given; the representations then travel as ``split.dp_representation`` and
+    ``split.dp_test_representation``) and ``--dcor-weight λ`` (NoPeek's distance-correlation term
+    in its loss: empirical, no ε). ``vflcrypto audit split --defence embed-gauss --budgets
+    1,2,4,8`` and ``--defence dcor --budgets 0.1,0.5,1,3`` (λ values) draw their frontiers against
+    the server's decoder of the raw columns.
+
 Citations
     P. Vepakomma, O. Gupta, T. Swedish, R. Raskar, "Split learning for health", 2018
     (arXiv 1812.00564); seed 000 §12.5.3; NVIDIA NVFlare ``cifar10-splitnn``.
@@ -35,12 +45,13 @@ Message flow (kinds ``split.*``; steps of :mod:`.roles`)
     0. S → every party ``setup``: row counts, d, epochs, batch size, the public schedule seed,
        the label defences.
     Per batch (epochs × ⌈overlap / batch⌉ times):
-    1. party k → S ``representation``: f_k(X^k) of the batch rows (current extractor).
+    1. party k → S ``representation``: f_k(X^k) of the batch rows (current extractor;
+       ``dp_representation`` under embedding noise).
     2. S: cross-entropy of f_c on the concatenation, one Adam step of f_c; S → party k
        ``gradient``: ∂L/∂H^k of the batch (``dp_gradient`` under a DP label defence,
        ``marvell_gradient`` under Marvell).
     3. party k: backpropagates it through f_k, one Adam step.
-    4. (prediction) party k → S ``test_representation``; S predicts.
+    4. (prediction) party k → S ``test_representation`` (``dp_test_representation``); S predicts.
 
 Modules: :mod:`.messages`, :mod:`.roles`, :mod:`.defence`, :mod:`.audit`, :mod:`.frontier`; the commands are
 ``protocols/_repvfl_cli.py``.
@@ -63,6 +74,8 @@ from .messages import (
     BatchGradient,
     BatchRepresentation,
     DpBatchGradient,
+    DpBatchRepresentation,
+    DpTestRepresentation,
     MarvellBatchGradient,
     Setup,
     TestRepresentation,
@@ -70,9 +83,9 @@ from .messages import (
 from .roles import PartyResult, PartyRole, ServerRole, SplitConfig, epoch_batches, run_local
 
 __all__ = ["DEFENCES", "PARTY", "SERVER", "SPEC", "BatchGradient", "BatchRepresentation", "DpBatchGradient",
-           "LabelDefence", "MarvellBatchGradient", "PartyData", "PartyResult", "PartyRole", "RepRun", "ServerData",
-           "ServerResult", "ServerRole", "Setup", "SplitConfig", "SplitDefence", "TestRepresentation", "epoch_batches",
-           "run_local"]
+           "DpBatchRepresentation", "DpTestRepresentation", "LabelDefence", "MarvellBatchGradient", "PartyData",
+           "PartyResult", "PartyRole", "RepRun", "ServerData", "ServerResult", "ServerRole", "Setup", "SplitConfig",
+           "SplitDefence", "TestRepresentation", "epoch_batches", "run_local"]
 
 
 def _flower_config(run_config: Mapping[str, Any]) -> SplitConfig:

@@ -1,5 +1,5 @@
-"""The split-learning audit (attacks on what each role received), its label defences' checks, and its demo step
-(the defences' frontier is :mod:`.frontier`)."""
+"""The split-learning audit (attacks on what each role received), its label and embedding defences' checks, and
+its demo step (the defences' frontiers are :mod:`.frontier`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from vflcrypto.audit import literature
 from vflcrypto.audit.attacks import not_measured, probe_finding
 from vflcrypto.audit.checks import Check
 from vflcrypto.audit.defences import keep_rate_finding, noise_floor_finding
@@ -38,13 +39,14 @@ from .._repvfl_audit import (
     needs_torch,
 )
 from .._repvfl_defence_audit import defence_checks, noise_check_name, rr_check_name, rr_finding
+from .._repvfl_embed_audit import embed_check, embed_check_name, embed_noise_findings
 from .defence import lpmst_stage2_epoch
 from .roles import SplitConfig, epoch_batches, run_local
 
-__all__ = ["CHECKS", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EPOCHS", "MARVELL_CHECK", "MARVELL_KIND",
-           "NOISE_CHECK", "RR_CHECK", "attacked_epoch", "audit_run", "defence_findings", "demo_step",
-           "gradient_kind_received", "label_attacks", "lpmst_finding", "marvell_findings", "run_tapped",
-           "view_attacks"]
+__all__ = ["CHECKS", "DEFENDED_EPSILON", "DEFENDED_MARVELL", "DP_KIND", "EMBED_CHECK", "EMBED_KINDS", "EPOCHS",
+           "MARVELL_CHECK", "MARVELL_KIND", "NOISE_CHECK", "RR_CHECK", "attacked_epoch", "audit_run",
+           "defence_findings", "demo_step", "gradient_kind_received", "inversion_attacks", "label_attacks",
+           "lpmst_finding", "marvell_findings", "run_tapped", "view_attacks"]
 
 EPOCHS = 20  # the audit's runs: 100 overlap rows of the digits, 2 batches per epoch
 #: the audit's defended run: both label defences at the frontier's tightest budget
@@ -55,11 +57,16 @@ DP_KIND = "split.dp_gradient"
 MARVELL_KIND = "split.marvell_gradient"
 NOISE_CHECK, RR_CHECK = noise_check_name(DP_KIND), rr_check_name(DP_KIND)
 MARVELL_CHECK = f"{MARVELL_KIND}: Marvell's noise at the solved covariance"
+#: the representation kinds under the parties' embedding noise
+EMBED_KINDS = ("split.dp_representation", "split.dp_test_representation")
+EMBED_CHECK = embed_check_name("split")
 CHECKS: tuple[Check, ...] = (
     *defence_checks(DP_KIND, (DP_KIND,)),
     Check(MARVELL_CHECK, (MARVELL_KIND,), Protection.NOISED,
           "Marvell's noise dropped or scaled down (less than half the solved variance in the rows sent)", 0.5),
+    embed_check("split", EMBED_KINDS),
 )
+EMBED_LABEL = f"embedding noise (epsilon = {DEFENDED_EPSILON:g} for each party's rows, delta = 1/n^2)"
 
 
 def run_tapped(server: ServerData, parties: list[PartyData], cfg: SplitConfig) -> tuple[RepRun, AuditTap]:
@@ -102,10 +109,11 @@ def _published_label_attacks(tap: AuditTap, party: str, kind: str, y: np.ndarray
     default, ``first`` its batches) and model completion on the last epoch's representations it sent (an
     in-process audit and a recorded view alike)."""
     n = len(y)
+    rep = "split.dp_representation" if tap.received(None, "split.dp_representation", sender=party) \
+        else "split.representation"
     return label_attack_findings(party, kind, _epoch_rows(tap, party, kind, n, first, "G", last_epoch=False,
                                                           epoch=epoch),
-                                 "split.representation",
-                                 _epoch_rows(tap, party, "split.representation", n, last, "H", last_epoch=True), y)
+                                 rep, _epoch_rows(tap, party, rep, n, last, "H", last_epoch=True), y)
 
 
 def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFinding]:
@@ -135,10 +143,34 @@ def view_attacks(view: RecordedView, y: np.ndarray | None) -> list[EmpiricalFind
     last = epoch_batches(s.n_overlap, s.batch_size, s.seed, s.epochs - 1)
     return _published_label_attacks(view.tap, view.party, kind, y, first, last, e)
 
+
 def gradient_kind_received(tap: AuditTap, party: str) -> str:
     """The gradient message ``party`` received: ``split.dp_gradient``, ``split.marvell_gradient`` or
     ``split.gradient``."""
     return next((k for k in (DP_KIND, MARVELL_KIND) if tap.received(party, k)), "split.gradient")
+
+
+def inversion_attacks(tap: AuditTap, names: Sequence[str], X_of: dict[str, np.ndarray], cfg: SplitConfig,
+                      n: int) -> list[EmpiricalFinding]:
+    """The server's trained decoder (He et al.) of each party's raw columns from the representations it received
+    (``split.dp_representation`` under embedding noise): on the last epoch's, and on each row's mean over the epochs
+    (every release of it; noise of a fixed extractor would average out as 1/sqrt(epochs))."""
+    kind = "split.dp_representation" if tap.received(SERVER, "split.dp_representation") else "split.representation"
+    epochs = [epoch_batches(n, cfg.batch_size, cfg.seed, e) for e in range(cfg.epochs)]
+    out = inversion_findings(tap, list(names), [(kind, "features")], rows=lambda p, k: (
+        None if (H := _epoch_rows(tap, p, k, n, epochs[-1], "H", last_epoch=True)) is None else (H, X_of[p])))
+    for p in names:
+        msgs, per = tap.received(SERVER, kind, sender=p), len(epochs[0])
+        if len(msgs) != per * len(epochs):
+            out.append(not_measured(SERVER, f"{kind} from {p}: raw columns, mean of its releases, by a trained decoder",
+                                    (kind,), None, f"{len(msgs)} {kind} messages from {p}, expected "
+                                                   f"{per * len(epochs)}"))
+            continue
+        mean = np.mean([batch_rows(msgs[e * per:(e + 1) * per], b, n, "H") for e, b in enumerate(epochs)], axis=0)
+        out.append(literature.representation_inversion(
+            SERVER, f"{kind} from {p}: raw columns, mean of its releases, by a trained decoder", mean, X_of[p],
+            attacks=(kind,)))
+    return out
 
 
 def defence_findings(tap: AuditTap, names: Sequence[str], n_classes: int) -> list[EmpiricalFinding]:
@@ -231,7 +263,11 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
       binary digits (:func:`~vflcrypto.protocols._repvfl.binary_digits_example`, 200 overlap rows,
       s = 4), whose rows are checked against the noise the label holder solved
       (:func:`marvell_findings`). What the defences do to the attacks, at several budgets, is
-      the frontier (:func:`~.frontier.frontier`).
+      the frontier (:func:`~.frontier.frontier`);
+    * the embedding-defended run (every party's representations clipped to 1 and noised for
+      ε = 1 over the epochs, δ = 1/n²): the server's check that each party's rows carry the
+      announced noise (:func:`~vflcrypto.protocols._repvfl_embed_audit.embed_noise_findings`),
+      and the decoder's R² on what it received (metrics; the frontier re-runs it per budget).
 
     No key is involved (``key_bits`` is unused): nothing here is encrypted, by design.
     """
@@ -275,10 +311,20 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     marvell = mrun.server.privacy["marvell"]["params"]
     metrics.update(marvell_test_accuracy=float(mrun.test_accuracy or 0.0), marvell_max_sum_kl=marvell["max_sum_kl"],
                    marvell_leak_auc_bound=marvell["leak_auc_bound"])
+    erun, etap = run_tapped(server, parties, SplitConfig(epochs=EPOCHS, embed_epsilon=DEFENDED_EPSILON))
+    findings += embed_noise_findings(etap, names, "split", EMBED_KINDS)
+    einv = inversion_attacks(etap, names, X_of, cfg, n)
+    metrics["embed_defended_test_accuracy"] = float(erun.test_accuracy or 0.0)
+    metrics["embed_defended_inversion_r2"] = max(f.value for f in einv if f.measured)
+    for p, res in zip(names, erun.parties, strict=True):  # each party's own accounting of its rows' releases
+        g = res.privacy["embed-gauss"]
+        key = p.replace("-", "_")
+        metrics[f"embed_defended_epsilon_{key}"], metrics[f"embed_defended_delta_{key}"] = g["epsilon"], g["delta"]
     label = f"label defences (randomized response and gradient noise, epsilon = {DEFENDED_EPSILON:g} each)"
     runs = {"undefended": run.transcript, label: drun.transcript,
             f"LP-MST label defence (two stages, epsilon = {DEFENDED_EPSILON:g})": lrun.transcript,
-            f"Marvell (s = {DEFENDED_MARVELL:g}) on the binary digits": mrun.transcript}
+            f"Marvell (s = {DEFENDED_MARVELL:g}) on the binary digits": mrun.transcript,
+            EMBED_LABEL: erun.transcript}
     report, sections = audit_runs(runs)
     return AuditOutcome("split", report, tuple(findings), metrics, sections=sections, transcripts=tuple(runs.items()))
 

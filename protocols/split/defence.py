@@ -82,6 +82,14 @@ for its own block), the features and the head. Marvell runs alone (not with the 
 defences). Cost: the extractors learn from noised rows (the power s·‖Δ‖² per row on
 average); the frontier (``vflcrypto audit split --defence marvell``) measures it on binary
 digits, beside clipped Gaussian noise there (``--defence grad-gauss --binary``).
+
+**The feature parties' embedding defences** (:mod:`vflcrypto.protocols._repvfl_embed`:
+``--embed-noise σ``/``--embed-epsilon ε`` with ``--embed-clip C``, and ``--dcor-weight λ``) protect
+the other way: each party's raw columns against the server. Under embedding noise each party clips
+and noises every representation row it sends (``split.dp_representation``,
+``split.dp_test_representation``); an overlap row is released once per epoch (the batches of an
+epoch partition the rows), a test row once, so :data:`EMBED_STATEMENT` composes ``epochs`` Gaussian
+releases per row at sampling rate 1 (the server knows each batch's rows).
 """
 
 from __future__ import annotations
@@ -99,13 +107,15 @@ from vflcrypto.privacy import mechanisms as dpm
 
 from .._repvfl_defence import DEFENCES as SHARED_DEFENCES
 from .._repvfl_defence import LabelDefence, Statement, noise_for_budget
+from .._repvfl_embed import DCOR_COVERS, EMBED_DEFENCES, EmbedStatement
 
-__all__ = ["COVERS", "DEFENCES", "LABEL_MECHANISMS", "STATEMENT", "LabelDefence", "MarvellState", "SplitDefence",
-           "grad_guarantee", "lpmst_stage2", "lpmst_stage2_epoch", "marvell_guarantee", "noise_for_budget",
-           "noised_step", "rr_guarantee"]
+__all__ = ["COVERS", "DEFENCES", "EMBED_STATEMENT", "LABEL_MECHANISMS", "STATEMENT", "LabelDefence", "MarvellState",
+           "SplitDefence", "grad_guarantee", "lpmst_stage2", "lpmst_stage2_epoch", "marvell_guarantee",
+           "noise_for_budget", "noised_step", "rr_guarantee"]
 
-#: split learning's defences (their names in ``vflcrypto audit split --defence``): the shared ones and Marvell
-DEFENCES = (*SHARED_DEFENCES, "label-lpmst", "marvell")
+#: split learning's defences (their names in ``vflcrypto audit split --defence``): the shared label ones, LP-MST and
+#: Marvell, then the feature parties' embedding defences
+DEFENCES = (*SHARED_DEFENCES, "label-lpmst", "marvell", *EMBED_DEFENCES)
 #: how ``--label-dp ε`` releases the labels: ``rr`` (randomized response) or ``lpmst`` (two-stage LP-MST)
 LABEL_MECHANISMS = ("rr", "lpmst")
 
@@ -121,8 +131,17 @@ COVERS_GAUSS = ("each overlap row's label (label-DP, replace-one: sensitivity 2C
 COVERS_MARVELL = ("each overlap row's binary label against each party's view of one batch (empirical, no "
                   "(epsilon, delta)): the AUC of any scoring of the party's perturbed rows is at most 1/2 + sqrt(k)/2 "
                   "- k/8 for the batch's symmetrised KL k, under the Gaussian model of the batch's gradients")
+COVERS_EMBED = ("each row's raw columns at its party (feature-DP, replace-one: sensitivity 2C) in the representations "
+                "of it that party sends: each overlap row once per epoch, each test row once (the server knows each "
+                "batch's rows, so no amplification by subsampling is claimed), for the extractors the run used taken "
+                "as given; what the extractors, trained on the raw columns without noise, carry about a row into "
+                "other rows' representations and into the saved model is not covered")
 #: defence -> what its guarantee protects
-COVERS = {"label-rr": COVERS_RR, "label-lpmst": COVERS_LPMST, "grad-gauss": COVERS_GAUSS, "marvell": COVERS_MARVELL}
+COVERS = {"label-rr": COVERS_RR, "label-lpmst": COVERS_LPMST, "grad-gauss": COVERS_GAUSS, "marvell": COVERS_MARVELL,
+          "embed-gauss": COVERS_EMBED, "dcor": DCOR_COVERS}
+#: split learning's statement of its embedding noise: each overlap row is released once per epoch
+EMBED_STATEMENT = EmbedStatement(COVERS_EMBED, "each representation row clipped to L2 norm C by its party and "
+                                               "Gaussian noise of std sigma*C added (os.urandom)", "epochs")
 #: split learning's statement of its defences (the shared :class:`~vflcrypto.protocols._repvfl_defence.LabelDefence`
 #: reports its guarantees with it); each row's label enters one noised step per epoch
 STATEMENT = Statement(COVERS, "per-example joint clipping to C and Gaussian noise of std sigma*C (DP-SGD on the "

@@ -24,6 +24,10 @@ Two settings:
 
 The budgets: ε for ``label-rr``, ``label-lpmst`` (two-stage LP-MST) and ``grad-gauss`` (δ = 1e-5, accounted
 by ``dp-accounting``), Marvell's power bound s for ``marvell`` (larger s: more noise, less leakage; no ε).
+
+The feature parties' embedding defences (``embed-gauss``: ε of the representations' noise, δ = 1/n²;
+``dcor``: NoPeek's weight λ, no ε) run in the audit's setting with the server's decoder of each
+party's raw columns as the columns instead (:func:`embed_frontier`).
 """
 
 from __future__ import annotations
@@ -42,12 +46,14 @@ from vflcrypto.runtime.channel import AuditTap
 from .._repvfl import POSITIVE_DIGIT, ServerData, binary_digits_example, digits_example, party_names, require_torch
 from .._repvfl_audit import batch_rows
 from .._repvfl_defence_audit import ATTACK_PATTERNS, FRONTIER_ATTACKS, own_columns_completion
-from .audit import EPOCHS, gradient_kind_received, label_attacks, run_tapped
+from .._repvfl_embed import EMBED_DEFENCES
+from .._repvfl_embed_audit import BUDGET_NAMES, EMBED_FRONTIER_ATTACKS, EMBED_PATTERNS, embed_config
+from .audit import EPOCHS, gradient_kind_received, inversion_attacks, label_attacks, run_tapped
 from .defence import COVERS, DEFENCES
 from .roles import SplitConfig, epoch_batches
 
-__all__ = ["BINARY_OVERLAP", "BINARY_PATTERNS", "FRONTIER_ATTACKS_BINARY", "epoch_leak_findings", "frontier",
-           "worst_epoch_baseline"]
+__all__ = ["BINARY_OVERLAP", "BINARY_PATTERNS", "FRONTIER_ATTACKS_BINARY", "embed_frontier", "epoch_leak_findings",
+           "frontier", "worst_epoch_baseline"]
 
 #: overlap rows of the binary frontier (about 50 positives: a folded leak AUC of pure chance has sd ~0.03)
 BINARY_OVERLAP = 500
@@ -132,12 +138,17 @@ def frontier(defence: str, budgets: Sequence[float], repeats: int = 1, *, binary
     noise calibrated to (ε, δ = 1e-5);
     ``marvell``: Marvell at power bound s), beside the undefended run; each point the mean of ``repeats`` runs
     (fresh randomness each). ``binary`` (default: only for Marvell) runs on the binary digits; ``overlap`` and
-    ``epochs`` shrink the setting, ``undefended=False`` leaves the undefended run out (tests)."""
+    ``epochs`` shrink the setting, ``undefended=False`` leaves the undefended run out (tests). The embedding
+    defences (``embed-gauss``, ``dcor``) measure the server's decoder instead (:func:`embed_frontier`)."""
     require_torch()
     if defence not in DEFENCES:
         raise InputDataError(f"split's defences are {', '.join(DEFENCES)}, not {defence!r}")
     if repeats < 1:
         raise InputDataError(f"the frontier needs >= 1 run per budget, got {repeats}")
+    if defence in EMBED_DEFENCES:
+        if binary:
+            raise InputDataError(f"{defence} protects the parties' raw columns: its frontier runs on the digits")
+        return embed_frontier(defence, budgets, repeats, overlap=overlap, epochs=epochs, undefended=undefended)
     binary = defence == "marvell" if binary is None else binary
     if defence == "marvell" and not binary:
         raise InputDataError("Marvell protects binary labels only: its frontier runs on the binary digits")
@@ -179,3 +190,35 @@ def frontier(defence: str, budgets: Sequence[float], repeats: int = 1, *, binary
                  f"{epochs} epochs, batch 64")
     return Frontier("split", defence, statement, tuple(points), FRONTIER_ATTACKS_BINARY if binary else FRONTIER_ATTACKS,
                     budget_name="power bound s" if defence == "marvell" else "epsilon")
+
+
+def embed_frontier(defence: str, budgets: Sequence[float], repeats: int = 1, *, overlap: int | None = None,
+                   epochs: int = EPOCHS, undefended: bool = True) -> Frontier:
+    """The server's decoder of each party's raw columns (last epoch, and each row's mean over its releases) and the
+    test accuracy at each budget of an embedding defence (``embed-gauss``: the parties' representations clipped to 1
+    and noised, calibrated to ε over the epochs at δ = 1/n²; ``dcor``: NoPeek at weight λ = each budget, no ε),
+    beside the undefended run, on the digits (the audit's setting)."""
+    n = overlap or 100
+    server, parties = digits_example(n, seed=0)
+    names = party_names(len(parties))
+    X_of = {p: d.X_overlap for p, d in zip(names, parties, strict=True)}
+
+    def runner(cfg: SplitConfig) -> Callable[[], FrontierRun]:
+        def once() -> FrontierRun:
+            run, tap = run_tapped(server, parties, cfg)
+            return ({"test_accuracy": float(run.test_accuracy or 0.0)}, run.server.privacy,
+                    inversion_attacks(tap, names, X_of, cfg, n))
+
+        return once
+
+    points = [frontier_point(None, defence, repeats, runner(SplitConfig(epochs=epochs)), EMBED_PATTERNS)
+              ] if undefended else []
+    for b in budgets:
+        cfg = SplitConfig(epochs=epochs, **embed_config(defence, b))
+        points.append(frontier_point(b, defence, repeats, runner(cfg), EMBED_PATTERNS))
+    clip = (f", every representation row clipped to {SplitConfig().embed_clip:g}, delta = 1/n^2 over the "
+            f"{n + len(parties[0].X_test)} overlap and test rows") if defence == "embed-gauss" else ""
+    statement = (f"{defence} protects {COVERS[defence]}; split learning on the digits, {n} overlap rows, {epochs} "
+                 f"epochs, batch 64{clip}")
+    return Frontier("split", defence, statement, tuple(points), EMBED_FRONTIER_ATTACKS,
+                    budget_name=BUDGET_NAMES[defence])

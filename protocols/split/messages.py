@@ -10,15 +10,16 @@ from vflcrypto.runtime.declarations import Protection, declare
 
 from .._repvfl import PARTY, SERVER
 
-__all__ = ["PARTY", "SERVER", "BatchGradient", "BatchRepresentation", "DpBatchGradient", "MarvellBatchGradient",
-           "Setup", "TestRepresentation"]
+__all__ = ["PARTY", "SERVER", "BatchGradient", "BatchRepresentation", "DpBatchGradient", "DpBatchRepresentation",
+           "DpTestRepresentation", "MarvellBatchGradient", "Setup", "TestRepresentation"]
 
 
 @declare("split.setup", sender=SERVER, receiver=PARTY, protection=Protection.PUBLIC,
          reveals="the numbers of overlap and test rows, d, the epochs, the batch size and the public schedule seed; "
                  "the label defences of the run (randomized response's epsilon and mechanism, rr or two-stage "
-                 "LP-MST; the gradient noise multiplier, clip norm and delta; Marvell's power bound), so that every "
-                 "party accounts the same (epsilon, delta)")
+                 "LP-MST; the gradient noise multiplier, clip norm and delta; Marvell's power bound) and the "
+                 "embedding defences (the embedding noise multiplier, clip norm and delta; the dCor weight), so "
+                 "that every role accounts the same guarantees")
 @dataclass(frozen=True)
 class Setup:
     n_overlap: int
@@ -37,11 +38,19 @@ class Setup:
     marvell_bound: float | None = None
     #: how the labels under ``label_epsilon`` are released: "rr" or "lpmst" (two-stage LP-MST)
     label_mechanism: str = "rr"
+    #: the embedding noise's standard deviation over its clip norm (None: representations sent without noise)
+    embed_noise_multiplier: float | None = None
+    embed_clip: float | None = None
+    embed_delta: float | None = None
+    #: NoPeek's distance-correlation weight in every party's loss (None: off)
+    dcor_weight: float | None = None
 
 
 @declare("split.representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
          reveals="f_k(X^k) of one batch of overlap rows with the current extractor, every step, in the clear: "
-                 "over training the server sees how the party's representations evolve (probe R^2 measured)")
+                 "over training the server sees how the party's representations evolve (probe R^2 measured); under "
+                 "--dcor-weight alone still in the clear, from an extractor trained to lower dCor(X, H) (NoPeek): an "
+                 "empirical defence with no formal guarantee (the decoder's R^2 on its frontier)")
 @dataclass(frozen=True)
 class BatchRepresentation:
     epoch: int
@@ -91,8 +100,31 @@ class MarvellBatchGradient:
     G: np.ndarray
 
 
+@declare("split.dp_representation", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="f_k(X^k) of one batch of overlap rows under the party's embedding noise (--embed-noise or "
+                 "--embed-epsilon), every step: each row clipped to L2 norm C and Gaussian noise of std sigma*C added "
+                 "by the party; each overlap row's representations over the epochs (one release per epoch) are "
+                 "(epsilon, delta)-DP in its raw columns (replace-one, sensitivity 2C; RDP accountant; the setup "
+                 "states the parameters), for the extractors the run used taken as given: they are trained on the "
+                 "raw columns without noise, which the guarantee does not cover. The probe and decoder attacks fall "
+                 "toward their baselines as epsilon shrinks (frontier)")
+@dataclass(frozen=True)
+class DpBatchRepresentation:
+    epoch: int
+    batch: int
+    H: np.ndarray
+
+
 @declare("split.test_representation", sender=PARTY, receiver=SERVER, protection=Protection.PLAINTEXT,
          reveals="f_k of the held-out aligned rows (prediction), in the clear")
 @dataclass(frozen=True)
 class TestRepresentation:
+    H: np.ndarray
+
+
+@declare("split.dp_test_representation", sender=PARTY, receiver=SERVER, protection=Protection.DP,
+         reveals="f_k of the held-out aligned rows under the party's embedding noise: clipped and noised as "
+                 "split.dp_representation, one release per test row (a smaller epsilon than the overlap rows')")
+@dataclass(frozen=True)
+class DpTestRepresentation:
     H: np.ndarray

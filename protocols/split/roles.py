@@ -17,7 +17,11 @@ The label defences (:mod:`.defence`: ``--label-dp``, ``--grad-noise``/``--grad-e
 ``--marvell-bound``) are the server's: it announces them in the setup, trains on randomized
 labels and/or sends clipped and noised gradients as ``split.dp_gradient``, or Marvell's noised
 rows as ``split.marvell_gradient``; every party refuses a setup whose defences differ from its
-own flags, accounts the announced guarantee itself and keeps it in its result.
+own flags, accounts the announced guarantee itself and keeps it in its result. The embedding
+defences (:mod:`.._repvfl_embed`: ``--embed-noise``/``--embed-epsilon``, ``--dcor-weight``) are
+every party's, announced in the same setup: each party clips and noises what it sends
+(``split.dp_representation``, ``split.dp_test_representation``) and backpropagates through the
+clipping, and/or adds NoPeek's distance-correlation term to its extractor's loss.
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ from .._repvfl import (
     run_roles,
 )
 from .._repvfl_defence import DefendedConfig
+from .._repvfl_embed import EmbeddingDefence, announced_embedding
 from .defence import (
+    EMBED_STATEMENT,
     LABEL_MECHANISMS,
     STATEMENT,
     MarvellState,
@@ -60,19 +66,23 @@ from .messages import (
     BatchGradient,
     BatchRepresentation,
     DpBatchGradient,
+    DpBatchRepresentation,
+    DpTestRepresentation,
     MarvellBatchGradient,
     Setup,
     TestRepresentation,
 )
 
-__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "gradient_kind", "run_local"]
+__all__ = ["PartyResult", "PartyRole", "ServerRole", "SplitConfig", "epoch_batches", "gradient_kind", "rep_kinds",
+           "run_local"]
 
 
 @dataclass(frozen=True)
 class SplitConfig(DefendedConfig):
     """Split learning's parameters: :class:`RepConfig`, the label defences (:mod:`.defence`; all off by default:
-    the shared ones and Marvell) and the number of joint epochs (each row's label enters one noised step per
-    epoch)."""
+    the shared ones and Marvell), the feature parties' embedding defences (off by default) and the number of joint
+    epochs (each row's label enters one noised step per epoch, each overlap row's representation one noised release
+    per epoch)."""
 
     epochs: int = option(200, "epochs over the overlap rows (every batch is one round trip per party)")
     marvell_bound: float | None = option(None, "Marvell's optimised gradient noise for binary labels (Li et al. 2022) "
@@ -93,6 +103,9 @@ class SplitConfig(DefendedConfig):
     def releases(self) -> int:
         return self.epochs
 
+    def embed_releases(self) -> int:
+        return self.epochs
+
     def defence(self) -> SplitDefence:
         """The shared label defences this configuration asks for, and Marvell's bound."""
         shared = super().defence()
@@ -108,6 +121,12 @@ def gradient_kind(dfn: SplitDefence) -> type[BatchGradient] | type[DpBatchGradie
     return DpBatchGradient if dfn.dp else BatchGradient
 
 
+def rep_kinds(embedding: EmbeddingDefence) -> tuple[type[Any], type[Any]]:
+    """The batch and test representation kinds of a run with these embedding defences (``dp_`` under noise)."""
+    return ((DpBatchRepresentation, DpTestRepresentation) if embedding.noised
+            else (BatchRepresentation, TestRepresentation))
+
+
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
     """The batches of ``epoch``: a permutation of the ``n`` overlap rows from a public seed."""
     order = np.random.default_rng([seed, epoch]).permutation(n)  # public schedule, not secret
@@ -116,8 +135,8 @@ def epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.nda
 
 @dataclass
 class PartyResult:
-    """A party's trained extractor (arrays), the number of steps it took and the label defences' guarantees it
-    accounted from the setup (defence name -> (ε, δ) and what it covers; empty when undefended)."""
+    """A party's trained extractor (arrays), the number of steps it took and the label and embedding defences'
+    guarantees it accounted from the setup (defence name -> (ε, δ) and what it covers; empty when undefended)."""
 
     extractor: list[np.ndarray]
     steps: int
@@ -156,6 +175,8 @@ class ServerRole(Role[_ServerState]):
         self.defence = self.cfg.defence()
         self.defence.check_task(data.n_classes)
         self.marvell = MarvellState()
+        self.embedding = self.cfg.embedding(len(data.y_overlap) + n_test)
+        self.rep, self.test_rep = rep_kinds(self.embedding)
         self.y_train = data.y_overlap  # randomized at start() under --label-dp
         self.released = np.ones(len(data.y_overlap), bool)  # LP-MST: the rows whose label is released so far
         self.t0 = time.perf_counter()
@@ -170,7 +191,7 @@ class ServerRole(Role[_ServerState]):
 
     def start(self) -> Next:
         """Step 0: the setup; then the first batch's representations."""
-        c, dfn = self.cfg, self.defence
+        c, dfn, emb = self.cfg, self.defence, self.embedding
         self.hold("labels", self.data.y_overlap)
         if dfn.label_epsilon is not None:
             from vflcrypto.privacy import mechanisms
@@ -186,9 +207,10 @@ class ServerRole(Role[_ServerState]):
         if not dfn.lpmst:
             self.hold("training_labels", self.y_train)
         setup = Setup(self.n, self.n_test, c.dim, c.epochs, c.batch_size, c.seed, dfn.label_epsilon,
-                      dfn.noise_multiplier, dfn.clip, dfn.delta, dfn.marvell_bound, dfn.label_mechanism)
-        return then([send(p, setup) for p in self.parties], self.parties[0], BatchRepresentation,
-                    "on_representation")
+                      dfn.noise_multiplier, dfn.clip, dfn.delta, marvell_bound=dfn.marvell_bound,
+                      label_mechanism=dfn.label_mechanism, embed_noise_multiplier=emb.noise_multiplier,
+                      embed_clip=emb.clip, embed_delta=emb.delta, dcor_weight=emb.dcor_weight)
+        return then([send(p, setup) for p in self.parties], self.parties[0], self.rep, "on_representation")
 
     def _release(self, rows: np.ndarray, priors: np.ndarray) -> None:
         """LP-MST: release the labels of ``rows`` by RRWithPrior under ``priors`` (once per row; the record of each
@@ -202,7 +224,7 @@ class ServerRole(Role[_ServerState]):
         self.released[rows] = True
         self.hold("lpmst_releases", (rows, y, self.y_train[rows], mechanisms.rr_with_prior_keep(y, priors, eps)))
 
-    def on_representation(self, msg: BatchRepresentation) -> Next:
+    def on_representation(self, msg: BatchRepresentation | DpBatchRepresentation) -> Next:
         """Step 1 from party k; after the last party, step 2: the head's step and the gradients."""
         st = self.state
         sender = self.parties[st.k]
@@ -212,7 +234,7 @@ class ServerRole(Role[_ServerState]):
         st.H.append(check_matrix(msg.H, len(rows), self.cfg.dim, "batch representations", sender))
         st.k += 1
         if st.k < len(self.parties):
-            return then([], self.parties[st.k], BatchRepresentation, "on_representation")
+            return then([], self.parties[st.k], self.rep, "on_representation")
         grads = self._step(rows)
         kind = gradient_kind(self.defence)
         sends = [send(p, kind(st.epoch, st.batch, g)) for p, g in zip(self.parties, grads, strict=True)]
@@ -222,8 +244,8 @@ class ServerRole(Role[_ServerState]):
             st.epoch, st.batch = st.epoch + 1, 0
             progress.report("split", st.epoch, self.cfg.epochs, unit="epoch")
         if st.epoch == self.cfg.epochs:
-            return then(sends, self.parties[0], TestRepresentation, "on_test")
-        return then(sends, self.parties[0], BatchRepresentation, "on_representation")
+            return then(sends, self.parties[0], self.test_rep, "on_test")
+        return then(sends, self.parties[0], self.rep, "on_representation")
 
     def _step(self, rows: np.ndarray) -> list[np.ndarray]:
         import torch
@@ -265,7 +287,7 @@ class ServerRole(Role[_ServerState]):
             out.append(noised)
         return out
 
-    def on_test(self, msg: TestRepresentation) -> Next:
+    def on_test(self, msg: TestRepresentation | DpTestRepresentation) -> Next:
         """Step 4: party k's test representations; after the last, the predictions."""
         from vflcrypto.ml import nn as vnn
 
@@ -273,14 +295,15 @@ class ServerRole(Role[_ServerState]):
         st.H.append(check_matrix(msg.H, self.n_test, self.cfg.dim, "test representations", self.parties[st.k]))
         st.k += 1
         if st.k < len(self.parties):
-            return then([], self.parties[st.k], TestRepresentation, "on_test")
+            return then([], self.parties[st.k], self.test_rep, "on_test")
         proba = (vnn.predict_proba(self.head, np.concatenate(st.H, axis=1)) if self.n_test
                  else np.zeros((0, self.data.n_classes), np.float32))
         y = self.data.y_test
         acc = float(np.mean(proba.argmax(1) == y)) if y is not None and len(y) and self.n_test else None
+        privacy = {**self.defence.privacy(self.cfg.epochs, self.data.n_classes, STATEMENT, self.marvell.sum_kls),
+                   **self.embedding.privacy(self.cfg.epochs, EMBED_STATEMENT)}
         return done(ServerResult(vnn.module_arrays(self.head), proba, acc, {"total": time.perf_counter() - self.t0},
-                                 privacy=self.defence.privacy(self.cfg.epochs, self.data.n_classes, STATEMENT,
-                                                              self.marvell.sum_kls)))
+                                 privacy=privacy))
 
 
 # --------------------------------------------------------------------------- party
@@ -349,21 +372,28 @@ class PartyRole(Role[_PartyState]):
         if setup.dim != self.cfg.dim or setup.epochs < 1 or setup.batch_size < 1:
             raise ProtocolError(f"setup asks for d = {setup.dim}, {setup.epochs} epochs, batch {setup.batch_size}")
         SplitDefence.announced(setup, self.name, self.cfg.defence())
+        announced_embedding(setup, self.name, self.cfg.embedding(setup.n_overlap + setup.n_test))
         self.state.setup = setup
         self.hold("features", d.X_overlap)
         self._save()
         return self._send_batch()
 
+    @property
+    def embedding(self) -> EmbeddingDefence:
+        """The embedding defences the setup announced (checked against this party's own in :meth:`on_setup`)."""
+        return announced_embedding(self.setup, self.name)
+
     def _send_batch(self) -> Next:
         from vflcrypto.ml import nn as vnn
 
-        st = self.state
-        H = vnn.forward(self.f, self.data.X_overlap[self._rows()])
+        st, emb = self.state, self.embedding
+        H = emb.release(vnn.forward(self.f, self.data.X_overlap[self._rows()]))
         kind = gradient_kind(SplitDefence.announced(self.setup, self.name))
-        return then([send(self.server, BatchRepresentation(st.epoch, st.batch, H))], self.server, kind, "on_gradient")
+        return then([send(self.server, rep_kinds(emb)[0](st.epoch, st.batch, H))], self.server, kind, "on_gradient")
 
     def on_gradient(self, msg: BatchGradient | DpBatchGradient | MarvellBatchGradient) -> Next:
-        """Step 3: backpropagate the server's gradient through f_k; then the next batch or the test rows."""
+        """Step 3: backpropagate the server's gradient through f_k (and through the clipping under embedding noise,
+        with NoPeek's term under --dcor-weight); then the next batch or the test rows."""
         import torch
 
         from vflcrypto.ml import nn as vnn
@@ -373,10 +403,15 @@ class PartyRole(Role[_PartyState]):
             raise ProtocolError(f"gradient for batch {msg.epoch}/{msg.batch}, expected {st.epoch}/{st.batch}")
         rows = self._rows()
         G = check_matrix(msg.G, len(rows), self.cfg.dim, "batch gradients", self.server)
+        emb, X = self.embedding, torch.as_tensor(self.data.X_overlap[rows])
         self.f.train()
-        H = self.f(torch.as_tensor(self.data.X_overlap[rows]))
+        H = emb.clipped(self.f(X))
+        loss = (H * torch.as_tensor(G)).sum()  # its gradient in H is G: the server's gradient, backpropagated
+        penalty = emb.penalty()
+        if penalty is not None:
+            loss = loss + penalty(X, H)
         self.opt.zero_grad()
-        torch.autograd.backward(H, torch.as_tensor(G))
+        torch.autograd.backward(loss)
         self.opt.step()
         st.steps += 1
         st.batch += 1
@@ -386,8 +421,10 @@ class PartyRole(Role[_PartyState]):
         self._save()
         if st.epoch < s.epochs:
             return self._send_batch()
-        test = TestRepresentation(vnn.forward(self.f, self.data.X_test))
-        privacy = SplitDefence.announced(s, self.name).privacy(s.epochs, None, STATEMENT)
+        emb = self.embedding
+        test = rep_kinds(emb)[1](emb.release(vnn.forward(self.f, self.data.X_test)))
+        privacy = {**SplitDefence.announced(s, self.name).privacy(s.epochs, None, STATEMENT),
+                   **emb.privacy(s.epochs, EMBED_STATEMENT)}
         return done(PartyResult(self.state.extractor, st.steps, privacy), [send(self.server, test)])
 
 

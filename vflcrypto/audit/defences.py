@@ -151,7 +151,8 @@ class Frontier:
     #: reference model -> its utility figures on the same rows (``test_accuracy`` and the points' other keys,
     #: e.g. the plaintext XGBoost model's)
     references: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    #: what the budgets are (``epsilon``; Marvell's ``power bound s``; a count of rounds of an empirical defence)
+    #: what the budgets are (``epsilon``; Marvell's ``power bound s``; a count of rounds of an empirical defence;
+    #: NoPeek's ``dCor weight``)
     budget_name: str = "epsilon"
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,7 +171,7 @@ class Frontier:
 
         names = list(self.attacks)
         extra = sorted({k for p in self.points for k in p.utility})
-        head = ["budget", "epsilon", "delta", "test acc", *(k.replace("_", " ") for k in extra), *names]
+        head = [self.budget_name, "epsilon", "delta", "test acc", *(k.replace("_", " ") for k in extra), *names]
         rows = [head]
         for p in self.points:
             rows.append(["none" if p.budget is None else f"{p.budget:g}", num(p.epsilon), num(p.delta, ".0e"),

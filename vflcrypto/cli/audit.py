@@ -169,9 +169,9 @@ def _budgets(text: str) -> list[float]:
     try:
         budgets = [float(b) for b in text.split(",") if b.strip()]
     except ValueError:
-        raise InputDataError(f"--budgets takes comma-separated epsilons, got {text!r}") from None
+        raise InputDataError(f"--budgets takes comma-separated epsilons (dcor: weights), got {text!r}") from None
     if not budgets or any(not b > 0 or b == float("inf") for b in budgets):
-        raise InputDataError(f"--budgets takes finite epsilons > 0, got {text!r}")
+        raise InputDataError(f"--budgets takes finite epsilons (dcor: weights) > 0, got {text!r}")
     return budgets
 
 
@@ -284,12 +284,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--security-md", metavar="FILE",
                    help="regenerate the leakage tables in FILE (SECURITY.md) from the declarations")
     p.add_argument("--defence", metavar="D", help="draw the privacy-utility frontier of the protocol's defence D "
-                                                  "(split: label-rr, grad-gauss, marvell; oneshot, fewshot: "
-                                                  "label-rr, grad-gauss; logreg: label-rr; hfl: dp-fedavg; "
+                                                  "(split: label-rr, label-lpmst, grad-gauss, marvell, "
+                                                  "embed-gauss, dcor; oneshot, fewshot: label-rr, grad-gauss, "
+                                                  "embed-gauss, dcor; logreg: label-rr; hfl: dp-fedavg; "
                                                   "secureboost: hist-gauss, active-only) instead of the audit")
     p.add_argument("--budgets", metavar="EPS,...", help="--defence: the epsilons to run at (default 1,2,4,8; "
-                                                        "marvell: its power bounds s; secureboost active-only: "
-                                                        "numbers of rounds)")
+                                                        "marvell: its power bounds s; dcor: NoPeek's weights; "
+                                                        "secureboost active-only: numbers of rounds)")
     p.add_argument("--binary", action="store_true", help="--defence: split's frontier on the binary digits (digit 8 "
                                                          "against the rest; marvell always runs there)")
     p.add_argument("--repeats", type=int, default=1, help="--defence: runs per budget, averaged (default 1)")

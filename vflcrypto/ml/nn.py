@@ -14,7 +14,7 @@ secrets. Modules persist as lists of float32 arrays (:func:`module_arrays`,
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,15 +23,20 @@ from torch import nn
 
 from ..errors import InputDataError
 
-__all__ = ["AugmentConfig", "Scaled", "adam", "extractor_from_arrays", "fit_scaler", "fixmatch_tab", "forward",
-           "grad_wrt_inputs", "head", "head_from_arrays", "load_arrays", "load_optimizer_arrays", "mlp_extractor",
-           "module_arrays", "optimizer_arrays", "predict_proba", "to_numpy", "train_supervised"]
+__all__ = ["AugmentConfig", "Penalty", "Scaled", "adam", "distance_correlation", "extractor_from_arrays",
+           "fit_scaler", "fixmatch_tab", "forward", "grad_wrt_inputs", "head", "head_from_arrays", "load_arrays",
+           "load_optimizer_arrays", "mlp_extractor", "module_arrays", "optimizer_arrays", "predict_proba",
+           "to_numpy", "train_supervised"]
 
 
 #: torch initialises layers from its global generator: seeding and building under one lock keeps
 #: concurrent parties (threads of one process) from interleaving and makes every build reproducible;
 #: fork_rng leaves the caller's global torch generator as it was
 _INIT_LOCK = threading.Lock()
+
+
+#: a term added to a local training loss: (the batch's raw rows, the extractor's output on them) -> a scalar tensor
+Penalty = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -144,6 +149,34 @@ def grad_wrt_inputs(classifier: nn.Module, parts: Sequence[np.ndarray], y: np.nd
     return [to_numpy(g) for g in grads]
 
 
+def _centred_distances(Z: torch.Tensor) -> torch.Tensor:
+    """The double-centred matrix of pairwise Euclidean distances of the rows of ``Z`` (Székely et al. 2007)."""
+    sq = (Z * Z).sum(1)
+    d = torch.sqrt(torch.clamp(sq[:, None] + sq[None, :] - 2.0 * Z @ Z.T, min=0.0) + 1e-12)
+    return d - d.mean(0, keepdim=True) - d.mean(1, keepdim=True) + d.mean()
+
+
+def distance_correlation(X: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
+    """The sample distance correlation dCor(X, H) of two batches of rows (differentiable; 0: independent rows,
+    1: one a similarity transform of the other).
+
+    Székely, Rizzo and Bakirov, "Measuring and testing dependence by correlation of distances" (Ann. Statist.,
+    2007): with A and B the double-centred distance matrices of the rows of X and H, dCov² = mean(A ∘ B), dVar²
+    likewise, and dCor = sqrt(dCov² / sqrt(dVar²(X) dVar²(H))). NoPeek (Vepakomma et al., ICDMW 2020) adds it,
+    weighted, to the loss of the party that computes H = f(X), so that its representations keep less of the
+    distances between its raw rows. The biased (V-statistic) estimator, as NoPeek and Fedlearner's
+    ``DisCorLoss`` use; float64 inside. Rows: a batch (n >= 2); columns may differ between X and H.
+    """
+    Xd, Hd = X.reshape(len(X), -1).double(), H.reshape(len(H), -1).double()
+    if len(Xd) != len(Hd) or len(Xd) < 2:
+        raise InputDataError(f"distance correlation needs two batches of the same >= 2 rows, got {len(Xd)} and "
+                             f"{len(Hd)}")
+    A, B = _centred_distances(Xd), _centred_distances(Hd)
+    dcov2 = (A * B).mean()
+    dvar = torch.sqrt(torch.clamp((A * A).mean() * (B * B).mean(), min=1e-24))
+    return torch.sqrt(torch.clamp(dcov2 / dvar, min=1e-12)).to(H.dtype)
+
+
 def module_arrays(module: nn.Module) -> list[np.ndarray]:
     """Every parameter and buffer of ``module`` as float32 arrays, in ``state_dict`` order."""
     return [to_numpy(v) for v in module.state_dict().values()]
@@ -197,10 +230,11 @@ def load_optimizer_arrays(opt: torch.optim.Optimizer, arrays: Sequence[np.ndarra
 
 def train_supervised(modules: Sequence[nn.Module], X: np.ndarray, y: np.ndarray, *, epochs: int, lr: float,
                      batch_size: int = 64, weights: np.ndarray | None = None, weight_decay: float = 1e-4,
-                     seed: int = 0) -> float:
+                     seed: int = 0, penalty: Penalty | None = None) -> float:
     """Train ``modules`` chained (e.g. extractor then head) with Adam on cross-entropy; the last loss.
 
-    ``weights`` (per row, optional) scale each row's loss (pseudo-label confidences).
+    ``weights`` (per row, optional) scale each row's loss (pseudo-label confidences); ``penalty`` (optional) is
+    added to each batch's loss, on the batch's rows and the first module's output on them (a NoPeek term).
     """
     net = nn.Sequential(*modules)
     params = [p for m in modules for p in m.parameters()]
@@ -213,7 +247,14 @@ def train_supervised(modules: Sequence[nn.Module], X: np.ndarray, y: np.ndarray,
         perm = torch.randperm(len(yt), generator=gen)
         for i in range(0, len(yt), batch_size):
             b = perm[i : i + batch_size]
-            loss = (nn.functional.cross_entropy(net(Xt[b]), yt[b], reduction="none") * wt[b]).sum() / wt[b].sum()
+            if penalty is None:
+                out = net(Xt[b])
+            else:
+                H = modules[0](Xt[b])
+                out = nn.Sequential(*modules[1:])(H)
+            loss = (nn.functional.cross_entropy(out, yt[b], reduction="none") * wt[b]).sum() / wt[b].sum()
+            if penalty is not None:
+                loss = loss + penalty(Xt[b], H)
             opt.zero_grad()
             torch.autograd.backward(loss)
             opt.step()
@@ -247,13 +288,16 @@ def _augment(x: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor, mask: flo
 
 def fixmatch_tab(extractor: nn.Module, classifier: nn.Module, X_l: np.ndarray, y_l: np.ndarray,
                  X_u: np.ndarray, *, epochs: int, lr: float, batch_size: int = 64,
-                 augment: AugmentConfig | None = None, seed: int = 0) -> dict[str, float]:
+                 augment: AugmentConfig | None = None, seed: int = 0,
+                 penalty: Penalty | None = None) -> dict[str, float]:
     """Semi-supervised local training (FixMatch, Sohn et al. NeurIPS 2020, tabular augmentations).
 
     ``l_s``: cross-entropy on weakly augmented labelled rows (here the pseudo-labelled
     overlap rows); ``l_u``: cross-entropy of the strongly augmented unlabelled rows
     against the hard label of their weak view, for rows whose weak-view confidence
-    exceeds ``threshold``. Returns the last losses and the fraction of unlabelled rows used.
+    exceeds ``threshold``. ``penalty`` (optional) is added to each step's loss, on the step's raw rows (its
+    labelled and unlabelled batches, unaugmented) and the extractor's output on them (a NoPeek term). Returns the
+    last losses and the fraction of unlabelled rows used.
     """
     aug = augment or AugmentConfig()
     net = nn.Sequential(extractor, classifier)
@@ -274,6 +318,7 @@ def fixmatch_tab(extractor: nn.Module, classifier: nn.Module, X_l: np.ndarray, y
             b = perm_l[(s * batch_size) % len(yl) : (s * batch_size) % len(yl) + batch_size]
             loss_s = nn.functional.cross_entropy(net(_augment(Xl[b], mean, scale, aug.weak_mask, 0.0, gen)), yl[b])
             loss = loss_s
+            rows = Xl[b]  # the penalty's raw rows: the labelled batch, and the unlabelled one below
             if len(Xu):
                 start = (s * ub) % len(Xu)
                 u = Xu[perm_u[start : start + ub]]
@@ -285,6 +330,9 @@ def fixmatch_tab(extractor: nn.Module, classifier: nn.Module, X_l: np.ndarray, y
                 loss_u = (nn.functional.cross_entropy(strong, pseudo, reduction="none") * use).mean()
                 loss = loss_s + aug.lambda_u * loss_u
                 stats["l_u"], stats["used"] = float(loss_u.detach()), float(use.mean())
+                rows = torch.cat([rows, u])
+            if penalty is not None:
+                loss = loss + penalty(rows, extractor(rows))
             opt.zero_grad()
             torch.autograd.backward(loss)
             opt.step()
