@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_party_processes import SMALL_KEYS, check_ok, finish, make_config, party, pki, write_table
-
 from vflcrypto.protocols import secureboost as sb
 
 __all__ = ["pki"]  # the module-scoped PKI fixture of the party-process tests
@@ -74,7 +73,7 @@ def test_a_killed_party_resumes_to_the_uninterrupted_model(tmp_path: Path, pki: 
     _data(tmp_path)
     procs = _start(tmp_path, "killed", pki)
     deadline = time.monotonic() + 60
-    while _trees(tmp_path, victim) < 1:  # kill after the victim's checkpoint holds a tree
+    while min(_trees(tmp_path, n) for n in NAMES) < 1:  # kill once every checkpoint holds a tree
         assert time.monotonic() < deadline and procs[victim].poll() is None, "no checkpoint written"
         time.sleep(0.02)
     assert procs[victim].poll() is None, "the run ended before the kill"
@@ -87,7 +86,10 @@ def test_a_killed_party_resumes_to_the_uninterrupted_model(tmp_path: Path, pki: 
     for n in NAMES:  # a party's own state: owner-readable only
         for p in (tmp_path / f"ckpt-{n}").glob("*.npz"):
             assert stat.S_IMODE(p.stat().st_mode) == 0o600
-    check_ok(finish(_start(tmp_path, "resumed", pki, "--resume"), timeout=60))
+    recs = check_ok(finish(_start(tmp_path, "resumed", pki, "--resume"), timeout=60))
+    # both resume from the least tree the parties completed (the active party drops a tree it is ahead by)
+    assert recs["active"]["summary"]["resumed_from"] == recs["passive-0"]["summary"]["resumed_from"] \
+        == min(held.values()) >= 1
     _same_model(reference / "whole", tmp_path / "resumed")
 
 

@@ -92,6 +92,7 @@ class ActiveResult:
     samples: list[np.ndarray] = field(default_factory=list)  # per tree: the rows it was grown on
     eval_history: list[float] = field(default_factory=list)  # per round: the validation metric
     privacy: dict[str, Any] = field(default_factory=dict)  # the defences' guarantees (defence.privacy)
+    resumed_from: int | None = None  # with --resume: the tree training went on from (.checkpoint)
 
     def train_predictions(self) -> np.ndarray:
         return link(self.model.objective, self.train_margin)

@@ -153,6 +153,7 @@ class ResumableActive(ActiveRole):
         self.ckpt, self.resume = checkpoint, resume
         self.ckpt.keep_below = self.params.active_only_rounds * self.per_round + 1
         self._saved = 0
+        self.resumed_from: int | None = None
         self._offers: list[Resume] = []
 
     def start(self) -> Next:
@@ -183,7 +184,7 @@ class ResumableActive(ActiveRole):
         sends += self._setup()
         if agreed > 0:
             self._restore(meta, arrays)
-        self._saved = agreed
+        self._saved = self.resumed_from = agreed
         return _prefix(sends, self._begin_tree())
 
     def _restore(self, meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
@@ -228,6 +229,7 @@ class ResumablePassive(PassiveRole):
         super().__init__(*args, **kwargs)
         self.ckpt, self.resume = checkpoint, resume
         self._model_id = ""
+        self.resumed_from: int | None = None
         self._held: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None
 
     def start(self) -> Next:
@@ -257,6 +259,7 @@ class ResumablePassive(PassiveRole):
             st = self.state
             st.rec_f, st.rec_b, st.rec_t = (a[k][keep].tolist() for k in ("rec_f", "rec_b", "rec_t"))
             st.t, self._model_id = trees, str(msg.model_id)
+        self.resumed_from = trees
         return then([], self.active, Setup, "on_setup")
 
     def on_setup(self, setup: Setup) -> Next:
@@ -280,6 +283,7 @@ def run_active(channels: Mapping[str, Channel], X: np.ndarray, y: np.ndarray, *,
     """The active party (as :func:`.local.run_active`), checkpointed and, with ``resume``, resumed."""
     role = ResumableActive(X, y, passives=list(channels), checkpoint=checkpoint, resume=resume, **kwargs)
     result: ActiveResult = drive(role, channels, timeout=timeout)
+    result.resumed_from = role.resumed_from
     return result
 
 
@@ -291,4 +295,5 @@ def run_passive(channels: Mapping[str, Channel], X: np.ndarray, *, checkpoint: C
     (active, ch), = channels.items()
     role = ResumablePassive(X, name=ch.local.name, active=active, checkpoint=checkpoint, resume=resume, **kwargs)
     result: PassiveResult = drive(role, channels, timeout=timeout)
+    result.resumed_from = role.resumed_from
     return result

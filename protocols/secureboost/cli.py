@@ -372,7 +372,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                                    "rows": {"train": len(train_rows), "test": len(test)},
                                    "mode": _mode(args, opts, res.public_key),
                                    **_stopping(res.model, res.eval_history), "importance": res.model.importance(),
-                                   **({"privacy": res.model.privacy} if res.model.privacy else {})}
+                                   **({"privacy": res.model.privacy} if res.model.privacy else {}),
+                                   **({} if res.resumed_from is None else {"resumed_from": res.resumed_from})}
 
         def write(out: Path, meta: dict[str, Any]) -> None:
             res.model.save(out)
@@ -394,7 +395,9 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
 
     return PartyOutcome({"model_id": pres.model.model_id, "records": len(pres.model.record_ids),
                          "importance": pres.model.importance(),
-                         **({"privacy": pres.model.privacy} if pres.model.privacy else {})}, write_passive)
+                         **({"privacy": pres.model.privacy} if pres.model.privacy else {}),
+                         **({} if pres.resumed_from is None else {"resumed_from": pres.resumed_from})},
+                        write_passive)
 
 
 def add_party_predict_arguments(p: argparse.ArgumentParser) -> None:
