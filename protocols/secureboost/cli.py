@@ -27,6 +27,9 @@ party sends, and a network party whose own flags differ refuses it. The JSON sum
 model files carry each party's feature importance (its own features only; the active party
 sees passive splits as party and opaque record id) and, with a validation set, the best round.
 
+A network party with ``--checkpoint DIR`` writes its own state after every completed tree (:mod:`.checkpoint`);
+``--resume`` at every party goes on from the least tree any of them completed, to the uninterrupted run's model.
+
 Label defences (:mod:`.defence`, off by default; part of the plan every party checks):
 ``--first-tree-active-only`` / ``--active-only-trees K`` grow the first round(s) on the active party's features
 alone (the passive parties receive none of their instance spaces); ``--dp-epsilon EPS`` (``--dp-delta``,
