@@ -17,6 +17,10 @@ import numpy as np
 import pytest
 from test_party_processes import SMALL_KEYS, check_ok, finish, make_config, party, pki, write_table
 from vflcrypto.protocols import secureboost as sb
+from vflcrypto.protocols.secureboost.checkpoint import CheckpointDir, plan_of, run_active, run_passive
+from vflcrypto.protocols.secureboost.predict import network
+
+from vflcrypto.runtime.channel import run_parties
 
 __all__ = ["pki"]  # the module-scoped PKI fixture of the party-process tests
 
@@ -103,3 +107,47 @@ def test_a_resume_under_another_plan_is_refused_in_one_line(pki: Path, reference
         lines = [line for line in err.splitlines() if "another training plan" in line]
         assert rc != 0 and len(lines) == 1, err
         assert "max_depth 2 (checkpoint 3)" in lines[0], err
+
+
+class _Crash(CheckpointDir):
+    """A checkpoint directory whose party fails right after writing the state of ``stop`` trees."""
+
+    stop = -1
+
+    def save(self, trees: int, meta: dict, arrays: dict) -> None:
+        super().save(trees, meta, arrays)
+        if trees == self.stop:
+            raise RuntimeError("killed")
+
+
+def _in_process(d: Path, Xa: np.ndarray, y: np.ndarray, Xp: np.ndarray, params: sb.BoostParams, *,
+                resume: bool = False, stop: int = -1) -> sb.ActiveModel:
+    plan = plan_of(params, True, False)
+    ckpt = {n: (_Crash if n == "active" else CheckpointDir)(d / f"ckpt-{n}", n, plan, "rows") for n in NAMES}
+    ckpt["active"].stop = stop
+    net = network(["passive-0"], 20.0, True)
+    res = run_parties({"active": lambda: run_active(net.channels("active"), Xa, y, params=params, plaintext=True,
+                                                     checkpoint=ckpt["active"], resume=resume),
+                       "passive-0": lambda: run_passive(net.channels("passive-0"), Xp, checkpoint=ckpt["passive-0"],
+                                                        resume=resume)}, network=net)
+    assert res["active"].resumed_from == res["passive-0"].resumed_from
+    return res["active"].model
+
+
+def test_a_one_tree_per_class_run_with_early_stopping_resumes_mid_round(tmp_path: Path) -> None:
+    """In one process (plaintext): the active party fails right after its checkpoint of 5 trees (mid-round of a
+    3-class, one-tree-per-class model with subsampling and early stopping on a validation split); the passive
+    party holds 4, so the active party steps back one tree, and the resumed model equals the uninterrupted one."""
+    rng = np.random.default_rng(3)  # example data, not a secret
+    Xa, Xp = rng.normal(size=(150, 2)), rng.normal(size=(150, 3))
+    y = np.argmax(np.column_stack([Xa[:, 0], Xp[:, 1], 0.5 * rng.normal(size=150)]), axis=1).astype(float)
+    params = sb.BoostParams(objective="multiclass", multi_strategy="one_output_per_tree", n_trees=4, max_depth=2,
+                            max_bin=8, subsample=0.8, validation_fraction=0.2, early_stopping_rounds=3)
+    whole = _in_process(tmp_path / "whole", Xa, y, Xp, params)
+    with pytest.raises(Exception, match="killed"):
+        _in_process(tmp_path / "killed", Xa, y, Xp, params, stop=5)
+    assert _trees(tmp_path / "killed", "active") == 5 and _trees(tmp_path / "killed", "passive-0") == 4
+    resumed = _in_process(tmp_path / "killed", Xa, y, Xp, params, resume=True)
+    assert resumed.model_id != whole.model_id and resumed.best_iteration == whole.best_iteration
+    for k in ("offsets", "kind", "party", "feature", "bin", "threshold", "record", "left", "right", "value"):
+        np.testing.assert_array_equal(getattr(resumed, k), getattr(whole, k), err_msg=k)
