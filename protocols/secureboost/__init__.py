@@ -258,7 +258,7 @@ SPEC = ProtocolSpec(
               Command("secureboost", "apply saved SecureBoost trees to new rows (joint prediction)",
                       cli.add_predict_arguments, cli.predict, group="predict", description=cli.predict.__doc__)),
     party_tasks=(PartyTask("secureboost", "SecureBoost gradient-boosted trees (Paillier or OU)",
-                           cli.add_party_arguments, cli.party_task),
+                           cli.add_party_arguments, cli.party_task, check=cli.party_check),
                  PartyTask("secureboost", "apply saved SecureBoost models to new rows (joint tree walk)",
                            cli.add_party_predict_arguments, cli.party_predict_task, group="predict")),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),

@@ -92,6 +92,7 @@ class ActiveResult:
     samples: list[np.ndarray] = field(default_factory=list)  # per tree: the rows it was grown on
     eval_history: list[float] = field(default_factory=list)  # per round: the validation metric
     privacy: dict[str, Any] = field(default_factory=dict)  # the defences' guarantees (defence.privacy)
+    resumed_from: int | None = None  # with --resume: the tree training went on from (.checkpoint)
 
     def train_predictions(self) -> np.ndarray:
         return link(self.model.objective, self.train_margin)
@@ -273,12 +274,17 @@ class ActiveRole(Role[_ActiveState]):
 
     def start(self) -> Next:
         """Step 0: the setup (the training plan); binning on the training rows; then the first tree."""
+        return _prefix(self._setup(), self._begin_tree())
+
+    def _setup(self) -> list[tuple[str, Any]]:
+        """Step 0 without the first tree: the setup to every passive party (a resumed run (.checkpoint) keeps
+        its model id), binning, the base score and the initial margins."""
         if self.sk is not None:
             self.hold("secret_key", self.sk)
         if self.stock is not None:
             self.stock.start()  # each obfuscator is used once: the stock holds at most one tree's
         p = self.params
-        self.model_id = secrets.token_hex(16)
+        self.model_id = getattr(self, "model_id", "") or secrets.token_hex(16)
         digest = ids_digest(self.ids if self.ids is not None else [str(i) for i in range(self.n)], "secureboost")
         setup = Setup(self.model_id, self.n, digest, self.plaintext, self.pk, p, self.weighted, self.tree_outputs,
                       self.per_round)
@@ -294,7 +300,7 @@ class ActiveRole(Role[_ActiveState]):
             self.hold("dp_base", record)
         self.state.margin = np.tile(self.base, (self.n, 1))
         self.state.best_margin = self.state.margin.copy()
-        return _prefix([send(q, setup) for q in self.names], self._begin_tree())
+        return [send(q, setup) for q in self.names]
 
     def _sample(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """This tree's rows (sorted) and their g/h multipliers: all training rows, a uniform

@@ -27,6 +27,9 @@ party sends, and a network party whose own flags differ refuses it. The JSON sum
 model files carry each party's feature importance (its own features only; the active party
 sees passive splits as party and opaque record id) and, with a validation set, the best round.
 
+A network party with ``--checkpoint DIR`` writes its own state after every completed tree (:mod:`.checkpoint`);
+``--resume`` at every party goes on from the least tree any of them completed, to the uninterrupted run's model.
+
 Label defences (:mod:`.defence`, off by default; part of the plan every party checks):
 ``--first-tree-active-only`` / ``--active-only-trees K`` grow the first round(s) on the active party's features
 alone (the passive parties receive none of their instance spaces); ``--dp-epsilon EPS`` (``--dp-delta``,
@@ -79,6 +82,9 @@ from .._train import (
     training_rows,
     write_metrics,
 )
+from .checkpoint import CheckpointDir, data_digest, plan_of
+from .checkpoint import run_active as resumable_active
+from .checkpoint import run_passive as resumable_passive
 from .local import passive_names, run_active, run_local, run_passive
 from .messages import ACTIVE, PASSIVE
 from .model import ActiveModel, PassiveModel
@@ -86,7 +92,7 @@ from .predict import predict_active, predict_local, predict_passive
 from .tree import BoostParams
 
 __all__ = ["add_party_arguments", "add_party_predict_arguments", "add_predict_arguments", "add_train_arguments",
-           "config", "party_predict_task", "party_task", "predict", "train"]
+           "config", "party_check", "party_predict_task", "party_task", "predict", "train"]
 
 
 def config(args: argparse.Namespace) -> tuple[BoostParams, TrainOptions]:
@@ -305,6 +311,29 @@ def add_party_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precompute", action=argparse.BooleanOptionalAction, default=True,
                    help="active party: compute the next tree's obfuscators while it waits for the passive parties "
                         "(its own CPU's idle time; default on)")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="after every completed tree, write this party's state to DIR (its own directory; "
+                        "atomically, owner-readable only) so that --resume can go on from it")
+    p.add_argument("--resume", action="store_true",
+                   help="with --checkpoint: go on from the checkpoints (every party with --resume; they resume from "
+                        "the least tree any of them completed); the model equals an uninterrupted run's")
+
+
+def _checkpoint(args: argparse.Namespace, ctx: TaskContext, rows: str) -> CheckpointDir | None:
+    """This party's checkpoint directory (``--checkpoint``), or ``None``."""
+    if args.resume and not args.checkpoint:
+        raise InputDataError("--resume needs --checkpoint DIR (the directory this party's checkpoints are in)")
+    if not args.checkpoint:
+        return None
+    params, _ = config(args)
+    return CheckpointDir(args.checkpoint, ctx.me, plan_of(params, args.plaintext, bool(args.weight_column)), rows)
+
+
+def party_check(args: argparse.Namespace, ctx: TaskContext) -> None:
+    """Before connecting: ``--resume`` refuses a checkpoint of another training plan (one line)."""
+    ckpt = _checkpoint(args, ctx, "")
+    if ckpt is not None and args.resume:
+        ckpt.check()
 
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
@@ -322,14 +351,19 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     train_rows, test = split_rows(len(table), opts)
     tr = table.take(train_rows)
     ev = table.take(test) if len(test) else None
+    w_train = None if weights is None else weights[train_rows]
+    ckpt = _checkpoint(args, ctx, data_digest(tr.ids, tr.columns, tr.X, tr.label, w_train))
+    resumable: dict[str, Any] = {} if ckpt is None else {"checkpoint": ckpt, "resume": args.resume}
+    if ckpt is not None and args.resume:
+        ckpt.check()
     if ctx.role == ACTIVE:
         chans = ctx.only(passives)
         y = tr.label
         assert y is not None  # read_own requires the label at the active party
-        res = run_active(chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params,
-                         plaintext=args.plaintext, key_bits=opts.key_bits, allow_insecure=opts.allow_insecure,
-                         name=ctx.me, scheme=opts.scheme, precompute=args.precompute,
-                         weights=None if weights is None else weights[train_rows])
+        res = (resumable_active if ckpt is not None else run_active)(
+            chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params, plaintext=args.plaintext,
+            key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, name=ctx.me, scheme=opts.scheme,
+            precompute=args.precompute, weights=w_train, **resumable)
         if ev is not None:
             pred, y_eval = predict_active(chans, res.model, ev.X), ev.label
         else:
@@ -341,7 +375,8 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
                                    "rows": {"train": len(train_rows), "test": len(test)},
                                    "mode": _mode(args, opts, res.public_key),
                                    **_stopping(res.model, res.eval_history), "importance": res.model.importance(),
-                                   **({"privacy": res.model.privacy} if res.model.privacy else {})}
+                                   **({"privacy": res.model.privacy} if res.model.privacy else {}),
+                                   **({} if res.resumed_from is None else {"resumed_from": res.resumed_from})}
 
         def write(out: Path, meta: dict[str, Any]) -> None:
             res.model.save(out)
@@ -351,9 +386,10 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         used = {} if stock is None else {"obfuscators": {"from_stock": stock.from_stock, "online": stock.online}}
         return PartyOutcome({**metrics, "model_id": res.model.model_id, **used}, write)
     chans = ctx.only([active])
-    pres = run_passive(chans, tr.X, ids=list(tr.ids), columns=tr.columns,
-                       expected=(params, bool(args.plaintext), bool(args.weight_column)),
-                       scheme=None if args.plaintext else opts.scheme)
+    pres = (resumable_passive if ckpt is not None else run_passive)(
+        chans, tr.X, ids=list(tr.ids), columns=tr.columns,
+        expected=(params, bool(args.plaintext), bool(args.weight_column)),
+        scheme=None if args.plaintext else opts.scheme, **resumable)
     if ev is not None:
         predict_passive(chans, pres.model, ev.X)
 
@@ -362,7 +398,9 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
 
     return PartyOutcome({"model_id": pres.model.model_id, "records": len(pres.model.record_ids),
                          "importance": pres.model.importance(),
-                         **({"privacy": pres.model.privacy} if pres.model.privacy else {})}, write_passive)
+                         **({"privacy": pres.model.privacy} if pres.model.privacy else {}),
+                         **({} if pres.resumed_from is None else {"resumed_from": pres.resumed_from})},
+                        write_passive)
 
 
 def add_party_predict_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from vflcrypto.runtime.declarations import Protection, declare
 from .tree import BoostParams
 
 __all__ = ["ACTIVE", "PASSIVE", "DpLevelRequest", "EncryptedGradients", "EncryptedHistograms", "LevelRequest",
-           "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup", "SplitRequest",
+           "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Resume", "Setup", "SplitRequest",
            "SplitResponse", "level_kind"]
 
 ACTIVE = "active"
@@ -40,6 +40,17 @@ class Setup:
     weighted: bool = False  # sample weights from a column of the active party's file
     n_outputs: int = 1  # (g, h) pairs per row and leaf weights per leaf: K for a multi-output tree
     trees_per_round: int = 1  # K for one tree per class
+
+
+@declare("secureboost.resume", sender=(PASSIVE, ACTIVE), receiver=(ACTIVE, PASSIVE), protection=Protection.PUBLIC,
+         reveals="with --resume, before the setup: the number of trees the sender has completed (its checkpoint; "
+                 "from the active party, the tree every party resumes from: the least of them), its plan digest "
+                 "(a hash of the training plan the setup states anyway) and the model id of its checkpoint")
+@dataclass(frozen=True)
+class Resume:
+    trees: int  # passive → active: trees in its checkpoint; active → passive: the tree training resumes from
+    plan_digest: bytes
+    model_id: str  # the checkpoint's run ("" without one)
 
 
 @declare("secureboost.gradients", sender=ACTIVE, receiver=PASSIVE,

@@ -68,6 +68,7 @@ class PassiveResult:
 
     model: PassiveModel
     timings: dict[str, float]
+    resumed_from: int | None = None  # with --resume: the tree training went on from (.checkpoint)
 
 
 @dataclass

@@ -1,0 +1,153 @@
+"""SecureBoost checkpoint and resume as party processes (``--checkpoint DIR``, ``--resume``).
+
+A run whose active or passive party is killed (SIGKILL) after its checkpoint holds a tree and before
+the end resumes with ``--resume`` to the model of an uninterrupted run, bit for bit (fresh keys: the
+splits and leaf weights come from exact fixed-point sums); a resume under another plan is refused in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_party_processes import SMALL_KEYS, check_ok, finish, make_config, party, pki, write_table
+from vflcrypto.protocols import secureboost as sb
+from vflcrypto.protocols.secureboost.checkpoint import CheckpointDir, plan_of, run_active, run_passive
+from vflcrypto.protocols.secureboost.predict import network
+
+from vflcrypto.runtime.channel import run_parties
+
+__all__ = ["pki"]  # the module-scoped PKI fixture of the party-process tests
+
+NAMES = ("active", "passive-0")
+TREES = 5
+PLAN = ["--trees", str(TREES), "--depth", "3", "--max-bin", "16", "--subsample", "0.8", "--colsample-bytree",
+        "0.8", "--aligned", *SMALL_KEYS]
+
+
+def _data(d: Path) -> None:
+    Xa, y, ca, Xp, cp = sb.example(n=160)
+    ids = [f"r{i}" for i in range(160)]
+    write_table(d / "active.csv", ids, list(ca), Xa, y)
+    write_table(d / "passive-0.csv", ids, list(cp), Xp)
+
+
+def _start(d: Path, run: str, pki: Path, *extra: str, plan: list[str] = PLAN) -> dict:
+    (d / run).mkdir(exist_ok=True)
+    cfg = make_config(d / run, pki, list(NAMES), timeout=8.0)
+    return {n: party(cfg, n, "train", "secureboost", "--data", str(d / f"{n}.csv"), "--id-column", "id",
+                     *(["--label", "y"] if n == "active" else []), *plan, "--checkpoint", str(d / f"ckpt-{n}"),
+                     *extra, "--out", str(d / run / f"{n}.npz")) for n in NAMES}
+
+
+def _trees(d: Path, name: str) -> int:
+    counts = [int(p.name.split(".tree-")[1][:-4]) for p in (d / f"ckpt-{name}").glob(f"{name}.tree-*.npz")]
+    return max(counts, default=0)
+
+
+def _same_model(a: Path, b: Path) -> None:
+    am, bm = sb.ActiveModel.load(a / "active.npz"), sb.ActiveModel.load(b / "active.npz")
+    assert am.n_trees == TREES
+    np.testing.assert_array_equal(am.base_score, bm.base_score)
+    for k in ("offsets", "kind", "party", "feature", "bin", "threshold", "record", "left", "right", "value", "gain",
+              "cover"):
+        np.testing.assert_array_equal(getattr(am, k), getattr(bm, k), err_msg=k)  # bit for bit
+    ap, bp = sb.PassiveModel.load(a / "passive-0.npz"), sb.PassiveModel.load(b / "passive-0.npz")
+    for k in ("record_ids", "feature", "bin", "threshold"):
+        np.testing.assert_array_equal(getattr(ap, k), getattr(bp, k), err_msg=k)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, pki: Path) -> Path:
+    """An uninterrupted run (with checkpoints), its models in ``<dir>/whole``."""
+    d = tmp_path_factory.mktemp("whole")
+    _data(d)
+    check_ok(finish(_start(d, "whole", pki), timeout=60))
+    return d
+
+
+@pytest.mark.parametrize("victim", ["active", "passive-0"])
+def test_a_killed_party_resumes_to_the_uninterrupted_model(tmp_path: Path, pki: Path, reference: Path,
+                                                           victim: str) -> None:
+    _data(tmp_path)
+    procs = _start(tmp_path, "killed", pki)
+    deadline = time.monotonic() + 60
+    while min(_trees(tmp_path, n) for n in NAMES) < 1:  # kill once every checkpoint holds a tree
+        assert time.monotonic() < deadline and procs[victim].poll() is None, "no checkpoint written"
+        time.sleep(0.02)
+    assert procs[victim].poll() is None, "the run ended before the kill"
+    os.kill(procs[victim].pid, signal.SIGKILL)
+    res = finish(procs, timeout=30)
+    assert res[victim][0] == -signal.SIGKILL
+    assert all(res[n][0] != 0 for n in NAMES)  # the other party stops too: nothing complete
+    held = {n: _trees(tmp_path, n) for n in NAMES}
+    assert 1 <= held[victim] < TREES and held["passive-0"] <= held["active"]
+    for n in NAMES:  # a party's own state: owner-readable only
+        for p in (tmp_path / f"ckpt-{n}").glob("*.npz"):
+            assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    recs = check_ok(finish(_start(tmp_path, "resumed", pki, "--resume"), timeout=60))
+    # both resume from the least tree the parties completed (the active party drops a tree it is ahead by)
+    assert recs["active"]["summary"]["resumed_from"] == recs["passive-0"]["summary"]["resumed_from"] \
+        == min(held.values()) >= 1
+    _same_model(reference / "whole", tmp_path / "resumed")
+
+
+def test_a_resume_under_another_plan_is_refused_in_one_line(pki: Path, reference: Path) -> None:
+    assert _trees(reference, "active") >= 1  # the uninterrupted run's checkpoints remain
+    plan = [*PLAN]
+    plan[plan.index("--depth") + 1] = "2"
+    res = finish(_start(reference, "other", pki, "--resume", plan=plan), timeout=30)
+    for n in NAMES:
+        rc, _, err = res[n]
+        lines = [line for line in err.splitlines() if "another training plan" in line]
+        assert rc != 0 and len(lines) == 1, err
+        assert "max_depth 2 (checkpoint 3)" in lines[0], err
+
+
+class _Crash(CheckpointDir):
+    """A checkpoint directory whose party fails right after writing the state of ``stop`` trees."""
+
+    stop = -1
+
+    def save(self, trees: int, meta: dict, arrays: dict) -> None:
+        super().save(trees, meta, arrays)
+        if trees == self.stop:
+            raise RuntimeError("killed")
+
+
+def _in_process(d: Path, Xa: np.ndarray, y: np.ndarray, Xp: np.ndarray, params: sb.BoostParams, *,
+                resume: bool = False, stop: int = -1) -> sb.ActiveModel:
+    plan = plan_of(params, True, False)
+    ckpt = {n: (_Crash if n == "active" else CheckpointDir)(d / f"ckpt-{n}", n, plan, "rows") for n in NAMES}
+    ckpt["active"].stop = stop
+    net = network(["passive-0"], 20.0, True)
+    res = run_parties({"active": lambda: run_active(net.channels("active"), Xa, y, params=params, plaintext=True,
+                                                     checkpoint=ckpt["active"], resume=resume),
+                       "passive-0": lambda: run_passive(net.channels("passive-0"), Xp, checkpoint=ckpt["passive-0"],
+                                                        resume=resume)}, network=net)
+    assert res["active"].resumed_from == res["passive-0"].resumed_from
+    return res["active"].model
+
+
+def test_a_one_tree_per_class_run_with_early_stopping_resumes_mid_round(tmp_path: Path) -> None:
+    """In one process (plaintext): the active party fails right after its checkpoint of 5 trees (mid-round of a
+    3-class, one-tree-per-class model with subsampling and early stopping on a validation split); the passive
+    party holds 4, so the active party steps back one tree, and the resumed model equals the uninterrupted one."""
+    rng = np.random.default_rng(3)  # example data, not a secret
+    Xa, Xp = rng.normal(size=(150, 2)), rng.normal(size=(150, 3))
+    y = np.argmax(np.column_stack([Xa[:, 0], Xp[:, 1], 0.5 * rng.normal(size=150)]), axis=1).astype(float)
+    params = sb.BoostParams(objective="multiclass", multi_strategy="one_output_per_tree", n_trees=4, max_depth=2,
+                            max_bin=8, subsample=0.8, validation_fraction=0.2, early_stopping_rounds=3)
+    whole = _in_process(tmp_path / "whole", Xa, y, Xp, params)
+    with pytest.raises(Exception, match="killed"):
+        _in_process(tmp_path / "killed", Xa, y, Xp, params, stop=5)
+    assert _trees(tmp_path / "killed", "active") == 5 and _trees(tmp_path / "killed", "passive-0") == 4
+    resumed = _in_process(tmp_path / "killed", Xa, y, Xp, params, resume=True)
+    assert resumed.model_id != whole.model_id and resumed.best_iteration == whole.best_iteration
+    for k in ("offsets", "kind", "party", "feature", "bin", "threshold", "record", "left", "right", "value"):
+        np.testing.assert_array_equal(getattr(resumed, k), getattr(whole, k), err_msg=k)
