@@ -65,7 +65,7 @@ def test_flooding_width_follows_the_stated_formula() -> None:
     assert f.sigma == pytest.approx(2.0**15 * math.sqrt(12 * 400) * t) == flooding_sigma(t, 400)
     # total divergence over the V released values: V t² / (2 σ²) = 2^-30 / 24
     assert 400 * t**2 / (2 * f.sigma**2) == pytest.approx(2.0**-30 / 24)
-    assert 21.5 < f.bits < 22.5 and f.bits == pytest.approx(math.log2(f.sigma / f.error_std))
+    assert 23.0 < f.bits < 24.0 and f.bits == pytest.approx(math.log2(f.sigma / f.error_std))
     for values in (1, 10, 400, 10_000):  # the χ² tail factor: the mean square exceeds c² with prob 2^-30
         c = tail_factor(values, 30)
         assert chi2_sf(values * c * c, values) == pytest.approx(2.0**-30, rel=1e-3)
@@ -80,8 +80,9 @@ def test_flooding_width_follows_the_stated_formula() -> None:
 
 def test_error_model_bounds_the_measured_error_of_a_dot(ctx: CKKSContext) -> None:
     """Linear regression's masked gradient: a dot of a sum of three fresh encryptions. The model's
-    deviation times its margin bounds the measured rms, and the model is not looser than 2x
-    (1 bit: a looser model would waste precision)."""
+    deviation times its margin bounds the measured rms, and the model is not looser than 4x (2 bits:
+    a looser model would waste precision). The error varies from key to key: measured medians 0.56,
+    0.63, 0.77 and 1.67 times the model over 4 keys, single measurements 0.42 to 1.82."""
     rng = np.random.default_rng(5)  # example data only
     pub, m, cols = ctx.public(), 256, 12
     errs = []
@@ -93,7 +94,7 @@ def test_error_model_bounds_the_measured_error_of_a_dot(ctx: CKKSContext) -> Non
     rms = float(np.sqrt(np.mean(np.concatenate(errs) ** 2)))
     model = ctx.error_model()
     std = model.std(model.dot(3 * model.fresh(), ctx.max_depth + 1, float((X**2).sum(axis=0).max()), 9.0 * m))
-    assert std / 2 < rms < std * MODEL_MARGIN, (math.log2(rms), math.log2(std))
+    assert std / 4 < rms < std * MODEL_MARGIN, (math.log2(rms), math.log2(std))
     assert -34.0 < math.log2(std) < -32.5  # the figure SECURITY.md states (about 2^-33)
 
 

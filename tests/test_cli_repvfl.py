@@ -61,7 +61,9 @@ def test_csv_files_are_aligned_by_psi_and_split(tmp_path: Path, capsys: pytest.C
     assert out["messages"]["party"] == 2 * (4 + 1)  # 4 batches of 64 + test
     # only split's own settings (its label defences among them): none of one-/few-shot's semi-supervised ones
     assert set(out["config"]) == {"dim", "hidden", "lr", "head_lr", "batch_size", "seed", "epochs", "label_dp",
-                                  "grad_noise", "grad_epsilon", "grad_clip", "dp_delta", "marvell_bound"}
+                                  "grad_noise", "grad_epsilon", "grad_clip", "dp_delta", "marvell_bound",
+                                  "label_mechanism", "embed_noise", "embed_epsilon", "embed_clip", "embed_delta",
+                                  "dcor_weight"}
     assert "privacy" not in out  # undefended by default
 
 

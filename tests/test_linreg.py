@@ -210,11 +210,11 @@ def test_ckks_fast_mode_matches_reference_approximately() -> None:
     cfg = LinRegConfig(epochs=4, lr=0.3, tol=None, scheme="ckks", fit_intercept=True)
     run = run_local(active, passives, config=cfg, ckks_context=ctx)
     ref = _ref(active, passives, cfg)
-    # C's returns are flooded (σ ≈ 2^-11 per mean-gradient value): 4 steps of lr 0.3 move a weight by at
-    # most lr·T·6σ·√k ≈ 8e-3 (tests/test_ckks_flooding.py); the raw CKKS error alone stays below 1e-4
-    assert _rel(run.active.model.weights, ref.active_weights) < 1e-2
-    assert _rel(run.passives[0].model.weights, ref.passive_weights[0]) < 1e-2
-    np.testing.assert_allclose(run.losses, ref.losses, rtol=1e-2)
+    # C's returns are flooded (σ ≈ 2^-9.5 per mean-gradient value): 4 steps of lr 0.3 move a weight by at
+    # most lr·T·6σ·√k ≈ 2.5e-2 (tests/test_ckks_flooding.py); the raw CKKS error alone stays below 1e-4
+    assert _rel(run.active.model.weights, ref.active_weights) < 3e-2
+    assert _rel(run.passives[0].model.weights, ref.passive_weights[0]) < 3e-2
+    np.testing.assert_allclose(run.losses, ref.losses, rtol=3e-2)
     rep = audit(run.transcript)
     assert "linreg.masked_gradient_ckks" in rep.kinds_received("coordinator")
 

@@ -6,7 +6,7 @@ and multiplication by plaintexts, and each multiplication consumes one *level* (
 prime of the coefficient modulus chain). Raw results carry an absolute error of about
 2^-(scale_bits - 12) fresh and 2^-(scale_bits - 21) after a ``dot`` at the defaults
 (:class:`~vflcrypto.he.flooding.ErrorModel`); a decryption that leaves its key holder
-carries the flooding noise on top, about 22 bits wider.
+carries the flooding noise on top, about 23.5 bits wider.
 
 Parameters (explicit, never implicit):
 
