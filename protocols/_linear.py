@@ -17,7 +17,7 @@ plan (row count, a digest of the query IDs), the feature party answers its score
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,11 +29,21 @@ from vflcrypto.data.tables import PartyTable, ids_digest, read_party_csv
 from vflcrypto.data.validate import refuse_missing_values
 from vflcrypto.errors import InputDataError, ModelFileError, ProtocolError
 from vflcrypto.ml.preprocess import LocalScaling
+from vflcrypto.runtime.channel import (
+    DEFAULT_TIMEOUT,
+    AuditTap,
+    Channel,
+    Endpoint,
+    LocalNetwork,
+    Transcript,
+    run_parties,
+)
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 
 from ._predict import check_parties
 
-__all__ = ["LinearParty", "ScoreActiveRole", "ScorePassiveRole", "load_parties", "read_query", "save_parties"]
+__all__ = ["LinearParty", "ScoreActiveRole", "ScorePassiveRole", "load_parties", "pair_models", "predict_pair",
+           "read_query", "save_parties"]
 
 
 @dataclass(frozen=True)
@@ -198,3 +208,38 @@ class ScorePassiveRole(Role[_ScoreState]):
                                  f"{msg.rows}")
         self.hold("scores", self.scores)  # its own scores (audit ground truth)
         return done(len(self.ids), [send(self.peer, self.Score(self.scores))])
+
+
+ACTIVE, PASSIVE, PASSIVE_NAME = "active", "passive", "passive-0"  # the two-party protocols' roles (poisson, sshelr)
+
+
+def pair_models(protocol: str, weights: tuple[np.ndarray, np.ndarray], scalings: tuple[LocalScaling, LocalScaling],
+                columns: tuple[Sequence[str], Sequence[str]], *, label: str) -> list[LinearParty]:
+    """Both data parties' models after a two-party training: the active party's (its columns, then the intercept;
+    it keeps the label's name) and the passive party's."""
+    return [LinearParty(protocol, ACTIVE, ACTIVE, tuple(columns[0]), weights[0], scalings[0], {"label": label}),
+            LinearParty(protocol, PASSIVE_NAME, PASSIVE, tuple(columns[1]), weights[1], scalings[1])]
+
+
+#: a party's prediction over its channels: (channels, its model, its query rows, peer=the other party's name)
+PartyPredict = Callable[..., Any]
+
+
+def predict_pair(what: str, run_active: PartyPredict, run_passive: PartyPredict, models: Sequence[LinearParty],
+                 tables: Sequence[PartyTable], *, timeout: float = DEFAULT_TIMEOUT,
+                 tap: AuditTap | None = None) -> tuple[np.ndarray, Transcript]:
+    """Both data parties of a two-party prediction in this process (``models`` and ``tables`` the active party's,
+    then the passive party's); returns the active party's result and the transcript. ``what`` names the protocol
+    in the refusal of another number of parties."""
+    if len(models) != 2 or len(tables) != 2:
+        raise InputDataError(f"{what} predicts with the active party and one passive party")
+    net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint(PASSIVE_NAME, PASSIVE)], timeout=timeout,
+                       transcript=Transcript(tap))
+
+    def side(run: PartyPredict, me: str, peer: str, k: int) -> Callable[[], Any]:
+        channels: Mapping[str, Channel] = net.channels(me)
+        return lambda: run(channels, models[k], tables[k], peer=peer)
+
+    tasks = {ACTIVE: side(run_active, ACTIVE, PASSIVE_NAME, 0),
+             PASSIVE_NAME: side(run_passive, PASSIVE_NAME, ACTIVE, 1)}
+    return run_parties(tasks, network=net)[ACTIVE], net.transcript

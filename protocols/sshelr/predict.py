@@ -20,26 +20,21 @@ to the guest). The passive party learns the row count and the digest.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from vflcrypto.data.tables import PartyTable
-from vflcrypto.errors import InputDataError
 from vflcrypto.ml.preprocess import LocalScaling
 from vflcrypto.runtime.channel import (
     DEFAULT_TIMEOUT,
     AuditTap,
     Channel,
-    Endpoint,
-    LocalNetwork,
     Transcript,
-    run_parties,
 )
 from vflcrypto.runtime.steps import drive
 
-from .._linear import LinearParty, ScoreActiveRole, ScorePassiveRole
+from .._linear import LinearParty, ScoreActiveRole, ScorePassiveRole, pair_models, predict_pair
 from .math import quantize
 from .messages import ACTIVE, PASSIVE, PredictPlan, PredictScore
 
@@ -65,10 +60,8 @@ class PredictPassiveRole(ScorePassiveRole):
 
 def party_models(weights: tuple[np.ndarray, np.ndarray], scalings: tuple[LocalScaling, LocalScaling],
                  columns: tuple[Sequence[str], Sequence[str]], *, label: str) -> list[LinearParty]:
-    """Both parties' models after training: the active party's (its columns, then the intercept) and the passive
-    party's."""
-    return [LinearParty("sshelr", ACTIVE, ACTIVE, tuple(columns[0]), weights[0], scalings[0], {"label": label}),
-            LinearParty("sshelr", PASSIVE_NAME, PASSIVE, tuple(columns[1]), weights[1], scalings[1])]
+    """Both data parties' models after training (:func:`~vflcrypto.protocols._linear.pair_models`)."""
+    return pair_models("sshelr", weights, scalings, columns, label=label)
 
 
 def scores(model: LinearParty, X: np.ndarray) -> np.ndarray:
@@ -89,16 +82,9 @@ def run_predict_passive(channels: Mapping[str, Channel], model: LinearParty, tab
     drive(PredictPassiveRole(scores(model, table.X), table.ids, peer=peer, name=model.name), channels)
 
 
-def predict_local(models: Sequence[LinearParty], tables: Sequence[PartyTable], *, timeout: float = DEFAULT_TIMEOUT,
-                  tap: AuditTap | None = None) -> tuple[np.ndarray, Transcript]:
-    """Both parties in this process: ``models`` and ``tables`` (aligned query rows) the active party's, then the
-    passive party's. Returns the active party's logits ``z`` and the transcript."""
-    if len(models) != 2 or len(tables) != 2:
-        raise InputDataError("SSHE logistic regression predicts with the active party and one passive party")
-    net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint(PASSIVE_NAME, PASSIVE)], timeout=timeout,
-                       transcript=Transcript(tap))
-    tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: run_predict_active(net.channels(ACTIVE), models[0], tables[0], peer=PASSIVE_NAME),
-        PASSIVE_NAME: lambda: run_predict_passive(net.channels(PASSIVE_NAME), models[1], tables[1], peer=ACTIVE),
-    }
-    return run_parties(tasks, network=net)[ACTIVE], net.transcript
+def predict_local(models: Sequence[LinearParty], tables: Sequence[PartyTable], *,
+                  timeout: float = DEFAULT_TIMEOUT, tap: AuditTap | None = None) -> tuple[np.ndarray, Transcript]:
+    """Both data parties in this process: ``models`` and ``tables`` (aligned query rows) the active party's, then
+    the passive party's. Returns the active party's logits ``z`` and the transcript."""
+    return predict_pair("SSHE logistic regression", run_predict_active, run_predict_passive, models, tables,
+                        timeout=timeout, tap=tap)
