@@ -53,6 +53,7 @@ def test_encrypted_with_psi_alignment_beats_one_partys_auc_and_saves_models(tmp_
     # on the active party's columns alone and ~0.74 on the passive party's: rows misaligned by the
     # PSI step (the passive file is shuffled) or a passive party left out would fall below 0.8
     assert out["evaluated_on"] == "test" and out["test_auc"] > 0.8, out
+    assert out["mode"] == "ou-512"  # no --scheme: SecureBoost's default, OU (ou-2048 at the test's key size)
     # the plaintext reference beside it: the same trees unencrypted, hence the same test AUC
     assert out["plaintext_test_auc"] == out["test_auc"]
     assert "alignment" in out["bytes_sent"]
