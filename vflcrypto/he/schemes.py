@@ -22,7 +22,7 @@ from typing import TypeAlias
 from ..errors import ConfigurationError
 from . import ou, paillier
 
-__all__ = ["SCHEMES", "PrivateKey", "PublicKey", "Vector", "describe", "generate_keypair", "scheme_of"]
+__all__ = ["SCHEMES", "PrivateKey", "PublicKey", "Vector", "describe", "family", "generate_keypair", "scheme_of"]
 
 SCHEMES = ("paillier", "ou", "ou-heu", "ou-2048")
 
@@ -56,6 +56,11 @@ def generate_keypair(scheme: str = "paillier", key_bits: int = paillier.DEFAULT_
             ou.OUParams(key_bits, 112, 224, "heu")
         return ou.generate_keypair(params, allow_insecure=allow_insecure)
     raise ConfigurationError(f"unknown scheme {scheme!r}: choose one of {', '.join(SCHEMES)}")
+
+
+def family(scheme: str) -> str:
+    """The key type a scheme name makes: ``"ou"`` for ``ou``, ``ou-heu`` and ``ou-2048``, else the name."""
+    return "ou" if scheme.startswith("ou") else scheme
 
 
 def scheme_of(key: PublicKey | PrivateKey) -> str:
