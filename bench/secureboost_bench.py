@@ -102,7 +102,9 @@ def _run_scheme(sb: Any, scheme: str, Xa: np.ndarray, y: np.ndarray, Xp: np.ndar
     ph = phases(enc)
     stock = enc.active.obfuscators
     return {
-        "key": describe(keys[0]) + (" pre" if precompute else ""), "keygen_seconds": round(keygen, 3),
+        # ou-heu and ou-2048 keys are both OU-2048: name HEU's parameters
+        "key": (f"ou-heu-{keys[0].bits}" if scheme == "ou-heu" else describe(keys[0])) + (" pre" if precompute else ""),
+        "keygen_seconds": round(keygen, 3),
         "obfuscators": None if stock is None else {"from_stock": stock.from_stock, "online": stock.online},
         "phases": {k: round(v, 3) for k, v in ph.items()},
         "trees_30_seconds": round(ph["total"] * 30 / args.trees, 1),
