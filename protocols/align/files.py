@@ -120,6 +120,9 @@ def align_files(
     strip: bool = False,
     progress: ProgressFn | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    memory_budget: int | None = None,
+    work_dir: str | os.PathLike[str] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Align two CSV files (left = active, right = passive) and write the aligned rows.
 
@@ -127,6 +130,9 @@ def align_files(
     order of their IDs: the same for both parties and every run) for each party that learns
     the intersection, all-or-nothing (both outputs or neither). Returns a summary.
     ``left`` and ``right`` are paths or tables :func:`read_id_table` already checked.
+    With ``memory_budget`` (bytes) the run is bucketed (:mod:`.buckets`): the same outputs, at
+    most about the budget in memory per party, resumable (``resume``) from ``work_dir``
+    (default ``<out_dir>/.align-buckets``).
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -143,6 +149,14 @@ def align_files(
                                  f"{key} output, so the two would mix: remove it or choose another --out-dir")
     lt = left if isinstance(left, IdTable) else read_id_table(left, id_column)
     rt = right if isinstance(right, IdTable) else read_id_table(right, right_id_column or id_column)
+    if memory_budget is not None:
+        from .buckets import align_files_bucketed
+
+        work = Path(work_dir) if work_dir is not None else out / ".align-buckets"
+        part = align_files_bucketed(lt, rt, protocol=protocol, reveal=reveal, paths=paths, work_dir=work,
+                                    budget=memory_budget, duplicates=duplicates, strip=strip, resume=resume,
+                                    timeout=timeout)
+        return {"protocol": protocol, "reveal": reveal, **part, "seconds": round(time.perf_counter() - t0, 3)}
     lc, rc = canon_table(lt, duplicates, strip), canon_table(rt, duplicates, strip)
     run = run_local(lc, rc, protocol=protocol, mode=reveal, progress=progress, timeout=timeout)
     res_l, res_r = run.results[ACTIVE], run.results[PASSIVE]
