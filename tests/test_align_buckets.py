@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from test_party_processes import finish, make_config, party, pki
-
-from vflcrypto.errors import InputDataError
 from vflcrypto.protocols.align import align_files
 from vflcrypto.protocols.align import buckets as bk
+
+from vflcrypto.errors import InputDataError
 
 __all__ = ["pki"]  # the module-scoped PKI fixture of the party-process tests
 
