@@ -49,7 +49,7 @@ from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import Channel
 
-from .files import IdTable
+from .idtable import IdTable
 from .messages import ACTIVE_ROLES, BucketHello, BucketNonce, BucketSizes
 from .roles import run_active, run_passive
 from .spill import input_digest, load_bucket, merge_results, result_path, spill_rows, write_result
@@ -187,6 +187,7 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
     if len(peer_nonce.nonce) != 32 or not hmac.compare_digest(_commit(peer_nonce.nonce), peer_hello.commitment):
         raise ProtocolError(f"{peer}'s bucket nonce does not open its commitment")
     key = bucket_key(*((nonce, peer_nonce.nonce) if active else (peer_nonce.nonce, nonce)))
+    ch.hold("bucket_key", key)  # audit runs only
 
     work.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not resume:
@@ -202,6 +203,7 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
         plan.update(spilled=True, sizes=sizes)
         atomic_write_text(work / "plan.json", json.dumps(plan, indent=1), permissions=PRIVATE)
     sizes = list(plan["sizes"])
+    ch.hold("own_bucket_sizes", sizes)  # audit runs only
     # the peer may still be spilling a large file: wait for its sizes longer than for a PSI message
     got: BucketSizes = _exchange(ch, BucketSizes(np.asarray(sizes, np.int64)), BucketSizes,
                                  None if timeout is None else max(timeout, 3600.0))
@@ -261,10 +263,11 @@ def finish_output(res: BucketedResult, table: IdTable, out: Path) -> int | None:
 
 def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal: str, paths: Mapping[str, Path],
                          work_dir: Path, budget: int, duplicates: str = "error", strip: bool = False,
-                         resume: bool = False, timeout: float = 120.0) -> dict[str, Any]:
+                         resume: bool = False, timeout: float = 120.0, tap: Any = None) -> dict[str, Any]:
     """Both parties in this process (threads over a local network), each with its own work directory.
 
-    Returns the parts of :func:`.files.align_files`'s summary a bucketed run fills.
+    Returns the parts of :func:`.files.align_files`'s summary a bucketed run fills (and the
+    transcript under ``"_transcript"``); ``tap`` (audits) keeps what each party received.
     """
     import os
 
@@ -275,7 +278,7 @@ def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal
     from .messages import ACTIVE, PASSIVE
 
     net = LocalNetwork([Endpoint(ACTIVE, ACTIVE), Endpoint(PASSIVE, PASSIVE)], timeout=timeout,
-                       run_id=os.urandom(8).hex(), transcript=Transcript())
+                       run_id=os.urandom(8).hex(), transcript=Transcript(tap))
     ids = {ACTIVE: IdentityKey.generate(), PASSIVE: IdentityKey.generate()}
     sides = {ACTIVE: ("left", left), PASSIVE: ("right", right)}
 
@@ -299,4 +302,4 @@ def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal
     res = results[ACTIVE]
     return {"left_size": res.own_size, "right_size": res.peer_size, "intersection": res.intersection,
             "buckets": res.buckets, "resumed_from": res.resumed_from, "bytes_sent": net.transcript.total_bytes,
-            "outputs": outputs}
+            "outputs": outputs, "_transcript": net.transcript}

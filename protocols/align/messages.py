@@ -251,7 +251,7 @@ class BucketHello:
     "align.bucket_nonce",
     sender=ANY_ROLE, receiver=ANY_ROLE,
     protection=Protection.PUBLIC,
-    reveals="the sender's 32-byte nonce (os.urandom) opening its commitment: the bucket key is "
+    reveals="the sender's 32-byte nonce (secrets.token_bytes) opening its commitment: the bucket key is "
             "SHA-256 of both nonces, so neither party chooses it; the key is known to both "
             "parties (it hides nothing from them, it only spreads IDs evenly over the buckets)",
 )

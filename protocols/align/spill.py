@@ -34,7 +34,7 @@ from vflcrypto.data.atomic import PRIVATE, atomic_open
 from vflcrypto.errors import InputDataError
 from vflcrypto.psi import primitives as psi
 
-from .files import IdTable
+from .idtable import IdTable
 from .tables import canonical_order
 
 __all__ = ["BucketRows", "bucket_index", "input_digest", "load_bucket", "merge_results", "result_path",
