@@ -16,6 +16,12 @@ Usage::
 
     .venv/bin/python bench/psi_scale.py                          # kkrt at 1M and 10M
     .venv/bin/python bench/psi_scale.py --sizes 100000 --protocols kkrt ecdh hash
+    .venv/bin/python bench/psi_scale.py --sizes 1000000 --memory-budget 64MiB   # bucketed, bounded memory
+    .venv/bin/python bench/psi_scale.py --sizes 100000 --protocols ecdh --x25519 openssl  # one call per ID
+
+``--memory-budget`` runs the bucketed PSI (each party spills its rows into buckets on disk
+and aligns them one by one; the report gives the bucket count); ``--x25519 openssl`` makes
+ECDH use one ``cryptography`` call per ID instead of the batched ``mbx_x25519_mb8``.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ def write_ids(path: Path, start: int, n: int) -> None:
             fh.write("".join(f"user-{i},{i % 7}\n" for i in range(a, min(a + step, start + n))))
 
 
-def run(n: int, overlap: float, protocol: str, work: Path) -> dict[str, Any]:
+def run(n: int, overlap: float, protocol: str, work: Path, budget: str | None = None,
+        x25519: str = "batched") -> dict[str, Any]:
     files = {"active": work / f"left-{n}.csv", "passive-0": work / f"right-{n}.csv"}
     if not files["active"].exists():
         write_ids(files["active"], 0, n)
@@ -59,14 +66,20 @@ def run(n: int, overlap: float, protocol: str, work: Path) -> dict[str, Any]:
     logs = {p: (work / f"{p}.out", work / f"{p}.err") for p in NAMES}
     t0 = time.perf_counter()
     procs = {}
+    def extra(p: str) -> list[str]:
+        return ["--memory-budget", budget, "--work-dir", str(work / f"buckets-{p}")] if budget else []
+
+    env = {**os.environ, **({"VFLCRYPTO_X25519": "openssl"} if x25519 == "openssl" else {})}
     for p in NAMES:
         with logs[p][0].open("wb") as out, logs[p][1].open("wb") as err:
             procs[p] = subprocess.Popen(
                 [sys.executable, "-m", "vflcrypto", "party", "--config", str(cfg), "--as", p, "--json", "align",
-                 "--protocol", protocol, "--data", str(files[p]), "--id-column", "id", "--out", str(outs[p])],
-                stdout=out, stderr=err, cwd=pki)
+                 "--protocol", protocol, "--data", str(files[p]), "--id-column", "id", "--out", str(outs[p]),
+                 *extra(p)],
+                stdout=out, stderr=err, cwd=pki, env=env)
     by_pid = {proc.pid: p for p, proc in procs.items()}
-    result: dict[str, Any] = {"protocol": protocol, "n": n, "overlap": overlap, "parties": {}}
+    result: dict[str, Any] = {"protocol": protocol, "n": n, "overlap": overlap, "memory_budget": budget,
+                              "x25519": x25519 if protocol == "ecdh" else None, "parties": {}}
     while by_pid:
         pid, status, usage = os.wait4(-1, 0)  # reaps one child: its own peak RSS, nothing else
         p = by_pid.pop(pid)
@@ -77,7 +90,8 @@ def run(n: int, overlap: float, protocol: str, work: Path) -> dict[str, Any]:
         rec = json.loads(logs[p][0].read_text().splitlines()[-1])
         result["parties"][p] = {"wall_s": round(wall, 2), "job_s": rec["seconds"],
                                 "peak_rss_mib": round(usage.ru_maxrss / 1024, 1), "bytes_sent": rec["bytes_sent"],
-                                "intersection": rec["summary"]["intersection"]}
+                                "intersection": rec["summary"]["intersection"],
+                                "buckets": rec["summary"].get("buckets")}
     if "errors" not in result:
         result["check"] = check_outputs(outs["active"], outs["passive-0"], round(overlap * n))
     return result
@@ -100,6 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--overlap", type=float, default=0.5)
     p.add_argument("--protocols", nargs="+", default=["kkrt"], choices=("kkrt", "ecdh", "hash"))
+    p.add_argument("--memory-budget", help="bucketed PSI with this budget per party (e.g. 64MiB)")
+    p.add_argument("--x25519", choices=("batched", "openssl"), default="batched",
+                   help="ECDH: batched mbx_x25519_mb8 (default, when installed) or one cryptography call per ID")
     p.add_argument("--workdir", help="keep the generated files here (default: a temporary directory)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         work.mkdir(parents=True, exist_ok=True)
         for n in args.sizes:
             for proto in args.protocols:
-                print(json.dumps(run(n, args.overlap, proto, work)), flush=True)
+                print(json.dumps(run(n, args.overlap, proto, work, args.memory_budget, args.x25519)), flush=True)
 
 
 if __name__ == "__main__":
