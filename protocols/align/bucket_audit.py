@@ -36,7 +36,7 @@ from vflcrypto.psi import primitives as psi
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.transcript import Transcript
 
-from .buckets import BYTES_PER_ID, align_files_bucketed
+from .buckets import BYTES_PER_ID, FIXED_BYTES, align_files_bucketed
 from .idtable import read_id_table
 from .messages import ACTIVE, PASSIVE, BucketSizes, Hello
 from .spill import bucket_index
@@ -109,12 +109,14 @@ def _membership_finding(tap: AuditTap, key: bytes, own: Sequence[bytes], peer: S
     score_o = rest[bucket_index(key, others, buckets)]
     auc, p, flags_at = membership_auc(score_m, score_o)
     lam = len(members) / buckets
+    big = (2**31 - FIXED_BYTES) // BYTES_PER_ID  # IDs per bucket under a 2 GiB budget
     return EmpiricalFinding(
         ACTIVE, MEMBERSHIP, auc, 0.5,
         f"scores {len(members)} passive IDs outside its set and {len(others)} non-members by the count left in "
         f"their bucket once its own common rows are subtracted: AUC {auc:.3f} at {lam:.1f} such IDs per bucket "
-        f"(predicted ≈ {0.5 + 1 / math.sqrt(4 * math.pi * lam):.3f}; at a 2 GiB budget's ~{2**31 // BYTES_PER_ID:,} "
-        "IDs per bucket ≈ 0.5002): a per-bucket histogram of the peer's set, by design",
+        f"(predicted ≈ {0.5 + 1 / math.sqrt(4 * math.pi * lam):.3f}; at a 2 GiB budget's ~{big:,} "
+        f"IDs per bucket ≈ {0.5 + 1 / math.sqrt(4 * math.pi * big):.4f}): a per-bucket histogram of the peer's set, "
+        "by design",
         attacks=("align.bucket_sizes",), protection=None, flagged=p < ALPHA, p_value=p,
         samples=len(members) + len(others), detects=f"AUC ≥ {flags_at:.3f}", min_effect=flags_at - 0.5)
 
@@ -126,10 +128,10 @@ def bucket_findings() -> tuple[list[EmpiricalFinding], Transcript]:
     with importlib.resources.as_file(data / "bank.csv") as bank, \
             importlib.resources.as_file(data / "shop.csv") as shop, tempfile.TemporaryDirectory() as tmp:
         left, right = read_id_table(bank, "id"), read_id_table(shop, "id")
-        budget = math.ceil(left.n_rows * BYTES_PER_ID / AUDIT_BUCKETS)
         out = Path(tmp)
         part = align_files_bucketed(left, right, protocol="ecdh", reveal="both", work_dir=out / "work",
-                                    paths={"left": out / "l.csv", "right": out / "r.csv"}, budget=budget, tap=tap)
+                                    paths={"left": out / "l.csv", "right": out / "r.csv"}, budget=FIXED_BYTES, tap=tap,
+                                    propose=AUDIT_BUCKETS)
         own, peer = psi.canonicalize_ids(left.ids).encoded, psi.canonicalize_ids(right.ids).encoded
     try:
         key = tap.held_one(ACTIVE, "bucket_key")

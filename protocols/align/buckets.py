@@ -3,7 +3,7 @@
 Each party holds at most one bucket of its set in memory, whatever the set's size:
 
 1. both → peer ``align.bucket_hello``: a proposed bucket count ``⌈rows · BYTES_PER_ID /
-   budget⌉`` (the run uses the larger proposal) and a SHA-256 commitment to a fresh
+   (budget − FIXED_BYTES)⌉`` (the run uses the larger proposal) and a SHA-256 commitment to a fresh
    32-byte nonce (``secrets``); on ``--resume``, the first bucket the sender has not
    finished and the digest of its stored plan.
 2. both → peer ``align.bucket_nonce``: the nonces; each checks the peer's against its
@@ -30,6 +30,7 @@ intersection's histogram, not just its size.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import hmac
 import json
@@ -58,9 +59,12 @@ __all__ = ["BUCKET_VERSION", "BYTES_PER_ID", "MAX_BUCKETS", "BucketedResult", "b
            "parse_size", "plan_buckets", "run_bucketed"]
 
 BUCKET_VERSION = 1
-#: peak memory per ID of one party in a one-bucket run (KKRT measured ~350 B/ID at 10⁷; the
-#: bucket's rows and CSV lines and Python's per-object overhead on top), the planning constant
-BYTES_PER_ID = 700
+#: the resident size a party process has whatever its bucket size (the interpreter, numpy, gRPC and
+#: TLS, the PSI's fixed-size buffers: ~150-190 MiB measured): the budget less this is for the buckets
+FIXED_BYTES = 160 << 20
+#: resident size per ID of one bucket (the PSI's state, the bucket's rows and CSV lines, and what the
+#: allocator keeps of the previous bucket's pages: ~1 KB/ID measured at 10⁵-ID buckets), the planning constant
+BYTES_PER_ID = 1000
 MAX_BUCKETS = 512  # the final merge keeps one file per bucket open
 _KEY_DOMAIN = b"vflcrypto/align/bucket-key/v1\x00"
 _COMMIT_DOMAIN = b"vflcrypto/align/bucket-commit/v1\x00"
@@ -82,8 +86,9 @@ def parse_size(text: str) -> int:
 
 
 def plan_buckets(rows: int, budget: int) -> int:
-    """This party's proposed bucket count: its rows at :data:`BYTES_PER_ID` over the budget."""
-    return max(1, min(MAX_BUCKETS, math.ceil(rows * BYTES_PER_ID / budget)))
+    """This party's proposed bucket count: its rows at :data:`BYTES_PER_ID` over the budget less
+    :data:`FIXED_BYTES` (at least a quarter of the budget: a budget below the fixed part is not met)."""
+    return max(1, min(MAX_BUCKETS, math.ceil(rows * BYTES_PER_ID / max(budget - FIXED_BYTES, budget // 4))))
 
 
 def bucket_key(active_nonce: bytes, passive_nonce: bytes) -> bytes:
@@ -129,13 +134,14 @@ def _exchange(ch: Channel, msg: Any, kind: type, timeout: float | None) -> Any:
 def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *, role: str, protocol: str,
                  mode: str, budget: int, duplicates: str = "error", strip: bool = False, resume: bool = False,
                  chunk_size: int | None = None, timeout: float | None = None, keep_first_flag: str = "--keep-first",
-                 psi_kwargs: Mapping[str, Any] | None = None,
+                 psi_kwargs: Mapping[str, Any] | None = None, propose: int | None = None,
                  tick: Callable[[int, int], None] | None = None) -> BucketedResult:
     """One party of a bucketed alignment over its single channel; aligned rows left in ``work``.
 
     ``role`` is ``"active"`` or ``"passive"`` (the PSI's roles); ``psi_kwargs`` go to each
     bucket's :func:`.roles.run_active` / :func:`.roles.run_passive` (identities for keyed hash).
-    ``tick(done, total)`` is told each finished bucket (default: the progress reporter).
+    ``tick(done, total)`` is told each finished bucket (default: the progress reporter);
+    ``propose`` (audits) proposes that bucket count instead of the budget's.
     """
     if mode not in ("both", "left"):
         raise ProtocolError(f"bucketed alignment runs modes 'both' and 'left', not {mode!r}: per-bucket "
@@ -164,7 +170,7 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
             raise InputDataError(f"{work} holds an unfinished bucketed run: pass --resume to finish it, or remove "
                                  "the directory")
         nonce = secrets.token_bytes(32)
-        hello = BucketHello(BUCKET_VERSION, role, protocol, mode, plan_buckets(table.n_rows, budget),
+        hello = BucketHello(BUCKET_VERSION, role, protocol, mode, propose or plan_buckets(table.n_rows, budget),
                             _commit(nonce), False, 0, b"")
     peer_hello: BucketHello = _exchange(ch, hello, BucketHello, timeout)
     if peer_hello.version != BUCKET_VERSION or (peer_hello.protocol, peer_hello.mode) != (protocol, mode):
@@ -233,12 +239,26 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
         else:  # empty at one party: nothing in common, and both know it from the sizes
             positions = np.zeros(0, np.int64) if learns else None
         write_result(work, b, rows, positions)
+        del rows, positions
+        _release_memory()
         report(b + 1, buckets)
     intersection = None
     if learns:
         intersection = sum(_count(result_path(work, b)) for b in range(buckets))
     return BucketedResult(sum(sizes), int(peer_sizes.sum()), intersection, buckets,
                           start if resume else None, work, learns, tuple(sizes), tuple(peer_sizes.tolist()))
+
+
+def _release_memory() -> None:
+    """Hand the freed heap of the last bucket back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
+
+    Without it the resident size creeps up by ~20 MiB per bucket of 10⁵ IDs (measured): the
+    bucket's objects are freed, but glibc keeps the fragmented pages of its per-thread arenas.
+    """
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _count(path: Path) -> int:
@@ -263,7 +283,8 @@ def finish_output(res: BucketedResult, table: IdTable, out: Path) -> int | None:
 
 def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal: str, paths: Mapping[str, Path],
                          work_dir: Path, budget: int, duplicates: str = "error", strip: bool = False,
-                         resume: bool = False, timeout: float = 120.0, tap: Any = None) -> dict[str, Any]:
+                         resume: bool = False, timeout: float = 120.0, tap: Any = None,
+                         propose: int | None = None) -> dict[str, Any]:
     """Both parties in this process (threads over a local network), each with its own work directory.
 
     Returns the parts of :func:`.files.align_files`'s summary a bucketed run fills (and the
@@ -288,7 +309,7 @@ def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal
         kw = {"identity": ids[name], "peer_identity": ids[other].public_bytes} if protocol == "hash" else {}
         return run_bucketed(net.channels(name), table, work_dir / side, role=name, protocol=protocol, mode=reveal,
                             budget=budget, duplicates=duplicates, strip=strip, resume=resume, timeout=timeout,
-                            psi_kwargs=kw, tick=None if name == ACTIVE else (lambda _d, _t: None))
+                            psi_kwargs=kw, propose=propose, tick=None if name == ACTIVE else (lambda _d, _t: None))
 
     results = run_parties({ACTIVE: lambda: task(ACTIVE), PASSIVE: lambda: task(PASSIVE)}, network=net)
     outputs: dict[str, str] = {}
