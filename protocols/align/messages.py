@@ -228,7 +228,7 @@ class GlobalOrder:
     sender=ANY_ROLE, receiver=ANY_ROLE,
     protection=Protection.PUBLIC,
     reveals="bucketed PSI (--memory-budget): the sender's proposed bucket count ceil(rows x "
-            "bytes-per-ID / budget) (a coarse function of its row count and budget), a SHA-256 "
+            "bytes-per-ID / (budget - fixed part)) (a coarse function of its row count and budget), a SHA-256 "
             "commitment to its bucket-key nonce, and on --resume the first bucket it has not "
             "finished and the digest of its stored plan",
 )
