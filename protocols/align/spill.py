@@ -42,7 +42,7 @@ __all__ = ["BucketRows", "bucket_index", "input_digest", "load_bucket", "merge_r
 
 _SPILL = struct.Struct("<qII")
 _RESULT = struct.Struct("<II")
-_FLUSH_BYTES = 32 << 20  # spill buffers written out past 32 MiB in all
+_FLUSH_BYTES = 8 << 20  # spill buffers written out past 8 MiB in all (~2x that resident: one object per row)
 _BLOCK = 1 << 15  # rows hashed per block
 
 
@@ -90,7 +90,7 @@ def _canon(value: str, strip: bool, row: int) -> bytes:
 
 
 def spill_rows(table: IdTable, work: Path, key: bytes, buckets: int, *, strip: bool) -> None:
-    """Stream ``table`` into one spill file per bucket (memory: the write buffers, ≤ 32 MiB)."""
+    """Stream ``table`` into one spill file per bucket (memory: the write buffers, ~16 MiB)."""
     spill = _spill_dir(work)
     spill.mkdir(mode=0o700, parents=True, exist_ok=True)
     for old in spill.glob("*.bin"):  # a run killed while spilling starts its spill again
