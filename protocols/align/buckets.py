@@ -214,7 +214,7 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
     ch.hold("own_bucket_sizes", sizes)  # audit runs only
     # the peer may still be spilling a large file: wait for its sizes longer than for a PSI message
     got: BucketSizes = _exchange(ch, BucketSizes(np.asarray(sizes, np.int64)), BucketSizes,
-                                 None if timeout is None else max(timeout, 3600.0))
+                                 max(timeout if timeout is not None else ch.timeout, 3600.0))
     peer_sizes = np.asarray(got.sizes, np.int64)
     if peer_sizes.shape != (buckets,) or np.any(peer_sizes < 0):
         raise ProtocolError(f"{peer} sent {peer_sizes.size} bucket sizes for {buckets} buckets")
