@@ -37,10 +37,22 @@ def _lib_dirs() -> list[Path]:
     return dirs
 
 
+def _cpu_has_ifma() -> bool:
+    """Whether the CPU reports AVX-512 F and IFMA (``/proc/cpuinfo``'s flags; false where it is unreadable)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return {"avx512f", "avx512ifma"} <= set(flags)
+
+
 @functools.cache
 def _function() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     """``mbx_x25519_mb8`` if the library loads and computes RFC 7748's test vector, else ``None``."""
     if os.environ.get("VFLCRYPTO_X25519") == "openssl":  # force the one-call-per-ID path (benchmarks)
+        return None
+    if not _cpu_has_ifma():  # never call the AVX-512 code on a CPU without it (an illegal instruction kills us)
         return None
     for d in _lib_dirs():
         lib = d / "libcrypto_mb.so"
