@@ -47,6 +47,21 @@ from vflcrypto.data.tables import PartyTable
 NAMES = ("active", "passive-0")
 
 
+def bytes_by_kind(recs: dict[str, Any], trees: int) -> dict[str, Any]:
+    """Frame bytes per tree by message kind, summed over every party's sends (the frames the transport
+    carries, before TLS); kinds sent once per run (setup, resume, prediction) are divided by ``trees`` too."""
+    by: dict[str, int] = {}
+    for n in NAMES:
+        for e in recs[n]["transcript"]:
+            if e["event"] == "send":
+                by[e["kind"]] = by.get(e["kind"], 0) + int(e["nbytes"])
+    total = sum(by.values())
+    ranked = sorted(by.items(), key=lambda kv: -kv[1])
+    out: dict[str, Any] = {k.removeprefix("secureboost."): round(v / trees) for k, v in ranked}
+    out["total"] = round(total / trees)
+    return out
+
+
 def run_one(name: str, scheme: str, precompute: bool, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     run = work / name
     run.mkdir()
@@ -70,6 +85,7 @@ def run_one(name: str, scheme: str, precompute: bool, work: Path, args: argparse
                            "max": round(max(trees), 2)},
             "obfuscators": recs["active"]["summary"].get("obfuscators"), "wall_s_whole_job": round(wall, 1),
             "bytes_sent": {n: recs[n]["bytes_sent"] for n in NAMES}, "party_process_cpu_s": cpu_s,
+            "bytes_per_tree": bytes_by_kind(recs, args.trees),
             "model": sb.ActiveModel.load(run / "active.npz")}
 
 
