@@ -9,6 +9,7 @@ import numpy as np
 from vflcrypto.he.ou import OUPublicKey, OUVector
 from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.runtime.declarations import Protection, declare
+from vflcrypto.runtime.zarray import ZArray
 
 from .tree import BoostParams
 
@@ -101,10 +102,13 @@ class LevelRequest:
     tree: int
     depth: int
     done: bool
-    node_of_row: np.ndarray  # int32, -1 = row not in a node of this depth
+    node_of_row: ZArray  # int32, -1 = row not in a node of this depth (sent narrowed and deflated)
     compute: np.ndarray  # int32 node ids whose histograms are summed row by row
     derive: np.ndarray  # int32 (k, 3): node, parent (previous depth), sibling (this depth)
     kept: int = -1  # with ``done`` on the last tree: the rounds the model keeps; else -1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_of_row", ZArray.of(self.node_of_row))
 
 
 @declare("secureboost.dp_level", sender=ACTIVE, receiver=PASSIVE, protection=Protection.DP,
@@ -122,10 +126,13 @@ class DpLevelRequest:
     tree: int
     depth: int
     done: bool
-    node_of_row: np.ndarray  # as in LevelRequest
+    node_of_row: ZArray  # as in LevelRequest
     compute: np.ndarray
     derive: np.ndarray
     kept: int = -1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_of_row", ZArray.of(self.node_of_row))
 
 
 def level_kind(params: BoostParams) -> type[LevelRequest] | type[DpLevelRequest]:
