@@ -25,8 +25,10 @@ computed online, bytes per party, and each party process's CPU seconds (``os.wai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -38,6 +40,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import netns_link
+from netns_link import Link
 from party_processes import party_config, run_parties, write_table
 from secureboost_bench import load_data
 from vflcrypto.protocols import secureboost as sb
@@ -62,31 +66,73 @@ def bytes_by_kind(recs: dict[str, Any], trees: int) -> dict[str, Any]:
     return out
 
 
-def run_one(name: str, scheme: str, precompute: bool, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(name: str, scheme: str, precompute: bool, work: Path, args: argparse.Namespace,
+            link: Link | None = None, goss: bool = False) -> dict[str, Any]:
+    """One training run on loopback (``link`` None) or with each party in its own namespace over ``link``."""
     run = work / name
     run.mkdir()
-    cfg = party_config(run, NAMES, timeout=args.timeout)
     common = ["--trees", str(args.trees), "--depth", str(args.depth), "--max-bin", str(args.max_bin), "--lr", "0.3",
               "--aligned", "--scheme", scheme, "--key-bits", str(args.key_bits),
+              *(["--top-rate", str(args.top_rate), "--other-rate", str(args.other_rate)] if goss else []),
               *(["--allow-insecure"] if args.allow_insecure else [])]
     files = {"active": ["--data", str(work / "active.csv"), "--id-column", "id", "--label", "y",
                         "--precompute" if precompute else "--no-precompute"],
              "passive-0": ["--data", str(work / "passive-0.csv"), "--id-column", "id"]}
     commands = {n: ["train", "secureboost", *files[n], *common, "--out", str(run / f"{n}.npz")] for n in NAMES}
-    recs, cpu_s, wall = run_parties(name, cfg, commands, run, env={"VFLCRYPTO_WORKERS": "1"} if args.pin else None,
-                                    cores={n: i for i, n in enumerate(NAMES)} if args.pin else None)
+    env = {"VFLCRYPTO_WORKERS": "1"} if args.pin else None
+    cores = {n: i for i, n in enumerate(NAMES)} if args.pin else None
+    measured = None
+    with contextlib.ExitStack() as stack:
+        if link is None:
+            cfg = party_config(run, NAMES, timeout=args.timeout)
+            prefix = None
+        else:  # NAMES[0] listens (the smaller name): at a host name each namespace resolves
+            spaces = stack.enter_context(netns_link.namespaces(NAMES, link))
+            cfg = party_config(run, NAMES, timeout=args.timeout,
+                               addresses={NAMES[0]: f"{netns_link.HOST}:{netns_link.PORT}",
+                                          NAMES[1]: f"{spaces.ip[NAMES[1]]}:{netns_link.PORT}"})
+            prefix = {n: spaces.prefix(n) for n in NAMES}
+            if link.rate_mbit is not None:  # the rate one TCP stream gets across the shaped veth (no relay)
+                measured = round(netns_link.measure_mbit(spaces, NAMES, int(link.rate_mbit * 1e6 / 8 * 2)), 1)
+        recs, cpu_s, wall = run_parties(name, cfg, commands, run, env=env, cores=cores, prefix=prefix)
     sent = [e for e in recs["active"]["transcript"] if e["event"] == "send"]
     t_setup = min(e["time"] for e in sent if e["kind"] == "secureboost.setup")
     starts = sorted(e["time"] for e in sent if e["kind"] == "secureboost.gradients")
     t_end = max(e["time"] for e in sent if e["kind"].startswith("secureboost.") and "predict" not in e["kind"])
     trees = [b - a for a, b in zip(starts, [*starts[1:], t_end], strict=True)]
-    return {"scheme": scheme, "precompute": precompute, "training_s": round(t_end - t_setup, 2),
+    return {"scheme": scheme, "precompute": precompute, "goss": goss,
+            "link": "loopback" if link is None else link.label, "link_mbit_measured": measured,
+            "training_s": round(t_end - t_setup, 2),
             "per_tree_s": {"median": round(statistics.median(trees), 2), "min": round(min(trees), 2),
                            "max": round(max(trees), 2)},
             "obfuscators": recs["active"]["summary"].get("obfuscators"), "wall_s_whole_job": round(wall, 1),
             "bytes_sent": {n: recs[n]["bytes_sent"] for n in NAMES}, "party_process_cpu_s": cpu_s,
             "bytes_per_tree": bytes_by_kind(recs, args.trees),
             "model": sb.ActiveModel.load(run / "active.npz")}
+
+
+def parse_link(spec: str) -> Link | None:
+    """``loopback``; ``veth`` (namespaces, no limit); ``RATE`` Mbit/s; ``RATE+DELAY`` (one-way ms, the relay)."""
+    if spec == "loopback":
+        return None
+    if spec == "veth":
+        return Link(None)
+    rate, _, delay = spec.partition("+")
+    return Link(float(rate), float(delay or 0))
+
+
+def slow_link_table(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per run: its training seconds and the slowdown against the loopback run of the same scheme, mode and GOSS."""
+    base = {(r["scheme"], r["precompute"], r["goss"]): r["training_s"]
+            for r in runs.values() if r["link"] == "loopback"}
+    rows = []
+    for name, r in runs.items():
+        ref = base.get((r["scheme"], r["precompute"], r["goss"]))
+        rows.append({"run": name, "link": r["link"], "measured_mbit": r["link_mbit_measured"],
+                     "training_s": r["training_s"], "wall_s": r["wall_s_whole_job"],
+                     "mb_per_tree": round(r["bytes_per_tree"]["total"] / 1e6, 2),
+                     "slowdown": None if ref is None else round(r["training_s"] / ref, 2)})
+    return rows
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -106,15 +152,22 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         runs = {}
         for scheme in args.schemes.split(","):
             for mode in args.modes.split(","):
-                name = f"{scheme}-{mode}"
-                runs[name] = run_one(name, scheme, mode == "precompute", work, args)
+                for goss in (False, True) if args.goss == "both" else (args.goss == "on",):
+                    for spec in args.links.split(","):
+                        link = parse_link(spec)
+                        name = f"{scheme}-{mode}{'-goss' if goss else ''}{'' if link is None else '-' + spec}"
+                        runs[name] = run_one(name, scheme, mode == "precompute", work, args, link, goss)
     for name, res in runs.items():
         model = res.pop("model")
+        if res["goss"]:  # GOSS draws with the active party's private randomness: no in-process twin to compare
+            res["identical_trees"] = "not checked (GOSS)"
+            continue
         if any(not np.array_equal(getattr(model, k), getattr(plain.active.model, k))
                for k in ("kind", "party", "feature", "bin")):
             raise SystemExit(f"{name}: the trees differ from the plaintext mode's: no time reported")
         res["identical_trees"] = True
     out["runs"] = runs
+    out["slow_link_table"] = slow_link_table(runs)
     for scheme in args.schemes.split(","):
         a, b = runs.get(f"{scheme}-online"), runs.get(f"{scheme}-precompute")
         if a and b:
@@ -135,9 +188,22 @@ def main(argv: list[str] | None = None) -> int:
                    help="each party on its own core with one worker (default on)")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--allow-insecure", action="store_true")
+    p.add_argument("--links", default="loopback",
+                   help="comma-separated: loopback, veth (each party in its own network namespace, no limit), "
+                        "RATE (Mbit/s, tc tbf on the veth pair), RATE+DELAY (and DELAY ms one-way through a user-space "
+                        "relay: this kernel may lack netem); namespace runs need root; e.g. loopback,100,10,10+50")
+    p.add_argument("--goss", choices=("off", "on", "both"), default="off",
+                   help="GOSS (LightGBM's top_rate/other_rate) in each run, or each run with and without")
+    p.add_argument("--top-rate", type=float, default=0.2)
+    p.add_argument("--other-rate", type=float, default=0.1)
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_signal)  # so the namespaces' cleanup (a finally) runs
     print(json.dumps(bench(args), indent=2))
     return 0
+
+
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(f"stopped by signal {signum}")
 
 
 if __name__ == "__main__":
