@@ -194,13 +194,21 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, dela
         writer.close()
 
 
-async def _relay(listen: tuple[str, int], to: tuple[str, int], delay: float) -> None:
+async def _relay(listen: tuple[str, int], to: tuple[str, int], delay: float, patience: float = 120.0) -> None:
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        try:
-            ur, uw = await asyncio.open_connection(*to)
-        except OSError:
-            w.close()
-            return
+        # the listening party may not listen yet: hold the client (its bytes wait in the socket) and retry,
+        # rather than close it, which its TLS would take for a rejected certificate
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + patience
+        while True:
+            try:
+                ur, uw = await asyncio.open_connection(*to)
+                break
+            except OSError:
+                if loop.time() > give_up:
+                    w.close()
+                    return
+                await asyncio.sleep(0.1)
         await asyncio.gather(_pump(r, uw, delay), _pump(ur, w, delay), return_exceptions=True)
         for x in (w, uw):
             x.close()

@@ -16,10 +16,21 @@ default_credit (``../shared/data/fate``) when present, else a synthetic split of
 reported, every run's trees must equal the plaintext mode's (run in this process).
 Reported per run: training seconds (from the active party's setup to its last message of
 the last tree), seconds per tree (median and range), the obfuscators taken from the stock and
-computed online, bytes per party, and each party process's CPU seconds (``os.wait4``).
+computed online, bytes per party, frame bytes per tree by message kind (every party's sends, from
+its transcript; before TLS), and each party process's CPU seconds (``os.wait4``).
+
+``--links`` runs the same training over other links too (:mod:`netns_link`, root only): each party in
+its own network namespace, joined by a veth pair that ``tc tbf`` limits to a rate (``100``, ``10``:
+Mbit/s, each direction), optionally with a one-way delay added by a user-space relay (``10+50``: the
+kernel here has no netem); ``slow_link_table`` gives each run's training seconds, the link's measured
+TCP rate and the slowdown against the loopback run of the same scheme, mode and GOSS setting (as
+SecretFlow reports SGB's LAN and WAN times). ``--goss both`` runs each with and without GOSS
+(``--top-rate``, ``--other-rate``; its trees are not compared: the active party samples with private
+randomness).
 
     .venv/bin/python bench/secureboost_processes.py --trees 5            # default_credit, Paillier and OU
     .venv/bin/python bench/secureboost_processes.py --rows 600 --trees 2 --key-bits 1024 --allow-insecure
+    sudo .venv/bin/python bench/secureboost_processes.py --schemes ou-heu --modes online --links loopback,100,10,10+50
 """
 
 from __future__ import annotations
@@ -157,6 +168,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                         link = parse_link(spec)
                         name = f"{scheme}-{mode}{'-goss' if goss else ''}{'' if link is None else '-' + spec}"
                         runs[name] = run_one(name, scheme, mode == "precompute", work, args, link, goss)
+                        print(json.dumps({"run": name, "link": runs[name]["link"],  # progress, kept on a failure
+                                          "training_s": runs[name]["training_s"],
+                                          "bytes_per_tree": runs[name]["bytes_per_tree"]["total"]}),
+                              file=sys.stderr, flush=True)
     for name, res in runs.items():
         model = res.pop("model")
         if res["goss"]:  # GOSS draws with the active party's private randomness: no in-process twin to compare
