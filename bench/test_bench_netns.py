@@ -72,6 +72,29 @@ def test_relay_delays_each_direction_and_keeps_the_bytes() -> None:
     assert 0.12 <= rtt < 2.0  # 60 ms each way
 
 
+def test_relay_holds_a_client_until_the_listener_is_up() -> None:
+    port, listen = _port(), _port()
+    relay = subprocess.Popen([sys.executable, str(HERE / "netns_link.py"), "relay", "--listen", f"127.0.0.1:{listen}",
+                              "--to", f"127.0.0.1:{port}", "--delay-ms", "1"])
+    try:
+        for _ in range(200):
+            try:
+                conn = socket.create_connection(("127.0.0.1", listen))
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.02)
+        conn.sendall(b"early")  # nothing listens upstream yet
+        time.sleep(0.4)
+        with socket.create_server(("127.0.0.1", port)) as server:
+            up, _ = server.accept()
+            with up:
+                assert up.recv(5) == b"early"
+        conn.close()
+    finally:
+        relay.terminate()
+        relay.wait(5)
+
+
 def test_link_specs() -> None:
     mod = _load("secureboost_processes")
     assert mod.parse_link("loopback") is None
