@@ -31,6 +31,13 @@ randomness).
     .venv/bin/python bench/secureboost_processes.py --trees 5            # default_credit, Paillier and OU
     .venv/bin/python bench/secureboost_processes.py --rows 600 --trees 2 --key-bits 1024 --allow-insecure
     sudo .venv/bin/python bench/secureboost_processes.py --schemes ou-heu --modes online --links loopback,100,10,10+50
+
+Measured here (default_credit 30,000 rows, 5 trees, depth 3, 32 bins, ou-heu, online, pinned; 2 cores shared,
+load average about 5): 7.74 MB per tree, 99.3 % of it the gradient ciphertexts (256 bytes a row), level
+requests 11.3 kB (360 kB as int32 before they were deflated), histograms 34 kB; training 13.2 s on loopback,
+18.8 s at 100 Mbit/s + 50 ms (1.42x), 43.8 s at 10 Mbit/s (3.31x), 52.2 s at 10 Mbit/s + 50 ms (3.95x;
+SecretFlow reports 4.4x for SGB at 10 Mb/50 ms). GOSS (0.2, 0.1): 2.36 MB per tree, 8.1 s on loopback and 17.4 s at
+10 Mbit/s + 50 ms (2.16x), 1.6x and 3.0x faster than without.
 """
 
 from __future__ import annotations
