@@ -16,7 +16,27 @@ from types import ModuleType
 import pytest
 
 HERE = Path(__file__).resolve().parent
-ROOTED = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("tc") is None, reason="needs root and iproute2")
+
+
+def _can_shape_links() -> bool:
+    """Root, iproute2, and a kernel that lets this process make a namespace, a veth pair and a tbf qdisc
+    (a container without CAP_NET_ADMIN, or without the veth or tbf modules, has root but cannot)."""
+    if os.geteuid() != 0 or shutil.which("tc") is None or shutil.which("ip") is None:
+        return False
+    ns = f"vsbprobe{os.getpid() % 100000}"
+    steps = (["ip", "netns", "add", ns], ["ip", "-n", ns, "link", "add", "pa", "type", "veth", "peer", "name", "pb"],
+             ["tc", "-n", ns, "qdisc", "add", "dev", "pa", "root", "tbf", "rate", "10mbit", "burst", "65536",
+              "latency", "100ms"])
+    try:
+        return all(subprocess.run(cmd, capture_output=True, check=False, timeout=10).returncode == 0 for cmd in steps)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False, timeout=10)
+
+
+ROOTED = pytest.mark.skipif(not _can_shape_links(),
+                            reason="needs root, iproute2 and a kernel that allows namespaces, veth and tbf here")
 
 
 def _load(name: str) -> ModuleType:
