@@ -139,7 +139,7 @@ def _query(taps: Sequence[AuditTap], space: Sequence[bytes]) -> EmpiricalFinding
     hits = 0
     for x in space:
         u = oprf.oprf_hash(x)
-        hits += (u in received) + (zero.exchange(X25519PublicKey.from_public_bytes(u)) in received)
+        hits += (oprf.canonical_u(u) in received) + (zero.exchange(X25519PublicKey.from_public_bytes(u)) in received)
     return EmpiricalFinding(
         LARGE, QUERY, hits / len(received), 0.0,
         f"{hits} of {len(received)} query points equal H(y) or a zero-key multiple of it for a candidate ID y "

@@ -42,7 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from .. import parallel
 from ..errors import ConfigurationError, ProtocolError
 
-__all__ = ["FALSE_MATCH_BITS", "OUTPUT_BYTES", "POINT_BYTES", "Blinder", "apply_key", "clamp",
+__all__ = ["FALSE_MATCH_BITS", "OUTPUT_BYTES", "POINT_BYTES", "Blinder", "apply_key", "canonical_u", "clamp",
            "evaluate_ids", "false_match_bound", "key_id", "oprf_hash", "output_of_point", "truncation_bytes"]
 
 POINT_BYTES = 32
@@ -77,6 +77,11 @@ def key_id(secret: bytes) -> str:
 def oprf_hash(id_bytes: bytes, counter: int = 0) -> bytes:
     """``H(x)``: domain-separated SHA-256 of the canonical ID (and a retry counter) as a u-coordinate."""
     return hashlib.sha256(_H2U_DOMAIN + counter.to_bytes(1, "big") + id_bytes).digest()
+
+
+def canonical_u(u: bytes) -> bytes:
+    """The canonical encoding of a u-coordinate as X25519 reads it (top bit masked, reduced mod p)."""
+    return ((int.from_bytes(u, "little") & ((1 << 255) - 1)) % P25519).to_bytes(32, "little")
 
 
 def output_of_point(point: bytes) -> bytes:
