@@ -154,3 +154,10 @@ def test_hostile_review_runs_two_cases(capsys: pytest.CaptureFixture[str]) -> No
     assert [r["case"] for r in out] == ["duplicate header id,id"] and out[0]["ok"], out
     assert _load("hostile_review").main(["--only", "chunk-size", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["ok"]
+
+
+def test_psi_unbalanced_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _load("psi_unbalanced").main(["--large", "400", "--small", "40", "--added", "0.05",
+                                         "--workdir", str(tmp_path)]) == 0
+    row = _json_lines(capsys.readouterr().out)[0]
+    assert row["intersection"] == 20 and row["added"] == 20 and row["false_match_bound"] <= 2**-40

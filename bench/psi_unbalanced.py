@@ -1,0 +1,103 @@
+"""Unbalanced PSI with an offline cache: the large party's offline time, the small party's online time.
+
+For each ``--large`` size ``N`` and ``--small`` size ``n`` (half of the small IDs are in the large
+set) it measures, in one process (both parties as threads over in-process channels; the OPRF
+work on the process pool, ``VFLCRYPTO_WORKERS`` workers):
+
+* ``offline_s``: canonicalise the large set, evaluate the OPRF over it, write the cache file
+  (compressed, owner-only, HMAC-tagged); the cache file's size;
+* ``export_s`` and ``transfer_bytes``: the one-time transfer for up to ``n`` small-set IDs
+  (its truncation ``value_bytes`` and false-match bound), as a compressed file;
+* ``online_s``: the online run with the transfer already held (blind, evaluate, unblind,
+  look up), the bytes on the wire, and a check of the intersection size;
+* ``update_s``: adding ``--added`` (a fraction of N) new IDs to the cache, and
+  ``online_delta_s``: the next online run, which ships the delta first.
+
+The machine's load (``/proc/loadavg``, as ``uptime`` prints it) is reported before and after.
+
+Usage::
+
+    .venv/bin/python bench/psi_unbalanced.py --large 1000000 --small 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def run_one(n_large: int, n_small: int, added: float, workdir: Path) -> dict[str, Any]:
+    from vflcrypto.protocols.upsi import store
+    from vflcrypto.protocols.upsi.messages import SMALL
+    from vflcrypto.protocols.upsi.roles import run_local
+    from vflcrypto.psi import primitives as psi
+
+    load_before = _load()
+    large = [f"{i:012d}" for i in range(n_large)]
+    half = n_small // 2
+    small = large[:: max(1, n_large // half)][:half] + [f"x{i:011d}" for i in range(n_small - half)]
+    key = store.new_key()
+    t0 = time.perf_counter()
+    canon = psi.canonicalize_ids(large)
+    cache = store.build_cache(key, canon.encoded)
+    store.save_cache(workdir / "large.cache", cache, key)
+    offline = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    transfer = store.export_transfer(cache, n_small)
+    store.save_transfer(workdir / "small.transfer", transfer)
+    export = time.perf_counter() - t0
+    sc = psi.canonicalize_ids(small)
+    run = run_local([], sc, key=key, cache=cache, transfer=transfer)
+    res = run.results[SMALL]
+    if res.size != half or res.received_values:
+        raise SystemExit(f"wrong result: {res.size} common (expected {half}), {res.received_values} values sent")
+    n_add = max(1, int(n_large * added))
+    t0 = time.perf_counter()
+    cache2, got = store.update_cache(cache, key, psi.canonicalize_ids([f"y{i:011d}" for i in range(n_add)]).encoded)
+    store.save_cache(workdir / "large.cache", cache2, key)
+    update = time.perf_counter() - t0
+    run2 = run_local([], sc, key=key, cache=cache2, transfer=transfer)
+    if run2.results[SMALL].received_values != got or run2.results[SMALL].size != half:
+        raise SystemExit("the delta run is wrong")
+    return {
+        "large": n_large, "small": n_small, "workers": os.environ.get("VFLCRYPTO_WORKERS", "default"),
+        "offline_s": round(offline, 2), "cache_bytes": (workdir / "large.cache").stat().st_size,
+        "export_s": round(export, 2), "value_bytes": transfer.value_bytes,
+        "false_match_bound": transfer.false_match_bound,
+        "transfer_bytes": (workdir / "small.transfer").stat().st_size,
+        "online_s": round(run.seconds, 3), "online_wire_bytes": run.transcript.total_bytes,
+        "intersection": res.size, "added": got, "update_s": round(update, 2),
+        "online_delta_s": round(run2.seconds, 3), "delta_wire_bytes": run2.transcript.total_bytes,
+        "load_before": load_before, "load_after": _load(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--large", type=int, nargs="+", default=[1_000_000])
+    p.add_argument("--small", type=int, default=10_000)
+    p.add_argument("--added", type=float, default=0.01, help="fraction of the large set added by the update")
+    p.add_argument("--workdir", help="directory for the cache and transfer files (default: a temporary one)")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(args.workdir or tmp)
+        for n in args.large:
+            print(json.dumps(run_one(n, args.small, args.added, work)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
