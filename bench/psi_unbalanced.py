@@ -43,6 +43,7 @@ def run_one(n_large: int, n_small: int, added: float, workdir: Path) -> dict[str
     from vflcrypto.protocols.upsi import store
     from vflcrypto.protocols.upsi.messages import SMALL
     from vflcrypto.protocols.upsi.roles import run_local
+
     from vflcrypto.psi import primitives as psi
 
     load_before = _load()
