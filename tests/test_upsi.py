@@ -149,33 +149,33 @@ def _csv(path: Path, ids: list[str]) -> Path:
 def test_cli_build_update_export_and_online_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     big, small = _csv(tmp_path / "big.csv", _ids(0, 1000)), _csv(tmp_path / "small.csv", _ids(990, 1030))
     k, c, t = tmp_path / "big.key", tmp_path / "big.cache", tmp_path / "small.transfer"
-    assert main(["align-cache", "build", "--data", str(big), "--id-column", "id", "--key", str(k),
+    assert main(["align-cache", "build", "--data", str(big), "--id-column", "id", "--oprf-key", str(k),
                  "--cache", str(c), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["count"] == 1000
     out = tmp_path / "out"
     out.mkdir()
-    assert main(["align-unbalanced", "--key", str(k), "--cache", str(c), "--small", str(small), "--id-column",
+    assert main(["align-unbalanced", "--oprf-key", str(k), "--cache", str(c), "--small", str(small), "--id-column",
                  "id", "--transfer", str(t), "--out-dir", str(out), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["intersection"] == 10 and s["values_received"] == 1000 and t.exists()
     rows = (out / "small.aligned.csv").read_text().splitlines()
     assert rows[0] == "id,x" and len(rows) == 11
     added = _csv(tmp_path / "added.csv", _ids(1000, 1010))
-    assert main(["align-cache", "update", "--data", str(added), "--id-column", "id", "--key", str(k),
+    assert main(["align-cache", "update", "--data", str(added), "--id-column", "id", "--oprf-key", str(k),
                  "--cache", str(c), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["added"] == 10
     (out / "small.aligned.csv").unlink()
-    assert main(["align-unbalanced", "--key", str(k), "--cache", str(c), "--small", str(small), "--id-column",
+    assert main(["align-unbalanced", "--oprf-key", str(k), "--cache", str(c), "--small", str(small), "--id-column",
                  "id", "--transfer", str(t), "--out-dir", str(out), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["intersection"] == 20 and s["values_received"] == 10
-    assert main(["align-cache", "export", "--key", str(k), "--cache", str(c), "--max-small", "100",
+    assert main(["align-cache", "export", "--oprf-key", str(k), "--cache", str(c), "--max-small", "100",
                  "--out", str(tmp_path / "x.transfer"), "--json"]) == 0
     e = json.loads(capsys.readouterr().out)
     assert e["count"] == 1010 and e["false_match_bound"] <= 2**-40
     other = tmp_path / "other.key"
     store.save_key(other, store.new_key())
-    assert main(["align-cache", "update", "--data", str(added), "--id-column", "id", "--key", str(other),
+    assert main(["align-cache", "update", "--data", str(added), "--id-column", "id", "--oprf-key", str(other),
                  "--cache", str(c)]) != 0
     assert "cache built with OPRF key" in capsys.readouterr().err
 
@@ -186,3 +186,35 @@ def test_mutation_seam_unkeyed_values_is_caught(monkeypatch: pytest.MonkeyPatch)
     outcome = upsi_audit.audit_run()
     hit = [f for f in outcome.findings if f.name == upsi_audit.DICTIONARY]
     assert hit and hit[0].flagged
+
+
+def test_party_processes_over_mutual_tls(tmp_path: Path) -> None:
+    """``vflcrypto party ... align-unbalanced``: the large and the small party each in its own process."""
+    from test_party_processes import check_ok, finish, make_config, party, write_ids
+
+    from vflcrypto.runtime.certs import write_dev_pki
+
+    pki = tmp_path / "pki"
+    write_dev_pki(pki, ["large", "small"])
+    large, small = _ids(0, 1500), _ids(1400, 1600)
+    write_ids(tmp_path / "small.csv", small)
+    key = store.new_key()
+    store.save_key(tmp_path / "big.key", key)
+    store.save_cache(tmp_path / "big.cache", store.build_cache(key, psi.canonicalize_ids(large).encoded), key)
+    cfg = make_config(tmp_path, pki, ["large", "small"])  # roles: the names
+    transfer = tmp_path / "small.transfer"
+    for expected_values in (1500, 0):  # the first run ships the transfer, the second finds it current
+        procs = {
+            "large": party(cfg, "large", "align-unbalanced", "--oprf-key", str(tmp_path / "big.key"),
+                            "--cache", str(tmp_path / "big.cache"), "--chunk-size", "64",
+                            "--out", str(tmp_path / "large.out")),
+            "small": party(cfg, "small", "align-unbalanced", "--data",
+                               str(tmp_path / "small.csv"), "--transfer", str(transfer), "--chunk-size", "64",
+                               "--out", str(tmp_path / "small.aligned.csv")),
+        }
+        recs = check_ok(finish(procs, timeout=60))
+        s = recs["small"]["summary"]
+        assert s["intersection"] == 100 and s["values_received"] == expected_values and s["peer_size"] == 1500
+        assert recs["large"]["summary"]["peer_size"] == 200
+        rows = [r.split(",")[0] for r in (tmp_path / "small.aligned.csv").read_text().splitlines()[1:]]
+        assert set(rows) == set(_ids(1400, 1500)) and transfer.exists()

@@ -41,6 +41,10 @@ Message flow (:mod:`.messages`)
     4. large → small ``upsi.answer``: a·(b·H(y)), in the query order
     5. the small party unblinds to F_a(y) and looks each up in its transfer.
 
+Network form: ``vflcrypto party --config parties.toml --as NAME align-unbalanced ...`` with the roles ``large``
+and ``small`` in the configuration (the large party: ``--oprf-key``, ``--cache``; the small party: ``--data``,
+``--transfer``, ``--out``).
+
 Modules: :mod:`.messages`, :mod:`.store` (key, cache and transfer files), :mod:`.roles` (the two roles, local
 run), :mod:`.audit` (what each party can learn), :mod:`.cli` (``vflcrypto align-cache``,
 ``vflcrypto align-unbalanced``, ``vflcrypto party ... align-unbalanced``).

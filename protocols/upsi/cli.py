@@ -3,13 +3,13 @@ online run in this process) and ``vflcrypto party ... align-unbalanced`` (one pa
 
 Offline, the large party::
 
-    vflcrypto align-cache build  --data big.csv --id-column id --key big.key --cache big.cache
-    vflcrypto align-cache update --data new-ids.csv --id-column id --key big.key --cache big.cache
-    vflcrypto align-cache export --key big.key --cache big.cache --max-small 100000 --out partner.transfer
+    vflcrypto align-cache build  --data big.csv --id-column id --oprf-key big.key --cache big.cache
+    vflcrypto align-cache update --data new-ids.csv --id-column id --oprf-key big.key --cache big.cache
+    vflcrypto align-cache export --oprf-key big.key --cache big.cache --max-small 100000 --out partner.transfer
     vflcrypto align-cache export ... --since 0 --value-bytes 11 --out partner.delta   (values added after gen. 0)
 
 and the small party merges a delta into its transfer (``align-cache merge --transfer T --delta D``). The key file
-(``--key``, created by ``build`` if missing) holds the OPRF key and never leaves the large party. Online, the
+(``--oprf-key``, created by ``build`` if missing) holds the OPRF key and never leaves the large party. Online, the
 small party's transfer file is read if it exists and rewritten when the run brought new values (a first run, or a
 delta after the large party's update): the same run works with or without a transfer shipped beforehand.
 """
@@ -50,7 +50,7 @@ def add_cache_arguments(p: argparse.ArgumentParser) -> None:
                         "party merges --delta into its --transfer")
     p.add_argument("--data", help="CSV of the large set (build) or of the IDs to add (update)")
     p.add_argument("--id-column", default="id", help="ID column of --data (default id)")
-    p.add_argument("--key", help="the large party's OPRF key file (build creates it if missing; owner-only)")
+    p.add_argument("--oprf-key", help="the large party's OPRF key file (build creates it if missing; owner-only)")
     p.add_argument("--cache", help="the cache file (owner-only)")
     p.add_argument("--out", help="export: the transfer or delta file to write")
     p.add_argument("--max-small", type=number(int, at_least=1), default=DEFAULT_MAX_SMALL,
@@ -84,26 +84,26 @@ def cache_command(args: argparse.Namespace) -> int:
         store.save_transfer(args.transfer, merged)
         summary.update(generation=merged.generation, n_large=merged.n_large, added=len(delta.values))
     elif args.action == "build":
-        _need(args, "data", "key", "cache")
-        key = store.load_key(args.key) if Path(args.key).exists() else None
+        _need(args, "data", "oprf_key", "cache")
+        key = store.load_key(args.oprf_key) if Path(args.oprf_key).exists() else None
         if key is None:
             key = store.new_key()
-            store.save_key(args.key, key)
+            store.save_key(args.oprf_key, key)
         _, canon = _read_ids(args.data, args.id_column, args.keep_first)
         cache = store.build_cache(key, canon.encoded)
         store.save_cache(args.cache, cache, key)
         summary.update(key_id=key.key_id, count=cache.count, generation=0)
     elif args.action == "update":
-        _need(args, "data", "key", "cache")
-        key = store.load_key(args.key)
+        _need(args, "data", "oprf_key", "cache")
+        key = store.load_key(args.oprf_key)
         cache = store.load_cache(args.cache, key)
         _, canon = _read_ids(args.data, args.id_column, args.keep_first)
         cache, added = store.update_cache(cache, key, canon.encoded)
         store.save_cache(args.cache, cache, key)
         summary.update(key_id=key.key_id, count=cache.count, generation=cache.generation, added=added)
     else:
-        _need(args, "key", "cache", "out")
-        key = store.load_key(args.key)
+        _need(args, "oprf_key", "cache", "out")
+        key = store.load_key(args.oprf_key)
         cache = store.load_cache(args.cache, key)
         if args.since is not None and args.value_bytes is None:
             raise InputDataError("a delta (--since) needs the partner's --value-bytes")
@@ -119,7 +119,7 @@ def cache_command(args: argparse.Namespace) -> int:
 
 
 def add_online_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--key", required=True, help="large party: its OPRF key file")
+    p.add_argument("--oprf-key", required=True, help="large party: its OPRF key file")
     p.add_argument("--cache", required=True, help="large party: its cache file")
     p.add_argument("--small", required=True, help="small party's CSV (it learns the intersection)")
     p.add_argument("--id-column", required=True, help="ID column of the small party's file")
@@ -142,7 +142,7 @@ def _write_small(res: UnbalancedResult, table: Any, out: Path, transfer_path: Pa
 
 
 def online_command(args: argparse.Namespace) -> int:
-    key = store.load_key(args.key)
+    key = store.load_key(args.oprf_key)
     cache = store.load_cache(args.cache, key)
     table, canon = _read_ids(args.small, args.id_column, args.keep_first)
     tpath = Path(args.transfer)
@@ -160,34 +160,34 @@ def online_command(args: argparse.Namespace) -> int:
 
 
 def add_party_arguments(a: argparse.ArgumentParser) -> None:
-    a.add_argument("--side", required=True, choices=(LARGE, SMALL), help="this party's side of unbalanced PSI")
-    a.add_argument("--key", help="large side: its OPRF key file")
-    a.add_argument("--cache", help="large side: its cache file")
+    a.add_argument("--oprf-key", help="large party: its OPRF key file")
+    a.add_argument("--cache", help="large party: its cache file")
     a.add_argument("--max-small", type=number(int, at_least=1), default=DEFAULT_MAX_SMALL,
-                   help="large side: the largest small set a fresh transfer serves")
-    a.add_argument("--data", help="small side: its CSV file")
-    a.add_argument("--id-column", default="id", help="small side: its ID column")
-    a.add_argument("--transfer", help="small side: its transfer file (read if present, refreshed by the run)")
-    a.add_argument("--out", required=True, help="small side: its aligned rows (CSV); large side: an empty file")
+                   help="large party: the largest small set a fresh transfer serves")
+    a.add_argument("--data", help="small party: its CSV file")
+    a.add_argument("--id-column", default="id", help="small party: its ID column")
+    a.add_argument("--transfer", help="small party: its transfer file (read if present, refreshed by the run)")
+    a.add_argument("--out", required=True, help="small party: its aligned rows (CSV); large party: an empty file")
     a.add_argument("--chunk-size", type=number(int, at_least=1), default=DEFAULT_CHUNK,
                    help=f"IDs per message (default {DEFAULT_CHUNK})")
 
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    peers = [n for n in ctx.channels if n != ctx.me]
-    if len(peers) != 1:
-        raise InputDataError(f"unbalanced PSI runs between two parties; {ctx.me} is linked to {sorted(peers)}")
-    chans = ctx.only(peers)
-    if args.side == LARGE:
-        if args.key is None or args.cache is None:
-            raise InputDataError("the large side needs --key and --cache")
-        key = store.load_key(args.key)
+    """The party's role in the configuration (``large`` or ``small``) picks its side; its one peer has the other."""
+    if ctx.role not in (LARGE, SMALL):
+        raise InputDataError(f"{ctx.me}: unbalanced PSI needs the roles 'large' and 'small' in the configuration, "
+                             f"not {ctx.role!r}")
+    chans = ctx.only([ctx.one(SMALL if ctx.role == LARGE else LARGE)])
+    if ctx.role == LARGE:
+        if args.oprf_key is None or args.cache is None:
+            raise InputDataError("the large party needs --oprf-key and --cache")
+        key = store.load_key(args.oprf_key)
         res = run_large(chans, store.load_cache(args.cache, key), key, chunk_size=args.chunk_size,
                         max_small=args.max_small)
         return PartyOutcome({"side": LARGE, "own_size": res.own_size, "peer_size": res.peer_size},
                             lambda out, _meta: atomic_write_text(out, ""))
     if args.data is None or args.transfer is None:
-        raise InputDataError("the small side needs --data and --transfer")
+        raise InputDataError("the small party needs --data and --transfer")
     table, canon = _read_ids(args.data, args.id_column, False)
     tpath = Path(args.transfer)
     transfer = store.load_transfer(tpath)[0] if tpath.exists() else None
