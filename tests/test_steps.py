@@ -149,8 +149,8 @@ def _upsi(keys: Any) -> Any:
     return transcript
 
 
-RUNS: dict[str, Callable[[Any], Any]] = {"upsi": _upsi, "secagg": _secagg, "hfl": _hfl, "protovfl": _protovfl, "align": _align,
-                                          "exchange": _exchange,
+RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "protovfl": _protovfl, "align": _align,
+                                          "exchange": _exchange, "upsi": _upsi,
                                           "linreg": _linreg, "logreg": _logreg, "secureboost": _secureboost,
                                           "woe": _woe, "pearson": _pearson, "poisson": _poisson, "sshelr": _sshelr,
                                           **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}
