@@ -164,6 +164,13 @@ def test_cli_build_update_export_and_online_run(tmp_path: Path, capsys: pytest.C
     assert main(["align-cache", "update", "--data", str(added), "--id-column", "id", "--oprf-key", str(k),
                  "--cache", str(c), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["added"] == 10
+    both = _csv(tmp_path / "both.csv", _ids(0, 1010))
+    assert main(["align-cache", "verify", "--data", str(both), "--id-column", "id", "--oprf-key", str(k),
+                 "--cache", str(c), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["matches"] is True
+    assert main(["align-cache", "verify", "--data", str(big), "--id-column", "id", "--oprf-key", str(k),
+                 "--cache", str(c)]) != 0
+    assert "does not hold the IDs" in capsys.readouterr().err
     (out / "small.aligned.csv").unlink()
     assert main(["align-unbalanced", "--oprf-key", str(k), "--cache", str(c), "--small", str(small), "--id-column",
                  "id", "--transfer", str(t), "--out-dir", str(out), "--json"]) == 0

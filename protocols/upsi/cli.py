@@ -5,6 +5,7 @@ Offline, the large party::
 
     vflcrypto align-cache build  --data big.csv --id-column id --oprf-key big.key --cache big.cache
     vflcrypto align-cache update --data new-ids.csv --id-column id --oprf-key big.key --cache big.cache
+    vflcrypto align-cache verify --data all-ids.csv --id-column id --oprf-key big.key --cache big.cache
     vflcrypto align-cache export --oprf-key big.key --cache big.cache --max-small 100000 --out partner.transfer
     vflcrypto align-cache export ... --since 0 --value-bytes 11 --out partner.delta   (values added after gen. 0)
 
@@ -44,8 +45,9 @@ def _read_ids(path: str, column: str, keep_first: bool) -> tuple[Any, psi.Canoni
 
 
 def add_cache_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=("build", "update", "export", "merge"),
+    p.add_argument("action", choices=("build", "update", "verify", "export", "merge"),
                    help="build: evaluate the OPRF over --data (offline); update: add --data's IDs to the cache; "
+                        "verify: check that the cache holds exactly --data's IDs (its set digest and size); "
                         "export: write the transfer (or, with --since, a delta) for a partner; merge: the small "
                         "party merges --delta into its --transfer")
     p.add_argument("--data", help="CSV of the large set (build) or of the IDs to add (update)")
@@ -101,6 +103,14 @@ def cache_command(args: argparse.Namespace) -> int:
         cache, added = store.update_cache(cache, key, canon.encoded)
         store.save_cache(args.cache, cache, key)
         summary.update(key_id=key.key_id, count=cache.count, generation=cache.generation, added=added)
+    elif args.action == "verify":
+        _need(args, "data", "oprf_key", "cache")
+        cache = store.load_cache(args.cache, store.load_key(args.oprf_key))
+        _, canon = _read_ids(args.data, args.id_column, args.keep_first)
+        if len(canon) != cache.count or store.digest_of(canon.encoded) != cache.set_digest:
+            raise InputDataError(f"{args.cache} does not hold the IDs of {args.data} ({cache.count} cached, "
+                                 f"{len(canon)} in the file, set digests differ)")
+        summary.update(matches=True, count=cache.count, generation=cache.generation)
     else:
         _need(args, "oprf_key", "cache", "out")
         key = store.load_key(args.oprf_key)
