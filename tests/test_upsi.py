@@ -75,6 +75,10 @@ def test_incremental_update_equals_a_fresh_build() -> None:
     fresh = store.build_cache(key, psi.canonicalize_ids(_ids(0, 2300)).encoded)
     assert n == 300 and cache.generation == 1 and int((cache.gens == 1).sum()) == 300
     assert (cache.values == fresh.values).all() and cache.set_digest == fresh.set_digest
+    streamed = store.build_cache_stream(key, [enc[:700], enc[700:], new[10:]])
+    assert (streamed.values == fresh.values).all() and streamed.set_digest == fresh.set_digest
+    with pytest.raises(InputDataError, match="repeats 1 ID"):
+        store.build_cache_stream(key, [enc[:5], enc[4:6]])
     same, zero = store.update_cache(cache, key, new)
     assert zero == 0 and same is cache
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,23 @@ def _read_ids(path: str, column: str, keep_first: bool) -> tuple[Any, psi.Canoni
 
     table = read_id_table(path, column)
     return table, canon_table(table, "keep_first" if keep_first else "error", False)
+
+
+def _id_chunks(path: str, column: str, size: int = 1 << 20) -> Iterator[list[bytes]]:
+    """The file's IDs, canonical, in chunks of ``size`` (the CSV streamed: never the whole set as Python objects)."""
+    from ..align.files import read_id_table
+
+    chunk: list[bytes] = []
+    for line, value in enumerate(read_id_table(path, column).iter_ids(), start=2):
+        try:
+            chunk.append(psi.canonical_id(value))
+        except InputDataError as exc:
+            raise InputDataError(f"{path}: line {line}: {exc}") from None
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def add_cache_arguments(p: argparse.ArgumentParser) -> None:
@@ -91,8 +109,10 @@ def cache_command(args: argparse.Namespace) -> int:
         if key is None:
             key = store.new_key()
             store.save_key(args.oprf_key, key)
-        _, canon = _read_ids(args.data, args.id_column, args.keep_first)
-        cache = store.build_cache(key, canon.encoded)
+        if args.keep_first:
+            cache = store.build_cache(key, _read_ids(args.data, args.id_column, True)[1].encoded)
+        else:  # streamed: the large set never sits in memory as Python objects
+            cache = store.build_cache_stream(key, _id_chunks(args.data, args.id_column))
         store.save_cache(args.cache, cache, key)
         summary.update(key_id=key.key_id, count=cache.count, generation=0)
     elif args.action == "update":

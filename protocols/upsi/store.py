@@ -26,7 +26,7 @@ import hmac
 import json
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,9 +37,9 @@ from vflcrypto.data.files import PRIVATE, atomic_write_bytes
 from vflcrypto.errors import ConfigurationError, InputDataError
 from vflcrypto.psi import oprf
 
-__all__ = ["OprfCache", "OprfKey", "Transfer", "build_cache", "digest_of", "export_transfer", "load_cache",
-           "load_key", "load_transfer", "merge_transfer", "new_key", "save_cache", "save_key", "save_transfer",
-           "update_cache"]
+__all__ = ["OprfCache", "OprfKey", "Transfer", "build_cache", "build_cache_stream", "digest_of", "export_transfer",
+           "load_cache", "load_key", "load_transfer", "merge_transfer", "new_key", "save_cache", "save_key",
+           "save_transfer", "update_cache"]
 
 _KEY_FORMAT = "vflcrypto-oprf-key"
 _CACHE_MAGIC = b"VFLCRYPTO-OPRF-CACHE-1\n"
@@ -124,6 +124,25 @@ def build_cache(key: OprfKey, ids: Sequence[bytes]) -> OprfCache:
     values = oprf.evaluate_ids(key.secret, ids)
     order = np.argsort(values, kind="stable")
     return OprfCache(key.key_id, 0, digest_of(ids), values[order], np.zeros(len(values), np.uint32))
+
+
+def build_cache_stream(key: OprfKey, chunks: Iterable[Sequence[bytes]]) -> OprfCache:
+    """:func:`build_cache` over chunks of canonical IDs (a CSV streamed in): memory holds the 16-byte values only.
+
+    A repeated ID gives a repeated value (different IDs share a value with probability
+    ≤ n²/2¹²⁹), so repeats are found after the sort and refused: the set must be distinct.
+    """
+    parts, digest = [], 0
+    for chunk in chunks:
+        parts.append(oprf.evaluate_ids(key.secret, chunk))
+        digest += digest_of(chunk)
+    values = np.concatenate(parts) if parts else np.zeros(0, _VALUE)
+    del parts
+    values.sort(kind="stable")
+    repeats = int(np.count_nonzero(values[1:] == values[:-1])) if len(values) > 1 else 0
+    if repeats:
+        raise InputDataError(f"the large set repeats {repeats} ID(s): every ID must appear once")
+    return OprfCache(key.key_id, 0, digest % (1 << 256), values, np.zeros(len(values), np.uint32))
 
 
 def update_cache(cache: OprfCache, key: OprfKey, ids: Sequence[bytes]) -> tuple[OprfCache, int]:
