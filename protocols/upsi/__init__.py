@@ -21,7 +21,10 @@ Cost
     ``t`` bytes per large-set ID (compressed). Online: two multiplications per small-set
     ID on the small side (blind, unblind), one on the large side, 64 bytes per small-set
     ID on the wire, and a binary search per ID in the transfer: nothing in proportion to
-    the large set.
+    the large set. Measured (``bench/psi_unbalanced.py``, both parties in one process, 2 pool
+    workers on a 2-core machine shared with other jobs, load average 11-13): 10⁶ large IDs
+    offline in 103 s (cache 14.1 MB; adding 10⁴ IDs: 1.9 s); transfer 8.1 MB (10 bytes per
+    ID); online 0.20 s for 10³ small IDs, 2.3 s for 10⁴, 16.8 s for 10⁵.
 
 Threat model
     Semi-honest parties; the large party's key is long-lived, so it answers only as many
