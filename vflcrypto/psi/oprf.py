@@ -24,7 +24,10 @@ offline: the small party learns ``F_a(y)`` and nothing of ``a`` (one-more-DH).
 
 The large party's key is long-lived, so its answers are checked like any peer input:
 every point must be a canonical u-coordinate of large order (:func:`apply_key`), and it
-answers no more points than the small party declared (the protocol layer).
+answers no more points than the small party declared (the protocol layer). The Legendre
+symbol (gmpy2) and the hash-to-u retry are not constant-time; both run on the small
+party's own machine over its own IDs and nothing of their timing reaches the large party
+beyond the run's total time.
 """
 
 from __future__ import annotations
