@@ -15,6 +15,15 @@ work on the process pool, ``VFLCRYPTO_WORKERS`` workers):
 
 The machine's load (``/proc/loadavg``, as ``uptime`` prints it) is reported before and after.
 
+Measured on this 2-core machine shared with other jobs (``VFLCRYPTO_WORKERS=2``):
+
+=========  ==========  ========  ==============  =========================  ===============  ============
+large N    offline     cache     transfer        online: 10³ / 10⁴ / 10⁵    update +10⁴ IDs  load average
+=========  ==========  ========  ==============  =========================  ===============  ============
+10⁶        103 s       14.1 MB   8.1 MB (10 B)   0.20 s / 2.3 s / 16.8 s    1.9 s            11-13
+10⁷        553 s       136 MB    76 MB (10 B)    – / 2.9 s / 26.5 s         12.8 s           8-11
+=========  ==========  ========  ==============  =========================  ===============  ============
+
 Usage::
 
     .venv/bin/python bench/psi_unbalanced.py --large 1000000 --small 1000 10000 100000
