@@ -162,7 +162,7 @@ from typing import Any
 
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
-from . import cli, frontier
+from . import cli, frontier, serve
 from .active import ActiveResult, ActiveRole, decode_histograms
 from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example, label_inference_attack
@@ -260,7 +260,10 @@ SPEC = ProtocolSpec(
     party_tasks=(PartyTask("secureboost", "SecureBoost gradient-boosted trees (Paillier or OU)",
                            cli.add_party_arguments, cli.party_task, check=cli.party_check),
                  PartyTask("secureboost", "apply saved SecureBoost models to new rows (joint tree walk)",
-                           cli.add_party_predict_arguments, cli.party_predict_task, group="predict")),
+                           cli.add_party_predict_arguments, cli.party_predict_task, group="predict"),
+                 PartyTask("secureboost", "keep a SecureBoost model up: answer batches of IDs (requests on the "
+                           "label holder's stdin, one JSON answer line each)", serve.add_arguments, serve.party_task,
+                           group="serve", check=serve.party_check)),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
     schemes=("paillier", "ou", "ou-heu"),
     defences=DEFENCES,
