@@ -13,15 +13,17 @@ per request on its standard output::
 
 Per batch the active party sends the requested IDs to each passive party (``secureboost.serve_request``);
 each answers which of them it does not hold (``secureboost.serve_rows``: usually none); then the rows are
-routed exactly as a batch prediction routes them (:func:`.predict.predict_active` /
-:func:`.predict.predict_passive`: ``secureboost.predict_query`` and ``predict_answer``, the active party
+routed exactly as a batch prediction routes them (``secureboost.predict_query`` and ``predict_answer`` of
+:func:`.predict.predict_active` / :func:`.predict.predict_passive`, the active party
 learning only the left/right bit of each row at each passive node). An ID unknown to the active party is
 answered with an error without asking anyone; an ID unknown to a passive party ends the batch with an
 error answer (no row routed) and the service goes on. ``!stop`` or the end of the input sends the stop to
-every passive party; a vanished peer (its link breaks: a killed process resets its TCP connection; a
-silent machine misses the HTTP/2 keepalive) ends the service at once with a one-line error, while the
-active party idles too (it polls its links between requests) and in the middle of a batch (the configured
-receive timeout). A passive party waits for the next request at most ``--idle-timeout`` seconds.
+every passive party, and each party writes its ``--out`` summary and run record (with ``--json`` the label
+holder's record follows the answers as the last line of its standard output). A vanished peer (its link
+breaks: a killed process resets its TCP connection, a silent machine misses the HTTP/2 keepalive) ends the
+service with a one-line error, also while the active party idles between requests (it polls its links); a
+peer that stops answering inside a batch, after the configuration's receive timeout. A passive party waits
+for the next request at most ``--idle-timeout`` seconds.
 """
 
 from __future__ import annotations
