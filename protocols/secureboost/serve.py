@@ -271,7 +271,6 @@ def serve_local(active: tuple[ActiveModel, Sequence[str], np.ndarray],
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = __doc__.split("\n\n", 1)[1] if __doc__ else None
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--model-dir", help="a `vflcrypto train secureboost --model-dir` directory: this party's "
                                        "<party>.npz there (checked against the manifest)")
     p.add_argument("--model", dest="model_file", metavar="FILE",
