@@ -4,8 +4,8 @@ In-process (:func:`serve_local`): the answers to several batches equal the batch
 unknown IDs (at the active party, at a passive party), an empty and a malformed request get one error answer
 each and the service goes on; the stop line ends it. As processes over mutual TLS: the label holder's answers
 equal ``vflcrypto predict secureboost`` on the same rows, only the declared service and prediction messages
-travel, ``!stop`` ends every party with its summary; a passive party killed while the service idles ends the
-active party with a one-line error (no hang).
+travel, ``!stop`` ends every party with its summary; a party killed while the service idles ends the other
+with a one-line error (no hang).
 """
 
 from __future__ import annotations
@@ -166,16 +166,22 @@ def test_service_processes_answer_batches_like_batch_prediction(served: Any, tmp
                     "secureboost.predict_answer"}
 
 
-def test_service_ends_in_one_line_when_a_passive_party_vanishes(served: Any) -> None:
+@pytest.mark.parametrize("killed", ["passive-0", "active"])
+def test_service_ends_in_one_line_when_a_peer_vanishes(killed: str, served: Any) -> None:
+    """kill -9 of one party while the service idles: the other ends at once with one line (no request follows,
+    so each notices alone: the active party polls its links, the passive party's wait for a request fails)."""
     procs, lines, ids, _ = served
     assert lines.ask(ids[0])["ids"] == [ids[0]]
-    procs["passive-0"].send_signal(signal.SIGKILL)
-    procs["passive-0"].wait()
+    procs[killed].send_signal(signal.SIGKILL)
+    procs[killed].wait()
+    other = next(p for n, p in procs.items() if n != killed)
     try:
-        code = procs["active"].wait(timeout=30)  # idle: no request follows; the active party notices alone
+        code = other.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        pytest.fail("the active party did not notice the vanished passive party")
-    assert procs["active"].stderr is not None
-    err = procs["active"].stderr.read().decode(errors="replace")
+        pytest.fail(f"the other party did not notice that {killed} vanished")
+    assert other.stderr is not None
+    err = other.stderr.read().decode(errors="replace")
     errs = [ln for ln in err.splitlines() if ln.strip()]
-    assert code != 0 and len(errs) == 1 and "passive-0 left the prediction service" in errs[0], err
+    assert code != 0 and len(errs) == 1 and errs[0].startswith("vflcrypto: error: PeerDisconnectedError"), err
+    if killed != "active":
+        assert "passive-0 left the prediction service" in errs[0], err
