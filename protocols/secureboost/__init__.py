@@ -92,8 +92,9 @@ Feature importance (:meth:`ActiveModel.importance`, :meth:`PassiveModel.importan
 
 Prediction (``predict_local``): the active party walks all trees level by level; for
 nodes owned by a passive party it sends one ``secureboost.predict_query`` per party per
-level (record ids and the rows at each node) and the owner answers left/right bits in
-``secureboost.predict_answer``.
+level at which rows reach that party's nodes (record ids and the rows at each node) and the
+owner answers left/right bits in ``secureboost.predict_answer``. ``party ... serve
+secureboost`` (:mod:`.serve`) keeps the parties up and routes batches of IDs the same way.
 
 Optimisations (and why)
     * g and h are packed into one ciphertext per row (:class:`PackingSpec`, slot offset
