@@ -27,11 +27,11 @@ import pytest
 from test_party_processes import ROOT, finish, make_config, pki  # noqa: F401  (pki: the module's fixture)
 from vflcrypto.protocols import secureboost as sb
 from vflcrypto.protocols.secureboost.predict import predict_local
-from vflcrypto.protocols.secureboost.serve import STOP, parse_request, serve_local
+from vflcrypto.protocols.secureboost.serve import STOP, pack_ids, parse_request, serve_local, unpack_ids
 
 from vflcrypto.cli import main
 from vflcrypto.data.files import write_csv_atomic
-from vflcrypto.errors import InputDataError
+from vflcrypto.errors import InputDataError, ProtocolError
 
 SMALL_KEYS = ["--key-bits", "512", "--allow-insecure"]
 N = 40
@@ -44,6 +44,18 @@ def test_parse_request() -> None:
     assert parse_request("\n") == []
     with pytest.raises(InputDataError, match="JSON array"):
         parse_request("[1, 2]")
+
+
+@pytest.mark.parametrize("ids", [[], ["r1"], ["a", "", "bc", "a"], ["Zürich-7", "東京", "x y,z"]])
+def test_ids_travel_as_one_blob(ids: list[str]) -> None:
+    assert unpack_ids(*pack_ids(ids)) == ids
+
+
+def test_a_malformed_id_layout_is_a_protocol_error() -> None:
+    blob, offs = pack_ids(["ab", "東京"])
+    for bad in (offs[:-1], offs + 1, np.asarray([0, 3, 2, len(blob)]), np.asarray([0, 4, len(blob)])):
+        with pytest.raises(ProtocolError, match="malformed prediction request"):
+            unpack_ids(blob, bad)
 
 
 def test_service_answers_equal_batch_prediction_in_process() -> None:

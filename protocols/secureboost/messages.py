@@ -231,7 +231,8 @@ class PredictAnswer:
 class ServeRequest:
     model_id: str
     batch: int
-    ids: tuple[str, ...]  # the batch's row IDs, in the order of the request (repeats kept)
+    ids: bytes  # the batch's row IDs in the order of the request (repeats kept), UTF-8, concatenated
+    offsets: np.ndarray  # int64 (number of IDs + 1): where each ID starts in ``ids``, then its length
     stop: bool = False  # the service ends: no ids
 
 
