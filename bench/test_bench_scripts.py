@@ -154,3 +154,23 @@ def test_hostile_review_runs_two_cases(capsys: pytest.CaptureFixture[str]) -> No
     assert [r["case"] for r in out] == ["duplicate header id,id"] and out[0]["ok"], out
     assert _load("hostile_review").main(["--only", "chunk-size", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["ok"]
+
+
+def test_psi_unbalanced_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _load("psi_unbalanced").main(["--large", "400", "--small", "40", "10", "--added", "0.05",
+                                         "--workdir", str(tmp_path)]) == 0
+    rows = _json_lines(capsys.readouterr().out)
+    assert [r["intersection"] for r in rows] == [20, 5] and rows[0]["added"] == 20
+    assert all(r["false_match_bound"] <= 2**-40 for r in rows)
+
+
+def test_secureboost_serve_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
+    """The prediction service's bench: both parties as processes, two batch sizes, answers checked."""
+    assert _load("secureboost_serve").main(["--rows", "300", "--trees", "1", "--sizes", "1,100", "--repeats", "2",
+                                            "--no-pin"]) == 0
+    out = _json_lines(capsys.readouterr().out)[0]
+    assert set(out["batches"]) == {"1", "100"} and out["rows"] == 300
+    assert all(b["requests"] == 2 and b["rows_per_s"] > 0 and b["p99_ms"] >= b["p50_ms"] > 0
+               for b in out["batches"].values())
+    served = out["service_summary"]
+    assert served["errors"] == 0 and served["rows"] == 3 * 1 + 3 * 100  # a warm-up and two timed requests per size

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -121,9 +122,13 @@ def test_audit_logreg_says_first_that_a_passive_party_reads_the_labels_of_the_pl
     assert main(["audit", "logreg", "--key-bits", "512", "--allow-insecure"]) == 0
     first_screen = capsys.readouterr().out.splitlines()[:8]
     lead = "passive: LEAKS (by design): passive-0: label recovery from logreg.residual = 1 "
-    tail = "in the plain run; other checks: 1 leaked by design, 3 held, 3 found no leak"
-    assert any(line.strip().startswith(lead) and line.rstrip().endswith(tail) for line in first_screen), first_screen
-    assert any(line.strip().startswith("active: holds") for line in first_screen)
+    # the defended run's sign attack (randomized response at epsilon = 1, keep rate 0.73 against a 0.62 base
+    # rate on 713 rows) reaches p < 1e-5 (499 of 713 right) in 97.2 % of runs: "leaked by design" or, in
+    # the rest, "found no leak"
+    tail = re.compile(r"in the plain run; other checks: (1 leaked by design, 3 held, 3|3 held, 4) found no leak$")
+    shown = "\n".join(first_screen)  # whole lines on failure (pytest elides long list items)
+    assert any(line.strip().startswith(lead) and tail.search(line.rstrip()) for line in first_screen), shown
+    assert any(line.strip().startswith("active: holds") for line in first_screen), shown
 
 
 def test_audit_json_carries_the_summary(capsys: pytest.CaptureFixture[str]) -> None:

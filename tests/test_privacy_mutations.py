@@ -32,6 +32,7 @@ from vflcrypto.protocols.oneshot import audit as oneshot_audit
 from vflcrypto.protocols.protovfl import audit as protovfl_audit
 from vflcrypto.protocols.secureboost import audit as secureboost_audit
 from vflcrypto.protocols.split import audit as split_audit
+from vflcrypto.protocols.upsi import audit as upsi_audit
 
 from vflcrypto.audit.ledger import AuditOutcome
 from vflcrypto.cli.audit import load_all_protocols
@@ -224,6 +225,31 @@ def kkrt_base_ot_scalar_reused(mp: pytest.MonkeyPatch) -> None:
 
     fixed = ot._scalar()
     mp.setattr(ot, "_scalar", _only_in("passive", lambda: fixed, ot._scalar))
+
+
+def upsi_unkeyed_cache(mp: pytest.MonkeyPatch) -> None:
+    """Unbalanced PSI: the large party's cache (and so its transfer) holds unkeyed hashes of its IDs."""
+    from vflcrypto.psi import oprf
+
+    mp.setattr(oprf, "evaluate_ids", lambda secret, ids: np.array(
+        [oprf.output_of_point(oprf.oprf_hash(i)) for i in ids], dtype=f"S{oprf.OUTPUT_BYTES}"))
+
+
+def upsi_zero_key(mp: pytest.MonkeyPatch) -> None:
+    """Unbalanced PSI: the large party's OPRF key is all zeros (a key the small party can guess)."""
+    from vflcrypto.protocols.upsi import store
+
+    from vflcrypto.psi import oprf
+
+    mp.setattr(store, "new_key", lambda: store.OprfKey(bytes(32), oprf.key_id(bytes(32))))
+
+
+def upsi_unblinded_queries(mp: pytest.MonkeyPatch) -> None:
+    """Unbalanced PSI: the small party sends H(y) for b·H(y) (no blinding scalar)."""
+    from vflcrypto.psi import oprf
+
+    mp.setattr(oprf.Blinder, "blind", lambda self, ids: (
+        b"".join(oprf.canonical_u(oprf.oprf_hash(i)) for i in ids), bytes(len(ids))))
 
 
 def woe_unshuffled_features(mp: pytest.MonkeyPatch) -> None:
@@ -538,6 +564,13 @@ MUTATIONS = (
     Mutation("KKRT: sender reuses one base-OT scalar", "align",
              (("align.ot_choice", P.BLINDED),), kkrt_base_ot_scalar_reused,
              checks=("the sender's base-OT choice bits (its OPRF key)",)),
+    # unbalanced PSI
+    Mutation("upsi: transferred values are unkeyed hashes", "upsi", (("upsi.values", P.BLINDED),),
+             upsi_unkeyed_cache, checks=(upsi_audit.DICTIONARY,)),
+    Mutation("upsi: the large party's OPRF key is guessable", "upsi", (("upsi.answer", P.BLINDED),),
+             upsi_zero_key, checks=(upsi_audit.ANSWER, upsi_audit.DICTIONARY)),
+    Mutation("upsi: the small party sends its IDs unblinded", "upsi", (("upsi.query", P.BLINDED),),
+             upsi_unblinded_queries, checks=(upsi_audit.QUERY,)),
     # gradient exchange
     Mutation("exchange: gradient mask dropped", "exchange",
              (("exchange.masked_gradient", P.MASKED),), drop_uniform_masks,
@@ -766,6 +799,8 @@ UNAFFECTED: dict[str, tuple[str, ...]] = {
     "hfl: clients do not compare their neighbours' model digests":
         tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.MODEL_CONSISTENCY),
     "hfl: DP-FedAvg noise dropped": tuple(c.name for c in hfl_audit.CHECKS if c.name != hfl_audit.NOISE_CHECK),
+    "upsi: transferred values are unkeyed hashes": (upsi_audit.ANSWER, upsi_audit.QUERY),
+    "upsi: the small party sends its IDs unblinded": (upsi_audit.DICTIONARY, upsi_audit.ANSWER),
 }
 
 

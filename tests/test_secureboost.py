@@ -633,13 +633,14 @@ def test_audit_kinds_per_role_and_check() -> None:
     outcome = sb.audit_run(key_bits=512, allow_insecure=True)
     report = outcome.report
     report.check()
-    # the encrypted and the plaintext-mode run, and the defended runs (label DP: secureboost.dp_level)
+    # the encrypted and the plaintext-mode run, the defended runs (label DP: secureboost.dp_level) and the
+    # prediction service (secureboost.serve_request / serve_rows)
     assert report.kinds_received("passive-0") == {
         "secureboost.setup", "secureboost.gradients", "secureboost.plain_gradients", "secureboost.level",
-        "secureboost.dp_level", "secureboost.split_request", "secureboost.predict_query"}
+        "secureboost.dp_level", "secureboost.split_request", "secureboost.predict_query", "secureboost.serve_request"}
     assert report.kinds_received("active") == {
         "secureboost.histograms", "secureboost.plain_histograms", "secureboost.split_response",
-        "secureboost.predict_answer"}
+        "secureboost.predict_answer", "secureboost.serve_rows"}
     attack = outcome.finding("label inference from tree-1 instance sets")
     assert attack.flagged and attack.by_design and attack.value > attack.baseline  # instance sets leak
     assert outcome.finding("label recovery from secureboost.plain_gradients").value == 1.0

@@ -135,8 +135,22 @@ def _protovfl(keys: Any) -> Any:
     return transcript
 
 
+def _upsi(keys: Any) -> Any:
+    from vflcrypto.protocols import upsi
+
+    key = upsi.new_key()
+    cache = upsi.build_cache(key, [f"id{i}".encode() for i in range(60)])
+    first = upsi.run_local([], [f"id{i}" for i in range(50, 70)], key=key, cache=cache, chunk_size=8)
+    cache2, _ = upsi.update_cache(cache, key, [b"id70"])  # the second run ships a delta
+    second = upsi.run_local([], [f"id{i}" for i in range(50, 72)], key=key, cache=cache2, chunk_size=8,
+                            transfer=first.results[upsi.SMALL].transfer)
+    transcript = first.transcript
+    transcript.merge(second.transcript)
+    return transcript
+
+
 RUNS: dict[str, Callable[[Any], Any]] = {"secagg": _secagg, "hfl": _hfl, "protovfl": _protovfl, "align": _align,
-                                          "exchange": _exchange,
+                                          "exchange": _exchange, "upsi": _upsi,
                                           "linreg": _linreg, "logreg": _logreg, "secureboost": _secureboost,
                                           "woe": _woe, "pearson": _pearson, "poisson": _poisson, "sshelr": _sshelr,
                                           **{n: _representation(n) for n in ("split", "oneshot", "fewshot")}}

@@ -71,12 +71,20 @@ matrix, chunked by table rows); 5. passive → active ``align.oprf_values`` (its
 values at each ID's three bins, shuffled once); 6. mode both: active → passive
 ``align.common_values`` (the matched values, sorted: the common canonical order).
 
+Message flow (bucketed, ``--memory-budget``; :mod:`.buckets`): 1. ``align.bucket_hello`` both
+ways (proposed bucket count, a commitment to a nonce; on resume, the first unfinished bucket and
+the plan's digest); 2. ``align.bucket_nonce`` both ways (the bucket key is SHA-256 of both
+nonces); 3. ``align.bucket_sizes`` both ways (distinct IDs per bucket); 4. per bucket, the
+two-party flow above.
+
 Modules: :mod:`.messages` (declarations, results), :mod:`.session` (one pairwise ECDH or
 keyed-hash session as named steps: start, on_hello, on_blinded, on_doubled,
 on_doubled_shuffled, on_cardinality, on_tags), :mod:`.kkrt` (one KKRT session: start,
 on_hello, on_ot_setup, on_ot_choice, on_oprf_matrix, on_oprf_values, on_common_values),
-:mod:`.kkrt_audit` (its attacks), :mod:`.roles` (the roles and local runs), :mod:`.files` (CSV
-alignment), :mod:`.audit` (attacks and demo), :mod:`.membership_audit` (the published attacks on
+:mod:`.kkrt_audit` (its attacks), :mod:`.roles` (the roles and local runs), :mod:`.idtable` (a
+party's CSV, streamed), :mod:`.files` (CSV alignment), :mod:`.buckets` and :mod:`.spill` (bucketed,
+streamed PSI in bounded memory, resumable; ``--memory-budget``), :mod:`.bucket_audit` (what its
+bucket sizes reveal), :mod:`.audit` (attacks and demo), :mod:`.membership_audit` (the published attacks on
 the outputs: membership from intersection sizes, pairwise intersections of mode ``all``),
 :mod:`.cli` (``vflcrypto align`` and the network task).
 """

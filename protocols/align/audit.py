@@ -18,6 +18,7 @@ from vflcrypto.psi import primitives as psi
 from vflcrypto.runtime.channel import AuditTap
 from vflcrypto.runtime.declarations import Protection
 
+from .bucket_audit import AUDIT_BUCKETS, bucket_findings
 from .files import align_files, read_id_table
 from .kkrt_audit import KKRT_CHECKS, kkrt_findings
 from .membership_audit import membership_findings
@@ -243,7 +244,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     session's tap. The published attacks on the outputs (:mod:`.membership_audit`) run their
     own small sessions: membership from intersection sizes (Guo et al. 2022, a few hundred
     runs of 17 against 64 IDs) and one 3-party run of mode ``all`` (its transcript joins the
-    report).
+    report); one bucketed run (:mod:`.bucket_audit`) measures what its bucket sizes reveal.
     ``key_bits`` and ``allow_insecure`` are unused (PSI has no Paillier key); kept for the
     common signature of audits.
     """
@@ -259,9 +260,12 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings = session_findings(taps, enc, universe)
     published, multi_run = membership_findings(bank, shop)
     findings += published
+    bucketed, bucket_transcript = bucket_findings()
+    findings += bucketed
     runs = {"ECDH, both learn": run.transcript, "ECDH, size only": size_run.transcript,
             "keyed hash": hash_run.transcript, "KKRT (OT extension), both learn": kkrt_run.transcript,
-            "ECDH, 3 parties (mode all)": multi_run.transcript}
+            "ECDH, 3 parties (mode all)": multi_run.transcript,
+            f"ECDH bucketed ({AUDIT_BUCKETS} buckets), both learn": bucket_transcript}
     report, sections = audit_runs(runs)
     return AuditOutcome("align", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()))
 

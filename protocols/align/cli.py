@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from vflcrypto.data.files import atomic_write_text
+from vflcrypto.errors import InputDataError
 from vflcrypto.runtime import progress
 from vflcrypto.spec import PartyOutcome, TaskContext, number
 
-from .files import align_files, canon_table, read_id_table, write_aligned
+from .files import IdTable, align_files, canon_table, read_id_table, write_aligned
 from .messages import PROTOCOLS
 from .tables import align_rows, canonical_order
 
@@ -36,6 +37,26 @@ def positive_seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
+
+
+def memory_size(text: str) -> int:
+    """An argparse type: a memory size such as 2GiB or 500MB, in bytes."""
+    from .buckets import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_bucket_arguments(p: argparse.ArgumentParser, default_work: str) -> None:
+    p.add_argument("--memory-budget", type=memory_size, metavar="SIZE",
+                   help="bucketed PSI in bounded memory (e.g. 2GiB): IDs hashed under a jointly drawn key into "
+                        "buckets streamed to disk and aligned one by one; same output; reveals each party's "
+                        "per-bucket set sizes")
+    p.add_argument("--work-dir", help=f"bucketed PSI: this party's spill and result files (default {default_work})")
+    p.add_argument("--resume", action="store_true",
+                   help="bucketed PSI: continue a killed run at its first unfinished bucket (same inputs)")
 
 
 def add_align_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,6 +76,7 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
                    help="strip surrounding whitespace from IDs (off by default: no silent changes)")
     p.add_argument("--timeout", type=positive_seconds, default=120.0, help="seconds to wait for a peer message")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    _add_bucket_arguments(p, "OUT_DIR/.align-buckets")
 
 
 def align(args: argparse.Namespace) -> int:
@@ -64,11 +86,14 @@ def align(args: argparse.Namespace) -> int:
     # ECDH: each party blinds its own IDs and re-blinds the peer's (keyed hash: hashes them);
     # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them.
     total = n_left + 6 * n_right if args.protocol == "kkrt" else 2 * (n_left + n_right)
+    if args.resume and args.memory_budget is None:
+        raise InputDataError("--resume continues a bucketed run: pass the run's --memory-budget too")
     summary = align_files(left, right, id_column=args.id_column, right_id_column=args.right_id_column,
                           protocol=args.protocol, reveal=args.reveal, out_dir=args.out_dir,
                           duplicates="keep_first" if args.keep_first else "error", strip=args.strip_ids,
                           progress=progress.counter(f"aligning ({args.protocol})", total, unit="id"),
-                          timeout=args.timeout)
+                          timeout=args.timeout, memory_budget=args.memory_budget, work_dir=args.work_dir,
+                          resume=args.resume)
     summary.pop("_run", None)
     if args.json:
         print(json.dumps(summary))
@@ -95,6 +120,7 @@ def add_party_arguments(a: argparse.ArgumentParser) -> None:
                    help="a repeated ID: refuse the file (default), or keep its first occurrence")
     a.add_argument("--chunk-size", type=number(int, at_least=1), default=50_000,
                    help="IDs per message of the PSI (default 50000)")
+    _add_bucket_arguments(a, "OUT.buckets")
 
 
 def needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:
@@ -104,6 +130,10 @@ def needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     table = read_id_table(args.data, args.id_column)
+    if args.memory_budget is not None:
+        return _bucketed_party(args, ctx, table)
+    if args.resume:
+        raise InputDataError("--resume continues a bucketed run: pass the run's --memory-budget too")
     canon = canon_table(table, "keep_first" if args.duplicates == "first" else "error", False,
                         keep_first_flag="--duplicates first")
     # IDs processed go to the command's progress reporter (the roles' default)
@@ -117,5 +147,34 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
             atomic_write_text(out, "")  # this party learns no rows in this mode
         else:
             write_aligned(table, out, canonical_order(canon, res.rows))
+
+    return PartyOutcome(summary, write)
+
+
+def _bucketed_party(args: argparse.Namespace, ctx: TaskContext, table: IdTable) -> PartyOutcome:
+    """``vflcrypto party ... align --memory-budget``: this party's side of a bucketed run (:mod:`.buckets`)."""
+    from vflcrypto.psi.primitives import IdentityKey
+
+    from .buckets import finish_output, run_bucketed
+    from .messages import ACTIVE, PASSIVE
+
+    if ctx.role not in (ACTIVE, PASSIVE) or len(ctx.names(PASSIVE)) != 1 or len(ctx.names(ACTIVE)) != 1:
+        raise InputDataError("bucketed alignment (--memory-budget) is for one active and one passive party")
+    peer = ctx.one(PASSIVE if ctx.role == ACTIVE else ACTIVE)
+    kw: dict[str, Any] = {}
+    if args.protocol == "hash":
+        kw = {"identity": IdentityKey(ctx.identity()), "peer_identity": ctx.peer_identity(peer)}
+    work = Path(args.work_dir) if args.work_dir else Path(f"{args.out}.buckets")
+    res = run_bucketed(ctx.only([peer]), table, work, role=ctx.role, protocol=args.protocol, mode=args.mode,
+                       budget=args.memory_budget, duplicates="keep_first" if args.duplicates == "first" else "error",
+                       resume=args.resume, chunk_size=args.chunk_size, keep_first_flag="--duplicates first",
+                       psi_kwargs=kw)
+    summary = {"protocol": args.protocol, "own_size": res.own_size, "peer_sizes": {peer: res.peer_size},
+               "intersection": res.intersection, "buckets": res.buckets, "resumed_from": res.resumed_from}
+
+    def write(out: Path, _meta: dict[str, Any]) -> None:
+        if not res.learns:
+            atomic_write_text(out, "")  # this party learns no rows in this mode
+        summary["rows_written"] = finish_output(res, table, out)
 
     return PartyOutcome(summary, write)

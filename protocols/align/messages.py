@@ -10,7 +10,8 @@ from vflcrypto.errors import ProtocolError
 from vflcrypto.runtime.declarations import Protection, declare
 
 __all__ = ["ACTIVE", "MAX_CHUNK", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "AlignmentResult",
-           "BlindedChunk", "Cardinality", "CommonValues", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder",
+           "BlindedChunk", "BucketHello", "BucketNonce", "BucketSizes", "Cardinality", "CommonValues", "DoubledChunk",
+           "DoubledShuffledChunk", "GlobalOrder",
            "Hello", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "TagChunk"]
 
 PROTOCOL_VERSION = 1
@@ -220,6 +221,63 @@ class GlobalOrder:
     """3+ parties: positions into the receiver's pairwise-intersection list."""
 
     positions: np.ndarray
+
+
+@declare(
+    "align.bucket_hello",
+    sender=ANY_ROLE, receiver=ANY_ROLE,
+    protection=Protection.PUBLIC,
+    reveals="bucketed PSI (--memory-budget): the sender's proposed bucket count ceil(rows x "
+            "bytes-per-ID / (budget - fixed part)) (a coarse function of its row count and budget), a SHA-256 "
+            "commitment to its bucket-key nonce, and on --resume the first bucket it has not "
+            "finished and the digest of its stored plan",
+)
+@dataclass(frozen=True)
+class BucketHello:
+    """Bucketed PSI, both ways: the plan's parameters, before the bucket key is drawn."""
+
+    version: int
+    role: str
+    protocol: str
+    mode: str
+    buckets: int
+    commitment: bytes
+    resume: bool
+    first_unfinished: int
+    plan_digest: bytes
+
+
+@declare(
+    "align.bucket_nonce",
+    sender=ANY_ROLE, receiver=ANY_ROLE,
+    protection=Protection.PUBLIC,
+    reveals="the sender's 32-byte nonce (secrets.token_bytes) opening its commitment: the bucket key is "
+            "SHA-256 of both nonces, so neither party chooses it; the key is known to both "
+            "parties (it hides nothing from them, it only spreads IDs evenly over the buckets)",
+)
+@dataclass(frozen=True)
+class BucketNonce:
+    """Bucketed PSI, both ways: the nonce committed to in ``align.bucket_hello``."""
+
+    nonce: bytes
+
+
+@declare(
+    "align.bucket_sizes",
+    sender=ANY_ROLE, receiver=ANY_ROLE,
+    protection=Protection.PUBLIC,
+    reveals="the number of the sender's distinct IDs in each bucket: a histogram of a hash "
+            "keyed by a key both parties know, over the sender's set; the receiver can hash "
+            "any candidate ID into its bucket, so each count bounds how many candidates of "
+            "that bucket can be members (measured by the audit: a membership guess from the "
+            "counts is near chance unless buckets hold few IDs); the total is the set size, "
+            "public already",
+)
+@dataclass(frozen=True)
+class BucketSizes:
+    """Bucketed PSI, both ways: distinct IDs per bucket (int64, one per bucket)."""
+
+    sizes: np.ndarray
 
 
 @dataclass(frozen=True)

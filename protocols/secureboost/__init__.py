@@ -92,8 +92,9 @@ Feature importance (:meth:`ActiveModel.importance`, :meth:`PassiveModel.importan
 
 Prediction (``predict_local``): the active party walks all trees level by level; for
 nodes owned by a passive party it sends one ``secureboost.predict_query`` per party per
-level (record ids and the rows at each node) and the owner answers left/right bits in
-``secureboost.predict_answer``.
+level at which rows reach that party's nodes (record ids and the rows at each node) and the
+owner answers left/right bits in ``secureboost.predict_answer``. ``party ... serve
+secureboost`` (:mod:`.serve`) keeps the parties up and routes batches of IDs the same way.
 
 Optimisations (and why)
     * g and h are packed into one ciphertext per row (:class:`PackingSpec`, slot offset
@@ -162,7 +163,7 @@ from typing import Any
 
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
-from . import cli, frontier
+from . import cli, frontier, serve
 from .active import ActiveResult, ActiveRole, decode_histograms
 from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example, label_inference_attack
@@ -262,7 +263,10 @@ SPEC = ProtocolSpec(
     party_tasks=(PartyTask("secureboost", "SecureBoost gradient-boosted trees (Paillier or OU)",
                            cli.add_party_arguments, cli.party_task, check=cli.party_check),
                  PartyTask("secureboost", "apply saved SecureBoost models to new rows (joint tree walk)",
-                           cli.add_party_predict_arguments, cli.party_predict_task, group="predict")),
+                           cli.add_party_predict_arguments, cli.party_predict_task, group="predict"),
+                 PartyTask("secureboost", "keep a SecureBoost model up: answer batches of IDs (requests on the "
+                           "label holder's stdin, one JSON answer line each)", serve.add_arguments, serve.party_task,
+                           group="serve", check=serve.party_check)),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
     schemes=("ou-2048", "paillier", "ou", "ou-heu"),
     defences=DEFENCES,

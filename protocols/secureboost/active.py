@@ -29,6 +29,7 @@ from vflcrypto.he.paillier import DEFAULT_KEY_BITS
 from vflcrypto.he.schemes import PrivateKey, PublicKey, describe, generate_keypair
 from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Role, done, send, then
+from vflcrypto.runtime.zarray import ZArray
 
 from .defence import clip_gradients, noise_multiplier, noised_base, noised_leaves, noised_node, privacy, sensitivity
 from .histograms import decode_histograms, histogram_plan
@@ -387,7 +388,7 @@ class ActiveRole(Role[_ActiveState]):
         for i, nd in enumerate(st.level):
             node_of_row[nd.route] = i
         compute, derive = histogram_plan(st.level)
-        req = level_kind(self.params)(st.t, st.depth, False, node_of_row, compute, derive)
+        req = level_kind(self.params)(st.t, st.depth, False, ZArray.of(node_of_row), compute, derive)
         t0 = time.perf_counter()
         st.own = []
         for nd in st.level:
@@ -569,7 +570,7 @@ class ActiveRole(Role[_ActiveState]):
         kept = -1
         if last:
             kept = self.stopper.kept if self.stopper is not None else p.n_trees
-        done_req = level_kind(p)(st.t - 1, p.max_depth, True, np.zeros(0, np.int32), np.zeros(0, np.int32),
+        done_req = level_kind(p)(st.t - 1, p.max_depth, True, ZArray.of(np.zeros(0, np.int32)), np.zeros(0, np.int32),
                                  np.zeros((0, 3), np.int32), kept)
         sends = [send(q, done_req) for q in self.names]
         if not last:

@@ -23,7 +23,7 @@ from vflcrypto.audit.literature_tabular import first_split, id2graph
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
 from vflcrypto.he.schemes import scheme_of
-from vflcrypto.runtime.channel import AuditTap
+from vflcrypto.runtime.channel import AuditTap, Transcript
 from vflcrypto.runtime.declarations import Protection
 
 from .defence import residuals
@@ -39,6 +39,7 @@ from .messages import (
     PlainHistograms,
 )
 from .predict import predict_local
+from .serve import STOP, serve_local
 from .tree import BoostParams, check_labels, unpack_candidates
 
 __all__ = ["CHECKS", "DEFENDED_EPSILON", "DP_CHECK", "audit_run", "demo_step", "dp_findings", "example",
@@ -368,7 +369,9 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     * the defences: a run under ``--dp-epsilon 1`` (encrypted), whose noise is checked against the true
       sums (:func:`dp_findings`), and a plaintext run with the first tree on the active party's features
       alone; the published attacks on both are in the metrics. What the defences do at several budgets is
-      the frontier (:func:`.frontier.frontier`).
+      the frontier (:func:`.frontier.frontier`);
+    * the prediction service (:mod:`.serve`) on two batches and a request with an ID the passive party lacks:
+      its messages (the requested IDs, the missing positions, then the batch prediction's) in the report.
     """
     Xa, y, ca, Xp, cp = example()
     params = BoostParams(n_trees=3, max_depth=3, max_bin=16)
@@ -376,6 +379,10 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     run = run_local(Xa, y, [Xp], params=params, key_bits=key_bits, allow_insecure=allow_insecure,
                     active_columns=ca, passive_columns=[cp], tap=tap)
     predict_local(run.active.model, Xa, [(run.passive["passive-0"].model, Xp)], transcript=run.transcript)
+    served = Transcript()  # the prediction service: two batches, an ID the passive party lacks, the stop
+    ids = [f"r{i}" for i in range(len(y))]
+    serve_local((run.active.model, ids, Xa), [(run.passive["passive-0"].model, ids[:-1], Xp[:-1])],
+                [ids[0], " ".join(ids[1:100]), ids[-1], STOP], transcript=served)
     plain = run_local(Xa, y, [Xp], params=params, plaintext=True, tap=plain_tap)
     ou_tap = AuditTap()
     ou_run = run_local(Xa, y, [Xp], params=BoostParams(n_trees=1, max_depth=3, max_bin=16), scheme="ou",
@@ -414,7 +421,8 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     runs = {"encrypted (Paillier)": run.transcript, "encrypted (OU)": ou_run.transcript,
             "plaintext (debug/parity)": plain.transcript, "encrypted, GOSS (top 20 %, other 10 %)": goss.transcript,
             f"encrypted, label DP (--dp-epsilon {DEFENDED_EPSILON:g}, 2 trees)": dp.transcript,
-            "plaintext, first tree on the active party's features alone": alone.transcript}
+            "plaintext, first tree on the active party's features alone": alone.transcript,
+            "prediction service (party ... serve secureboost: 2 batches, an ID the passive party lacks)": served}
     report, sections = audit_runs(runs)
     return AuditOutcome("secureboost", report, tuple(findings), metrics, sections=sections,
                         transcripts=tuple(runs.items()))

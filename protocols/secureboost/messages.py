@@ -9,12 +9,13 @@ import numpy as np
 from vflcrypto.he.ou import OUPublicKey, OUVector
 from vflcrypto.he.paillier import PaillierPublicKey, PaillierVector
 from vflcrypto.runtime.declarations import Protection, declare
+from vflcrypto.runtime.zarray import ZArray
 
 from .tree import BoostParams
 
 __all__ = ["ACTIVE", "PASSIVE", "DpLevelRequest", "EncryptedGradients", "EncryptedHistograms", "LevelRequest",
-           "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Resume", "Setup", "SplitRequest",
-           "SplitResponse", "level_kind"]
+           "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Resume", "ServeRequest", "ServeRows",
+           "Setup", "SplitRequest", "SplitResponse", "level_kind"]
 
 ACTIVE = "active"
 PASSIVE = "passive"
@@ -101,10 +102,13 @@ class LevelRequest:
     tree: int
     depth: int
     done: bool
-    node_of_row: np.ndarray  # int32, -1 = row not in a node of this depth
+    node_of_row: ZArray  # int32, -1 = row not in a node of this depth (sent narrowed and deflated)
     compute: np.ndarray  # int32 node ids whose histograms are summed row by row
     derive: np.ndarray  # int32 (k, 3): node, parent (previous depth), sibling (this depth)
     kept: int = -1  # with ``done`` on the last tree: the rounds the model keeps; else -1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_of_row", ZArray.of(self.node_of_row))
 
 
 @declare("secureboost.dp_level", sender=ACTIVE, receiver=PASSIVE, protection=Protection.DP,
@@ -122,10 +126,13 @@ class DpLevelRequest:
     tree: int
     depth: int
     done: bool
-    node_of_row: np.ndarray  # as in LevelRequest
+    node_of_row: ZArray  # as in LevelRequest
     compute: np.ndarray
     derive: np.ndarray
     kept: int = -1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_of_row", ZArray.of(self.node_of_row))
 
 
 def level_kind(params: BoostParams) -> type[LevelRequest] | type[DpLevelRequest]:
@@ -218,3 +225,29 @@ class PredictQuery:
 class PredictAnswer:
     depth: int
     left_bits: np.ndarray  # uint8 packbits per query segment, concatenated
+
+
+@declare("secureboost.serve_request", sender=ACTIVE, receiver=PASSIVE, protection=Protection.PLAINTEXT,
+         reveals="prediction service (`party ... serve secureboost`): the model id, a batch number and the IDs of "
+                 "every row the label holder asks to score in that batch, in the clear (so which of its "
+                 "customers are scored, when, how often and together with which others; IDs the active party "
+                 "does not hold are answered locally and never sent); with stop, the end of the service. The "
+                 "rows are then routed by secureboost.predict_query / predict_answer exactly as a batch "
+                 "prediction routes them")
+@dataclass(frozen=True)
+class ServeRequest:
+    model_id: str
+    batch: int
+    ids: bytes  # the batch's row IDs in the order of the request (repeats kept), UTF-8, concatenated
+    offsets: np.ndarray  # int64 (number of IDs + 1): where each ID starts in ``ids``, then its length
+    stop: bool = False  # the service ends: no ids
+
+
+@declare("secureboost.serve_rows", sender=PASSIVE, receiver=ACTIVE, protection=Protection.PLAINTEXT,
+         reveals="prediction service: which requested IDs the passive party does not hold (positions in the "
+                 "request; what a PSI on the batch would tell the active party); then nothing of the batch is "
+                 "routed and the request is answered with an error")
+@dataclass(frozen=True)
+class ServeRows:
+    batch: int
+    missing: np.ndarray  # int32 positions in the request's ids of IDs this passive party does not hold

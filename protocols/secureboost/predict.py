@@ -1,8 +1,9 @@
 """Joint prediction with a SecureBoost model: the active party walks the trees, the owners answer.
 
-The active party sends one ``secureboost.predict_query`` per passive party per level
-(record ids and the rows at each node); the owner answers left/right bits in
-``secureboost.predict_answer``. Plain loops over Channels (prediction has no secret state
+The active party sends one ``secureboost.predict_query`` per passive party per level at which
+rows reach that party's nodes (record ids and the rows at each node; a level without any is
+skipped: one round trip less, and an empty query would say the same); the owner answers
+left/right bits in ``secureboost.predict_answer``. Plain loops over Channels (prediction has no secret state
 worth resuming; the Flower App trains only).
 """
 
@@ -34,7 +35,7 @@ def network(names: list[str], timeout: float, allow_insecure: bool, transcript: 
 
 def predict_active(channels: dict[str, Channel], model: ActiveModel, X: np.ndarray, *,
                    timeout: float | None = None) -> np.ndarray:
-    """Walk all trees level by level; one query per passive party per level. Returns
+    """Walk all trees level by level; one query per passive party per level that reaches its nodes. Returns
     probabilities (binary: (n,); multiclass: (n, K)) or values (regression)."""
     X = as_matrix(X, "active party")
     if X.shape[1] != len(model.columns):
@@ -61,13 +62,16 @@ def predict_active(channels: dict[str, Channel], model: ActiveModel, X: np.ndarr
                 nxt += [(t, int(model.left[g]), rows[mask]), (t, int(model.right[g]), rows[~mask])]
             else:
                 queries[int(model.party[g])].append((t, idx, rows))
-        for p, name in enumerate(names):
+        asked = [p for p in range(len(names)) if queries[p]]  # a level without rows at a party's nodes: no query
+        for p in asked:
+            name = names[p]
             q = queries[p]
             recs = np.asarray([model.record[int(model.offsets[t]) + i] for t, i, _ in q], np.int64)
             offs = np.cumsum([0] + [len(r) for _, _, r in q]).astype(np.int64)
-            rows_all = np.concatenate([r for _, _, r in q]).astype(np.int32) if q else np.zeros(0, np.int32)
+            rows_all = np.concatenate([r for _, _, r in q]).astype(np.int32)
             channels[name].send(PredictQuery(model.model_id, n, depth, False, recs, offs, rows_all))
-        for p, name in enumerate(names):
+        for p in asked:
+            name = names[p]
             ans = channels[name].recv(PredictAnswer, timeout=timeout)
             q = queries[p]
             bits = np.asarray(ans.left_bits, dtype=np.uint8)

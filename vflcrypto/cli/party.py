@@ -11,7 +11,10 @@ Tasks: ``align`` (ECDH or, with pinned identity keys, keyed-hash PSI; two partie
 all-party intersection of 3+), ``train logreg`` (plain or ``--secure``), ``train linreg``
 (active, passive parties and a coordinator), ``train secureboost`` and the other protocols'
 ``train NAME``, and ``predict linreg|logreg|poisson|sshelr|secureboost|split|oneshot|fewshot|protovfl``
-(each party applies its own saved model to new rows; the label holder writes the predictions). Training tasks read
+(each party applies its own saved model to new rows; the label holder writes the predictions), and
+``serve secureboost`` (every party stays up with its saved model; the label holder answers batches of
+IDs it reads on stdin, one JSON line each, until ``!stop``: :mod:`vflcrypto.protocols.secureboost.serve`).
+Training tasks read
 only this party's CSV and align rows by PSI first (active and passive parties; the
 coordinator holds no data) unless ``--aligned``; their flags mirror the in-process
 ``vflcrypto train ...`` commands. The label holder also writes ``<out>.metrics.json``.
@@ -112,7 +115,7 @@ def run_party(args: argparse.Namespace) -> int:
     from ..runtime.partyconfig import load_party_config
     from ..runtime.record import messages_path, write_messages
 
-    task = f"{args.task}-{args.model}" if args.task in ("train", "predict") else args.task
+    task = f"{args.task}-{args.model}" if args.task in ("train", "predict", "serve") else args.task
     found = _task_specs().get(task)
     if found is None:
         raise ProtocolError(f"no protocol registers the task {task!r}")
@@ -199,7 +202,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     groups = {}
     for group, help in (("train", "train a vertical model"),
-                        ("predict", "apply this party's saved model to new rows")):
+                        ("predict", "apply this party's saved model to new rows"),
+                        ("serve", "keep this party's saved model up and answer prediction requests until stopped")):
         g = tasks.add_parser(group, help=help)
         groups[group] = g.add_subparsers(dest="model", required=True, metavar="MODEL")
     for task, protocol in _task_specs().values():
@@ -210,6 +214,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="also keep every message this party received and sent, decoded, in OUT.messages "
                              "(owner-only), so that `vflcrypto audit --transcript OUT.run.json` can attack this "
                              "party's view alone")
-        if task.group != "predict":  # a prediction's key is the coordinator's fresh Paillier key
+        if task.group not in ("predict", "serve"):  # a prediction's key is the coordinator's fresh Paillier key
             protocol.scheme_argument(tp)  # --help offers only the schemes this protocol accepts
         tp.set_defaults(handler=run_party)

@@ -64,6 +64,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 
 from .. import parallel
 from ..errors import ConfigurationError, InputDataError, ProtocolError
+from . import x25519mb
+from .x25519mb import minus_one_rows, noncanonical, zero_rows
 
 __all__ = [
     "CHUNK_SIZE",
@@ -256,8 +258,22 @@ def _blind_one(key: X25519PrivateKey, id_bytes: bytes) -> bytes:
 
 
 def blind_ids(secret: bytes, ids: Sequence[bytes]) -> bytes:
-    """``k·H(x)`` for each canonical ID, concatenated (32 bytes each). Pool worker function."""
+    """``k·H(x)`` for each canonical ID, concatenated (32 bytes each). Pool worker function.
+
+    Batched (:mod:`.x25519mb`, eight per call) when available; an ID whose hash is a
+    small-order u (all-zero output, probability ~2⁻²⁵²) is redone one by one with the retry
+    counter, as is the whole chunk if the library reports an error: the same bytes either way.
+    """
     key = X25519PrivateKey.from_private_bytes(secret)
+    if ids and x25519mb.available():
+        us = b"".join([hash_to_u(i) for i in ids])
+        try:
+            out = bytearray(x25519mb.scalarmult(secret, us))
+        except OSError:
+            return b"".join([_blind_one(key, i) for i in ids])
+        for j in sorted(set(zero_rows(out)) | set(minus_one_rows(us))):
+            out[j * POINT_BYTES : (j + 1) * POINT_BYTES] = _blind_one(key, ids[j])
+        return bytes(out)
     return b"".join([_blind_one(key, i) for i in ids])
 
 
@@ -269,6 +285,19 @@ def reblind_points(secret: bytes, points: bytes) -> bytes:
     """
     if len(points) % POINT_BYTES:
         raise ProtocolError("blinded points are not a whole number of 32-byte values")
+    if points and x25519mb.available():
+        if noncanonical(points):
+            raise ProtocolError("peer sent a non-canonical curve point")
+        if minus_one_rows(points):
+            raise ProtocolError("peer sent a small-order curve point")
+        try:
+            shared = x25519mb.scalarmult(secret, points)
+        except OSError:
+            shared = b""  # the library refused a batch: one call per point below
+        if shared:
+            if zero_rows(shared):
+                raise ProtocolError("peer sent a small-order curve point")
+            return b"".join([point_digest(shared[o : o + POINT_BYTES]) for o in range(0, len(shared), POINT_BYTES)])
     key = X25519PrivateKey.from_private_bytes(secret)
     out = []
     for off in range(0, len(points), POINT_BYTES):

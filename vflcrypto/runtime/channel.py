@@ -70,6 +70,12 @@ class Transport(ABC):
     def close(self) -> None:
         """Close the link; the peer's pending and future receives fail promptly."""
 
+    def failure(self) -> Exception | None:
+        """The error the next send or receive would raise because the link is gone (the peer closed it or
+        vanished), without waiting for a frame; ``None`` while the link stands or if this transport cannot tell.
+        A party that idles between messages (a prediction service) polls it to notice a vanished peer."""
+        return None
+
 
 _CLOSED = object()
 
@@ -225,6 +231,11 @@ class Channel:
         """
         if self.transcript.tap is not None:
             self.transcript.tap.hold(self.local.name, label, value)
+
+    def link_failure(self) -> Exception | None:
+        """The error a message on this channel would now fail with because its link is gone, else ``None``
+        (:meth:`Transport.failure`)."""
+        return self.transport.failure()
 
     def close(self) -> None:
         self.transport.close()

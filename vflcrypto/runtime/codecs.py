@@ -21,7 +21,9 @@ so any code that declares messages has every codec registered. The codecs:
 * ``"ckks.ctx"``: a public :class:`~vflcrypto.he.ckks.CKKSContext` (a context holding a
   secret key is refused on both sides);
 * ``"ckks.vec"``: :class:`~vflcrypto.he.ckks.CKKSVector`, ``{fp, len, parts}`` checked
-  against the context its fingerprint names.
+  against the context its fingerprint names;
+* ``"zarray"``: :class:`~vflcrypto.runtime.zarray.ZArray`, an integer array narrowed and deflated
+  (``[dtype, wire dtype, shape, zlib bytes]``; bounded inflation, see :mod:`vflcrypto.runtime.zarray`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..he.paillier import (
 )
 from ..he.paillier.vector import _check_meta
 from .wire import Codec, DecodeContext, IntVector, register_codec
+from .zarray import ZArray, decode_zarray, encode_zarray
 
 __all__: list[str] = []
 
@@ -208,3 +211,4 @@ register_codec(Codec("ou.pk", OUPublicKey, _encode_ou_pk, _decode_ou_pk))
 register_codec(Codec("ou.vec", OUVector, _encode_ou_vec, _decode_ou_vec))
 register_codec(Codec("ckks.ctx", CKKSContext, _encode_ctx, _decode_ctx))
 register_codec(Codec("ckks.vec", CKKSVector, _encode_ckks_vec, _decode_ckks_vec))
+register_codec(Codec("zarray", ZArray, encode_zarray, lambda value, ctx: decode_zarray(value)))

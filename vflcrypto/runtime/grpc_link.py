@@ -224,6 +224,11 @@ class GrpcTransport(Transport):
 
     # ---- Transport interface
 
+    def failure(self) -> Exception | None:
+        if self._peer_closed or self._broken.is_set():
+            return self._disconnected()
+        return None
+
     def send_frame(self, frame: bytes) -> None:
         if self._closing.is_set():
             raise PeerDisconnectedError(f"link to {self.peer} is closed")
