@@ -5,7 +5,7 @@ with ``--allow-insecure``, a few rows, one repeat) and checks the rows it prints
 returns. :func:`test_every_benchmark_script_has_a_smoke_test` keeps it so: a script of
 bench/ with a ``main`` must be named by a test module of bench/ (loaded there by file
 name), so a benchmark that can no longer produce its row fails a test instead of going
-unnoticed. Scripts that need something absent here (SecretFlow's SPU) skip with the reason.
+unnoticed. Scripts that need something absent here (SecretFlow's SPU or SGB) skip with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 
 HERE = Path(__file__).resolve().parent
@@ -145,6 +146,19 @@ def test_spu_psi_compare_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture
     right.write_text("id\n" + "".join(f"id{i}\n" for i in range(50, 150)))
     _load("spu_psi_compare").main(["--files", str(left), str(right), "--protocols", "PROTOCOL_ECDH"])
     assert _json_lines(capsys.readouterr().out)[0]["intersection"] == 50
+
+
+def test_sgb_compare_runs_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("secretflow", reason="SecretFlow is not installed (the comparison's other side)")
+    # numpy RNG only for example data
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 5)), rng.integers(0, 2, 200)
+    guest, host = tmp_path / "guest.csv", tmp_path / "host.csv"
+    guest.write_text("id,y,a,b,c\n" + "".join(f"r{i},{y[i]},{X[i, 0]},{X[i, 1]},{X[i, 2]}\n" for i in range(200)))
+    host.write_text("id,d,e\n" + "".join(f"r{i},{X[i, 3]},{X[i, 4]}\n" for i in reversed(range(200))))
+    rows = _load("sgb_compare").main(["--guest", str(guest), "--host", str(host), "--trees", "1", "--depth", "2",
+                                      "--max-bin", "8", "--mode", "debug"])
+    assert [r["scheme"] for r in rows] == ["sgb-ou-2048"] and 0.5 <= rows[0]["auc_train"] <= 1.0
 
 
 def test_hostile_review_runs_two_cases(capsys: pytest.CaptureFixture[str]) -> None:
