@@ -39,6 +39,9 @@ time over vflcrypto's)::
     CPU s (runs 2 / 3)                  105.4 / 110.6    77.9 / 80.0  1.35x / 1.38x  58.3 / 59.0  1.81x / 1.88x
     train AUC                           0.7954           0.7955                      0.7955
 
+SGB under ZPaillier-2048, alone afterwards (load average 5.5 -> 9.6): 650.6 s, 712.9 CPU s (alice
+655.2, bob 57.7), train AUC 0.7954; not paired with a vflcrypto Paillier run.
+
 CPU seconds are the steadier measure on a shared box: the default needs about 1.37x less CPU than
 SGB-OU, HEU's parameters about 1.85x less. The goal of issue 34 item 6 is not shown by these runs:
 the default was at least as fast as SGB-OU in wall time in runs 1 and 3 but not in run 2 (where SGB
