@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 from test_align_buckets import MIB, _data, _outputs
+from test_party_processes import finish, make_config, party, pki
 from vflcrypto.protocols.align import align_files
+from vflcrypto.protocols.align import buckets as bk
+
+__all__ = ["pki"]  # the module-scoped PKI fixture of the party-process tests
 
 CASES = (("kkrt", "both"), ("ecdh", "left"))
 
@@ -68,3 +72,30 @@ def test_ray_bucketed_run_equals_the_one_process_run(tmp_path: Path) -> None:
         assert run["buckets"] > 1 and run["tasks"] >= 2 * (5 + 3 * run["buckets"]), run
         ours = _outputs(tmp_path / f"ray-{protocol}")
         assert ours == _outputs(tmp_path / protocol) != {}, protocol
+
+
+def test_ray_party_processes_write_the_one_process_bytes(tmp_path: Path, pki: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vflcrypto party … align --memory-budget`` with ``--parallel ray`` ($VFLCRYPTO_BACKEND): each party process
+    starts its own local Ray instance (2 CPUs) and keeps its one mutually authenticated link; same bytes."""
+    pytest.importorskip("ray")
+    left, right = _data(tmp_path, n=6000)
+    align_files(left, right, id_column="id", protocol="kkrt", out_dir=tmp_path / "whole", memory_budget=MIB)
+    files = {"active": left, "passive-0": right}
+    monkeypatch.setenv("VFLCRYPTO_BACKEND", "ray")
+    monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
+    monkeypatch.setenv("RAY_DEDUP_LOGS", "0")
+    monkeypatch.delenv("VFLCRYPTO_RAY_ADDRESS", raising=False)
+    cfg = make_config(tmp_path, pki, list(files), timeout=60.0, connect_timeout=60.0)
+    (tmp_path / "out").mkdir()
+    procs = {n: party(cfg, n, "align", "--data", str(f), "--id-column", "id", "--protocol", "kkrt",
+                      "--memory-budget", "4MiB", "--work-dir", str(tmp_path / f"work-{n}"),
+                      "--out", str(tmp_path / "out" / f"{n}.aligned.csv")) for n, f in files.items()}
+    res = finish(procs, timeout=240)
+    for n, (rc, rec, err) in res.items():
+        assert rc == 0, f"{n}: {err[-3000:]}"
+        assert rec is not None and rec["summary"]["buckets"] == bk.plan_buckets(6002, MIB) > 1
+        assert rec["summary"]["cluster_tasks"] >= 3 * rec["summary"]["buckets"], rec["summary"]  # on its own Ray
+    whole = _outputs(tmp_path / "whole")
+    assert (tmp_path / "out" / "active.aligned.csv").read_bytes() == whole["left.aligned.csv"]
+    assert (tmp_path / "out" / "passive-0.aligned.csv").read_bytes() == whole["right.aligned.csv"]

@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 
 from vflcrypto import parallel
 
-__all__ = ["bucket_executor", "ordered_map"]
+__all__ = ["CountedExecutor", "bucket_executor", "ordered_map"]
 
 T = TypeVar("T")
 
@@ -64,7 +64,19 @@ def bucket_executor(backend: str | None = None) -> Executor | None:
         return None
     if backend == "ray" and parallel.backend() != "ray":
         parallel.configure("ray")
-    return parallel.get_executor()
+    inner = parallel.get_executor()
+    return None if inner is None else CountedExecutor(inner)
+
+
+class CountedExecutor(Executor):
+    """An executor that counts the tasks one run submits (the run's ``cluster_tasks``)."""
+
+    def __init__(self, inner: Executor) -> None:
+        self.inner, self.tasks = inner, 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        self.tasks += 1
+        return self.inner.submit(fn, *args, **kwargs)
 
 
 def ordered_map(executor: Executor, fn: Callable[..., T], args: Iterable[tuple[Any, ...]],

@@ -133,6 +133,7 @@ class BucketedResult:
     sizes: tuple[int, ...]
     peer_sizes: tuple[int, ...]
     seconds: Mapping[str, float] = field(default_factory=dict)
+    cluster_tasks: int = 0  # tasks this run sent to the party's Ray cluster (:mod:`.bucket_parallel`)
 
 
 def _load_plan(work: Path) -> dict[str, Any]:
@@ -281,7 +282,8 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
     if learns:
         intersection = sum(_count(result_path(work, b)) for b in range(buckets))
     return BucketedResult(sum(sizes), int(peer_sizes.sum()), intersection, buckets,
-                          start if resume else None, work, learns, tuple(sizes), tuple(peer_sizes.tolist()), seconds)
+                          start if resume else None, work, learns, tuple(sizes), tuple(peer_sizes.tolist()), seconds,
+                          getattr(ex, "tasks", 0))
 
 
 def _buckets_on_cluster(ex: Any, channels: Mapping[str, Channel], work: Path, table: IdTable, sizes: list[int],
@@ -398,4 +400,5 @@ def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal
     return {"left_size": res.own_size, "right_size": res.peer_size, "intersection": res.intersection,
             "buckets": res.buckets, "resumed_from": res.resumed_from, "bytes_sent": net.transcript.total_bytes,
             "outputs": outputs, "_transcript": net.transcript,
-            "phase_seconds": {sides[n][0]: dict(results[n].seconds) for n in (ACTIVE, PASSIVE)}}
+            "phase_seconds": {sides[n][0]: dict(results[n].seconds) for n in (ACTIVE, PASSIVE)},
+            "cluster_tasks": {sides[n][0]: results[n].cluster_tasks for n in (ACTIVE, PASSIVE)}}
