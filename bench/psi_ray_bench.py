@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              for name in names}
     out["identical"] = all(files[name] == files["one-process"] != [] for name in names)
     out["load_after"] = os.getloadavg()
-    parallel.shutdown()
+    parallel.configure(None)  # back to $VFLCRYPTO_BACKEND (stops the Ray instance)
     print(json.dumps(out, indent=None if args.json else 1))
     return out
 

@@ -56,7 +56,8 @@ T = TypeVar("T")
 def bucket_executor(backend: str | None = None) -> Executor | None:
     """The party's Ray cluster's executor when the backend is Ray, else ``None`` (the in-process path).
 
-    ``backend`` overrides :func:`vflcrypto.parallel.backend` (``"process"``: in process).
+    ``backend`` overrides :func:`vflcrypto.parallel.backend` (``"process"``: in process; ``"ray"``
+    also makes Ray this process's backend, :func:`vflcrypto.parallel.configure`).
     The tasks hold the party's own IDs and the bucket key (known to both parties, not a
     private key), as the project's other public-key Ray work holds its own plaintexts.
     """
