@@ -305,6 +305,7 @@ import json, os, sys, time
 from pathlib import Path
 from vflcrypto import parallel
 from vflcrypto.protocols.align import align_files, spill
+from vflcrypto.protocols.align import buckets as bk
 
 def probe(_i):
     time.sleep(0.5)
@@ -322,6 +323,22 @@ if __name__ == "__main__":
                         out_dir=d / f"ray-{protocol}", memory_budget=%d, duplicates="keep_first")
         out["runs"][protocol] = {"tasks": parallel.dispatch_counts()["ray"] - before, "buckets": r["buckets"],
                                  "phase_seconds": r["phase_seconds"]}
+    real = bk.write_result_bytes
+
+    def failing(work, b, data):
+        if work.name == "left" and b == 2:
+            raise RuntimeError("stopped")  # a stand-in for a kill of the active party
+        real(work, b, data)
+
+    bk.write_result_bytes = failing
+    kw = {"id_column": "id", "protocol": "kkrt", "out_dir": d / "ray-resumed", "memory_budget": %d,
+          "duplicates": "keep_first"}
+    try:
+        align_files(d / "left.csv", d / "right.csv", **kw)
+    except RuntimeError:
+        out["stopped"] = sorted(p.name for p in (d / "ray-resumed" / ".align-buckets" / "left" / "done").iterdir())
+    bk.write_result_bytes = real
+    out["resumed_from"] = align_files(d / "left.csv", d / "right.csv", resume=True, **kw)["resumed_from"]
     print(json.dumps(out))
 """
 
@@ -330,13 +347,13 @@ def test_ray_bucketed_run_equals_the_one_process_run(tmp_path: Path) -> None:
     """Bucketed alignment with ``--parallel ray``: a local Ray instance of 3 CPUs (its raylet and worker processes
     on loopback, started in a fresh process as ``vflcrypto --parallel ray`` would) runs both parties' spill blocks,
     bucket counts, bucket parsing and result sorting; the outputs equal the one-process run's byte for byte, for
-    KKRT (both learn) and ECDH (left only), with duplicates kept first."""
+    KKRT (both learn) and ECDH (left only), with duplicates kept first; a run stopped mid-way resumes on Ray."""
     pytest.importorskip("ray")
     left, right = _data(tmp_path)
     with left.open("a") as fh:
         fh.write("u1,again\n17,dup\n")  # duplicates, kept first as in process
     script = tmp_path / "ray_run.py"
-    script.write_text(BUCKETS_RAY_RUN % (BUCKET_CASES, MIB))
+    script.write_text(BUCKETS_RAY_RUN % (BUCKET_CASES, MIB, MIB))
     env = {**os.environ, "VFLCRYPTO_BACKEND": "ray", "VFLCRYPTO_WORKERS": "3", "RAY_DEDUP_LOGS": "0"}
     env.pop("VFLCRYPTO_RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300,
@@ -352,6 +369,9 @@ def test_ray_bucketed_run_equals_the_one_process_run(tmp_path: Path) -> None:
         assert run["buckets"] > 1 and run["tasks"] >= 2 * (5 + 3 * run["buckets"]), run
         ours = _outputs(tmp_path / f"ray-{protocol}")
         assert ours == _outputs(tmp_path / protocol) != {}, protocol
+    # a run stopped while writing bucket 2's result resumes there on Ray to the same bytes
+    assert out["stopped"] == ["000000.bin", "000001.bin"] and out["resumed_from"] == 2, out
+    assert _outputs(tmp_path / "ray-resumed") == _outputs(tmp_path / "kkrt")
 
 
 def test_ray_party_process_writes_the_one_process_bytes(tmp_path: Path, pki: Path,
