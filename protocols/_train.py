@@ -65,8 +65,9 @@ class TrainOptions:
                            negative="--psi")
     key_bits: int = option(2048, "modulus bits (Paillier; OU: at least 3072, or HEU's 2048 with ou-heu)")
     scheme: str = option("paillier", "additively homomorphic scheme: paillier, ou (Okamoto-Uchiyama, conservative "
-                         "parameters) or ou-heu (HEU's parameters); protocols whose key holder returns "
-                         "decryptions to other parties refuse OU", choices=("paillier", "ou", "ou-heu"))
+                         "parameters), ou-heu (HEU's parameters) or ou-2048 (2048-bit n, 224-bit randomness); "
+                         "protocols whose key holder returns decryptions to other parties refuse OU",
+                         choices=("paillier", "ou", "ou-heu", "ou-2048"))
     allow_insecure: bool = option(False, "accept keys below 2048 bits (tests only)",
                                   aliases=("--allow-insecure-key",), negative="--secure-keys-only")
     timeout: float = option(120.0, "seconds a party waits for a peer message before failing")

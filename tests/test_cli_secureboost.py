@@ -53,6 +53,7 @@ def test_encrypted_with_psi_alignment_beats_one_partys_auc_and_saves_models(tmp_
     # on the active party's columns alone and ~0.74 on the passive party's: rows misaligned by the
     # PSI step (the passive file is shuffled) or a passive party left out would fall below 0.8
     assert out["evaluated_on"] == "test" and out["test_auc"] > 0.8, out
+    assert out["mode"] == "ou-512"  # no --scheme: SecureBoost's default, OU (ou-2048 at the test's key size)
     # the plaintext reference beside it: the same trees unencrypted, hence the same test AUC
     assert out["plaintext_test_auc"] == out["test_auc"]
     assert "alignment" in out["bytes_sent"]
@@ -91,7 +92,8 @@ def test_multiclass_encrypted_with_test_split(tmp_path: Path, capsys: pytest.Cap
     code = main(["train", "secureboost", "--active", str(active), "--passive", str(passive), "--id-column", "id",
                  "--label", "k", "--objective", "multiclass", "--multi-strategy", "multi_output_tree", "--trees", "4",
                  "--depth", "2", "--max-bin", "8", "--key-bits", "512", "--allow-insecure", "--aligned",
-                 "--test-fraction", "0.3", "--model-dir", str(models), "--json"])
+                 "--test-fraction", "0.3", "--model-dir", str(models), "--json",
+                 "--scheme", "paillier"])  # a 512-bit OU key holds too few slots for 3 classes
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["evaluated_on"] == "test", out

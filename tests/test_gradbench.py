@@ -88,3 +88,14 @@ def test_text_mode_prints_each_backend_before_the_table(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     finished = [out.index(f"  {name} finished in") for name in ("vflcrypto-paillier", "phe")]
     assert finished == sorted(finished) and max(finished) < out.index("set-up (key generation")
+
+
+def test_ops_times_only_the_operations_asked_for() -> None:
+    """``--ops histogram,hist_again``: the histogram rows at the full size without the slow dot rows."""
+    from vflcrypto.errors import ConfigurationError
+
+    (res,) = run_gradient_bench(40, 1024, phe_n=10, repeats=1, allow_insecure=True, backends=("vflcrypto-paillier",),
+                                ops=("histogram", "hist_again"))
+    assert set(res.ops) == {"histogram", "hist_again"} and res.max_abs_error < 1e-6
+    with pytest.raises(ConfigurationError, match="unknown operation"):
+        run_gradient_bench(40, 1024, repeats=1, allow_insecure=True, ops=("histgram",))

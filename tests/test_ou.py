@@ -369,3 +369,22 @@ def test_protocols_whose_key_holder_returns_decryptions_refuse_ou_keys(name, key
     }[name]
     with pytest.raises(ConfigurationError, match=f"{name} cannot run under Okamoto-Uchiyama"):
         make()
+
+
+def test_standard_profile_is_112_bits_on_every_axis_and_refuses_other_sizes() -> None:
+    """``ou-2048`` (SecureBoost's default): a 2048-bit modulus, 224-bit randomness and decryption factor;
+    weaker exponents or a smaller modulus are refused, and the scheme name admits no other key size."""
+    from vflcrypto.errors import ConfigurationError
+    from vflcrypto.he.schemes import generate_keypair
+
+    params = ou.OUParams.standard()
+    assert (params.key_bits, params.random_bits, params.factor_bits) == (2048, 224, 224)
+    params.validate()
+    for weak in (ou.OUParams(2048, 112, 224, "standard"), ou.OUParams(2048, 224, 200, "standard"),
+                 ou.OUParams(1536, 224, 224, "standard")):
+        with pytest.raises(InsecureParameterError):
+            weak.validate()
+    with pytest.raises(ConfigurationError, match="--scheme ou --key-bits"):
+        generate_keypair("ou-2048", 3072)
+    pk, sk = generate_keypair("ou-2048", 512, allow_insecure=True)  # tests: small keys, the same exponents
+    assert pk.random_bits == 224 and sk.decrypt(pk.encrypt([5, -7])) == [5, -7]

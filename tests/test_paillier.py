@@ -268,6 +268,30 @@ def test_sum_by_group_matches_bincount(small_paillier_keys):
         pk.encrypt_fixed(x).sum_by_group(groups, 5)
 
 
+def test_selections_keep_the_bytes_and_histograms_stay_bit_identical(small_paillier_keys, monkeypatch):
+    """A slice, gather, mask or element of a vector whose bytes are known carries the same rows of
+    those bytes (nothing to serialize before shipping it to the pool); its histogram is the same
+    integers, in process and in the pool, as the product of its ciphertexts per bin mod n**2."""
+    from vflcrypto.he.paillier.blocks import ciphertexts_to_bytes
+
+    pk, _ = small_paillier_keys
+    w = pk.ciphertext_bytes
+    v = PaillierVector.from_bytes(pk, pk.encrypt_fixed(rng.normal(size=60)).to_bytes(), frac_bits=32)
+    assert ciphertexts_to_bytes(v._c, w) == b"".join(int(c).to_bytes(w, "big") for c in v._c)
+    nsq = int(pk.n) ** 2
+    for sel in (slice(3, 50), slice(None, None, 3), np.arange(59, 0, -2), np.arange(60) % 3 == 0, 7, -1):
+        sub = v[sel]
+        assert sub._blob == b"".join(int(c).to_bytes(w, "big") for c in sub._c)
+        groups = rng.integers(0, 5, size=len(sub))
+        want = [1] * 5
+        for c, g in zip(sub.ciphertexts(), groups.tolist(), strict=True):
+            want[g] = want[g] * c % nsq
+        for workers in ("1", "2"):  # in process, and in the pool (its chunks shipped from the carried bytes)
+            monkeypatch.setenv("VFLCRYPTO_WORKERS", workers)
+            monkeypatch.setattr(parallel, "PARALLEL_MIN_COST", 0)
+            assert sub[:].sum_by_group(groups, 5).ciphertexts() == want
+
+
 # --------------------------------------------------------------------------- packing
 
 

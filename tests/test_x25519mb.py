@@ -78,3 +78,31 @@ def test_minus_one_is_small_order_in_both_paths() -> None:
     minus_one = (2**255 - 20).to_bytes(32, "little")
     with pytest.raises(ProtocolError, match="small-order"):
         psi.reblind_points(os.urandom(32), psi.blind_ids(os.urandom(32), [b"a"]) + minus_one)
+
+
+def test_unbalanced_psi_oprf_is_unchanged_by_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OPRF of unbalanced PSI (offline evaluation, blinding, the large party's key, unblinding on the curve
+    and on the twist) gives the same values batched and one call per point, and the blind path equals F_a."""
+    from vflcrypto.psi import oprf
+
+    ids = [f"user-{i}".encode() for i in range(45)]  # about half the hashes land on the twist
+    a, blinder = os.urandom(32), oprf.Blinder()
+    points, flags = blinder.blind(ids)
+    assert 0 < sum(flags) < len(ids)
+    batched = (oprf.evaluate_ids(a, ids).tobytes(), points, oprf.apply_key(a, points))
+    online = blinder.unblind(batched[2], flags).tobytes()
+    assert online == batched[0]
+    monkeypatch.setattr(x25519mb, "available", lambda: False)
+    assert (oprf.evaluate_ids(a, ids).tobytes(), *blinder.blind(ids)[:1], oprf.apply_key(a, points)) == batched
+    assert blinder.unblind(batched[2], flags).tobytes() == online
+
+
+def test_unbalanced_psi_refuses_bad_points_on_the_batched_path() -> None:
+    from vflcrypto.psi import oprf
+
+    good = oprf.Blinder().blind([b"a", b"b"])[0]
+    minus_one = (2**255 - 20).to_bytes(32, "little")
+    for bad, what in ((bytes(32), "small-order"), (minus_one, "small-order"),
+                      ((2**255 - 19).to_bytes(32, "little"), "non-canonical")):
+        with pytest.raises(ProtocolError, match=what):
+            oprf.apply_key(os.urandom(32), good + bad)

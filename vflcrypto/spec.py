@@ -337,7 +337,8 @@ class FlowerSpec:
 SCHEME_HELP = {
     "paillier": "Paillier",
     "ou": "Okamoto-Uchiyama, conservative parameters (3072-bit n)",
-    "ou-heu": "Okamoto-Uchiyama at HEU's parameters (2048-bit n)",
+    "ou-heu": "Okamoto-Uchiyama at HEU's parameters (2048-bit n, 112-bit randomness)",
+    "ou-2048": "Okamoto-Uchiyama, 2048-bit n with 224-bit randomness (112-bit strength)",
     "ckks": "CKKS (TenSEAL), the fast approximate mode",
 }
 
@@ -357,7 +358,7 @@ class ProtocolSpec:
     commands: tuple[Command, ...] = ()
     party_tasks: tuple[PartyTask, ...] = ()
     flower: FlowerSpec | None = None
-    schemes: tuple[str, ...] = ("paillier",)  # the additively homomorphic schemes it runs under
+    schemes: tuple[str, ...] = ("paillier",)  # the additively homomorphic schemes it runs under, its default first
     oracle: str = ""  # why OU is refused: whose ciphertexts its key holder decrypts for whom
     #: the checks its audit must run, each on a declared protection (:mod:`vflcrypto.audit.checks`)
     checks: tuple[Check, ...] = ()

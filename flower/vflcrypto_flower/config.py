@@ -58,7 +58,7 @@ SCHEMA: dict[str, tuple[type, Check | None]] = {
     "reveal": (str, _one_of("active", "passive", "both")),
     "epochs": (int, _at_least(1)),
     "lr": (float, _above(0)),
-    "scheme": (str, _one_of("paillier", "ckks", "ou", "ou-heu")),
+    "scheme": (str, _one_of("default", "paillier", "ckks", "ou", "ou-heu", "ou-2048")),
     "psi": (str, _one_of("ecdh", "kkrt", "hash")),
     "mode": (str, _one_of("both", "left", "size")),
     "party-config": (str, None),

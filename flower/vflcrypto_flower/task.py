@@ -48,8 +48,13 @@ def client_parties(fl: FlowerSpec, run_config: Mapping[str, Any]) -> list[str]:
 
 
 def role_config(context: Context) -> dict[str, Any]:
-    """The run config the protocol's Flower spec sees (plus the run id)."""
-    return {**dict(context.run_config), "_run-id": str(context.run_id)}
+    """The run config the protocol's Flower spec sees (plus the run id); ``scheme = "default"`` becomes
+    the protocol's own default scheme, the first of :attr:`~vflcrypto.spec.ProtocolSpec.schemes`
+    (SecureBoost: ``ou-2048``; linreg: ``paillier``)."""
+    cfg = {**dict(context.run_config), "_run-id": str(context.run_id)}
+    if cfg.get("scheme") == "default":
+        cfg["scheme"] = protocol(cfg)[0].schemes[0]
+    return cfg
 
 
 def frame(msg: Any, run_id: str) -> bytes:

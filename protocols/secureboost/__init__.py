@@ -184,6 +184,7 @@ from .messages import (
     SplitResponse,
 )
 from .model import IMPORTANCE_TYPES, ActiveModel, PassiveModel, link
+from .options import DEFAULT_SCHEME
 from .passive import PassiveResult, PassiveRole, shuffle_candidates
 from .predict import predict_active, predict_local, predict_passive
 from .tree import (
@@ -199,7 +200,8 @@ from .tree import (
 )
 
 __all__ = [
-    "ACTIVE", "GAIN_EPS", "IMPORTANCE_TYPES", "PASSIVE", "SPEC", "ActiveModel", "ActiveResult", "ActiveRole",
+    "ACTIVE", "DEFAULT_SCHEME", "GAIN_EPS", "IMPORTANCE_TYPES", "PASSIVE", "SPEC", "ActiveModel", "ActiveResult",
+    "ActiveRole",
     "BoostParams", "EncryptedGradients", "EncryptedHistograms", "LevelRequest", "LocalRun", "PassiveModel",
     "PassiveResult", "PassiveRole", "PlainGradients", "PlainHistograms", "PredictAnswer", "PredictQuery", "Setup",
     "SplitRequest", "SplitResponse", "audit_run", "base_score", "bin_feature", "bin_features", "decode_histograms",
@@ -230,7 +232,7 @@ def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
                           plaintext=bool(run_config.get("plaintext", False)),
                           key_bits=int(run_config.get("key-bits", 2048)),
                           allow_insecure=bool(run_config.get("allow-insecure", False)),
-                          scheme=str(run_config.get("scheme", "paillier")))
+                          scheme=str(run_config.get("scheme", DEFAULT_SCHEME)))
     return PassiveRole(Xp, name=party, columns=cp)
 
 
@@ -266,7 +268,7 @@ SPEC = ProtocolSpec(
                            "label holder's stdin, one JSON answer line each)", serve.add_arguments, serve.party_task,
                            group="serve", check=serve.party_check)),
     flower=FlowerSpec(ACTIVE, _flower_parties, _flower_role, _flower_summary),
-    schemes=("paillier", "ou", "ou-heu"),
+    schemes=("ou-2048", "paillier", "ou", "ou-heu"),
     defences=DEFENCES,
     frontier=frontier.frontier,
 )

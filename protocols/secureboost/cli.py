@@ -12,10 +12,12 @@ Rows are split into train and test with the public, seeded
 training rows). Test metrics use the joint prediction protocol: passive parties answer
 only left/right at their own nodes. ``--plaintext`` runs the same protocol without
 encryption (debug/parity only: passive parties then see every gradient, i.e. the labels).
-``--scheme`` picks the additively homomorphic scheme of the active party's key:
-``paillier`` (``--key-bits``, default 2048), ``ou`` (Okamoto-Uchiyama at its conservative
-parameters: at least 3072 bits, 256-bit randomness; about 3x faster here) or ``ou-heu``
-(SecretFlow HEU's 2048-bit parameters, by explicit choice). ``--model-dir`` saves one
+``--scheme`` picks the additively homomorphic scheme of the active party's key: by default
+``ou-2048`` (Okamoto-Uchiyama, 2048-bit modulus, 224-bit randomness and decryption factor:
+112-bit strength, Paillier-2048's level; the argument is in SECURITY.md), or ``paillier``
+(``--key-bits``, default 2048), ``ou`` (OU at its conservative parameters: at least 3072 bits,
+256-bit randomness) or ``ou-heu`` (SecretFlow HEU's 2048-bit parameters, 112-bit randomness,
+by explicit choice). ``--model-dir`` saves one
 ``<party>.npz`` per party (no pickle) and a manifest of their digests, all-or-nothing; a
 directory holding an earlier model is refused unless ``--overwrite``.
 
@@ -88,6 +90,7 @@ from .checkpoint import run_passive as resumable_passive
 from .local import passive_names, run_active, run_local, run_passive
 from .messages import ACTIVE, PASSIVE
 from .model import ActiveModel, PassiveModel
+from .options import DEFAULT_SCHEME
 from .predict import predict_active, predict_local, predict_passive
 from .tree import BoostParams
 
@@ -101,6 +104,7 @@ def config(args: argparse.Namespace) -> tuple[BoostParams, TrainOptions]:
 
 
 def _add_mode(p: argparse.ArgumentParser) -> None:
+    p.set_defaults(scheme=DEFAULT_SCHEME)
     p.add_argument("--plaintext", action="store_true",
                    help="no encryption (debug/parity only: passive parties see the gradients)")
     p.add_argument("--weight-column", default="",

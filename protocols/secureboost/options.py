@@ -28,6 +28,10 @@ import numpy as np
 
 from vflcrypto.errors import InputDataError
 
+#: the scheme of ``vflcrypto train secureboost``, its party and Flower forms when none is given: OU with a
+#: 2048-bit modulus and 224-bit randomness and decryption factor (SECURITY.md, "SecureBoost's default scheme")
+DEFAULT_SCHEME = "ou-2048"
+
 __all__ = ["EarlyStopping", "column_mask", "eval_metric", "goss_rows", "metric_name", "subsample_rows",
            "validation_mask"]
 

@@ -27,7 +27,7 @@ from vflcrypto.data.tables import ids_digest
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.he.encoding import PackingSpec
 from vflcrypto.he.paillier import batch_invert, fold_ciphertexts
-from vflcrypto.he.schemes import PublicKey, scheme_of
+from vflcrypto.he.schemes import PublicKey, family, scheme_of
 from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Role, done, send, then
 
@@ -163,7 +163,7 @@ class PassiveRole(Role[_PassiveState]):
         if setup.plaintext != (setup.public_key is None):
             raise ProtocolError("setup mode and public key disagree")
         if self.scheme is not None and setup.public_key is not None and \
-                scheme_of(setup.public_key) != self.scheme.removesuffix("-heu"):
+                scheme_of(setup.public_key) != family(self.scheme):
             raise ConfigurationError(f"{self.name}: the active party's key is {scheme_of(setup.public_key)}, this "
                                      f"party's --scheme says {self.scheme}; run every party with the same scheme")
         if self.expected is not None:

@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     backends = tuple(b.strip() for b in args.backends.split(",")) if args.backends else None
     results = run_gradient_bench(sizes["n"], args.key_bits, phe_n=sizes["phe_n"], heu_n=args.heu_n,
                                  repeats=sizes["repeats"], allow_insecure=args.allow_insecure, backends=backends,
+                                 ops=tuple(o.strip() for o in args.ops.split(",")) if args.ops else None,
                                  progress=progress, finished=finished)
     if args.json:
         print(json.dumps({"key_bits": args.key_bits, "repeats": sizes["repeats"], "mode": "full" if args.full
@@ -180,6 +181,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    f"default {QUICK['repeats']}; --full {FULL['repeats']})")
     g.add_argument("--backends", help="comma-separated rows to run (default: all available), e.g. "
                    "vflcrypto-ou-packed,vflcrypto-ou,vflcrypto-ou-heu,heu-ou,phe")
+    g.add_argument("--ops", help="comma-separated operations to time (default: all), e.g. histogram,hist_again")
     g.add_argument("--json", action="store_true",
                    help="the results as JSON on stdout (the line per finished backend goes to stderr)")
     g.add_argument("--plot", metavar="FILE.png", help="draw the per-core comparison (log scale)")

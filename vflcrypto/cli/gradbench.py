@@ -12,7 +12,9 @@ mul_plain    multiply ``n`` encrypted values by ``n`` plaintext floats          
 dot          Xᵀ·[[d]] for X of shape (n, 8): ``8·n`` multiply-accumulates          MACs
 histogram    sum ``n`` encrypted (g, h) rows into 32 bins of one feature, on a    samples
              vector the backend has not seen before (vflcrypto's pool must first
-             receive the ciphertexts: that shipping is inside the timer)
+             receive the ciphertexts: that shipping is inside the timer; bytes
+             already known, as for a vector received from the wire or made in
+             the pool, are not serialized again)
 hist_again   the same on the same vector again (SecureBoost bins one [[g, h]]     samples
              vector once per feature; vflcrypto's workers then hold it)
 decrypt      decrypt ``n`` values                                                 values
@@ -151,7 +153,8 @@ class _Op:
 class _Data:
     """The shared inputs: gradients g, hessians h, plaintext multipliers, a feature matrix, bins."""
 
-    def __init__(self, n: int, seed: int = 7) -> None:
+    def __init__(self, n: int, seed: int = 7, ops: frozenset[str] | None = None) -> None:
+        self.ops = ops  # the operations to time (None: all)
         rng = np.random.default_rng(seed)  # synthetic benchmark data, not secret
         self.g = rng.uniform(-1, 1, n)
         self.h = rng.uniform(0, 0.25, n)
@@ -161,6 +164,7 @@ class _Data:
 
     def head(self, k: int) -> _Data:
         out = object.__new__(_Data)
+        out.ops = self.ops
         out.g, out.h, out.w = self.g[:k], self.h[:k], self.w[:k]
         out.X, out.bins = self.X[:k], self.bins[:k]
         return out
@@ -175,8 +179,11 @@ def _err(got: Any, want: np.ndarray) -> float:
     return float(np.max(np.abs(np.asarray(got, dtype=np.float64).reshape(want.shape) - want)))
 
 
-def _measure(res: BackendResult, ops: list[_Op], n: int, repeats: int, tolerance: float) -> None:
+def _measure(res: BackendResult, ops: list[_Op], n: int, repeats: int, tolerance: float,
+             only: frozenset[str] | None = None) -> None:
     for op in ops:
+        if only is not None and op.name not in only:
+            continue
         timing = OpTiming(n * COUNT_PER_CALL.get(op.name, 1))
         for _ in range(repeats):
             if op.before is not None:
@@ -242,7 +249,7 @@ def _bench_vfl(data: _Data, key_bits: int, packed: bool, repeats: int, allow_ins
         ]
         res.note = (f"{about}; {res.values_per_ciphertext} values per ciphertext (histogram: one (g, h) pair per "
                     "ciphertext); mul_plain and dot need one value per ciphertext")
-        _measure(res, ops, n, repeats, 1e-5)
+        _measure(res, ops, n, repeats, 1e-5, data.ops)
         return res
     cg, chh = pk.encrypt_fixed(data.g), pk.encrypt_fixed(data.h)
     box = {}
@@ -266,7 +273,7 @@ def _bench_vfl(data: _Data, key_bits: int, packed: bool, repeats: int, allow_ins
         _Op("decrypt", lambda: sk.decrypt_fixed(cg), lambda v: _err(v, data.g)),
     ]
     res.note = f"{about}; one value per ciphertext; the histogram sums the g and the h vector"
-    _measure(res, ops, n, repeats, 1e-6)
+    _measure(res, ops, n, repeats, 1e-6, data.ops)
     return res
 
 
@@ -302,7 +309,7 @@ def _bench_vfl_ckks(data: _Data, repeats: int) -> BackendResult:
     ]
     res.note = (f"TenSEAL, {ctx.slots} slots per ciphertext; histogram = a dot with a one-hot bin "
                 "matrix for g and for h (CKKS has no cheap gather); approximate arithmetic")
-    _measure(res, ops, n, repeats, 1e-2)
+    _measure(res, ops, n, repeats, 1e-2, data.ops)
     return res
 
 
@@ -349,7 +356,7 @@ def _bench_phe(data: _Data, key_bits: int, repeats: int) -> BackendResult:
         _Op("decrypt", lambda: dec(cg), lambda v: _err(v, data.g)),
     ]
     res.note = "python-paillier with gmpy2, one EncryptedNumber per value, one process"
-    _measure(res, ops, n, repeats, 1e-6)
+    _measure(res, ops, n, repeats, 1e-6, data.ops)
     return res
 
 
@@ -410,7 +417,7 @@ def _bench_heu(data: _Data, key_bits: int, repeats: int, schema: str = "ZPaillie
     ]
     res.note = (f"SecretFlow HEU {schema} (C++) at {key_bits} bits, its own thread pool inside this process; "
                 "floats at scale 2^32")
-    _measure(res, ops, n, repeats, 1e-5)
+    _measure(res, ops, n, repeats, 1e-5, data.ops)
     return res
 
 
@@ -431,6 +438,7 @@ def run_gradient_bench(
     repeats: int = 5,
     allow_insecure: bool = False,
     backends: tuple[str, ...] | None = None,
+    ops: tuple[str, ...] | None = None,
     progress: Callable[[str], None] | None = None,
     finished: Callable[[BackendResult, float], None] | None = None,
 ) -> list[BackendResult]:
@@ -440,11 +448,14 @@ def run_gradient_bench(
     phe needs minutes at 20,000) and HEU when ``heu_n`` is given. Keys below 2048 bits
     need ``allow_insecure`` (smoke tests). ``progress(name)`` is called before each backend
     runs, ``finished(result, seconds)`` as soon as it has finished (seconds: its set-up and
-    every timed call).
+    every timed call). ``ops`` times only those operations (default: all of :data:`OPERATIONS`).
     """
     if repeats < 1:
         raise ConfigurationError("repeats must be >= 1")
-    data = _Data(n)
+    unknown = sorted(set(ops or ()) - set(OPERATIONS))
+    if unknown:
+        raise ConfigurationError(f"unknown operation(s) {', '.join(unknown)}: choose from {', '.join(OPERATIONS)}")
+    data = _Data(n, ops=frozenset(ops) if ops else None)
     def vfl(scheme: str, packed: bool) -> Callable[[], BackendResult]:
         return lambda: _bench_vfl(data, key_bits, packed, repeats, allow_insecure, scheme)
 

@@ -44,6 +44,8 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 
 from .. import parallel
 from ..errors import ConfigurationError, ProtocolError
+from . import x25519mb
+from .x25519mb import minus_one_rows, noncanonical, zero_rows
 
 __all__ = ["FALSE_MATCH_BITS", "OUTPUT_BYTES", "POINT_BYTES", "Blinder", "apply_key", "canonical_u", "clamp",
            "evaluate_ids", "false_match_bound", "key_id", "oprf_hash", "output_of_point", "truncation_bytes"]
@@ -106,9 +108,37 @@ def _mul(key: X25519PrivateKey, id_bytes: bytes) -> tuple[bytes, bytes]:
     raise ProtocolError("hash-to-curve failed repeatedly (this should never happen)")
 
 
-def _evaluate_chunk(secret: bytes, ids: Sequence[bytes]) -> bytes:
+def _batched(secret: bytes, points: bytes) -> bytes | None:
+    """``X25519(secret, u)`` for every 32-byte u by the batched library (:mod:`.x25519mb`, eight per call), or
+    ``None`` where it is not available or refuses the batch: the caller then makes one ``cryptography`` call per
+    point, with the same bytes. The library's small-order quirks are the caller's to check (u = p − 1 gives a
+    non-zero output there; other small-order inputs make it refuse the batch)."""
+    if not points or not x25519mb.available():
+        return None
+    try:
+        return x25519mb.scalarmult(secret, points)
+    except OSError:
+        return None
+
+
+def _mul_all(secret: bytes, ids: Sequence[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """:func:`_mul` for every ID: ``([u(k·H(x))], [H(x)])``, batched where it can be; an ID whose first hash is
+    of small order is redone by :func:`_mul` (its retry counter), as is every ID if the batch is refused."""
     key = X25519PrivateKey.from_private_bytes(secret)
-    return b"".join([output_of_point(_mul(key, i)[0]) for i in ids])
+    us = b"".join([oprf_hash(i) for i in ids])
+    out = _batched(secret, us)
+    if out is None:
+        pairs = [_mul(key, i) for i in ids]
+        return [pt for pt, _ in pairs], [u for _, u in pairs]
+    points = [out[o : o + POINT_BYTES] for o in range(0, len(out), POINT_BYTES)]
+    hashes = [us[o : o + POINT_BYTES] for o in range(0, len(us), POINT_BYTES)]
+    for j in set(zero_rows(out)) | set(minus_one_rows(us)):
+        points[j], hashes[j] = _mul(key, ids[j])
+    return points, hashes
+
+
+def _evaluate_chunk(secret: bytes, ids: Sequence[bytes]) -> bytes:
+    return b"".join([output_of_point(pt) for pt in _mul_all(secret, ids)[0]])
 
 
 def evaluate_ids(secret: bytes, ids: Sequence[bytes]) -> np.ndarray:
@@ -127,7 +157,22 @@ def _check_point(pt: bytes) -> X25519PublicKey:
     return X25519PublicKey.from_public_bytes(pt)
 
 
+def _check_received(points: bytes) -> None:
+    """Refuse a non-canonical u or u = p − 1 before the batched library sees them (one call per point refuses
+    them itself)."""
+    if noncanonical(points):
+        raise ProtocolError("peer sent a non-canonical curve point")
+    if minus_one_rows(points):
+        raise ProtocolError("peer sent a small-order curve point")
+
+
 def _apply_chunk(secret: bytes, points: bytes) -> bytes:
+    _check_received(points)
+    shared = _batched(secret, points)
+    if shared is not None:
+        if zero_rows(shared):
+            raise ProtocolError("peer sent a small-order curve point")
+        return shared
     key = X25519PrivateKey.from_private_bytes(secret)
     out = []
     for off in range(0, len(points), POINT_BYTES):
@@ -164,16 +209,31 @@ def _clamped_inverse(b: int, order: int) -> int | None:
 
 
 def _blind_chunk(secret: bytes, ids: Sequence[bytes]) -> tuple[bytes, bytes]:
-    key = X25519PrivateKey.from_private_bytes(secret)
-    pts, flags = [], bytearray()
-    for i in ids:
-        pt, u = _mul(key, i)
-        pts.append(pt)
-        flags.append(_on_twist(u))
-    return b"".join(pts), bytes(flags)
+    pts, us = _mul_all(secret, ids)
+    return b"".join(pts), bytes([_on_twist(u) for u in us])
 
 
 def _unblind_chunk(c_curve: bytes, c_twist: bytes, points: bytes, flags: bytes) -> bytes:
+    _check_received(points)
+    which = np.frombuffer(flags, np.uint8)
+    rows = np.frombuffer(points, np.uint8).reshape(-1, POINT_BYTES)
+    if len(rows) == len(which) and x25519mb.available():
+        shared = np.empty_like(rows)
+        for flag, scalar in ((0, c_curve), (1, c_twist)):  # each point by the inverse of its own group's order
+            sel = np.nonzero(which == flag)[0]
+            out = _batched(scalar, rows[sel].tobytes()) if len(sel) else b""
+            if out is None:
+                break
+            if zero_rows(out):
+                raise ProtocolError("peer answered with a small-order curve point")
+            shared[sel] = np.frombuffer(out, np.uint8).reshape(-1, POINT_BYTES)
+        else:
+            if np.all((which == 0) | (which == 1)):
+                return b"".join([output_of_point(shared[j].tobytes()) for j in range(len(which))])
+    return _unblind_slow(c_curve, c_twist, points, flags)
+
+
+def _unblind_slow(c_curve: bytes, c_twist: bytes, points: bytes, flags: bytes) -> bytes:
     keys = (X25519PrivateKey.from_private_bytes(c_curve), X25519PrivateKey.from_private_bytes(c_twist))
     out = []
     for j, off in enumerate(range(0, len(points), POINT_BYTES)):

@@ -65,6 +65,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from .. import parallel
 from ..errors import ConfigurationError, InputDataError, ProtocolError
 from . import x25519mb
+from .x25519mb import minus_one_rows, noncanonical, zero_rows
 
 __all__ = [
     "CHUNK_SIZE",
@@ -270,32 +271,10 @@ def blind_ids(secret: bytes, ids: Sequence[bytes]) -> bytes:
             out = bytearray(x25519mb.scalarmult(secret, us))
         except OSError:
             return b"".join([_blind_one(key, i) for i in ids])
-        for j in sorted(set(_zero_rows(out)) | set(_minus_one_rows(us))):
+        for j in sorted(set(zero_rows(out)) | set(minus_one_rows(us))):
             out[j * POINT_BYTES : (j + 1) * POINT_BYTES] = _blind_one(key, ids[j])
         return bytes(out)
     return b"".join([_blind_one(key, i) for i in ids])
-
-
-def _zero_rows(points: bytes | bytearray) -> list[int]:
-    """Indices of all-zero 32-byte outputs (small-order inputs)."""
-    rows = np.frombuffer(points, np.uint8).reshape(-1, POINT_BYTES)
-    return np.nonzero(~rows.any(axis=1))[0].tolist()
-
-
-def _minus_one_rows(points: bytes) -> list[int]:
-    """Indices of u = p − 1 (top bit ignored): small order, where the batched library's Edwards
-    form gives a non-zero output and RFC 7748 zero (every other small-order u it refuses)."""
-    rows = np.frombuffer(points, np.uint8).reshape(-1, POINT_BYTES)
-    hit = (rows[:, 0] == 0xEC) & np.all(rows[:, 1:31] == 0xFF, axis=1) & ((rows[:, 31] & 0x7F) == 0x7F)
-    return np.nonzero(hit)[0].tolist()
-
-
-def _noncanonical(points: bytes) -> bool:
-    """Is any 32-byte little-endian u ≥ 2²⁵⁵ − 19 (top bit set, or in [p, 2²⁵⁵))?"""
-    rows = np.frombuffer(points, np.uint8).reshape(-1, POINT_BYTES)
-    top = rows[:, 31] >= 0x80
-    high = (rows[:, 31] == 0x7F) & np.all(rows[:, 1:31] == 0xFF, axis=1) & (rows[:, 0] >= 0xED)
-    return bool(np.any(top | high))
 
 
 def reblind_points(secret: bytes, points: bytes) -> bytes:
@@ -307,16 +286,16 @@ def reblind_points(secret: bytes, points: bytes) -> bytes:
     if len(points) % POINT_BYTES:
         raise ProtocolError("blinded points are not a whole number of 32-byte values")
     if points and x25519mb.available():
-        if _noncanonical(points):
+        if noncanonical(points):
             raise ProtocolError("peer sent a non-canonical curve point")
-        if _minus_one_rows(points):
+        if minus_one_rows(points):
             raise ProtocolError("peer sent a small-order curve point")
         try:
             shared = x25519mb.scalarmult(secret, points)
         except OSError:
             shared = b""  # the library refused a batch: one call per point below
         if shared:
-            if _zero_rows(shared):
+            if zero_rows(shared):
                 raise ProtocolError("peer sent a small-order curve point")
             return b"".join([point_digest(shared[o : o + POINT_BYTES]) for o in range(0, len(shared), POINT_BYTES)])
     key = X25519PrivateKey.from_private_bytes(secret)

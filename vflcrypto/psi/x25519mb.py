@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["available", "scalarmult"]
+__all__ = ["available", "minus_one_rows", "noncanonical", "scalarmult", "zero_rows"]
 
 _LANES = 8
+POINT_BYTES = 32
 # RFC 7748 § 5.2, first test vector: scalar, u-coordinate, output
 _K = bytes.fromhex("a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4")
 _U = bytes.fromhex("e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c")
@@ -119,3 +120,25 @@ def scalarmult(scalar: bytes, points: bytes) -> bytes:
     if len(scalar) != 32 or len(points) % 32:
         raise ValueError("X25519 takes a 32-byte scalar and whole 32-byte u-coordinates")
     return _run(fn, scalar, points)
+
+
+def zero_rows(points: bytes | bytearray) -> list[int]:
+    """Indices of all-zero 32-byte outputs (small-order inputs)."""
+    rows = np.frombuffer(points, np.uint8).reshape(-1, POINT_BYTES)
+    return np.nonzero(~rows.any(axis=1))[0].tolist()
+
+
+def minus_one_rows(points: bytes) -> list[int]:
+    """Indices of u = p − 1 (top bit ignored): small order, where the batched library's Edwards
+    form gives a non-zero output and RFC 7748 zero (every other small-order u it refuses)."""
+    rows = np.frombuffer(points, np.uint8).reshape(-1, POINT_BYTES)
+    hit = (rows[:, 0] == 0xEC) & np.all(rows[:, 1:31] == 0xFF, axis=1) & ((rows[:, 31] & 0x7F) == 0x7F)
+    return np.nonzero(hit)[0].tolist()
+
+
+def noncanonical(points: bytes) -> bool:
+    """Is any 32-byte little-endian u ≥ 2²⁵⁵ − 19 (top bit set, or in [p, 2²⁵⁵))?"""
+    rows = np.frombuffer(points, np.uint8).reshape(-1, POINT_BYTES)
+    top = rows[:, 31] >= 0x80
+    high = (rows[:, 31] == 0x7F) & np.all(rows[:, 1:31] == 0xFF, axis=1) & (rows[:, 0] >= 0xED)
+    return bool(np.any(top | high))

@@ -87,7 +87,7 @@ __all__ = [
 def refuse_decryption_oracle(key: object, protocol: str, why: str) -> None:
     """Raise :class:`ConfigurationError` if ``key`` is an OU key: ``protocol`` would give a
     decryption oracle (``why`` says whose ciphertexts the key holder decrypts for whom)."""
-    if isinstance(key, OUPublicKey | OUPrivateKey) or key in ("ou", "ou-heu"):
+    if isinstance(key, OUPublicKey | OUPrivateKey) or key in ("ou", "ou-heu", "ou-2048"):
         raise ConfigurationError(
             f"{protocol} cannot run under Okamoto-Uchiyama: {why}, and an OU key holder that returns "
             "decryptions of ciphertexts another party formed reveals p (a plaintext past p decrypts to "

@@ -58,7 +58,9 @@ class OUParams:
     confirms a guessed plaintext, hence ``2κ`` by default. ``factor_bits``: the prime ``t``
     dividing ``p - 1`` (the decryption exponent; the order of ``H`` modulo ``p**2``),
     ``2κ`` against a rho search in that subgroup. ``profile="heu"`` takes SecretFlow
-    HEU's own sizes, below these; only :meth:`heu` makes one.
+    HEU's own sizes, below these; only :meth:`heu` makes one. ``profile="standard"``
+    (:meth:`standard`) is a 2048-bit modulus with ``2κ = 224``-bit randomness and ``t``:
+    112-bit strength on every known attack, SecureBoost's default (see SECURITY.md).
     """
 
     key_bits: int = DEFAULT_KEY_BITS
@@ -79,12 +81,25 @@ class OUParams:
             return cls(key_bits, 128, 256, "heu")
         return cls(key_bits, 112, 224, "heu")
 
+    @classmethod
+    def standard(cls) -> OUParams:
+        """A 2048-bit modulus with 224-bit randomness and decryption factor: NIST's 112-bit level for
+        the modulus (the number field sieve; see :mod:`vflcrypto.he.ou`) and ``2 * 112`` bits against the
+        kangaroo search for ``r`` and the rho search for ``t`` (HEU's 110-bit ``r`` gives ``2**55``)."""
+        return cls(MIN_KEY_BITS, 2 * security_bits(MIN_KEY_BITS), 2 * security_bits(MIN_KEY_BITS), "standard")
+
     def validate(self, allow_insecure: bool = False) -> None:
-        if self.profile not in ("conservative", "heu"):
+        if self.profile not in ("conservative", "heu", "standard"):
             raise InsecureParameterError(f"unknown OU parameter profile {self.profile!r}")
         if self.key_bits < 96 or self.random_bits < 8 or self.factor_bits < 8:
             raise InsecureParameterError("OU keys need at least 96 bits and 8-bit exponents even for tests")
         if allow_insecure:
+            return
+        if self.profile == "standard":
+            kappa = security_bits(self.key_bits)
+            if self.key_bits < MIN_KEY_BITS or self.random_bits < 2 * kappa or self.factor_bits < 2 * kappa:
+                raise InsecureParameterError(f"standard OU parameters need >= {MIN_KEY_BITS}-bit moduli and "
+                                             f"{2 * kappa}-bit randomness and decryption factor")
             return
         if self.profile == "heu":
             floor = OUParams.heu(self.key_bits)

@@ -38,8 +38,13 @@ def ciphertext_width(n: int) -> int:
     return 2 * ((int(n).bit_length() + 7) // 8)
 
 
+_MPZ_TO_BYTES = hasattr(mpz, "to_bytes")  # gmpy2 >= 2.2: no detour through a Python int (~1.5x faster)
+
+
 def ciphertexts_to_bytes(cts: Sequence[Any], width: int) -> bytes:
-    """Fixed-width big-endian block of ciphertexts (the wire and worker format)."""
+    """Fixed-width big-endian block of ciphertexts (the wire and worker format; ``mpz`` or ``int``)."""
+    if _MPZ_TO_BYTES:
+        return b"".join(c.to_bytes(width, "big") for c in cts)
     return b"".join(int(c).to_bytes(width, "big") for c in cts)
 
 

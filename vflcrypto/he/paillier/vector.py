@@ -121,9 +121,10 @@ class CipherVector:
             v._blob, v._token = blob, secrets.token_hex(8)
         return v
 
-    def _like(self, cts: list[mpz], **changes: Any) -> Self:
+    def _like(self, cts: list[mpz], blob: bytes | None = None, **changes: Any) -> Self:
+        """A vector of ``cts`` with this one's metadata (``changes`` override it); ``blob``: their bytes if known."""
         meta: dict[str, Any] = {"frac_bits": self.frac_bits, "packing": self.packing, "slots": self.slots,
-                                "terms": self.terms, "size": self.size}
+                                "terms": self.terms, "size": self.size, "blob": blob}
         meta.update(changes)
         return type(self)._make(self._pk, cts, **meta)
 
@@ -146,13 +147,14 @@ class CipherVector:
 
     def __getitem__(self, index: int | slice | Sequence[int] | np.ndarray) -> Self:
         """``v[i]`` (a length-1 vector), ``v[a:b]``, ``v[index_array]`` or a boolean mask."""
+        rows: Any  # the same selection of the rows of this vector's bytes
         if isinstance(index, int | np.integer):
             i = int(index)
             if not -len(self) <= i < len(self):  # IndexError: what the sequence protocol expects
                 raise IndexError("vector index out of range")
-            cts = [self._c[i]]
+            cts, rows = [self._c[i]], [i]
         elif isinstance(index, slice):
-            cts = self._c[index]
+            cts, rows = self._c[index], index
         else:
             idx = np.asarray(index)
             if idx.dtype == bool:
@@ -162,8 +164,12 @@ class CipherVector:
             elif idx.dtype.kind not in "iu":
                 raise EncodingError("index arrays must be integer or boolean")
             c = self._c
-            cts = [c[i] for i in idx.ravel().tolist()]
-        return self._like(cts, size=None)
+            cts, rows = [c[i] for i in idx.ravel().tolist()], idx.ravel()
+        blob = None
+        if self._blob is not None:  # the same rows of the known bytes: no serialization before shipping
+            w = self._pk.ciphertext_bytes
+            blob = np.frombuffer(self._blob, dtype=np.uint8).reshape(-1, w)[rows].tobytes()
+        return self._like(cts, size=None, blob=blob)
 
     @classmethod
     def concat(cls, vectors: Sequence[Self]) -> Self:
