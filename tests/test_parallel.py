@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -299,6 +300,8 @@ def test_ray_backend_bench_runs_tiny() -> None:
 
 
 BUCKET_CASES = (("kkrt", "both"), ("ecdh", "left"))
+#: what Ray raises when its local node does not register within its fixed 30 s (machine load, not our code)
+RAY_STARTUP_TIMEOUT = "timed out during startup"
 
 BUCKETS_RAY_RUN = """
 import json, os, sys, time
@@ -356,8 +359,13 @@ def test_ray_bucketed_run_equals_the_one_process_run(tmp_path: Path) -> None:
     script.write_text(BUCKETS_RAY_RUN % (BUCKET_CASES, MIB, MIB))
     env = {**os.environ, "VFLCRYPTO_BACKEND": "ray", "VFLCRYPTO_WORKERS": "3", "RAY_DEDUP_LOGS": "0"}
     env.pop("VFLCRYPTO_RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=tmp_path)
+    for _ in range(2):  # once more if Ray's own node start-up (a fixed 30 s in Ray) timed out on a loaded machine
+        for d in tmp_path.glob("ray-*"):
+            shutil.rmtree(d)
+        proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                              timeout=300, env=env, cwd=tmp_path)
+        if proc.returncode == 0 or RAY_STARTUP_TIMEOUT not in proc.stderr:
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["pids"] > 1, out  # several Ray worker processes
@@ -388,14 +396,19 @@ def test_ray_party_process_writes_the_one_process_bytes(tmp_path: Path, pki: Pat
     monkeypatch.setenv("RAY_DEDUP_LOGS", "0")
     monkeypatch.delenv("VFLCRYPTO_RAY_ADDRESS", raising=False)
     cfg = make_config(tmp_path, pki, list(files), timeout=60.0, connect_timeout=60.0)
-    (tmp_path / "out").mkdir()
-    procs = {}
-    for n, f in files.items():
-        monkeypatch.setenv("VFLCRYPTO_BACKEND", "ray" if n == "active" else "process")
-        procs[n] = party(cfg, n, "align", "--data", str(f), "--id-column", "id", "--protocol", "kkrt",
-                         "--memory-budget", "4MiB", "--work-dir", str(tmp_path / f"work-{n}"),
-                         "--out", str(tmp_path / "out" / f"{n}.aligned.csv"))
-    res = finish(procs, timeout=240)
+    for _ in range(2):  # once more if Ray's own node start-up (a fixed 30 s in Ray) timed out on a loaded machine
+        for d in ("out", "work-active", "work-passive-0"):
+            shutil.rmtree(tmp_path / d, ignore_errors=True)
+        (tmp_path / "out").mkdir()
+        procs = {}
+        for n, f in files.items():
+            monkeypatch.setenv("VFLCRYPTO_BACKEND", "ray" if n == "active" else "process")
+            procs[n] = party(cfg, n, "align", "--data", str(f), "--id-column", "id", "--protocol", "kkrt",
+                             "--memory-budget", "4MiB", "--work-dir", str(tmp_path / f"work-{n}"),
+                             "--out", str(tmp_path / "out" / f"{n}.aligned.csv"))
+        res = finish(procs, timeout=240)
+        if RAY_STARTUP_TIMEOUT not in res["active"][2]:
+            break
     for n, (rc, rec, err) in res.items():
         assert rc == 0, f"{n}: {err[-3000:]}"
         assert rec is not None and rec["summary"]["buckets"] == bk.plan_buckets(6002, MIB) > 1
