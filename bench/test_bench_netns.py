@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -55,6 +57,28 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def _relay(port: int, delay_ms: int) -> Iterator[socket.socket]:
+    """A delay relay on a free loopback port in front of ``port``, and a client connected to it."""
+    listen = _port()
+    relay = subprocess.Popen([sys.executable, str(HERE / "netns_link.py"), "relay", "--listen", f"127.0.0.1:{listen}",
+                              "--to", f"127.0.0.1:{port}", "--delay-ms", str(delay_ms)])
+    try:
+        for _ in range(200):
+            try:
+                conn = socket.create_connection(("127.0.0.1", listen))
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.02)
+        else:
+            pytest.fail("the relay did not listen within 4 s")
+        with conn:
+            yield conn
+    finally:
+        relay.terminate()
+        relay.wait(5)
+
+
 def test_relay_delays_each_direction_and_keeps_the_bytes() -> None:
     echo = socket.create_server(("127.0.0.1", 0))
     port = echo.getsockname()[1]
@@ -66,53 +90,30 @@ def test_relay_delays_each_direction_and_keeps_the_bytes() -> None:
                 conn.sendall(data)
 
     threading.Thread(target=serve, daemon=True).start()
-    listen = _port()
-    relay = subprocess.Popen([sys.executable, str(HERE / "netns_link.py"), "relay", "--listen", f"127.0.0.1:{listen}",
-                              "--to", f"127.0.0.1:{port}", "--delay-ms", "60"])
     try:
-        for _ in range(200):
-            try:
-                conn = socket.create_connection(("127.0.0.1", listen))
-                break
-            except ConnectionRefusedError:
-                time.sleep(0.02)
-        payload = os.urandom(300_000)
-        t0 = time.perf_counter()
-        conn.sendall(payload)
-        got = b""
-        while len(got) < len(payload):
-            got += conn.recv(1 << 16)
-        rtt = time.perf_counter() - t0
-        conn.close()
+        with _relay(port, 60) as conn:
+            payload = os.urandom(300_000)
+            t0 = time.perf_counter()
+            conn.sendall(payload)
+            got = b""
+            while len(got) < len(payload):
+                got += conn.recv(1 << 16)
+            rtt = time.perf_counter() - t0
     finally:
-        relay.terminate()
-        relay.wait(5)
         echo.close()
     assert got == payload
     assert 0.12 <= rtt < 2.0  # 60 ms each way
 
 
 def test_relay_holds_a_client_until_the_listener_is_up() -> None:
-    port, listen = _port(), _port()
-    relay = subprocess.Popen([sys.executable, str(HERE / "netns_link.py"), "relay", "--listen", f"127.0.0.1:{listen}",
-                              "--to", f"127.0.0.1:{port}", "--delay-ms", "1"])
-    try:
-        for _ in range(200):
-            try:
-                conn = socket.create_connection(("127.0.0.1", listen))
-                break
-            except ConnectionRefusedError:
-                time.sleep(0.02)
+    port = _port()
+    with _relay(port, 1) as conn:
         conn.sendall(b"early")  # nothing listens upstream yet
         time.sleep(0.4)
         with socket.create_server(("127.0.0.1", port)) as server:
             up, _ = server.accept()
             with up:
                 assert up.recv(5) == b"early"
-        conn.close()
-    finally:
-        relay.terminate()
-        relay.wait(5)
 
 
 def test_link_specs() -> None:

@@ -102,20 +102,22 @@ def test_both_schemes_match_least_squares_on_the_bundled_example_in_the_label_un
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The documented bank/shop run (credit scores around 660, std ~65): both schemes train on the
     standardized label and report RMSE, final_loss and epoch losses in credit-score points, the
-    same under Paillier and CKKS, and the secure R² matches the plaintext least-squares fit."""
+    same under Paillier and CKKS, and the secure R² matches the plaintext least-squares fit. The docs' run
+    with 40 epochs instead of 100 (CKKS at N = 16384 costs ~1.3 s an epoch; at 40 the R² is already within
+    0.003 of least squares: 0.8503 vs 0.8481 measured)."""
     bank, shop = _bank_shop(tmp_path)
     common = ["train", "linreg", "--active", str(bank), "--passive", str(shop), "--id-column", "id",
-              "--label", "credit_score", "--epochs", "100", "--test-fraction", "0.2", "--json"]  # the docs' run
+              "--label", "credit_score", "--epochs", "40", "--test-fraction", "0.2", "--json"]
     ckks = _train_json([*common, "--scheme", "ckks"], capsys)
     paillier = _train_json([*common, "--key-bits", "512", "--allow-insecure"], capsys)
     for out in (ckks, paillier):
         assert isinstance(out["test_rmse"], float) and isinstance(out["test_r2"], float)
         assert isinstance(out["final_loss"], float)
-        # measured 0.8477 vs 0.8481 (CKKS, flooded: 0.847702 vs Paillier's 0.847711)
+        # measured 0.8503 vs 0.8481 at 40 epochs (100 epochs: 0.8477, CKKS flooded 0.847702 vs Paillier 0.847711)
         assert out["test_r2"] == pytest.approx(out["plaintext_test_r2"], abs=0.005)
         assert out["test_r2"] > 0.8  # the bundled data's credit score has real signal in both parties' columns
         assert 15 < out["test_rmse"] < 40  # in credit-score points, not in standardized units
-        assert 300 < out["final_loss"] < 500  # half the training MSE in points² (measured 388), not ~0.1
+        assert 300 < out["final_loss"] < 500  # half the training MSE in points² (measured 408), not ~0.1
     assert ckks["test_rmse"] == pytest.approx(paillier["test_rmse"], rel=0.01)
     assert ckks["final_loss"] == pytest.approx(paillier["final_loss"], rel=0.01)
     assert ckks["converged"] == paillier["converged"] and ckks["epochs"] == paillier["epochs"]

@@ -39,8 +39,9 @@ import math
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +52,24 @@ from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import Channel
 
+from .bucket_parallel import bucket_executor, ordered_map
 from .idtable import IdTable
 from .messages import ACTIVE_ROLES, BucketHello, BucketNonce, BucketSizes
 from .roles import run_active, run_passive
-from .spill import input_digest, load_bucket, merge_results, result_path, spill_rows, write_result
+from .spill import (
+    BucketRows,
+    count_bucket,
+    input_digest,
+    load_bucket,
+    merge_results,
+    parse_bucket,
+    result_path,
+    result_records,
+    spill_bytes,
+    spill_rows,
+    write_result,
+    write_result_bytes,
+)
 
 __all__ = ["BUCKET_VERSION", "BYTES_PER_ID", "MAX_BUCKETS", "BucketedResult", "bucket_key", "finish_output",
            "parse_size", "plan_buckets", "run_bucketed"]
@@ -117,6 +132,8 @@ class BucketedResult:
     learns: bool
     sizes: tuple[int, ...]
     peer_sizes: tuple[int, ...]
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    cluster_tasks: int = 0  # tasks this run sent to the party's Ray cluster (:mod:`.bucket_parallel`)
 
 
 def _load_plan(work: Path) -> dict[str, Any]:
@@ -136,14 +153,20 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
                  mode: str, budget: int, duplicates: str = "error", strip: bool = False, resume: bool = False,
                  chunk_size: int | None = None, timeout: float | None = None, keep_first_flag: str = "--keep-first",
                  psi_kwargs: Mapping[str, Any] | None = None, propose: int | None = None,
-                 tick: Callable[[int, int], None] | None = None) -> BucketedResult:
+                 tick: Callable[[int, int], None] | None = None, parallel: str | None = None) -> BucketedResult:
     """One party of a bucketed alignment over its single channel; aligned rows left in ``work``.
 
     ``role`` is ``"active"`` or ``"passive"`` (the PSI's roles); ``psi_kwargs`` go to each
     bucket's :func:`.roles.run_active` / :func:`.roles.run_passive` (identities for keyed hash).
     ``tick(done, total)`` is told each finished bucket (default: the progress reporter);
-    ``propose`` (audits) proposes that bucket count instead of the budget's.
+    ``propose`` (audits) proposes that bucket count instead of the budget's. ``parallel``
+    (``"process"`` or ``"ray"``; default :func:`vflcrypto.parallel.backend`): with Ray, the local
+    per-bucket work runs as tasks on the party's cluster (:mod:`.bucket_parallel`), the same bytes.
+    ``seconds`` of the result: wall time of the spill, the sizes' exchange, the buckets and the rest.
     """
+    t0 = time.perf_counter()
+    seconds: dict[str, float] = {}
+    ex = bucket_executor(parallel)
     if mode not in ("both", "left"):
         raise ProtocolError(f"bucketed alignment runs modes 'both' and 'left', not {mode!r}: per-bucket "
                             "cardinalities would reveal more than the intersection size")
@@ -203,15 +226,18 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
                 "input_sha256": digest, "buckets": buckets, "nonce": nonce.hex(),
                 "peer_commitment": peer_hello.commitment.hex(), "spilled": False}
         atomic_write_text(work / "plan.json", json.dumps(plan, indent=1), permissions=PRIVATE)
+    seconds["setup"] = time.perf_counter() - t0
     if not plan.get("spilled"):
-        spill_rows(table, work, key, buckets, strip=strip)
-        sizes = [len(load_bucket(work, b, duplicates=duplicates, path=table.path, keep_first_flag=keep_first_flag).keys)
-                 for b in range(buckets)]
+        spill_rows(table, work, key, buckets, strip=strip, executor=ex)
+        count_args = ((spill_bytes(work, b), duplicates, str(table.path), keep_first_flag) for b in range(buckets))
+        sizes = list(ordered_map(ex, count_bucket, count_args) if ex is not None else
+                     (count_bucket(*a) for a in count_args))
         _release_memory()
         plan.update(spilled=True, sizes=sizes)
         atomic_write_text(work / "plan.json", json.dumps(plan, indent=1), permissions=PRIVATE)
     sizes = list(plan["sizes"])
     ch.hold("own_bucket_sizes", sizes)  # audit runs only
+    seconds["spill"] = time.perf_counter() - t0 - seconds["setup"]
     # the peer may still be spilling a large file: wait for its sizes longer than for a PSI message
     got: BucketSizes = _exchange(ch, BucketSizes(np.asarray(sizes, np.int64)), BucketSizes,
                                  max(timeout if timeout is not None else ch.timeout, 3600.0))
@@ -233,22 +259,66 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
     if chunk_size is not None:
         kw["chunk_size"] = chunk_size
     report(start, buckets)
-    for b in range(start, buckets):
-        rows = load_bucket(work, b, duplicates=duplicates, path=table.path, keep_first_flag=keep_first_flag)
-        if sizes[b] and peer_sizes[b]:
-            res = run(channels, rows.canon(), timeout=timeout, **kw)
-            positions = res.rows
-        else:  # empty at one party: nothing in common, and both know it from the sizes
-            positions = np.zeros(0, np.int64) if learns else None
-        write_result(work, b, rows, positions)
-        del rows, positions
-        _release_memory()
-        report(b + 1, buckets)
+    t1 = time.perf_counter()
+    seconds["sizes_wait"] = t1 - t0 - seconds["setup"] - seconds["spill"]
+    if ex is not None:
+        _buckets_on_cluster(ex, channels, work, table, sizes, peer_sizes.tolist(), range(start, buckets), run, kw,
+                            learns=learns, duplicates=duplicates, keep_first_flag=keep_first_flag, timeout=timeout,
+                            report=report)
+    else:
+        for b in range(start, buckets):
+            rows = load_bucket(work, b, duplicates=duplicates, path=table.path, keep_first_flag=keep_first_flag)
+            if sizes[b] and peer_sizes[b]:
+                res = run(channels, rows.canon(), timeout=timeout, **kw)
+                positions = res.rows
+            else:  # empty at one party: nothing in common, and both know it from the sizes
+                positions = np.zeros(0, np.int64) if learns else None
+            write_result(work, b, rows, positions)
+            del rows, positions
+            _release_memory()
+            report(b + 1, buckets)
+    seconds["buckets"] = time.perf_counter() - t1
     intersection = None
     if learns:
         intersection = sum(_count(result_path(work, b)) for b in range(buckets))
     return BucketedResult(sum(sizes), int(peer_sizes.sum()), intersection, buckets,
-                          start if resume else None, work, learns, tuple(sizes), tuple(peer_sizes.tolist()))
+                          start if resume else None, work, learns, tuple(sizes), tuple(peer_sizes.tolist()), seconds,
+                          getattr(ex, "tasks", 0))
+
+
+def _buckets_on_cluster(ex: Any, channels: Mapping[str, Channel], work: Path, table: IdTable, sizes: list[int],
+                        peer_sizes: list[int], todo: range, run: Callable[..., Any], kw: dict[str, Any], *,
+                        learns: bool, duplicates: str, keep_first_flag: str, timeout: float | None,
+                        report: Callable[[int, int], None]) -> None:
+    """The bucket loop with the local work on the party's Ray cluster (:mod:`.bucket_parallel`).
+
+    While bucket ``b``'s PSI runs here on the link, a task parses bucket ``b + 1``'s spill file and
+    another sorts bucket ``b − 1``'s aligned rows; result files are still written in bucket order,
+    each once its bucket is finished (a resume starts at the first missing one, as in process).
+    """
+    def parse(b: int) -> Any:
+        return ex.submit(parse_bucket, spill_bytes(work, b), duplicates, str(table.path), keep_first_flag)
+
+    total = len(sizes)
+    nxt = parse(todo.start) if len(todo) else None
+    pending: tuple[int, Any] | None = None
+    for b in todo:
+        assert nxt is not None
+        rows = BucketRows(*nxt.result())
+        nxt = parse(b + 1) if b + 1 < todo.stop else None
+        if sizes[b] and peer_sizes[b]:
+            positions = run(channels, rows.canon(), timeout=timeout, **kw).rows
+        else:  # empty at one party: nothing in common, and both know it from the sizes
+            positions = np.zeros(0, np.int64) if learns else None
+        if pending is not None:
+            write_result_bytes(work, pending[0], pending[1].result())
+            report(pending[0] + 1, total)
+        pending = (b, ex.submit(result_records, rows.keys, rows.lines, positions))
+        del rows, positions
+        _release_memory()
+    if pending is not None:
+        write_result_bytes(work, pending[0], pending[1].result())
+        report(pending[0] + 1, total)
 
 
 def _release_memory() -> None:
@@ -289,7 +359,7 @@ def finish_output(res: BucketedResult, table: IdTable, out: Path) -> int | None:
 def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal: str, paths: Mapping[str, Path],
                          work_dir: Path, budget: int, duplicates: str = "error", strip: bool = False,
                          resume: bool = False, timeout: float = 120.0, tap: Any = None,
-                         propose: int | None = None) -> dict[str, Any]:
+                         propose: int | None = None, parallel: str | None = None) -> dict[str, Any]:
     """Both parties in this process (threads over a local network), each with its own work directory.
 
     Returns the parts of :func:`.files.align_files`'s summary a bucketed run fills (and the
@@ -314,7 +384,8 @@ def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal
         kw = {"identity": ids[name], "peer_identity": ids[other].public_bytes} if protocol == "hash" else {}
         return run_bucketed(net.channels(name), table, work_dir / side, role=name, protocol=protocol, mode=reveal,
                             budget=budget, duplicates=duplicates, strip=strip, resume=resume, timeout=timeout,
-                            psi_kwargs=kw, propose=propose, tick=None if name == ACTIVE else (lambda _d, _t: None))
+                            psi_kwargs=kw, propose=propose, tick=None if name == ACTIVE else (lambda _d, _t: None),
+                            parallel=parallel)
 
     results = run_parties({ACTIVE: lambda: task(ACTIVE), PASSIVE: lambda: task(PASSIVE)}, network=net)
     outputs: dict[str, str] = {}
@@ -328,4 +399,6 @@ def align_files_bucketed(left: IdTable, right: IdTable, *, protocol: str, reveal
     res = results[ACTIVE]
     return {"left_size": res.own_size, "right_size": res.peer_size, "intersection": res.intersection,
             "buckets": res.buckets, "resumed_from": res.resumed_from, "bytes_sent": net.transcript.total_bytes,
-            "outputs": outputs, "_transcript": net.transcript}
+            "outputs": outputs, "_transcript": net.transcript,
+            "phase_seconds": {sides[n][0]: dict(results[n].seconds) for n in (ACTIVE, PASSIVE)},
+            "cluster_tasks": {sides[n][0]: results[n].cluster_tasks for n in (ACTIVE, PASSIVE)}}

@@ -170,7 +170,8 @@ def _bucketed_party(args: argparse.Namespace, ctx: TaskContext, table: IdTable) 
                        resume=args.resume, chunk_size=args.chunk_size, keep_first_flag="--duplicates first",
                        psi_kwargs=kw)
     summary = {"protocol": args.protocol, "own_size": res.own_size, "peer_sizes": {peer: res.peer_size},
-               "intersection": res.intersection, "buckets": res.buckets, "resumed_from": res.resumed_from}
+               "intersection": res.intersection, "buckets": res.buckets, "resumed_from": res.resumed_from,
+               "phase_seconds": {k: round(v, 3) for k, v in res.seconds.items()}, "cluster_tasks": res.cluster_tasks}
 
     def write(out: Path, _meta: dict[str, Any]) -> None:
         if not res.learns:

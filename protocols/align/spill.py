@@ -26,7 +26,9 @@ import os
 import struct
 import unicodedata
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,11 +36,13 @@ from vflcrypto.data.atomic import PRIVATE, atomic_open
 from vflcrypto.errors import InputDataError
 from vflcrypto.psi import primitives as psi
 
+from .bucket_parallel import ordered_map
 from .idtable import IdTable
 from .tables import canonical_order
 
-__all__ = ["BucketRows", "bucket_index", "input_digest", "load_bucket", "merge_results", "result_path",
-           "spill_rows", "write_result"]
+__all__ = ["BucketRows", "bucket_index", "count_bucket", "input_digest", "load_bucket", "merge_results",
+           "parse_bucket", "result_path", "result_records", "spill_block", "spill_bytes", "spill_rows",
+           "write_result", "write_result_bytes"]
 
 _SPILL = struct.Struct("<qII")
 _RESULT = struct.Struct("<II")
@@ -89,16 +93,51 @@ def _canon(value: str, strip: bool, row: int) -> bytes:
         raise InputDataError(f"line {row + 2}: {exc}") from None
 
 
-def spill_rows(table: IdTable, work: Path, key: bytes, buckets: int, *, strip: bool) -> None:
-    """Stream ``table`` into one spill file per bucket (memory: the write buffers, ~16 MiB)."""
+def spill_block(rows: list[tuple[str, ...]], start: int, col: int, strip: bool, key: bytes,
+                buckets: int) -> list[bytes]:
+    """One block of rows (input rows ``start``…) as spill records, joined per bucket in input order.
+
+    A pure function of plain values, so it runs in this process or as a Ray task
+    (:mod:`.bucket_parallel`) to the same bytes.
+    """
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    keys = [_canon(r[col], strip, start + j) for j, r in enumerate(rows)]
+    parts: list[list[bytes]] = [[] for _ in range(buckets)]
+    for j, (r, k, b) in enumerate(zip(rows, keys, bucket_index(key, keys, buckets).tolist(), strict=True)):
+        out.seek(0)
+        out.truncate()
+        writer.writerow(r)
+        line = out.getvalue().encode("utf-8")
+        parts[b].append(_SPILL.pack(start + j, len(k), len(line)) + k + line)
+    return [b"".join(p) for p in parts]
+
+
+def _blocks(table: IdTable) -> Iterator[tuple[list[tuple[str, ...]], int]]:
+    block: list[tuple[str, ...]] = []
+    start = 0
+    for row in table._rows():
+        block.append(row)
+        if len(block) == _BLOCK:
+            yield block, start
+            start += len(block)
+            block = []
+    yield block, start
+
+
+def spill_rows(table: IdTable, work: Path, key: bytes, buckets: int, *, strip: bool,
+               executor: Executor | None = None) -> None:
+    """Stream ``table`` into one spill file per bucket (memory: the write buffers, ~16 MiB).
+
+    With an ``executor`` (a Ray cluster's, :mod:`.bucket_parallel`) the blocks are
+    canonicalised, hashed and formatted as its tasks, a bounded window of blocks at a time;
+    this process reads the CSV and appends each block's records in input order (the same files).
+    """
     spill = _spill_dir(work)
     spill.mkdir(mode=0o700, parents=True, exist_ok=True)
     for old in spill.glob("*.bin"):  # a run killed while spilling starts its spill again
         old.unlink()
     buffers: list[list[bytes]] = [[] for _ in range(buckets)]
-    pending = 0
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
     col = table.header.index(table.id_column)
 
     def flush() -> None:
@@ -109,32 +148,27 @@ def spill_rows(table: IdTable, work: Path, key: bytes, buckets: int, *, strip: b
                     fh.write(b"".join(parts))
                 parts.clear()
 
-    def block_out(rows: list[tuple[str, ...]], start: int) -> int:
-        keys = [_canon(r[col], strip, start + j) for j, r in enumerate(rows)]
-        for j, (r, k, b) in enumerate(zip(rows, keys, bucket_index(key, keys, buckets).tolist(), strict=True)):
-            out.seek(0)
-            out.truncate()
-            writer.writerow(r)
-            line = out.getvalue().encode("utf-8")
-            buffers[b].append(_SPILL.pack(start + j, len(k), len(line)) + k + line)
-        return sum(len(k) + 64 for k in keys)
+    read = [0]
 
-    block: list[tuple[str, ...]] = []
-    start = 0
-    for row in table._rows():
-        block.append(row)
-        if len(block) == _BLOCK:
-            pending += block_out(block, start)
-            start += len(block)
-            block = []
-            if pending >= _FLUSH_BYTES:
-                flush()
-                pending = 0
-    block_out(block, start)
-    start += len(block)
+    def blocks() -> Iterator[tuple[Any, ...]]:
+        for rows, start in _blocks(table):
+            read[0] = start + len(rows)
+            yield rows, start, col, strip, key, buckets
+
+    args = blocks()
+    done = map(lambda a: spill_block(*a), args) if executor is None else ordered_map(executor, spill_block, args)
+    pending = 0
+    for part in done:
+        for b, data in enumerate(part):
+            if data:
+                buffers[b].append(data)
+                pending += len(data)
+        if pending >= _FLUSH_BYTES:
+            flush()
+            pending = 0
     flush()
-    if start != table.n_rows:
-        raise InputDataError(f"{table.path} changed while it was being aligned ({start} rows, was {table.n_rows})")
+    if read[0] != table.n_rows:
+        raise InputDataError(f"{table.path} changed while it was being aligned ({read[0]} rows, was {table.n_rows})")
 
 
 class BucketRows:
@@ -147,14 +181,16 @@ class BucketRows:
         return psi.CanonicalIds(tuple(self.keys), np.arange(len(self.keys), dtype=np.int64), len(self.keys))
 
 
-def load_bucket(work: Path, b: int, *, duplicates: str, path: Path, keep_first_flag: str) -> BucketRows:
-    """Bucket ``b``'s rows; a duplicate ID is refused (naming both lines) unless ``duplicates == 'keep_first'``.
-
-    A repeated ID always falls in the bucket of its first occurrence, and rows are
-    appended in input order, so the first row of each ID is kept, as without buckets.
-    """
+def spill_bytes(work: Path, b: int) -> bytes:
+    """Bucket ``b``'s spill file (empty when no row fell in it)."""
     f = _spill_path(work, b)
-    data = f.read_bytes() if f.exists() else b""
+    return f.read_bytes() if f.exists() else b""
+
+
+def parse_bucket(data: bytes, duplicates: str, path: str,
+                 keep_first_flag: str) -> tuple[list[bytes], list[bytes], list[int]]:
+    """A spill file's distinct IDs, CSV lines and input rows (see :func:`load_bucket`); plain values in and out,
+    so it runs as a Ray task too (:mod:`.bucket_parallel`)."""
     keys: list[bytes] = []
     lines: list[bytes] = []
     rows: list[int] = []
@@ -176,19 +212,44 @@ def load_bucket(work: Path, b: int, *, duplicates: str, path: Path, keep_first_f
         keys.append(k)
         lines.append(line)
         rows.append(row)
-    return BucketRows(keys, lines, rows)
+    return keys, lines, rows
+
+
+def count_bucket(data: bytes, duplicates: str, path: str, keep_first_flag: str) -> int:
+    """The number of distinct IDs in a spill file (duplicates refused as in :func:`parse_bucket`)."""
+    return len(parse_bucket(data, duplicates, path, keep_first_flag)[0])
+
+
+def load_bucket(work: Path, b: int, *, duplicates: str, path: Path, keep_first_flag: str) -> BucketRows:
+    """Bucket ``b``'s rows; a duplicate ID is refused (naming both lines) unless ``duplicates == 'keep_first'``.
+
+    A repeated ID always falls in the bucket of its first occurrence, and rows are
+    appended in input order, so the first row of each ID is kept, as without buckets.
+    """
+    return BucketRows(*parse_bucket(spill_bytes(work, b), duplicates, str(path), keep_first_flag))
+
+
+def result_records(keys: list[bytes], lines: list[bytes], positions: np.ndarray | None) -> bytes:
+    """A bucket's result file: its aligned rows (``positions`` into the bucket; ``None``: none) sorted by
+    canonical ID; plain values in and out, so it runs as a Ray task too."""
+    if positions is None:
+        return b""
+    order = canonical_order(BucketRows(keys, lines, []).canon(), positions)
+    return b"".join(_RESULT.pack(len(keys[i]), len(lines[i])) + keys[i] + lines[i] for i in order.tolist())
+
+
+def write_result_bytes(work: Path, b: int, data: bytes) -> None:
+    """Bucket ``b``'s result file, atomically: the file is the mark that the bucket is finished."""
+    out = result_path(work, b)
+    out.parent.mkdir(mode=0o700, exist_ok=True)
+    with atomic_open(out, "wb", permissions=PRIVATE) as fh:
+        fh.write(data)
 
 
 def write_result(work: Path, b: int, bucket: BucketRows, positions: np.ndarray | None) -> None:
     """Bucket ``b``'s aligned rows (``positions`` into the bucket; ``None``: this party learns none),
     sorted by canonical ID, atomically: the file is the mark that the bucket is finished."""
-    out = result_path(work, b)
-    out.parent.mkdir(mode=0o700, exist_ok=True)
-    canon = bucket.canon()
-    order = canonical_order(canon, positions) if positions is not None else np.zeros(0, np.int64)
-    with atomic_open(out, "wb", permissions=PRIVATE) as fh:
-        fh.write(b"".join(_RESULT.pack(len(bucket.keys[i]), len(bucket.lines[i])) + bucket.keys[i] + bucket.lines[i]
-                          for i in order.tolist()))
+    write_result_bytes(work, b, result_records(bucket.keys, bucket.lines, positions))
 
 
 def _results(path: Path) -> Iterator[tuple[bytes, bytes]]:
