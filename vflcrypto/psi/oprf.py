@@ -217,7 +217,7 @@ def _unblind_chunk(c_curve: bytes, c_twist: bytes, points: bytes, flags: bytes) 
     _check_received(points)
     which = np.frombuffer(flags, np.uint8)
     rows = np.frombuffer(points, np.uint8).reshape(-1, POINT_BYTES)
-    if len(rows) == len(which) and x25519mb.available():
+    if len(rows) == len(which) and bool(np.all(which <= 1)) and x25519mb.available():
         shared = np.empty_like(rows)
         for flag, scalar in ((0, c_curve), (1, c_twist)):  # each point by the inverse of its own group's order
             sel = np.nonzero(which == flag)[0]
@@ -228,8 +228,7 @@ def _unblind_chunk(c_curve: bytes, c_twist: bytes, points: bytes, flags: bytes) 
                 raise ProtocolError("peer answered with a small-order curve point")
             shared[sel] = np.frombuffer(out, np.uint8).reshape(-1, POINT_BYTES)
         else:
-            if np.all((which == 0) | (which == 1)):
-                return b"".join([output_of_point(shared[j].tobytes()) for j in range(len(which))])
+            return b"".join([output_of_point(shared[j].tobytes()) for j in range(len(which))])
     return _unblind_slow(c_curve, c_twist, points, flags)
 
 
