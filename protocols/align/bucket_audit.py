@@ -22,6 +22,7 @@ leak the declarations admit (``protection=None``):
 from __future__ import annotations
 
 import importlib.resources
+import itertools
 import math
 import tempfile
 from collections.abc import Sequence
@@ -101,7 +102,7 @@ def _membership_finding(tap: AuditTap, key: bytes, own: Sequence[bytes], peer: S
     members = [y for y in peer if y not in own_set]
     # non-members of the same form as the demo's IDs (CUST- and six digits), outside both sets
     pool = (f"CUST-{i:06d}".encode() for i in range(10**6))
-    others = [c for c in pool if c not in own_set and c not in peer_set][: len(members)]
+    others = list(itertools.islice((c for c in pool if c not in own_set and c not in peer_set), len(members)))
     if len(members) < 20:
         return not_measured(ACTIVE, MEMBERSHIP, ("align.bucket_sizes",), None,
                             f"only {len(members)} passive IDs outside the active party's set")

@@ -141,10 +141,13 @@ def binomial_sf(k: int, n: int, p: float) -> float:
     if p >= 1.0:
         return 1.0
     lp, lq = math.log(p), math.log1p(-p)
-    logs = [math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lp + (n - j) * lq
-            for j in range(k, n + 1)]
-    top = max(logs)
-    return min(1.0, math.exp(top) * sum(math.exp(v - top) for v in logs))
+    # log C(n, j) from log C(n, k) by the ratio C(n, j) / C(n, j-1) = (n-j+1)/j, summed in numpy
+    j = np.arange(k + 1, n + 1, dtype=np.float64)
+    log_choose = math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + np.concatenate(
+        ([0.0], np.cumsum(np.log(n - j + 1) - np.log(j))))
+    logs = log_choose + np.arange(k, n + 1) * (lp - lq) + n * lq
+    top = float(logs.max())
+    return min(1.0, math.exp(top) * float(np.exp(logs - top).sum()))
 
 
 def ascents_sf(sizes: Sequence[int], k: int) -> float:
