@@ -68,6 +68,29 @@ def honest_audit(name: str) -> Any:
     return _AUDITS[name]
 
 
+#: modules whose tests are each their own pytest-xdist work unit (see :func:`pytest_xdist_make_scheduler`)
+PER_TEST_MODULES = frozenset({"tests/test_privacy_mutations.py"})
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, except that each test of :data:`PER_TEST_MODULES` is a work unit of its own.
+
+    Every mutation test runs a whole audit with one protection switched off (5–60 s each, 80 of
+    them) and shares nothing with its neighbours but the cached honest audits; as one file-sized
+    unit they kept one worker busy for a quarter of an hour after the others had finished.
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrTestScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module in PER_TEST_MODULES else module
+
+    return FileOrTestScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the modules with the most ``slow`` tests first, each module's tests in their own order.
 

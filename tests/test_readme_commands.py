@@ -36,6 +36,8 @@ SMALL_KEYS = ("--key-bits", "512", "--allow-insecure")
 KEYED = re.compile(r"\bvflcrypto (?:train (?:linreg|secureboost|logreg|pearson|poisson|sshelr|woe)"
                    r"|predict linreg|audit|bench gradients|party .* (?:train|predict))\b")
 TIMEOUT = 600
+#: side-by-side party commands take seconds; a hang is reported (with every party's output) before pytest's 600 s
+SIDE_TIMEOUT = 300
 
 
 @dataclass
@@ -113,11 +115,12 @@ def run_block(block: Block, cwd: Path, work: Path, ran: set[str] | None = None) 
             cwd = (cwd / m.group(1)).resolve()
     for command, p in side:
         try:
-            out, _ = p.communicate(timeout=TIMEOUT)
+            out, _ = p.communicate(timeout=SIDE_TIMEOUT)
         except subprocess.TimeoutExpired:
             for _, q in side:
                 q.kill()
-            pytest.fail(f"README terminal command did not finish: {command}")
+            outs = "\n".join(f"--- {c}\n{q.communicate()[0][-2000:]}" for c, q in side)
+            pytest.fail(f"README terminal command did not finish in {SIDE_TIMEOUT} s: {command}\n{outs}")
         _check(command, (p.returncode, out))
     return cwd
 

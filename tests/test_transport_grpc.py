@@ -105,6 +105,28 @@ def test_round_trip_and_50mb_frame_are_chunked(tmp_path: Path, pki: Path) -> Non
     b.close()
 
 
+def _readers(before: frozenset[threading.Thread] = frozenset()) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("grpc-read-") and t not in before]
+
+
+def test_close_and_abort_leave_no_reader_thread_inside_grpc(tmp_path: Path, pki: Path) -> None:
+    """A reader thread still in a gRPC call at interpreter exit can deadlock the exit (the call's
+    ``__del__`` waits for a lock the frozen thread holds): close and abort return only after the
+    readers are gone, whichever side closes first and whether or not the peer closes at all."""
+    before = frozenset(_readers())  # other tests' links, if any are left
+    parties = connect_all(make_config(tmp_path, pki, NAMES[:3]), pki, NAMES[:3])
+    assert len(_readers(before)) == 6
+    a, b, c = parties["active"], parties["passive-0"], parties["passive-1"]
+    a.network.transports["passive-0"].send_frame(b"x")
+    assert b.network.transports["active"].recv_frame(5) == b"x"
+    c.abort()  # passive-1 goes away without a goodbye: its own readers end with it
+    assert not [t for t in _readers(before) if t.name.startswith("grpc-read-passive-1-")], _readers(before)
+    a.close()
+    assert not [t for t in _readers(before) if t.name.startswith("grpc-read-active-")], _readers(before)
+    b.close()
+    assert not _readers(before), _readers(before)
+
+
 def test_frames_above_the_limit_are_refused(tmp_path: Path, pki: Path) -> None:
     parties = connect_all(make_config(tmp_path, pki, NAMES[:2], max_frame_mb=1, chunk_kb=64),
                           pki, NAMES[:2])

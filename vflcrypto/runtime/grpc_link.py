@@ -195,6 +195,21 @@ class GrpcTransport(Transport):
         self._closing.set()
         self._cancel_stream()
 
+    def join_reader(self, timeout: float) -> None:
+        """Wait for the reader thread to leave gRPC's iterator (cancelling the stream if it lingers).
+
+        A daemon thread still inside a gRPC call when the interpreter exits can be frozen holding
+        the call's lock; the exit's garbage collection then runs the call's ``__del__``, which waits
+        for that lock forever (seen: a party process that wrote its output and never exited).
+        """
+        reader = self._reader
+        if reader is None or reader is threading.current_thread():
+            return
+        reader.join(timeout / 2)
+        if reader.is_alive():
+            self._cancel_stream()
+            reader.join(timeout / 2)
+
     def _cancel_stream(self) -> None:
         if self._cancel is not None:
             try:

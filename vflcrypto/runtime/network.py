@@ -313,6 +313,7 @@ class PartyNetwork:
             self._server.stop(grace=1.0).wait(3.0)
         for ch in self._grpc_channels:
             ch.close()
+        self._join_readers()
 
     def abort(self) -> None:
         """Tear every link down at once (after an error): peers fail immediately."""
@@ -322,6 +323,12 @@ class PartyNetwork:
             self._server.stop(grace=None)
         for ch in self._grpc_channels:
             ch.close()
+        self._join_readers()
+
+    def _join_readers(self) -> None:
+        """No reader thread may still be inside gRPC when the process exits (:meth:`.GrpcTransport.join_reader`)."""
+        for t in self.transports.values():
+            t.join_reader(2.0)
 
 
 def _bind_address(host: str, port: int) -> str:
