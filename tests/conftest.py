@@ -94,9 +94,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the modules with the most ``slow`` tests first, each module's tests in their own order.
 
-    ``make test`` hands whole modules to two pytest-xdist workers in collection order
+    ``make test`` hands whole modules (and each test of :data:`PER_TEST_MODULES`) to three pytest-xdist
+    workers in collection order
     (``--dist loadfile --no-loadscope-reorder``); starting the longest modules (the Flower
-    Apps, the README tour, every protocol's report) first keeps both workers busy to the end
+    Apps, the README tour, every protocol's report) first keeps every worker busy to the end
     instead of leaving one long module running alone.
     """
     del config
