@@ -6,9 +6,10 @@ STAMP   = $(VENV)/.installed
 # pytest-xdist workers for `make test`: three test files run at once on two cores (each file's
 # tests stay in one worker, in order, with its module fixtures; each mutation test is a unit of its
 # own: tests/conftest.py's scheduler); much of the suite waits on subprocesses, Flower start-up and
-# sockets rather than on the cores (2-core machine, 3 workers: 17 min 11 s, 2,952 s of test time;
-# 35 min 39 s in the same session before the last round of cuts, 10 min of it a hung party process). --no-loadscope-reorder keeps the
-# collection order of tests/conftest.py (the longest files first) instead of xdist's most-tests-first.
+# sockets rather than on the cores. Measured on a 2-core machine, 3 workers: 17 min 11 s (2,952 s of
+# test time), after 35 min 39 s in the same session before the last round of cuts (10 min of it a
+# hung party process). --no-loadscope-reorder keeps the collection order of tests/conftest.py (the
+# longest files first) instead of xdist's most-tests-first.
 TEST_WORKERS ?= 3
 
 .PHONY: demo test lint bench bench-compare clean
