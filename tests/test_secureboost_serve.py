@@ -5,7 +5,7 @@ unknown IDs (at the active party, at a passive party), an empty and a malformed 
 each and the service goes on; the stop line ends it. As processes over mutual TLS: the label holder's answers
 equal ``vflcrypto predict secureboost`` on the same rows, only the declared service and prediction messages
 travel, ``!stop`` ends every party with its summary; a party killed while the service idles ends the other
-with a one-line error (no hang).
+with a one-line error (no hang), as does a passive party whose `--idle-timeout` passes without a request.
 """
 
 from __future__ import annotations
@@ -113,8 +113,10 @@ class _Lines:
         return dict(json.loads(self.q.get(timeout=30)))
 
 
-def _service(tmp_path: Path, pki: Path) -> tuple[dict[str, subprocess.Popen[bytes]], _Lines, list[str], Path]:  # noqa: F811
-    """A model trained in-process (2 trees, 512-bit keys), then both parties' services as processes."""
+def _service(tmp_path: Path, pki: Path, *passive_flags: str,  # noqa: F811
+             ) -> tuple[dict[str, subprocess.Popen[bytes]], _Lines, list[str], Path]:
+    """A model trained in-process (2 trees, 512-bit keys), then both parties' services as processes
+    (``passive_flags``: more flags of the passive party's command)."""
     Xa, y, ca, Xp, cp = sb.example(N, seed=3)
     ids = [f"s{i:03d}" for i in range(N)]
     a = _write(tmp_path / "a.csv", ids, ["y", *ca], np.column_stack([y, Xa]))
@@ -130,7 +132,7 @@ def _service(tmp_path: Path, pki: Path) -> tuple[dict[str, subprocess.Popen[byte
     p_short = _write(tmp_path / "p_short.csv", ids[:-2], list(cp), Xp[:-2])
     cfg = make_config(tmp_path, pki, ["active", "passive-0"])
     procs = {n: _serve(cfg, n, "--model-dir", str(model), "--data", f, "--id-column", "id",
-                       "--out", str(tmp_path / f"{n}.json"))
+                       "--out", str(tmp_path / f"{n}.json"), *(passive_flags if n != "active" else ()))
              for n, f in (("active", a), ("passive-0", p_short))}
     return procs, _Lines(procs["active"]), ids, out
 
@@ -197,3 +199,26 @@ def test_service_ends_in_one_line_when_a_peer_vanishes(killed: str, served: Any)
     assert code != 0 and len(errs) == 1 and errs[0].startswith("vflcrypto: error: PeerDisconnectedError"), err
     if killed != "active":
         assert "passive-0 left the prediction service" in errs[0], err
+
+
+def test_an_idle_service_ends_after_the_idle_timeout_in_one_line_per_party(tmp_path: Path, pki: Path) -> None:  # noqa: F811
+    """``--idle-timeout 3`` at the passive party: with no request for 3 s it ends with one line naming the
+    wait, and the active party, idling too, notices the link go down and ends with one line (no hang)."""
+    procs, lines, ids, _ = _service(tmp_path, pki, "--idle-timeout", "3")
+    try:
+        assert lines.ask(ids[0])["ids"] == [ids[0]]  # serving; then no request follows
+        codes = {n: p.wait(timeout=60) for n, p in procs.items()}
+        errs = {}
+        for n, p in procs.items():
+            assert p.stderr is not None
+            errs[n] = [ln for ln in p.stderr.read().decode(errors="replace").splitlines() if ln.strip()]
+        assert codes["passive-0"] != 0 and len(errs["passive-0"]) == 1, errs
+        line = errs["passive-0"][0]
+        assert line.startswith("vflcrypto: error: PeerTimeoutError") and "active" in line, line
+        assert codes["active"] != 0 and len(errs["active"]) == 1, errs
+        assert errs["active"][0].startswith("vflcrypto: error: PeerDisconnectedError"), errs
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
