@@ -2,7 +2,8 @@
 
 A run whose active or passive party is killed (SIGKILL) after its checkpoint holds a tree and before
 the end resumes with ``--resume`` to the model of an uninterrupted run, bit for bit (fresh keys: the
-splits and leaf weights come from exact fixed-point sums); a resume under another plan is refused in one line.
+splits and leaf weights come from exact fixed-point sums); a resume under another plan is refused in one line;
+a GOSS run resumes with its checkpoint's sampling secret, tree for tree.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import signal
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -121,13 +123,13 @@ class _Crash(CheckpointDir):
 
 
 def _in_process(d: Path, Xa: np.ndarray, y: np.ndarray, Xp: np.ndarray, params: sb.BoostParams, *,
-                resume: bool = False, stop: int = -1) -> sb.ActiveModel:
+                resume: bool = False, stop: int = -1, **active: Any) -> sb.ActiveModel:
     plan = plan_of(params, True, False)
     ckpt = {n: (_Crash if n == "active" else CheckpointDir)(d / f"ckpt-{n}", n, plan, "rows") for n in NAMES}
     ckpt["active"].stop = stop
     net = network(["passive-0"], 20.0, True)
     res = run_parties({"active": lambda: run_active(net.channels("active"), Xa, y, params=params, plaintext=True,
-                                                     checkpoint=ckpt["active"], resume=resume),
+                                                     checkpoint=ckpt["active"], resume=resume, **active),
                        "passive-0": lambda: run_passive(net.channels("passive-0"), Xp, checkpoint=ckpt["passive-0"],
                                                         resume=resume)}, network=net)
     assert res["active"].resumed_from == res["passive-0"].resumed_from
@@ -151,3 +153,27 @@ def test_a_one_tree_per_class_run_with_early_stopping_resumes_mid_round(tmp_path
     assert resumed.model_id != whole.model_id and resumed.best_iteration == whole.best_iteration
     for k in ("offsets", "kind", "party", "feature", "bin", "threshold", "record", "left", "right", "value"):
         np.testing.assert_array_equal(getattr(resumed, k), getattr(whole, k), err_msg=k)
+
+
+def test_a_goss_run_resumes_tree_for_tree_with_its_own_sampling_secret(tmp_path: Path) -> None:
+    """GOSS (top 20 %, other 10 %) draws its random rows from the active party's secret key: a run killed after
+    its checkpoint of 2 trees resumes (in a process that would draw a fresh key) with the key of its checkpoint,
+    and its model equals, tree for tree, an uninterrupted run under that key. The key matters: another key
+    grows other trees, so a resume that lost it would be caught."""
+    import secrets
+
+    rng = np.random.default_rng(5)  # example data, not a secret
+    Xa, Xp = rng.normal(size=(300, 2)), rng.normal(size=(300, 3))
+    y = (Xa[:, 0] + Xp[:, 1] + 0.5 * rng.normal(size=300) > 0).astype(float)
+    params = sb.BoostParams(n_trees=5, max_depth=3, max_bin=8, top_rate=0.2, other_rate=0.1)
+    key = secrets.token_bytes(32)
+    with pytest.raises(RuntimeError, match="killed"):
+        _in_process(tmp_path / "killed", Xa, y, Xp, params, stop=2, goss_key=key)
+    assert _trees(tmp_path / "killed", "active") == 2
+    resumed = _in_process(tmp_path / "killed", Xa, y, Xp, params, resume=True)  # a fresh key, overridden
+    whole = _in_process(tmp_path / "whole", Xa, y, Xp, params, goss_key=key)
+    other = _in_process(tmp_path / "other", Xa, y, Xp, params, goss_key=secrets.token_bytes(32))
+    fields = ("offsets", "kind", "party", "feature", "bin", "threshold", "record", "left", "right", "value")
+    for k in fields:
+        np.testing.assert_array_equal(getattr(resumed, k), getattr(whole, k), err_msg=k)
+    assert any(not np.array_equal(getattr(other, k), getattr(whole, k)) for k in fields)
