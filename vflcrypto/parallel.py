@@ -65,8 +65,9 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,6 +84,7 @@ __all__ = [
     "dispatch_counts",
     "get_executor",
     "on_ray",
+    "ordered_map",
     "parallel_map",
     "pool_usage",
     "ray_tls",
@@ -473,6 +475,21 @@ def chunk_ranges(total: int, parts: int, *, min_size: int = 1) -> list[tuple[int
 def _star(args: tuple[Callable[..., Any], tuple[Any, ...]]) -> Any:
     fn, chunk = args
     return fn(*chunk)
+
+
+def ordered_map(executor: Executor, fn: Callable[..., T], args: Iterable[tuple[Any, ...]],
+                window: int | None = None) -> Iterator[T]:
+    """``fn(*a)`` for each ``a`` as tasks of ``executor``, results in input order, at most
+    ``window`` (default: twice the cluster's CPUs) in flight: ``args`` is consumed lazily, so
+    memory stays bounded whatever its length."""
+    limit = window or 2 * max(1, worker_count())
+    pending: deque[Future[T]] = deque()
+    for a in args:
+        pending.append(executor.submit(fn, *a))
+        if len(pending) >= limit:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 def parallel_map(fn: Callable[..., T], chunks: Sequence[tuple[Any, ...]], *,

@@ -55,14 +55,13 @@ holder's share is then the CSV pass, the PSIs, the file writes and the merge.
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 from vflcrypto import parallel
 
-__all__ = ["CountedExecutor", "bucket_executor", "ordered_map"]
+__all__ = ["CountedExecutor", "bucket_executor"]
 
 T = TypeVar("T")
 
@@ -92,17 +91,3 @@ class CountedExecutor(Executor):
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         self.tasks += 1
         return self.inner.submit(fn, *args, **kwargs)
-
-
-def ordered_map(executor: Executor, fn: Callable[..., T], args: Iterable[tuple[Any, ...]],
-                window: int | None = None) -> Iterator[T]:
-    """``fn(*a)`` for each ``a`` as tasks of ``executor``, results in input order, at most
-    ``window`` (default: twice the cluster's CPUs) in flight: memory stays bounded."""
-    limit = window or 2 * max(1, parallel.worker_count())
-    queue: collections.deque[Future[T]] = collections.deque()
-    for a in args:
-        queue.append(executor.submit(fn, *a))
-        if len(queue) >= limit:
-            yield queue.popleft().result()
-    while queue:
-        yield queue.popleft().result()

@@ -49,10 +49,11 @@ import numpy as np
 
 from vflcrypto.data.atomic import PRIVATE, atomic_write_text
 from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.parallel import ordered_map
 from vflcrypto.runtime import progress
 from vflcrypto.runtime.channel import Channel
 
-from .bucket_parallel import bucket_executor, ordered_map
+from .bucket_parallel import bucket_executor
 from .idtable import IdTable
 from .messages import ACTIVE_ROLES, BucketHello, BucketNonce, BucketSizes
 from .roles import run_active, run_passive

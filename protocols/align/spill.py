@@ -34,9 +34,9 @@ import numpy as np
 
 from vflcrypto.data.atomic import PRIVATE, atomic_open
 from vflcrypto.errors import InputDataError
+from vflcrypto.parallel import ordered_map
 from vflcrypto.psi import primitives as psi
 
-from .bucket_parallel import ordered_map
 from .idtable import IdTable
 from .tables import canonical_order
 

@@ -48,9 +48,7 @@ import hmac
 import itertools
 import os
 import unicodedata
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -329,14 +327,7 @@ def _pipeline(fn: Callable[..., bytes], args: Iterable[tuple[Any, ...]], *,
         for a in args:
             yield fn(*a)
         return
-    window = 2 * max(1, parallel.worker_count(secret=True)) + 1
-    pending: deque[Future[bytes]] = deque()
-    for a in args:
-        pending.append(ex.submit(fn, *a))
-        if len(pending) >= window:
-            yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
+    yield from parallel.ordered_map(ex, fn, args, window=2 * max(1, parallel.worker_count(secret=True)) + 1)
 
 
 def blind_stream(secret: bytes, ids: Sequence[bytes], order: np.ndarray,
