@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "AuditError",
     "CiphertextError",
+    "ClusterError",
     "ConfigurationError",
     "DecodeError",
     "EncodingError",
@@ -104,6 +105,10 @@ class TrainingDivergedError(VflError, ArithmeticError):
 
 class AuditError(VflError, ValueError):
     """An empirical audit cannot be computed from what it was given (inconsistent views)."""
+
+
+class ClusterError(VflError, RuntimeError):
+    """A party's own compute cluster (Ray) could not be started or joined (the message gives Ray's reason)."""
 
 
 class ConfigurationError(VflError, ValueError):

@@ -72,6 +72,8 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .errors import ClusterError
+
 __all__ = [
     "BACKENDS",
     "PARALLEL_MIN_COST",
@@ -100,6 +102,8 @@ T = TypeVar("T")
 PARALLEL_MIN_COST = 10_000
 
 BACKENDS = ("process", "ray")
+#: starts of a local Ray instance before giving up (Ray's own start-up waits are a fixed 30 s)
+RAY_START_ATTEMPTS = 3
 
 _lock = threading.Lock()
 _executor: ProcessPoolExecutor | None = None
@@ -202,13 +206,32 @@ class _RayExecutor(Executor):
         self._ray: Any = ray
         self._started = not self._ray.is_initialized()
         if self._started:
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-            if address:
-                self._ray.init(address=address, **kw)
-            else:
-                self._ray.init(num_cpus=cpus, **kw)
+            self._init(address, cpus)
         self.cpus = max(1, int(self._ray.cluster_resources().get("CPU", 1)))
         self._call = self._ray.remote(_star)
+
+    def _init(self, address: str | None, cpus: int | None) -> None:
+        """Start (or join) the cluster, once more after a start-up that timed out; else one-line ClusterError.
+
+        A local Ray node waits a fixed 30 s for its own server processes to register; on a loaded
+        machine the first start can miss that window and the next one, seconds later, does not.
+        Joining a named cluster is tried once: a wrong address does not get better by waiting."""
+        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        for attempt in range(1 if address else RAY_START_ATTEMPTS):
+            try:
+                if address:
+                    self._ray.init(address=address, **kw)
+                else:
+                    self._ray.init(num_cpus=cpus, **kw)
+                return
+            except Exception as exc:  # Ray raises RuntimeError, ConnectionError, TimeoutError, ValueError...
+                with contextlib.suppress(Exception):
+                    self._ray.shutdown()  # what a half-started node left behind
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                if address or attempt + 1 == RAY_START_ATTEMPTS or "timed out" not in reason.lower():
+                    where = f"join the Ray cluster at {address}" if address else "start a local Ray instance"
+                    raise ClusterError(f"could not {where} (tried {attempt + 1}x): {reason}") from exc
+                _log.warning("a local Ray instance did not start in time (%s); starting it once more", reason)
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
         if kwargs:
