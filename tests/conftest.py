@@ -72,6 +72,7 @@ def honest_audit(name: str) -> Any:
 PER_TEST_MODULES = frozenset({"tests/test_privacy_mutations.py"})
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: absent with -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile``, except that each test of :data:`PER_TEST_MODULES` is a work unit of its own.
 

@@ -8,9 +8,12 @@ a GOSS run resumes with its checkpoint's sampling secret, tree for tree.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -47,14 +50,18 @@ def _start(d: Path, run: str, pki: Path, *extra: str, plan: list[str] = PLAN) ->
                      *extra, "--out", str(d / run / f"{n}.npz")) for n in NAMES}
 
 
+def _held(directory: Path, name: str) -> int:
+    """The trees of ``name``'s newest checkpoint in ``directory`` (0 without one)."""
+    return max((int(p.name.split(".tree-")[1][:-4]) for p in directory.glob(f"{name}.tree-*.npz")), default=0)
+
+
 def _trees(d: Path, name: str) -> int:
-    counts = [int(p.name.split(".tree-")[1][:-4]) for p in (d / f"ckpt-{name}").glob(f"{name}.tree-*.npz")]
-    return max(counts, default=0)
+    return _held(d / f"ckpt-{name}", name)
 
 
-def _same_model(a: Path, b: Path) -> None:
+def _same_model(a: Path, b: Path, trees: int = TREES) -> None:
     am, bm = sb.ActiveModel.load(a / "active.npz"), sb.ActiveModel.load(b / "active.npz")
-    assert am.n_trees == TREES
+    assert am.n_trees == trees
     np.testing.assert_array_equal(am.base_score, bm.base_score)
     for k in ("offsets", "kind", "party", "feature", "bin", "threshold", "record", "left", "right", "value", "gain",
               "cover"):
@@ -177,3 +184,53 @@ def test_a_goss_run_resumes_tree_for_tree_with_its_own_sampling_secret(tmp_path:
     for k in fields:
         np.testing.assert_array_equal(getattr(resumed, k), getattr(whole, k), err_msg=k)
     assert any(not np.array_equal(getattr(other, k), getattr(whole, k)) for k in fields)
+
+
+CLI_TREES = 40  # one process grows a tree in tens of milliseconds here: enough trees to kill it mid-run
+
+
+def _cli(d: Path, *extra: str) -> list[str]:
+    """``vflcrypto train secureboost`` in one process: unaligned files (alignment by PSI runs again on resume)."""
+    plan = [*PLAN[:-4]]
+    plan[plan.index("--trees") + 1] = str(CLI_TREES)
+    return [sys.executable, "-m", "vflcrypto", "train", "secureboost", "--active", str(d / "active.csv"),
+            "--passive", str(d / "passive-0.csv"), "--id-column", "id", "--label", "y", *plan,
+            "--scheme", "paillier", *SMALL_KEYS, "--test-fraction", "0.2", "--json", *extra]
+
+
+def test_the_in_process_command_killed_mid_run_resumes_to_the_uninterrupted_model(tmp_path: Path) -> None:
+    """``vflcrypto train secureboost --checkpoint DIR``, every party in one process, is killed (SIGKILL) once DIR
+    holds a tree; ``--resume`` aligns and splits the rows again, goes on from the checkpoints and saves the
+    model files of an uninterrupted run, bit for bit; the same test metric; a resume with other flags is refused
+    in one line."""
+    Xa, y, ca, Xp, cp = sb.example(n=160)
+    ids = [f"r{i}" for i in range(160)]
+    keep = np.r_[0:150, 155:160]  # the passive party misses some of the active party's IDs: PSI matters
+    write_table(tmp_path / "active.csv", ids, list(ca), Xa, y)
+    write_table(tmp_path / "passive-0.csv", [ids[i] for i in keep[::-1]], list(cp), Xp[keep[::-1]])
+    whole = subprocess.run(_cli(tmp_path, "--model-dir", str(tmp_path / "whole")), capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    ckpt = tmp_path / "ckpt"
+    proc = subprocess.Popen(_cli(tmp_path, "--checkpoint", str(ckpt), "--model-dir", str(tmp_path / "killed")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    while min(_held(ckpt, n) for n in NAMES) < 1:
+        assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint written before the run ended"
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before the kill"
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL and not (tmp_path / "killed").exists()
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in ckpt.glob("*.npz"))
+    resumed = subprocess.run(_cli(tmp_path, "--checkpoint", str(ckpt), "--resume", "--model-dir",
+                                  str(tmp_path / "resumed")), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got, want = json.loads(resumed.stdout), json.loads(whole.stdout)
+    assert 1 <= got["resumed_from"] < CLI_TREES and "resumed_from" not in want
+    assert got["test_auc"] == want["test_auc"] and got["plaintext_test_auc"] == want["plaintext_test_auc"]
+    _same_model(tmp_path / "whole", tmp_path / "resumed", CLI_TREES)
+    other = subprocess.run(_cli(tmp_path, "--checkpoint", str(ckpt), "--resume", "--depth", "2"),
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
+    assert "another training plan" in other.stderr and "max_depth 2 (checkpoint 3)" in other.stderr

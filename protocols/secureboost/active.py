@@ -94,6 +94,7 @@ class ActiveResult:
     eval_history: list[float] = field(default_factory=list)  # per round: the validation metric
     privacy: dict[str, Any] = field(default_factory=dict)  # the defences' guarantees (defence.privacy)
     resumed_from: int | None = None  # with --resume: the tree training went on from (.checkpoint)
+    goss_key: bytes = b""  # the secret of the GOSS draws (a resumed run's: its checkpoint's); the party's own
 
     def train_predictions(self) -> np.ndarray:
         return link(self.model.objective, self.train_margin)
@@ -584,7 +585,7 @@ class ActiveRole(Role[_ActiveState]):
             self.stock.close()
         history = [] if self.stopper is None else list(self.stopper.history)
         return done(ActiveResult(model, margin_out(margin), self.timer.phases, self.pk, stats, self.samples,
-                                 history, model.privacy), sends)
+                                 history, model.privacy, goss_key=self.goss_key), sends)
 
 
 def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from vflcrypto.data.files import PRIVATE, atomic_write_bytes, load_model
+from vflcrypto.data.files import PRIVATE, atomic_write_bytes, immediate_outputs, load_model
 from vflcrypto.errors import ConfigurationError, InputDataError, ModelFileError, ProtocolError
 from vflcrypto.runtime.channel import Channel
 from vflcrypto.runtime.steps import Next, drive, send, then
@@ -107,7 +107,8 @@ class CheckpointDir:
         buf = io.BytesIO()
         payload: dict[str, Any] = {f"a_{k}": np.asarray(v) for k, v in arrays.items()}
         np.savez(buf, __meta__=np.frombuffer(json.dumps(full, sort_keys=True).encode(), dtype=np.uint8), **payload)
-        atomic_write_bytes(self.path(trees), buf.getvalue(), permissions=PRIVATE)
+        with immediate_outputs():  # at once, even inside a command's all-or-nothing outputs: it outlives a kill
+            atomic_write_bytes(self.path(trees), buf.getvalue(), permissions=PRIVATE)
         for c in self.counts():
             if c < trees - 1 and c > self.keep_below:
                 self.path(c).unlink(missing_ok=True)

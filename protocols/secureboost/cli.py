@@ -31,6 +31,8 @@ sees passive splits as party and opaque record id) and, with a validation set, t
 
 A network party with ``--checkpoint DIR`` writes its own state after every completed tree (:mod:`.checkpoint`);
 ``--resume`` at every party goes on from the least tree any of them completed, to the uninterrupted run's model.
+In-process, ``--checkpoint DIR`` holds every party's state (``<party>.tree-<count>.npz``) and ``--resume`` goes on
+from it; the rows are aligned and split again as before (a checkpoint of other rows or flags is refused).
 
 Label defences (:mod:`.defence`, off by default; part of the plan every party checks):
 ``--first-tree-active-only`` / ``--active-only-trees K`` grow the first round(s) on the active party's features
@@ -168,6 +170,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     _add_mode(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     p.add_argument("--model-dir", help="save one <party>.npz per party here, with a manifest.json of their digests")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="after every completed tree, write every party's state to DIR (<party>.tree-<count>.npz; "
+                        "atomically, owner-readable only) so that --resume can go on from it")
+    p.add_argument("--resume", action="store_true",
+                   help="with --checkpoint: go on from the checkpoints of an interrupted run with the same flags "
+                        "and files; the model equals an uninterrupted run's")
 
 
 def train(args: argparse.Namespace) -> int:
@@ -183,11 +191,12 @@ def train(args: argparse.Namespace) -> int:
     w = None if weights is None else weights[train_rows]
     y = tr[0].label
     assert y is not None  # read_tables requires the label at the active party
-    goss_key = secrets.token_bytes(32)  # one GOSS secret for the run and its plaintext reference: the same trees
     run = run_local(tr[0].X, y, [t.X for t in tr[1:]], params=params, plaintext=args.plaintext,
                     key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, scheme=opts.scheme, ids=list(tr[0].ids),
                     active_columns=tr[0].columns, passive_columns=[t.columns for t in tr[1:]],
-                    timeout=opts.timeout, weights=w, goss_key=goss_key)
+                    timeout=opts.timeout, weights=w, goss_key=secrets.token_bytes(32),
+                    checkpoint=args.checkpoint, resume=args.resume)
+    goss_key = run.active.goss_key  # the run's GOSS secret (a resumed run's: its checkpoint's), for the reference
     passive_models = [run.passive[n].model for n in names[1:]]
     models: list[ActiveModel | PassiveModel] = [run.active.model, *passive_models]
     if len(test):
@@ -216,7 +225,8 @@ def train(args: argparse.Namespace) -> int:
         "seconds": round(time.perf_counter() - t0, 3), "bytes_sent": bytes_sent,
         "evaluated_on": on, "rows": {"train": len(train_rows), "test": len(test)},
         "mode": _mode(args, opts, run.active.public_key), **_stopping(run.active.model, run.active.eval_history),
-        "importance": {n: m.importance() for n, m in zip(names, models, strict=True)}}
+        "importance": {n: m.importance() for n, m in zip(names, models, strict=True)},
+        **({} if run.active.resumed_from is None else {"resumed_from": run.active.resumed_from})}
     if run.active.model.privacy:  # each party's own accounting of the plan's defences (.defence)
         summary["privacy"] = {n: m.privacy for n, m in zip(names, models, strict=True)}
     if args.json:

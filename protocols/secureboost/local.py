@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,9 @@ from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel, Transc
 from vflcrypto.runtime.steps import drive
 
 from .active import ActiveResult, ActiveRole
+from .checkpoint import CheckpointDir, data_digest, plan_of
+from .checkpoint import run_active as checkpoint_run_active
+from .checkpoint import run_passive as checkpoint_run_passive
 from .messages import ACTIVE
 from .passive import PassiveResult, PassiveRole
 from .predict import network
@@ -48,6 +52,14 @@ def run_passive(channels: Mapping[str, Channel], X: np.ndarray, *, timeout: floa
     return result
 
 
+def _active_runner(checkpoint: str | Path | None) -> Callable[..., ActiveResult]:
+    return run_active if checkpoint is None else checkpoint_run_active
+
+
+def _passive_runner(checkpoint: str | Path | None) -> Callable[..., PassiveResult]:
+    return run_passive if checkpoint is None else checkpoint_run_passive
+
+
 @dataclass
 class LocalRun:
     """Every party's result of an in-process run, and the shared transcript."""
@@ -69,7 +81,7 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
               ids: Sequence[str] | None = None, active_columns: Sequence[str] | None = None,
               passive_columns: Sequence[Sequence[str]] | None = None, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
-              tap: AuditTap | None = None) -> LocalRun:
+              tap: AuditTap | None = None, checkpoint: str | Path | None = None, resume: bool = False) -> LocalRun:
     """Train with every party in this process (threads over in-memory channels).
 
     ``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he.schemes`; ignored with ``keys``);
@@ -77,21 +89,35 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
     ``weights``: the active party's sample weights (n,); ``goss_key``: the secret of its GOSS draws (default fresh).
     ``overrides`` maps a party name to a callable ``(channels) -> Any`` that replaces its
     role (tests: a stalling or hostile party); ``tap`` (audits) keeps what each party
-    received and holds.
+    received and holds. ``checkpoint``: a directory where every party writes its own state after every
+    completed tree (``<party>.tree-<count>.npz``, :mod:`.checkpoint`); with ``resume`` the run goes on from
+    them (the GOSS secret from the active party's checkpoint) to the model an uninterrupted run grows.
     """
     names = passive_names(len(X_passive))
     net = network(names, timeout, allow_insecure, Transcript(tap))
+    if resume and checkpoint is None:
+        raise InputDataError("resume needs a checkpoint directory (the one the interrupted run wrote)")
+    ckpt: dict[str, dict[str, Any]] = {n: {} for n in (ACTIVE, *names)}
+    if checkpoint is not None:
+        plan = plan_of(params or BoostParams(), plaintext, weights is not None)
+        rows = {ACTIVE: data_digest(ids or [], active_columns or [], X_active, y, weights),
+                **{n: data_digest(ids or [], passive_columns[i] if passive_columns is not None else [], X_passive[i])
+                   for i, n in enumerate(names)}}
+        ckpt = {n: {"checkpoint": CheckpointDir(checkpoint, n, plan, rows[n]), "resume": resume} for n in rows}
+        for c in ckpt.values():
+            if resume:
+                c["checkpoint"].check()  # another plan or other rows: one line, before any work
     # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
     tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: run_active(net.channels(ACTIVE), X_active, y, ids=ids, columns=active_columns,
-                                   params=params, plaintext=plaintext, key_bits=key_bits, keys=keys,
-                                   allow_insecure=allow_insecure, scheme=scheme, precompute=precompute,
-                                   weights=weights, goss_key=goss_key),
+        ACTIVE: lambda: _active_runner(checkpoint)(
+            net.channels(ACTIVE), X_active, y, ids=ids, columns=active_columns, params=params, plaintext=plaintext,
+            key_bits=key_bits, keys=keys, allow_insecure=allow_insecure, scheme=scheme, precompute=precompute,
+            weights=weights, goss_key=goss_key, **ckpt[ACTIVE]),
     }
     for i, name in enumerate(names):
         cols = passive_columns[i] if passive_columns is not None else None
-        tasks[name] = (lambda name=name, X=X_passive[i], cols=cols: run_passive(
-            net.channels(name), X, ids=ids, columns=cols))
+        tasks[name] = (lambda name=name, X=X_passive[i], cols=cols: _passive_runner(checkpoint)(
+            net.channels(name), X, ids=ids, columns=cols, **ckpt[name]))
     for name, fn in (overrides or {}).items():
         tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
     t0 = time.perf_counter()

@@ -20,7 +20,7 @@ from typing import IO, Any
 from ..errors import OutputError, VflError
 
 __all__ = ["PRIVATE", "PUBLIC", "OutputSet", "atomic_open", "atomic_set", "atomic_write_bytes", "atomic_write_text",
-           "write_csv_atomic", "write_error"]
+           "immediate_outputs", "write_csv_atomic", "write_error"]
 
 
 # --------------------------------------------------------------------------- atomic output
@@ -207,8 +207,13 @@ def atomic_set() -> Iterator[OutputSet]:
 
 
 @contextmanager
-def _outside_set() -> Iterator[None]:
-    """Write immediately inside the block (the staging area of a set step itself)."""
+def immediate_outputs() -> Iterator[None]:
+    """Inside the block, atomic outputs are renamed into place at once, even within :func:`atomic_set`.
+
+    For the staging area of a set step itself, and for state a command keeps whatever its
+    outcome (a checkpoint after every tree): the set's all-or-nothing is for the command's
+    results, and a checkpoint held back until the command succeeds would be lost with the
+    killed run it exists for."""
     token = _ACTIVE.set(None)
     try:
         yield

@@ -31,11 +31,11 @@ from .atomic import (
     PRIVATE,
     PUBLIC,
     OutputSet,
-    _outside_set,
     atomic_open,
     atomic_set,
     atomic_write_bytes,
     atomic_write_text,
+    immediate_outputs,
     write_csv_atomic,
     write_error,
 )
@@ -52,6 +52,7 @@ __all__ = [
     "check_model_dir",
     "check_output_dir",
     "check_outputs",
+    "immediate_outputs",
     "load_model",
     "read_manifest",
     "save_model",
@@ -360,7 +361,7 @@ def write_model_dir(model_dir: str | os.PathLike[str], protocol: str,
     with atomic_set() as staged:
         tmp = _temp_dir_beside(target)
         try:
-            with _outside_set():  # the sibling itself is the staging area
+            with immediate_outputs():  # the sibling itself is the staging area
                 entries: dict[str, dict[str, Any]] = {}
                 for name, write in files.items():
                     try:
