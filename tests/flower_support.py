@@ -51,16 +51,21 @@ def expected_lines(steps: int, mode: str, learning_rate: float = 0.5) -> list[st
     return lines
 
 
-def run_script(name: str, *overrides: str, tmp: Path, timeout: float = 240, nodes: int = 3) -> tuple[int, str]:
-    """Run scripts/<name> with run-config overrides; return (exit code, stdout+stderr).
+def start_script(name: str, *overrides: str, tmp: Path, timeout: float = 240, nodes: int = 3) -> subprocess.Popen:
+    """Start scripts/<name> with run-config overrides (stdout and stderr in one pipe, text), in its own session.
 
     ``tmp`` holds the script's private FLWR_HOME (kept on failure). Not via TMPDIR: Ray
     creates AF_UNIX sockets (max 107 bytes) under TMPDIR and pytest's paths are long.
     """
     env = dict(os.environ, VENV=sys.prefix, FLWR_WORKDIR=str(tmp), FLWR_TIMEOUT=str(int(timeout - 60)),
                NODES=str(nodes))
-    proc = subprocess.Popen(["bash", str(SCRIPTS / name), *overrides], cwd=ROOT, env=env, text=True,
+    return subprocess.Popen(["bash", str(SCRIPTS / name), *overrides], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def run_script(name: str, *overrides: str, tmp: Path, timeout: float = 240, nodes: int = 3) -> tuple[int, str]:
+    """Run scripts/<name> with run-config overrides (:func:`start_script`); return (exit code, stdout+stderr)."""
+    proc = start_script(name, *overrides, tmp=tmp, timeout=timeout, nodes=nodes)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -20,12 +20,14 @@ tests/test_flower_align_repvfl_secagg.py (helpers: tests/flower_support.py).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
-from flower_support import FLOWER_MARKS, SCRIPTS, expected_lines, outputs, run_script
+from flower_support import FLOWER_MARKS, SCRIPTS, expected_lines, outputs, run_script, start_script
 from vflcrypto.protocols import logreg as lr
 
 from vflcrypto.cli import main
@@ -185,6 +187,41 @@ def test_simulation_secureboost_matches_run_local(tmp_path: Path) -> None:
     assert "[vflcrypto] secureboost: 2 trees" in out
     relayed = {e["kind"] for e in got["transcript"]["transcript"] if e["step_name"] == "relay"}
     assert relayed == set()
+
+
+def test_simulation_secureboost_killed_mid_run_resumes_to_run_local(tmp_path: Path) -> None:
+    """Run config ``checkpoint-dir``: each party writes its state after every tree (the passive party's state,
+    its resume included, goes through ``context.state`` between messages). The simulation is stopped (the script
+    and everything it started) once both parties hold a tree; a new run with ``resume=true`` goes on from the
+    least tree either holds and grows run_local's trees."""
+    from vflcrypto.protocols import secureboost as sb
+
+    ckpt = tmp_path / "ckpt"
+    overrides = ("protocol='secureboost'", "key-bits=1024", "allow-insecure=true", "trees=4", "depth=2", "rows=150",
+                 f"checkpoint-dir='{ckpt}'")
+    proc = start_script("flower_simulate.sh", *overrides, tmp=tmp_path, nodes=1)
+    deadline = time.monotonic() + 180
+    while not all(list(ckpt.glob(f"{n}.tree-*.npz")) for n in ("active", "passive-0")):
+        assert time.monotonic() < deadline and proc.poll() is None, "no checkpoint before the run ended"
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it was stopped"
+    proc.send_signal(signal.SIGTERM)  # the script's trap stops the SuperLink, the simulation and the ClientApps
+    proc.communicate(timeout=60)
+    rc, out = run_script("flower_simulate.sh", *overrides, "resume=true", f"out-dir='{tmp_path / 'out'}'",
+                         tmp=tmp_path, nodes=1)
+    assert rc == 0, out[-3000:]
+    got = outputs(tmp_path)
+    resumed = got["active"]["result"]["resumed_from"]
+    assert 1 <= resumed < 4 and got["passive-0"]["resumed_from"] == resumed, got["passive-0"]
+    assert "[vflcrypto] secureboost: 4 trees, training AUC" in out and f"(resumed from tree {resumed})" in out
+    Xa, y, ca, Xp, cp = sb.example(n=150)
+    local = sb.run_local(Xa, y, [Xp], params=sb.BoostParams(n_trees=4, max_depth=2, max_bin=16), key_bits=1024,
+                         allow_insecure=True, active_columns=ca, passive_columns=[cp])
+    model = got["active"]["result"]["model"]
+    for name in ("kind", "feature", "bin", "left", "right", "party"):
+        assert model[name] == getattr(local.active.model, name).tolist(), name
+    np.testing.assert_allclose(model["value"], local.active.model.value, rtol=0, atol=1e-12)
+    assert got["passive-0"]["model"]["feature"] == local.passive["passive-0"].model.feature.tolist()
 
 
 def test_process_lookup_in_cleanup_prints_nothing_for_processes_that_ended(tmp_path: Path) -> None:

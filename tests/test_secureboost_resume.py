@@ -234,3 +234,22 @@ def test_the_in_process_command_killed_mid_run_resumes_to_the_uninterrupted_mode
                            capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert other.returncode == 2 and other.stderr.count("\n") == 1, other.stderr
     assert "another training plan" in other.stderr and "max_depth 2 (checkpoint 3)" in other.stderr
+
+
+def test_a_flower_party_keeps_its_resume_in_its_state_and_resume_needs_a_directory(tmp_path: Path) -> None:
+    """A Flower ClientApp may handle each message in a fresh process: what a passive party's resume agreed (the
+    tree, the model id) is part of the state it dumps and loads; ``resume=true`` without ``checkpoint-dir`` is
+    refused in one line."""
+    from vflcrypto.protocols.secureboost import _flower_role
+
+    from vflcrypto.errors import ConfigurationError
+
+    cfg = {"checkpoint-dir": str(tmp_path), "resume": True, "rows": 60}
+    role = _flower_role("passive-0", cfg)
+    assert role.resumed_from is None
+    role.state.resumed_from, role.state.resumed_model = 2, "m-1"
+    again = _flower_role("passive-0", cfg)
+    again.load_state(role.dump_state())
+    assert (again.resumed_from, again.state.resumed_model) == (2, "m-1")
+    with pytest.raises(ConfigurationError, match="resume=true needs checkpoint-dir"):
+        _flower_role("active", {"resume": True, "rows": 60})

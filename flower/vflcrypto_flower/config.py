@@ -85,6 +85,8 @@ SCHEMA: dict[str, tuple[type, Check | None]] = {
     "depth": (int, _at_least(1)),
     "max-bin": (int, _at_least(2)),
     "plaintext": (bool, None),
+    "checkpoint-dir": (str, None),
+    "resume": (bool, None),
     "features": (int, _at_least(1)),
     "meter": (bool, None),
     "out-dir": (str, None),

@@ -314,12 +314,12 @@ def audit_run(key_bits: int = DEFAULT_KEY_BITS, *, allow_insecure: bool = False,
     findings.append(_loss_aggregate_finding(tap))
     findings += [residual_recovery_finding(tap, p, names[1:]) for p in names[1:]]
     findings.append(losses_verified(tap, active, passives, cfg))
-    runs = {"Paillier training": run.transcript, "prediction": pred_transcript}
+    runs = {"Paillier training": run.transcript}
     curves = {"loss per iteration (Paillier)": list(run.losses)}
     if ckks_run is not None:
-        runs = {"Paillier training": run.transcript, "CKKS training": ckks_run.transcript,
-                "prediction": pred_transcript}
+        runs["CKKS training"] = ckks_run.transcript
         curves["loss per iteration (CKKS)"] = list(ckks_run.losses)
+    runs["prediction"] = pred_transcript  # the sections in this order: Paillier, CKKS, prediction
     report, sections = audit_runs(runs)
     report.check()
     return AuditOutcome("linreg", report, tuple(findings), sections=sections, transcripts=tuple(runs.items()),

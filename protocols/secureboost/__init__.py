@@ -161,12 +161,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vflcrypto.errors import ConfigurationError
 from vflcrypto.spec import Command, FlowerSpec, PartyTask, ProtocolSpec
 
 from . import cli, frontier, serve
 from .active import ActiveResult, ActiveRole, decode_histograms
 from .audit import CHECKS as AUDIT_CHECKS
 from .audit import audit_run, demo_step, example, label_inference_attack
+from .checkpoint import CheckpointDir, ResumableActive, ResumablePassive, data_digest, plan_of
 from .defence import DEFENCES
 from .local import LocalRun, passive_names, run_active, run_local, run_passive
 from .messages import (
@@ -226,14 +228,26 @@ def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
+    """The party's role; with run config ``checkpoint-dir``, the checkpointing one (each party writes
+    ``<party>.tree-<count>.npz`` there on its own node; ``resume = true`` goes on from them)."""
     Xa, y, ca, Xp, cp = example(n=int(run_config.get("rows", 200)))
+    params, plaintext = _flower_params(run_config), bool(run_config.get("plaintext", False))
+    directory = str(run_config.get("checkpoint-dir", "") or "")
+    resumable: dict[str, Any] = {}
+    if directory:
+        rows = data_digest([], ca, Xa, y) if party == ACTIVE else data_digest([], cp, Xp)
+        resumable = {"checkpoint": CheckpointDir(directory, party, plan_of(params, plaintext, False), rows),
+                     "resume": bool(run_config.get("resume", False))}
+    elif run_config.get("resume", False):
+        raise ConfigurationError("run config resume=true needs checkpoint-dir (where the interrupted run's "
+                                 "checkpoints are)")
     if party == ACTIVE:
-        return ActiveRole(Xa, y, passives=["passive-0"], columns=ca, params=_flower_params(run_config),
-                          plaintext=bool(run_config.get("plaintext", False)),
-                          key_bits=int(run_config.get("key-bits", 2048)),
-                          allow_insecure=bool(run_config.get("allow-insecure", False)),
-                          scheme=str(run_config.get("scheme", DEFAULT_SCHEME)))
-    return PassiveRole(Xp, name=party, columns=cp)
+        return (ResumableActive if resumable else ActiveRole)(
+            Xa, y, passives=["passive-0"], columns=ca, params=params, plaintext=plaintext,
+            key_bits=int(run_config.get("key-bits", 2048)),
+            allow_insecure=bool(run_config.get("allow-insecure", False)),
+            scheme=str(run_config.get("scheme", DEFAULT_SCHEME)), **resumable)
+    return (ResumablePassive if resumable else PassiveRole)(Xp, name=party, columns=cp, **resumable)
 
 
 def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -> dict[str, Any]:
@@ -242,8 +256,10 @@ def _flower_summary(results: Mapping[str, Any], run_config: Mapping[str, Any]) -
     _, y, *_ = example(n=int(run_config.get("rows", 200)))
     res: ActiveResult = results[ACTIVE]
     auc = roc_auc(y, res.train_predictions())
-    return {"lines": [f"[vflcrypto] secureboost: {res.model.n_trees} trees, training AUC {auc:.4f}"],
-            "train_auc": auc, "model_id": res.model.model_id}
+    resumed = "" if res.resumed_from is None else f" (resumed from tree {res.resumed_from})"
+    return {"lines": [f"[vflcrypto] secureboost: {res.model.n_trees} trees, training AUC {auc:.4f}{resumed}"],
+            "train_auc": auc, "model_id": res.model.model_id,
+            **({} if res.resumed_from is None else {"resumed_from": res.resumed_from})}
 
 
 SPEC = ProtocolSpec(

@@ -46,7 +46,7 @@ from vflcrypto.runtime.steps import Next, drive, send, then
 
 from .active import ActiveResult, ActiveRole, _assemble, _prefix, _TreeBuilder
 from .messages import Resume, Setup
-from .passive import PassiveResult, PassiveRole
+from .passive import PassiveResult, PassiveRole, _PassiveState
 from .tree import BoostParams
 
 __all__ = ["CheckpointDir", "ResumableActive", "ResumablePassive", "data_digest", "plan_of", "run_active",
@@ -207,6 +207,12 @@ class ResumableActive(ActiveRole):
             tb.value = [row.copy() for row in a["value"][s]]
             st.trees.append(tb)
 
+    def step(self, wait: Any, msg: Any) -> Next:
+        nxt = super().step(wait, msg)
+        if nxt.wait is None and isinstance(nxt.result, ActiveResult):
+            nxt.result.resumed_from = self.resumed_from
+        return nxt
+
     def _begin_tree(self) -> Next:
         """Before tree ``t`` (every tree before it completed): the checkpoint of ``t`` trees."""
         st = self.state
@@ -223,23 +229,40 @@ class ResumableActive(ActiveRole):
         return super()._begin_tree()
 
 
+@dataclasses.dataclass
+class _ResumablePassiveState(_PassiveState):
+    """A passive party's state plus what its resume agreed (kept with the state: a Flower ClientApp may handle
+    every message in a fresh process)."""
+
+    resumed_model: str = ""  # the model id of the run this party resumed ("" when it starts afresh)
+    resumed_from: int = -1  # the tree it resumed from (-1: not resumed)
+
+
 class ResumablePassive(PassiveRole):
     """:class:`PassiveRole` that checkpoints after every tree and, with ``resume``, goes on from a checkpoint."""
+
+    State = _ResumablePassiveState
+    state: _ResumablePassiveState
 
     def __init__(self, *args: Any, checkpoint: CheckpointDir, resume: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.ckpt, self.resume = checkpoint, resume
-        self._model_id = ""
-        self.resumed_from: int | None = None
-        self._held: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None
+
+    @property
+    def resumed_from(self) -> int | None:
+        return None if self.state.resumed_from < 0 else self.state.resumed_from
+
+    def _held(self) -> tuple[int, dict[str, Any], dict[str, np.ndarray]]:
+        """This party's newest checkpoint: (trees, metadata, arrays); (0, {}, {}) without one."""
+        own = self.ckpt.latest()
+        return (own, *self.ckpt.load(own)) if own else (0, {}, {})
 
     def start(self) -> Next:
         if not self.resume:
             return super().start()
-        own = self.ckpt.latest()
-        self._held = self.ckpt.load(own) if own else None
-        model_id = "" if self._held is None else str(self._held[0]["model_id"])
-        return then([send(self.active, Resume(own, self.ckpt.digest, model_id))], self.active, Resume, "on_resume")
+        own, meta, _ = self._held()
+        return then([send(self.active, Resume(own, self.ckpt.digest, str(meta.get("model_id", ""))))], self.active,
+                    Resume, "on_resume")
 
     def on_resume(self, msg: Resume) -> Next:
         """The tree every party resumes from: our checkpoint up to it (a party ahead drops its extra trees)."""
@@ -247,26 +270,24 @@ class ResumablePassive(PassiveRole):
             raise ConfigurationError(f"{self.name}: the active party's checkpoint or flags are of another training "
                                      "plan; resume every party with the flags of the run that wrote the checkpoints")
         trees = int(msg.trees)
-        held = self.ckpt.latest() if self._held is not None else 0
+        held, meta, a = self._held()  # read again: the step that sent our count may have run in another process
         if not 0 <= trees <= held:
             raise ProtocolError(f"the active party resumes from tree {trees}; {self.name}'s checkpoint holds {held}")
+        st = self.state
         if trees:
-            assert self._held is not None
-            meta, a = self._held
             if msg.model_id != meta["model_id"]:
                 raise ProtocolError(f"the parties' checkpoints are of different runs (model {msg.model_id}, "
                                     f"here {meta['model_id']})")
             keep = a["rec_t"] < trees
-            st = self.state
             st.rec_f, st.rec_b, st.rec_t = (a[k][keep].tolist() for k in ("rec_f", "rec_b", "rec_t"))
-            st.t, self._model_id = trees, str(msg.model_id)
-        self.resumed_from = trees
+            st.t, st.resumed_model = trees, str(msg.model_id)
+        st.resumed_from = trees
         return then([], self.active, Setup, "on_setup")
 
     def on_setup(self, setup: Setup) -> Next:
-        if self._model_id and setup.model_id != self._model_id:
+        if self.state.resumed_model and setup.model_id != self.state.resumed_model:
             raise ProtocolError(f"{self.name}: the setup names model {setup.model_id}, the resumed run "
-                                f"{self._model_id}")
+                                f"{self.state.resumed_model}")
         return super().on_setup(setup)
 
     def _end_tree(self, kept: int) -> Next:
@@ -278,13 +299,18 @@ class ResumablePassive(PassiveRole):
                            {k: np.asarray(getattr(st, k), np.int64) for k in ("rec_f", "rec_b", "rec_t")})
         return nxt
 
+    def step(self, wait: Any, msg: Any) -> Next:
+        nxt = super().step(wait, msg)
+        if nxt.wait is None and isinstance(nxt.result, PassiveResult):
+            nxt.result.resumed_from = self.resumed_from
+        return nxt
+
 
 def run_active(channels: Mapping[str, Channel], X: np.ndarray, y: np.ndarray, *, checkpoint: CheckpointDir,
                resume: bool = False, timeout: float | None = None, **kwargs: Any) -> ActiveResult:
     """The active party (as :func:`.local.run_active`), checkpointed and, with ``resume``, resumed."""
     role = ResumableActive(X, y, passives=list(channels), checkpoint=checkpoint, resume=resume, **kwargs)
     result: ActiveResult = drive(role, channels, timeout=timeout)
-    result.resumed_from = role.resumed_from
     return result
 
 
@@ -296,5 +322,4 @@ def run_passive(channels: Mapping[str, Channel], X: np.ndarray, *, checkpoint: C
     (active, ch), = channels.items()
     role = ResumablePassive(X, name=ch.local.name, active=active, checkpoint=checkpoint, resume=resume, **kwargs)
     result: PassiveResult = drive(role, channels, timeout=timeout)
-    result.resumed_from = role.resumed_from
     return result
