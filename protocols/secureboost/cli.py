@@ -170,12 +170,18 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     _add_mode(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary to stdout")
     p.add_argument("--model-dir", help="save one <party>.npz per party here, with a manifest.json of their digests")
+    _add_checkpoint_arguments(p, "every party's state to DIR (<party>.tree-<count>.npz",
+                              "of an interrupted run with the same flags and files")
+
+
+def _add_checkpoint_arguments(p: argparse.ArgumentParser, written: str, resumed: str) -> None:
+    """``--checkpoint DIR`` and ``--resume``, with what is ``written`` and which checkpoints are ``resumed``."""
     p.add_argument("--checkpoint", metavar="DIR",
-                   help="after every completed tree, write every party's state to DIR (<party>.tree-<count>.npz; "
-                        "atomically, owner-readable only) so that --resume can go on from it")
+                   help=f"after every completed tree, write {written}; atomically, owner-readable only) so that "
+                        "--resume can go on from it")
     p.add_argument("--resume", action="store_true",
-                   help="with --checkpoint: go on from the checkpoints of an interrupted run with the same flags "
-                        "and files; the model equals an uninterrupted run's")
+                   help=f"with --checkpoint: go on from the checkpoints {resumed}; the model equals an "
+                        "uninterrupted run's")
 
 
 def train(args: argparse.Namespace) -> int:
@@ -325,12 +331,8 @@ def add_party_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precompute", action=argparse.BooleanOptionalAction, default=True,
                    help="active party: compute the next tree's obfuscators while it waits for the passive parties "
                         "(its own CPU's idle time; default on)")
-    p.add_argument("--checkpoint", metavar="DIR",
-                   help="after every completed tree, write this party's state to DIR (its own directory; "
-                        "atomically, owner-readable only) so that --resume can go on from it")
-    p.add_argument("--resume", action="store_true",
-                   help="with --checkpoint: go on from the checkpoints (every party with --resume; they resume from "
-                        "the least tree any of them completed); the model equals an uninterrupted run's")
+    _add_checkpoint_arguments(p, "this party's state to DIR (its own directory",
+                              "(every party with --resume; they resume from the least tree any of them completed)")
 
 
 def _checkpoint(args: argparse.Namespace, ctx: TaskContext, rows: str) -> CheckpointDir | None:
