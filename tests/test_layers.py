@@ -155,7 +155,7 @@ _FOUNDATION = {"vflcrypto", "errors", "parallel"}
 ALLOWED: dict[str, set[str]] = {
     "vflcrypto": set(),
     "errors": {"vflcrypto"},
-    "parallel": {"vflcrypto"},
+    "parallel": {"vflcrypto", "errors"},  # its one-line ClusterError
     "he": _FOUNDATION,
     "psi": _FOUNDATION,
     "ml": _FOUNDATION,
