@@ -26,7 +26,9 @@ processes over a pipe; set
 Ray backend (one party across several machines). With ``VFLCRYPTO_BACKEND=ray`` (or
 :func:`configure`) the same chunks run as Ray tasks on *that party's own* Ray cluster:
 ``VFLCRYPTO_RAY_ADDRESS`` names it (``auto``, ``host:port``); unset, a local instance with
-:func:`worker_count` CPUs is started. FATE spreads a party over Spark/Eggroll and
+:func:`worker_count` CPUs is started (again, up to :data:`RAY_START_ATTEMPTS` times in all, when
+Ray's fixed start-up windows ran out on a loaded machine; a failure is one
+:class:`~vflcrypto.errors.ClusterError` line). FATE spreads a party over Spark/Eggroll and
 SecretFlow over Ray in the same way. The kernels are the same functions, so results are
 identical; only the dispatch differs. Every node needs this package installed. Ray moves
 chunks through its own (pickle-based) transport and object store, which has no
