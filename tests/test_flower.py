@@ -164,40 +164,16 @@ def test_simulation_linreg_matches_run_local(tmp_path: Path) -> None:
     assert relayed == {"linreg.public_key", "linreg.masked_gradient", "linreg.gradient_return", "linreg.control"}
 
 
-def test_simulation_secureboost_matches_run_local(tmp_path: Path) -> None:
-    """The active party is the ServerApp, passive-0 a ClientApp whose state (the encrypted
-    bin sums of the previous level, kept for histogram subtraction) goes through
-    ``context.state`` between messages; the trees equal run_local's on the same data."""
-    from vflcrypto.protocols import secureboost as sb
-
-    overrides = ("protocol='secureboost'", "key-bits=1024", "allow-insecure=true", "trees=2", "depth=3", "rows=150")
-    rc, out = run_script("flower_simulate.sh", *overrides, f"out-dir='{tmp_path / 'out'}'", tmp=tmp_path, nodes=1)
-    assert rc == 0, out[-3000:]
-    Xa, y, ca, Xp, cp = sb.example(n=150)
-    local = sb.run_local(Xa, y, [Xp], params=sb.BoostParams(n_trees=2, max_depth=3, max_bin=16), key_bits=1024,
-                         allow_insecure=True, active_columns=ca, passive_columns=[cp])
-    got = outputs(tmp_path)
-    model = got["active"]["result"]["model"]
-    for name in ("kind", "feature", "bin", "left", "right", "party"):
-        assert model[name] == getattr(local.active.model, name).tolist(), name
-    np.testing.assert_allclose(model["value"], local.active.model.value, rtol=0, atol=1e-12)
-    passive = got["passive-0"]["model"]
-    assert passive["feature"] == local.passive["passive-0"].model.feature.tolist()
-    assert passive["bin"] == local.passive["passive-0"].model.bin.tolist()
-    assert "[vflcrypto] secureboost: 2 trees" in out
-    relayed = {e["kind"] for e in got["transcript"]["transcript"] if e["step_name"] == "relay"}
-    assert relayed == set()
-
-
 def test_simulation_secureboost_killed_mid_run_resumes_to_run_local(tmp_path: Path) -> None:
-    """Run config ``checkpoint-dir``: each party writes its state after every tree (the passive party's state,
-    its resume included, goes through ``context.state`` between messages). The simulation is stopped (the script
-    and everything it started) once both parties hold a tree; a new run with ``resume=true`` goes on from the
-    least tree either holds and grows run_local's trees."""
+    """The active party is the ServerApp, passive-0 a ClientApp whose state (the encrypted bin sums of the
+    previous level, kept for histogram subtraction, and what its resume agreed) goes through ``context.state``
+    between messages. Run config ``checkpoint-dir``: each party writes its state after every tree. The
+    simulation is stopped (the script and everything it started) once both parties hold a tree; a new run with
+    ``resume=true`` goes on from the least tree either holds and grows run_local's trees on the same data."""
     from vflcrypto.protocols import secureboost as sb
 
     ckpt = tmp_path / "ckpt"
-    overrides = ("protocol='secureboost'", "key-bits=1024", "allow-insecure=true", "trees=4", "depth=2", "rows=150",
+    overrides = ("protocol='secureboost'", "key-bits=1024", "allow-insecure=true", "trees=4", "depth=3", "rows=150",
                  f"checkpoint-dir='{ckpt}'")
     proc = start_script("flower_simulate.sh", *overrides, tmp=tmp_path, nodes=1)
     deadline = time.monotonic() + 180
@@ -215,13 +191,17 @@ def test_simulation_secureboost_killed_mid_run_resumes_to_run_local(tmp_path: Pa
     assert 1 <= resumed < 4 and got["passive-0"]["resumed_from"] == resumed, got["passive-0"]
     assert "[vflcrypto] secureboost: 4 trees, training AUC" in out and f"(resumed from tree {resumed})" in out
     Xa, y, ca, Xp, cp = sb.example(n=150)
-    local = sb.run_local(Xa, y, [Xp], params=sb.BoostParams(n_trees=4, max_depth=2, max_bin=16), key_bits=1024,
+    local = sb.run_local(Xa, y, [Xp], params=sb.BoostParams(n_trees=4, max_depth=3, max_bin=16), key_bits=1024,
                          allow_insecure=True, active_columns=ca, passive_columns=[cp])
     model = got["active"]["result"]["model"]
     for name in ("kind", "feature", "bin", "left", "right", "party"):
         assert model[name] == getattr(local.active.model, name).tolist(), name
     np.testing.assert_allclose(model["value"], local.active.model.value, rtol=0, atol=1e-12)
-    assert got["passive-0"]["model"]["feature"] == local.passive["passive-0"].model.feature.tolist()
+    passive = got["passive-0"]["model"]
+    assert passive["feature"] == local.passive["passive-0"].model.feature.tolist()
+    assert passive["bin"] == local.passive["passive-0"].model.bin.tolist()
+    relayed = {e["kind"] for e in got["transcript"]["transcript"] if e["step_name"] == "relay"}
+    assert relayed == set()
 
 
 def test_process_lookup_in_cleanup_prints_nothing_for_processes_that_ended(tmp_path: Path) -> None:
