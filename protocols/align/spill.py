@@ -40,7 +40,7 @@ from vflcrypto.psi import primitives as psi
 from .idtable import IdTable
 from .tables import canonical_order
 
-__all__ = ["BucketRows", "bucket_index", "count_bucket", "input_digest", "load_bucket", "merge_results",
+__all__ = ["BucketRows", "bucket_index", "count_bucket", "csv_line", "input_digest", "load_bucket", "merge_results",
            "parse_bucket", "result_path", "result_records", "spill_block", "spill_bytes", "spill_rows",
            "write_result", "write_result_bytes"]
 
@@ -100,17 +100,27 @@ def spill_block(rows: list[tuple[str, ...]], start: int, col: int, strip: bool, 
     A pure function of plain values, so it runs in this process or as a Ray task
     (:mod:`.bucket_parallel`) to the same bytes.
     """
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
     keys = [_canon(r[col], strip, start + j) for j, r in enumerate(rows)]
     parts: list[list[bytes]] = [[] for _ in range(buckets)]
+    pack = _SPILL.pack
     for j, (r, k, b) in enumerate(zip(rows, keys, bucket_index(key, keys, buckets).tolist(), strict=True)):
-        out.seek(0)
-        out.truncate()
-        writer.writerow(r)
-        line = out.getvalue().encode("utf-8")
-        parts[b].append(_SPILL.pack(start + j, len(k), len(line)) + k + line)
+        line = csv_line(r)
+        parts[b].append(pack(start + j, len(k), len(line)) + k + line)
     return [b"".join(p) for p in parts]
+
+
+_QUOTED = ('"', "\n", "\r")
+
+
+def csv_line(row: tuple[str, ...]) -> bytes:
+    """``row`` as ``csv.writer`` (minimal quoting, ``\\n``) writes it, UTF-8: joined directly when no field
+    needs quotes (no delimiter inside a field, no quote or line break, not one empty field), else by the writer."""
+    joined = ",".join(row)
+    if joined.count(",") == len(row) - 1 and joined and not any(c in joined for c in _QUOTED):
+        return (joined + "\n").encode("utf-8")
+    out = io.StringIO()  # rare: a writer of its own (the parties of one process spill in threads)
+    csv.writer(out, lineterminator="\n").writerow(row)
+    return out.getvalue().encode("utf-8")
 
 
 def _blocks(table: IdTable) -> Iterator[tuple[list[tuple[str, ...]], int]]:
