@@ -300,7 +300,7 @@ def false_match_bound(n_large: int, n_small: int, value_bytes: int) -> float:
     return n_large * n_small / 2.0 ** (8 * value_bytes)
 
 
-def mac(key: bytes, *parts: bytes) -> bytes:
+def mac(key: bytes, *parts: bytes | memoryview) -> bytes:
     """HMAC-SHA256 over length-prefixed ``parts`` (the cache's integrity tag under a key derived from ``a``)."""
     h = hmac.new(key, digestmod="sha256")
     for p in parts:
