@@ -27,6 +27,9 @@ Measured on this 2-core machine, shared (load average 5-9), each party its own p
   ~240 MiB is not met by the KKRT sender).
 * KKRT 10⁷ × 10⁷ bucketed, ``--memory-budget 1GiB`` (12 buckets): 210 s, 485 / 593 MiB
   (load 1.5-3.7; the unbucketed run took 121 s at 3.1-3.5 GiB per party in an earlier run).
+* KKRT 10⁷ × 10⁷ again, one session, the same files: bucketed 1 GiB 147.5 s at 482 / 589 MiB,
+  unbucketed 189.5 s at 3,158 / 3,639 MiB; SecretFlow spu 0.9.4 (``bench/spu_psi_compare.py``)
+  RR22 40.0 s, KKRT 102.8 s (load ~1.8).
 * KKRT 10⁸ × 10⁸ bucketed, ``--memory-budget 1GiB`` (111 buckets; half the IDs common): 1,583 s
   (26.4 min: ~9 min streaming each 1.6 GB CSV into its buckets, ~17 min for the buckets, then the
   merge), peak RSS 534 / 658 MiB, 10.4 GB sent by the active party and 3.6 GB by the passive
