@@ -188,6 +188,7 @@ def test_simulation_secureboost_killed_mid_run_resumes_to_run_local(tmp_path: Pa
     assert rc == 0, out[-3000:]
     got = outputs(tmp_path)
     resumed = got["active"]["result"]["resumed_from"]
+    assert "goss_key" not in got["active"]["result"]  # a secret: never in an output file
     assert 1 <= resumed < 4 and got["passive-0"]["resumed_from"] == resumed, got["passive-0"]
     assert "[vflcrypto] secureboost: 4 trees, training AUC" in out and f"(resumed from tree {resumed})" in out
     Xa, y, ca, Xp, cp = sb.example(n=150)

@@ -253,3 +253,24 @@ def test_a_flower_party_keeps_its_resume_in_its_state_and_resume_needs_a_directo
     assert (again.resumed_from, again.state.resumed_model) == (2, "m-1")
     with pytest.raises(ConfigurationError, match="resume=true needs checkpoint-dir"):
         _flower_role("active", {"resume": True, "rows": 60})
+
+
+def test_the_flower_output_of_a_result_leaves_out_its_secret_fields() -> None:
+    """The Flower App writes each party's result as JSON (``jsonable``): the active party's GOSS key is part of its
+    result (a resumed run's reference needs it) and marked secret, so it is left out, and nothing else is."""
+    import dataclasses
+    import importlib.util
+
+    pytest.importorskip("flwr")
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("flower_task", root / "flower" / "vflcrypto_flower" / "task.py")
+    assert spec is not None and spec.loader is not None
+    task = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(task)
+    Xa, y, _, Xp, _ = sb.example(n=60)
+    run = sb.run_local(Xa, y, [Xp], params=sb.BoostParams(n_trees=1, max_depth=2, max_bin=4), plaintext=True,
+                       goss_key=b"k" * 32)
+    assert run.active.goss_key == b"k" * 32
+    out = task.jsonable(run.active)
+    assert set(out) == {f.name for f in dataclasses.fields(run.active)} - {"goss_key"}
+    assert "k" * 32 not in repr(out)

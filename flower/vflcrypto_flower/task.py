@@ -121,13 +121,15 @@ def load_wait(context: Context) -> tuple[bytes, Recv | None] | None:
 
 
 def jsonable(value: Any) -> Any:
-    """A result as JSON-able data (numpy arrays as lists, dataclasses as dicts)."""
+    """A result as JSON-able data (numpy arrays as lists, dataclasses as dicts without the fields marked
+    ``metadata={"secret": True}``, e.g. SecureBoost's GOSS key: an output file never holds a secret)."""
     import dataclasses
 
     import numpy as np
 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not f.metadata.get("secret")}
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):

@@ -94,7 +94,8 @@ class ActiveResult:
     eval_history: list[float] = field(default_factory=list)  # per round: the validation metric
     privacy: dict[str, Any] = field(default_factory=dict)  # the defences' guarantees (defence.privacy)
     resumed_from: int | None = None  # with --resume: the tree training went on from (.checkpoint)
-    goss_key: bytes = b""  # the secret of the GOSS draws (a resumed run's: its checkpoint's); the party's own
+    # the secret of the GOSS draws (a resumed run's: its checkpoint's): the party's own, never written out
+    goss_key: bytes = field(default=b"", repr=False, metadata={"secret": True})
 
     def train_predictions(self) -> np.ndarray:
         return link(self.model.objective, self.train_margin)
