@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -119,7 +120,12 @@ def test_both_schemes_match_least_squares_on_the_bundled_example_in_the_label_un
         assert 15 < out["test_rmse"] < 40  # in credit-score points, not in standardized units
         assert 300 < out["final_loss"] < 500  # half the training MSE in points² (measured 408), not ~0.1
     assert ckks["test_rmse"] == pytest.approx(paillier["test_rmse"], rel=0.01)
-    assert ckks["final_loss"] == pytest.approx(paillier["final_loss"], rel=0.01)
+    # the CKKS final loss is C's flooded decryption after 40 epochs of flooded gradient returns: measured 403.2-409.3
+    # (sd ~2.6 points²) over five CKKS runs against Paillier's 407.9, so 1 % failed 2 of 5; 2^-8 of the label's
+    # variance is ~16 points², about six sd (the RMSE above agrees to 1 %: the model itself is the same)
+    with bank.open(encoding="utf-8") as fh:
+        label = np.array([float(r["credit_score"]) for r in csv.DictReader(fh)])
+    assert ckks["final_loss"] == pytest.approx(paillier["final_loss"], abs=2.0**-8 * float(np.var(label)))
     assert ckks["converged"] == paillier["converged"] and ckks["epochs"] == paillier["epochs"]
 
 
