@@ -219,7 +219,8 @@ class _RayExecutor(Executor):
         machine the first start can miss that window and the next one, seconds later, does not.
         Joining a named cluster is tried once: a wrong address does not get better by waiting."""
         kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-        for attempt in range(1 if address else RAY_START_ATTEMPTS):
+        attempts = 1 if address else RAY_START_ATTEMPTS
+        for attempt in range(attempts):
             try:
                 if address:
                     self._ray.init(address=address, **kw)
@@ -230,7 +231,7 @@ class _RayExecutor(Executor):
                 with contextlib.suppress(Exception):
                     self._ray.shutdown()  # what a half-started node left behind
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                if address or attempt + 1 == RAY_START_ATTEMPTS or "timed out" not in reason.lower():
+                if attempt + 1 == attempts or "timed out" not in reason.lower():
                     where = f"join the Ray cluster at {address}" if address else "start a local Ray instance"
                     raise ClusterError(f"could not {where} (tried {attempt + 1}x): {reason}") from exc
                 _log.warning("a local Ray instance did not start in time (%s); starting it once more", reason)

@@ -208,10 +208,7 @@ class ResumableActive(ActiveRole):
             st.trees.append(tb)
 
     def step(self, wait: Any, msg: Any) -> Next:
-        nxt = super().step(wait, msg)
-        if nxt.wait is None and isinstance(nxt.result, ActiveResult):
-            nxt.result.resumed_from = self.resumed_from
-        return nxt
+        return _resumed(super().step(wait, msg), self.resumed_from)
 
     def _begin_tree(self) -> Next:
         """Before tree ``t`` (every tree before it completed): the checkpoint of ``t`` trees."""
@@ -300,10 +297,14 @@ class ResumablePassive(PassiveRole):
         return nxt
 
     def step(self, wait: Any, msg: Any) -> Next:
-        nxt = super().step(wait, msg)
-        if nxt.wait is None and isinstance(nxt.result, PassiveResult):
-            nxt.result.resumed_from = self.resumed_from
-        return nxt
+        return _resumed(super().step(wait, msg), self.resumed_from)
+
+
+def _resumed(nxt: Next, resumed_from: int | None) -> Next:
+    """``nxt``, with the tree a resumed run went on from put on the party's final result."""
+    if nxt.wait is None and isinstance(nxt.result, ActiveResult | PassiveResult):
+        nxt.result.resumed_from = resumed_from
+    return nxt
 
 
 def run_active(channels: Mapping[str, Channel], X: np.ndarray, y: np.ndarray, *, checkpoint: CheckpointDir,

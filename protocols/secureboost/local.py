@@ -52,14 +52,6 @@ def run_passive(channels: Mapping[str, Channel], X: np.ndarray, *, timeout: floa
     return result
 
 
-def _active_runner(checkpoint: str | Path | None) -> Callable[..., ActiveResult]:
-    return run_active if checkpoint is None else checkpoint_run_active
-
-
-def _passive_runner(checkpoint: str | Path | None) -> Callable[..., PassiveResult]:
-    return run_passive if checkpoint is None else checkpoint_run_passive
-
-
 @dataclass
 class LocalRun:
     """Every party's result of an in-process run, and the shared transcript."""
@@ -104,19 +96,21 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
                 **{n: data_digest(ids or [], passive_columns[i] if passive_columns is not None else [], X_passive[i])
                    for i, n in enumerate(names)}}
         ckpt = {n: {"checkpoint": CheckpointDir(checkpoint, n, plan, rows[n]), "resume": resume} for n in rows}
-        for c in ckpt.values():
-            if resume:
+        if resume:
+            for c in ckpt.values():
                 c["checkpoint"].check()  # another plan or other rows: one line, before any work
+    active_run = run_active if checkpoint is None else checkpoint_run_active
+    passive_run = run_passive if checkpoint is None else checkpoint_run_passive
     # Callable[..., T], not [[], T]: the lambdas below bind loop variables as default arguments
     tasks: dict[str, Callable[..., Any]] = {
-        ACTIVE: lambda: _active_runner(checkpoint)(
+        ACTIVE: lambda: active_run(
             net.channels(ACTIVE), X_active, y, ids=ids, columns=active_columns, params=params, plaintext=plaintext,
             key_bits=key_bits, keys=keys, allow_insecure=allow_insecure, scheme=scheme, precompute=precompute,
             weights=weights, goss_key=goss_key, **ckpt[ACTIVE]),
     }
     for i, name in enumerate(names):
         cols = passive_columns[i] if passive_columns is not None else None
-        tasks[name] = (lambda name=name, X=X_passive[i], cols=cols: _passive_runner(checkpoint)(
+        tasks[name] = (lambda name=name, X=X_passive[i], cols=cols: passive_run(
             net.channels(name), X, ids=ids, columns=cols, **ckpt[name]))
     for name, fn in (overrides or {}).items():
         tasks[name] = (lambda fn=fn, name=name: fn(net.channels(name)))
