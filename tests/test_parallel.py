@@ -15,7 +15,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from test_align_buckets import MIB, _data, _outputs
 from test_party_processes import finish, make_config, party, pki
@@ -87,6 +89,44 @@ def test_parallel_map_equals_in_process_work(monkeypatch: pytest.MonkeyPatch) ->
     chunks = [(i, i + 5) for i in range(0, 40, 5)]
     got = parallel.parallel_map(pow, chunks, cost=10 * parallel.PARALLEL_MIN_COST)
     assert got == [pow(a, b) for a, b in chunks]
+
+
+def test_each_chunk_goes_to_the_same_worker_on_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``parallel_map``'s i-th chunk runs in worker ``i mod workers`` every time (workers keep parsed chunks)."""
+    monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
+    parallel.shutdown()  # a pool of this test's size
+    try:
+        calls = [parallel.parallel_map(os.getpid, [()] * 4, cost=10 * parallel.PARALLEL_MIN_COST) for _ in range(3)]
+        assert calls[0] == calls[1] == calls[2], calls
+        assert calls[0][0] == calls[0][2] != calls[0][1] == calls[0][3], calls
+        ex = parallel.get_executor()
+        assert ex is not None
+        assert len({ex.submit(os.getpid).result() for _ in range(4)}) == 2  # submit balances over both
+    finally:
+        parallel.shutdown()
+
+
+def test_a_vector_summed_again_is_not_shipped_again(monkeypatch: pytest.MonkeyPatch,
+                                                    small_paillier_keys: tuple[Any, Any]) -> None:
+    """The second histogram of one vector sends its token only: one round, no chunk missed and re-sent."""
+    monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_COST", 0)
+    parallel.shutdown()
+    pk, sk = small_paillier_keys
+    values = np.arange(600) - 300
+    groups = np.arange(600) % 7
+    try:
+        vec = pk.encrypt(values)
+        want = [int(values[groups == g].sum()) for g in range(7)]
+        sent = []
+        for _ in range(4):
+            before = parallel.dispatch_counts()["process"]
+            got = vec.sum_by_group(groups, 7)
+            sent.append(parallel.dispatch_counts()["process"] - before)
+            assert [int(v) for v in sk.decrypt(got)] == want
+        assert sent[1:] == [2, 2, 2], sent  # the two chunks, each found in its worker (a miss sends a third)
+    finally:
+        parallel.shutdown()
 
 
 RAY_RUN = """
@@ -363,6 +403,7 @@ RAY_STARTUP_TIMEOUT = "could not start a local Ray instance"
 BUCKETS_RAY_RUN = """
 import json, os, sys, time
 from pathlib import Path
+from typing import Any
 from vflcrypto import parallel
 from vflcrypto.protocols.align import align_files, spill
 from vflcrypto.protocols.align import buckets as bk
