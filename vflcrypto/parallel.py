@@ -9,7 +9,9 @@ threads, and forking a multi-threaded process is unsafe.
 Work is sent as chunks of plain ints/bytes/tuples to module-level functions; nothing but
 those crosses into a worker (no keys objects, no closures). Below a cost threshold
 :func:`parallel_map` runs the chunks in-process, so small test vectors never pay for
-process start-up.
+process start-up. The pool is one single-process executor per worker (:class:`_PinnedPool`):
+:func:`parallel_map`'s i-th chunk always runs in worker ``i mod workers``, so a worker finds
+the ciphertexts of a vector it has parsed before; ``submit`` goes to the least busy worker.
 
 A ``forkserver``/``spawn`` worker imports the main module (a script, as ``__mp_main__``)
 before it runs anything, so a script whose parallel work is not guarded by ``if __name__ ==
