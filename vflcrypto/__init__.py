@@ -11,7 +11,7 @@ The package in layers; a module imports only from its own layer or the layers be
     data, sharing  data/: tables, output files, datasets; sharing/: masks, Shamir
     primitives     he/: Paillier, OU, CKKS, encoding;  psi/: ECDH, OT, KKRT;  ml/: local models;
                    privacy/: DP mechanisms and the dp-accounting wrappers
-    foundation     errors; parallel (the process pool and the Ray backend, above errors)
+    foundation     errors; pinned_pool; parallel (the process pool and the Ray backend, above both)
 
 Nothing below ``protocols`` knows any protocol.
 """

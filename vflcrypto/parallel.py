@@ -9,7 +9,7 @@ threads, and forking a multi-threaded process is unsafe.
 Work is sent as chunks of plain ints/bytes/tuples to module-level functions; nothing but
 those crosses into a worker (no keys objects, no closures). Below a cost threshold
 :func:`parallel_map` runs the chunks in-process, so small test vectors never pay for
-process start-up. The pool is one single-process executor per worker (:class:`_PinnedPool`):
+process start-up. The pool is one single-process executor per worker (:class:`~vflcrypto.pinned_pool.PinnedPool`):
 :func:`parallel_map`'s i-th chunk always runs in worker ``i mod workers``, so a worker finds
 the ciphertexts of a vector it has parsed before; ``submit`` goes to the least busy worker.
 
@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ClusterError
+from .pinned_pool import PinnedPool
 
 __all__ = [
     "BACKENDS",
@@ -110,9 +111,9 @@ BACKENDS = ("process", "ray")
 RAY_START_ATTEMPTS = 3
 
 _lock = threading.Lock()
-_executor: _PinnedPool | None = None
+_executor: PinnedPool | None = None
 _executor_pid: int | None = None
-_background: _PinnedPool | None = None  # the low-priority pool (see background())
+_background: PinnedPool | None = None  # the low-priority pool (see background())
 _background_pid: int | None = None
 _thread = threading.local()  # .background: this thread's parallel work goes to the background pool
 _ray: _RayExecutor | None = None
@@ -286,76 +287,8 @@ def _one_worker_pool(initializer: Callable[[int], None]) -> ProcessPoolExecutor:
                                initializer=initializer, initargs=(os.getpid(),))
 
 
-class _PinnedPool(Executor):
-    """A process pool whose :meth:`map` sends its i-th item to worker ``i mod workers``, every call.
-
-    :func:`parallel_map` splits a vector into the same chunks every time, and a worker keeps the
-    ciphertexts it parsed (:func:`vflcrypto.he.paillier.blocks._chunk_cts`: SecureBoost sums the
-    same gradient vector once per feature). In one shared ``ProcessPoolExecutor`` a chunk went to
-    whichever worker was free, which often had parsed the other chunk: a miss, answered by
-    shipping the chunk again in a second round (measured: 20,000 ciphertexts summed into 32
-    bins on 2 workers used 1.34 cores for 1.1x one worker's rate). Pinned, each chunk is parsed
-    once per worker and every later call hits. ``submit`` goes to the worker with the fewest
-    unfinished tasks (round robin among equals), so tasks of uneven size still balance.
-    """
-
-    def __init__(self, workers: int, initializer: Callable[[int], None]) -> None:
-        self._pools = [_one_worker_pool(initializer) for _ in range(workers)]
-        self._pending = [0] * workers
-        self._count_lock = threading.Lock()
-        self._next = 0
-
-    def _on(self, i: int, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
-        with self._count_lock:
-            self._pending[i] += 1
-        future = self._pools[i].submit(fn, *args, **kwargs)
-
-        def finished(_: Future[T]) -> None:
-            with self._count_lock:
-                self._pending[i] -= 1
-
-        future.add_done_callback(finished)
-        return future
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        with self._count_lock:
-            n, low = len(self._pools), min(self._pending)
-            i = next(j for j in ((self._next + k) % n for k in range(n)) if self._pending[j] == low)
-            self._next = (i + 1) % n
-        return self._on(i, fn, *args, **kwargs)
-
-    def map(self, fn: Callable[..., T], *iterables: Iterable[Any], timeout: float | None = None,
-            chunksize: int = 1) -> Iterator[T]:
-        del chunksize
-        end = None if timeout is None else time.monotonic() + timeout
-        items = zip(*iterables, strict=False)  # as Executor.map: the shortest iterable ends it
-        futures = [self._on(i % len(self._pools), fn, *args) for i, args in enumerate(items)]
-
-        def results() -> Iterator[T]:
-            try:
-                for f in futures:
-                    yield f.result(None if end is None else max(0.0, end - time.monotonic()))
-            finally:
-                for f in futures:
-                    f.cancel()
-
-        return results()
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        for pool in self._pools:
-            pool.shutdown(wait=wait, cancel_futures=cancel_futures)
-
-    @property
-    def _processes(self) -> dict[int, Any]:
-        """Every worker process by pid (as ``ProcessPoolExecutor._processes``), for :func:`pool_usage`."""
-        out: dict[int, Any] = {}
-        for pool in self._pools:
-            out.update(getattr(pool, "_processes", None) or {})
-        return out
-
-
-def _new_pool(workers: int, initializer: Callable[[int], None]) -> _PinnedPool:
-    return _PinnedPool(workers, initializer)
+def _new_pool(workers: int, initializer: Callable[[int], None]) -> PinnedPool:
+    return PinnedPool([_one_worker_pool(initializer) for _ in range(workers)])
 
 
 def _is_main_guard(test: ast.expr) -> bool:
@@ -518,7 +451,7 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 
-def _worker_pids(*pools: _PinnedPool | None) -> list[int]:
+def _worker_pids(*pools: PinnedPool | None) -> list[int]:
     with _lock:
         return [pid for pool in pools for pid in (getattr(pool, "_processes", None) or {})]
 
