@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -70,22 +71,45 @@ def honest_audit(name: str) -> Any:
 
 #: modules whose tests are each their own pytest-xdist work unit (see :func:`pytest_xdist_make_scheduler`)
 PER_TEST_MODULES = frozenset({"tests/test_privacy_mutations.py"})
+#: the one work unit of every test that calls :func:`honest_audit` (see :func:`pytest_xdist_make_scheduler`)
+HONEST_AUDIT_UNIT = "honest audits"
+
+
+def honest_audit_tests(tests_dir: Path | None = None) -> frozenset[str]:
+    """``tests/<file>::<test>`` of every test function whose body calls :func:`honest_audit` (read with ``ast``)."""
+    tests_dir = tests_dir or Path(__file__).resolve().parent
+    found = set()
+    for path in sorted(tests_dir.glob("test_*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (isinstance(node, ast.FunctionDef) and node.name.startswith("test")
+                    and any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "honest_audit"
+                            for n in ast.walk(node))):
+                found.add(f"{tests_dir.name}/{path.name}::{node.name}")
+    return frozenset(found)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: absent with -p no:xdist
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile``, except that each test of :data:`PER_TEST_MODULES` is a work unit of its own.
+    """``--dist loadfile``, except that each test of :data:`PER_TEST_MODULES` is a work unit of its own,
+    and that every test calling :func:`honest_audit` is in one work unit (:data:`HONEST_AUDIT_UNIT`).
 
     Every mutation test runs a whole audit with one protection switched off (5–60 s each, 80 of
     them) and shares nothing with its neighbours but the cached honest audits; as one file-sized
     unit they kept one worker busy for a quarter of an hour after the others had finished.
+    An honest audit is cached per worker process: spread over the workers, linear regression's
+    (its CKKS session: 45–60 s on a loaded machine) ran up to four times in one suite (the report,
+    the mutation suite's honest run, the scorecard, the coordinator's view); in one unit, once.
     """
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
+    honest = honest_audit_tests()
+
     class FileOrTestScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.split("[", 1)[0] in honest:
+                return HONEST_AUDIT_UNIT
             module = nodeid.split("::", 1)[0]
             return nodeid if module in PER_TEST_MODULES else module
 
