@@ -72,8 +72,14 @@ def test_both_schemes_reach_numpy_least_squares_and_report_its_loss_in_label_uni
                     keys=small_paillier_keys if scheme == "paillier" else None)
     pred = lr.predict_plain(run.models, [active, passive])
     # points, on a label of ~700 and std 57; CKKS: C's returns are flooded (σ ≈ 2^-11 per mean gradient value),
-    # which moves the predictions by up to 0.07 points here (unflooded: 1e-4), so 2^-8 of the label's std
-    np.testing.assert_allclose(pred, best, atol=0.05 if scheme == "paillier" else 2.0**-8 * float(np.std(y)))
+    # which moves the predictions (unflooded: 1e-4): over 8 runs the largest of the 120 deviations was 0.08-0.27
+    # points and their rms 0.04-0.10, so the largest within 2^-6 of the label's std (0.89) and the rms within 2^-8
+    # (0.22; the largest at 2^-8 failed about one run in seven)
+    if scheme == "paillier":
+        np.testing.assert_allclose(pred, best, atol=0.05)
+    else:
+        np.testing.assert_allclose(pred, best, atol=2.0**-6 * float(np.std(y)))
+        assert float(np.sqrt(np.mean((pred - best) ** 2))) < 2.0**-8 * float(np.std(y))
     half_mse = 0.5 * float(np.mean((y - best) ** 2))
     # CKKS: C floods each loss it decrypts (its stopping bit leaves it) with σ ≈ 2^-12 of the label's variance
     # (loss_flooding; the loss is in standardized units): six σ, in points²
