@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
@@ -123,8 +122,7 @@ def test_both_schemes_match_least_squares_on_the_bundled_example_in_the_label_un
     # the CKKS final loss is C's flooded decryption after 40 epochs of flooded gradient returns: measured 403.2-409.3
     # (sd ~2.6 points²) over five CKKS runs against Paillier's 407.9, so 1 % failed 2 of 5; 2^-8 of the label's
     # variance is ~16 points², about six sd (the RMSE above agrees to 1 %: the model itself is the same)
-    with bank.open(encoding="utf-8") as fh:
-        label = np.array([float(r["credit_score"]) for r in csv.DictReader(fh)])
+    label = read_party_csv(bank, "id", label="credit_score").label
     assert ckks["final_loss"] == pytest.approx(paillier["final_loss"], abs=2.0**-8 * float(np.var(label)))
     assert ckks["converged"] == paillier["converged"] and ckks["epochs"] == paillier["epochs"]
 

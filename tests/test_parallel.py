@@ -403,7 +403,6 @@ RAY_STARTUP_TIMEOUT = "could not start a local Ray instance"
 BUCKETS_RAY_RUN = """
 import json, os, sys, time
 from pathlib import Path
-from typing import Any
 from vflcrypto import parallel
 from vflcrypto.protocols.align import align_files, spill
 from vflcrypto.protocols.align import buckets as bk
