@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,9 @@ def test_processes_bench_runs_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--rows", "300", "--trees", "2", "--depth", "2", "--max-bin", "8", "--key-bits", "768",
-                     "--allow-insecure"]) == 0
+                     "--allow-insecure", "--part-rows", "100"]) == 0
     out = capsys.readouterr().out
     assert '"speedup_ou"' in out and '"identical_trees": true' in out and '"from_stock"' in out
+    runs = json.loads(out)["runs"]  # each tree's gradients in three parts through the party command
+    assert {r["gradient_part_rows"] for r in runs.values()} == {100}
+    assert [r["per_tree_s"]["trees"] for r in runs.values()] == [2] * len(runs)

@@ -38,7 +38,8 @@ Message flow (one tree; every level's nodes are handled in one exchange)
        Paillier public key (once per training run).
     1. active -> passive ``secureboost.gradients``: which rows are in this tree's sample
        and one ciphertext per sampled row packing ``(g_i, h_i)`` (all K classes' for a
-       multi-output tree; ``secureboost.plain_gradients`` in plaintext mode).
+       multi-output tree; ``secureboost.plain_gradients`` in plaintext mode), in parts of
+       consecutive rows, each encrypted while the one before is on the link (:mod:`.parts`).
     For each depth ``d < max_depth`` while some node can still split:
     2. active -> passive ``secureboost.level``: the node of every row at depth ``d`` (rows
        outside the sample and validation rows are routed too, never summed) and,
@@ -228,7 +229,8 @@ def _flower_parties(run_config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    """The party's role; with run config ``checkpoint-dir``, the checkpointing one (each party writes
+    """The party's role (the active party's gradients in one frame a tree: every frame is a round trip
+    through the SuperLink); with run config ``checkpoint-dir``, the checkpointing one (each party writes
     ``<party>.tree-<count>.npz`` there on its own node; ``resume = true`` goes on from them)."""
     Xa, y, ca, Xp, cp = example(n=int(run_config.get("rows", 200)))
     params, plaintext = _flower_params(run_config), bool(run_config.get("plaintext", False))
@@ -246,7 +248,7 @@ def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
             Xa, y, passives=["passive-0"], columns=ca, params=params, plaintext=plaintext,
             key_bits=int(run_config.get("key-bits", 2048)),
             allow_insecure=bool(run_config.get("allow-insecure", False)),
-            scheme=str(run_config.get("scheme", DEFAULT_SCHEME)), **resumable)
+            scheme=str(run_config.get("scheme", DEFAULT_SCHEME)), gradient_part_rows=0, **resumable)
     return (ResumablePassive if resumable else PassiveRole)(Xp, name=party, columns=cp, **resumable)
 
 

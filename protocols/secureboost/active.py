@@ -12,17 +12,18 @@ memory: trees, nodes and keys need not be wire-encodable.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from vflcrypto.data.tables import ids_digest
-from vflcrypto.errors import InputDataError, ProtocolError
+from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.he.encoding import PackingSpec
 from vflcrypto.he.obfuscators import ObfuscatorStock, StockStats
 from vflcrypto.he.paillier import DEFAULT_KEY_BITS
@@ -35,7 +36,6 @@ from .defence import clip_gradients, noise_multiplier, noised_base, noised_leave
 from .histograms import decode_histograms, histogram_plan
 from .messages import (
     ACTIVE,
-    EncryptedGradients,
     EncryptedHistograms,
     PlainGradients,
     PlainHistograms,
@@ -46,6 +46,7 @@ from .messages import (
 )
 from .model import ActiveModel, link, margin_out
 from .options import EarlyStopping, column_mask, eval_metric, goss_rows, metric_name, subsample_rows, validation_mask
+from .parts import GRADIENT_PART_ROWS, encrypted_parts
 from .tree import (
     BoostParams,
     as_matrix,
@@ -198,7 +199,8 @@ class ActiveRole(Role[_ActiveState]):
                  columns: Sequence[str] | None = None, params: BoostParams | None = None, plaintext: bool = False,
                  key_bits: int = DEFAULT_KEY_BITS, keys: tuple[PublicKey, PrivateKey] | None = None,
                  allow_insecure: bool = False, name: str = ACTIVE, scheme: str = "paillier",
-                 precompute: bool = False, weights: np.ndarray | None = None, goss_key: bytes | None = None) -> None:
+                 precompute: bool = False, weights: np.ndarray | None = None, goss_key: bytes | None = None,
+                 gradient_part_rows: int = GRADIENT_PART_ROWS) -> None:
         """``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he.schemes`), unless ``keys`` are given.
 
         ``precompute``: fill a stock of the next tree's obfuscators (encryptions of zero) while
@@ -208,8 +210,13 @@ class ActiveRole(Role[_ActiveState]):
         one process there is no idle CPU to fill and it only competes (measured: bench/).
 
         ``goss_key``: the 32-byte secret of GOSS's random draws (default: fresh from :mod:`secrets`); the same
-        key and inputs draw the same samples (the in-process command's plaintext reference uses it)."""
+        key and inputs draw the same samples (the in-process command's plaintext reference uses it).
+        ``gradient_part_rows``: rows per part of a tree's encrypted gradients (:mod:`.parts`; 0: one message a tree,
+        as in the Flower App, where every message is a store-and-forward round trip)."""
         super().__init__(name)
+        if gradient_part_rows < 0:
+            raise ConfigurationError("gradient_part_rows must be >= 0 (0: one message a tree)")
+        self.gradient_part_rows = int(gradient_part_rows)
         self.params = BoostParams() if params is None else params
         self.params.validate()
         self.timer = Timer()
@@ -350,26 +357,24 @@ class ActiveRole(Role[_ActiveState]):
         self.hold("gradients", st.gq)  # its own (g, h) per tree, for the audit
         self.hold("packing", st.spec)
         self.hold("sample", st.sample)
-        t0 = time.perf_counter()
-        grad_msg: Any = None
+        sends: Iterable[tuple[str, Any]] = ()
         if self._alone():
             pass  # a round on our features alone: the passive parties receive nothing of it
         elif self.plaintext:
-            grad_msg = PlainGradients(st.t, st.frac, sample_bits, st.gq[rows], st.hq[rows])
+            msg = PlainGradients(st.t, st.frac, sample_bits, st.gq[rows], st.hq[rows])
+            sends = [send(q, msg) for q in self.names]
         else:
             assert self.sk is not None and st.spec is not None
             gh = np.ldexp(np.column_stack([st.gq[rows], st.hq[rows]]).astype(np.float64), -st.frac)
-            encryptor = self.sk if self.stock is None else self.stock
-            with self._busy():
-                grad_msg = EncryptedGradients(st.t, sample_bits, encryptor.encrypt_packed(gh, st.spec))
-        self.timer.add("encrypt", t0)
+            sends = encrypted_parts(st.t, sample_bits, gh, st.spec, self.sk if self.stock is None else self.stock,
+                                    self.gradient_part_rows, self.names, self._busy,
+                                    lambda t0: self.timer.add("encrypt", t0))  # each part encrypted when sent
         st.tree = _TreeBuilder(outputs=self.K)
         H = st.hq[rows].sum(axis=0)
         st.level = [_Node(st.tree.new(self._cover(H)), rows, st.gq[rows].sum(axis=0), H, np.arange(self.n))]
         st.leaves, st.depth = [], 0
         self.colmask = column_mask(self.X.shape[1], self.params.colsample_bytree, self.params.random_state,
                                    self.name, st.t)
-        sends = [] if grad_msg is None else [send(q, grad_msg) for q in self.names]
         return _prefix(sends, self._begin_level())
 
     def _alone(self) -> bool:
@@ -589,6 +594,7 @@ class ActiveRole(Role[_ActiveState]):
                                  history, model.privacy, goss_key=self.goss_key), sends)
 
 
-def _prefix(sends: Sequence[tuple[str, Any]], nxt: Next) -> Next:
-    return Next((*sends, *nxt.sends), nxt.wait, nxt.result)
+def _prefix(sends: Iterable[tuple[str, Any]], nxt: Next) -> Next:
+    """``nxt`` with ``sends`` first; a generator of sends stays lazy (the runtime drains it in order)."""
+    return Next(itertools.chain(sends, nxt.sends), nxt.wait, nxt.result)
 

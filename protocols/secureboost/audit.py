@@ -22,7 +22,7 @@ from vflcrypto.audit.literature import known_labels
 from vflcrypto.audit.literature_tabular import first_split, id2graph
 from vflcrypto.data.tables import PartyTable
 from vflcrypto.errors import InputDataError
-from vflcrypto.he.schemes import scheme_of
+from vflcrypto.he.ou import OUVector
 from vflcrypto.runtime.channel import AuditTap, Transcript
 from vflcrypto.runtime.declarations import Protection
 
@@ -38,6 +38,7 @@ from .messages import (
     PlainGradients,
     PlainHistograms,
 )
+from .parts import gradients_by_tree
 from .predict import predict_local
 from .serve import STOP, serve_local
 from .tree import BoostParams, check_labels, unpack_candidates
@@ -160,7 +161,7 @@ def _ou_gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> Empi
     In the first tree every row has g = p0 - y and the same h, so a deterministic encryption would split the
     rows into exactly the two label classes; fresh randomness leaves only singletons (then: the majority class).
     """
-    gh = tap.received(party, EncryptedGradients)[0].gh
+    gh = gradients_by_tree(tap.received(party, EncryptedGradients))[0].gh
     guess, unknown = label_inference_attack(equal_ciphertext_classes(gh.ciphertexts()), y)
     kind = "secureboost.gradients"
     return accuracy_finding(
@@ -172,15 +173,15 @@ def _ou_gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> Empi
 
 def _gradient_label_finding(tap: AuditTap, party: str, y: np.ndarray) -> EmpiricalFinding:
     """A passive party guesses labels from the first tree's gradients (g = p - y < 0 iff y = 1)."""
-    received = tap.received(party, EncryptedGradients)
-    if received and scheme_of(received[0].gh.public_key) == "ou":
+    received = gradients_by_tree(tap.received(party, EncryptedGradients))
+    if received and isinstance(received[0].gh, OUVector):
         return _ou_gradient_label_finding(tap, party, y)
     plain = tap.received(party, PlainGradients)
     if plain:
         g = np.asarray(plain[0].g, dtype=np.float64)[:, 0]
         kind, protection = "secureboost.plain_gradients", None
     else:
-        gh = tap.received(party, EncryptedGradients)[0].gh
+        gh = gradients_by_tree(tap.received(party, EncryptedGradients))[0].gh
         assert gh.packing is not None
         decoded = unrandomized_paillier(int(gh.public_key.n), gh.ciphertexts())
         g = np.full(len(decoded), np.nan)
@@ -267,7 +268,7 @@ def goss_findings(tap: AuditTap, party: str, y: np.ndarray) -> list[EmpiricalFin
     Both are leaks by design of sampling on gradients that the passive parties must route.
     """
     kind = "secureboost.gradients"
-    received = tap.received(party, EncryptedGradients) or tap.received(party, PlainGradients)
+    received = gradients_by_tree(tap.received(party, EncryptedGradients)) or tap.received(party, PlainGradients)
     tops = tap.held(ACTIVE, "goss_top")
     n = len(y)
     if not received or not tops:

@@ -93,6 +93,7 @@ from .local import passive_names, run_active, run_local, run_passive
 from .messages import ACTIVE, PASSIVE
 from .model import ActiveModel, PassiveModel
 from .options import DEFAULT_SCHEME
+from .parts import GRADIENT_PART_ROWS
 from .predict import predict_active, predict_local, predict_passive
 from .tree import BoostParams
 
@@ -331,6 +332,9 @@ def add_party_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precompute", action=argparse.BooleanOptionalAction, default=True,
                    help="active party: compute the next tree's obfuscators while it waits for the passive parties "
                         "(its own CPU's idle time; default on)")
+    p.add_argument("--gradient-part-rows", type=int, default=GRADIENT_PART_ROWS, metavar="ROWS",
+                   help="active party: send each tree's encrypted gradients in parts of ROWS rows, each encrypted "
+                        f"while the one before is on the link (default {GRADIENT_PART_ROWS}; 0: one message a tree)")
     _add_checkpoint_arguments(p, "this party's state to DIR (its own directory",
                               "(every party with --resume; they resume from the least tree any of them completed)")
 
@@ -379,7 +383,7 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
         res = (resumable_active if ckpt is not None else run_active)(
             chans, tr.X, y, ids=list(tr.ids), columns=tr.columns, params=params, plaintext=args.plaintext,
             key_bits=opts.key_bits, allow_insecure=opts.allow_insecure, name=ctx.me, scheme=opts.scheme,
-            precompute=args.precompute, weights=w_train, **resumable)
+            precompute=args.precompute, weights=w_train, gradient_part_rows=args.gradient_part_rows, **resumable)
         if ev is not None:
             pred, y_eval = predict_active(chans, res.model, ev.X), ev.label
         else:

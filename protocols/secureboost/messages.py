@@ -66,12 +66,17 @@ class Resume:
                  "audit measures it); not which sampled rows are top rows (the rest is drawn with the "
                  "active party's private randomness), nor multipliers or weights (inside the ciphertexts). "
                  "None is sent for a round grown on the active party's features alone; under --dp-epsilon each "
-                 "weighted g is clipped to the announced C first")
+                 "weighted g is clipped to the announced C first. A tree's ciphertexts may come in parts of "
+                 "consecutive sampled rows (part, parts), each encrypted just before it is sent: the split is a "
+                 "public function of the sample's size, so it reveals nothing more")
 @dataclass(frozen=True)
 class EncryptedGradients:
     tree: int
-    sample: np.ndarray  # uint8: np.packbits of the (n_rows,) mask of this tree's sampled rows
+    sample: np.ndarray  # uint8: np.packbits of the (n_rows,) mask of this tree's sampled rows (empty in later parts)
     gh: PaillierVector | OUVector  # one ciphertext per sampled row, in row order: slots g_0..g_{K-1}, h_0..h_{K-1}
+    part: int = 0  # this message's place among the tree's parts (consecutive sampled rows)
+    parts: int = 1
+
 
 
 @declare("secureboost.plain_gradients", sender=ACTIVE, receiver=PASSIVE,

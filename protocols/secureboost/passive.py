@@ -79,6 +79,7 @@ class _PassiveState:
     gq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))  # plaintext mode: (n, outputs)
     hq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     blob: bytes = b""  # encrypted mode: the sampled rows' packed (g, h) ciphertexts, fixed width
+    parts_due: int = 0  # encrypted mode: parts of this tree's gradients still to come
     sample: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # this tree's sampled rows
     spec: PackingSpec | None = None
     prev_plain: list[np.ndarray] = field(default_factory=list)  # per node: cumulative (G.., H.., n), (2K+1, F*width)
@@ -193,8 +194,42 @@ class PassiveRole(Role[_PassiveState]):
 
     def on_gradients(self, grad: EncryptedGradients | PlainGradients) -> Next:
         """Step 1: which rows are in this tree's sample and their (g, h) (encrypted, or in the clear in
-        plaintext mode)."""
+        plaintext mode); encrypted ones in one or more parts of consecutive sampled rows."""
+        st = self.state
+        if isinstance(grad, EncryptedGradients) and grad.part > 0:
+            self._later_part(grad)
+        else:
+            self._first_part(grad)
+        if st.parts_due:
+            return then([], self.active, EncryptedGradients, "on_gradients")
+        if isinstance(grad, EncryptedGradients) and self._rows_got(grad) != int(st.sample.sum()):
+            raise ProtocolError(f"expected {int(st.sample.sum())} encrypted gradients (the sampled rows) for "
+                                f"tree {st.t}, got {self._rows_got(grad)} in {grad.parts} parts")
+        st.depth, st.prev_plain, st.prev_enc = 0, [], []
+        st.partition = np.zeros(self.X.shape[0], dtype=np.int64)
+        return then([], self.active, level_kind(self.setup.params), "on_level")
+
+    def _later_part(self, grad: EncryptedGradients) -> None:
+        st = self.state
+        if grad.tree != st.t or grad.part != grad.parts - st.parts_due or np.asarray(grad.sample).size:
+            raise ProtocolError(f"expected part {grad.parts - st.parts_due} of tree {st.t}'s gradients (without a "
+                                f"sample), got part {grad.part} of tree {grad.tree}")
+        if grad.gh.packing != st.spec or grad.gh.slots != 2 * self.setup.n_outputs \
+                or grad.gh.public_key != self.setup.public_key:
+            raise ProtocolError("a later part of the gradients is packed otherwise or under another key")
+        st.blob += grad.gh.to_bytes()
+        st.parts_due -= 1
+        if self._rows_got(grad) > int(st.sample.sum()):
+            raise ProtocolError(f"more encrypted gradients than sampled rows ({int(st.sample.sum())}) for tree {st.t}")
+
+    def _rows_got(self, grad: EncryptedGradients) -> int:
+        return len(self.state.blob) // grad.gh.public_key.ciphertext_bytes
+
+    def _first_part(self, grad: EncryptedGradients | PlainGradients) -> None:
         st, n, K = self.state, self.X.shape[0], self.setup.n_outputs
+        if st.parts_due:
+            raise ProtocolError(f"expected one more part of tree {st.t}'s gradients ({st.parts_due} due), got a "
+                                "first part")
         bits = np.asarray(grad.sample)
         if grad.tree != st.t or bits.dtype != np.uint8 or bits.shape != ((n + 7) // 8,):
             raise ProtocolError(f"expected the sample of tree {st.t} as {(n + 7) // 8} packed bytes")
@@ -209,15 +244,13 @@ class PassiveRole(Role[_PassiveState]):
             st.gq, st.hq = np.zeros((n, K), np.int64), np.zeros((n, K), np.int64)
             st.gq[sample], st.hq[sample] = gq, hq
         else:
-            if len(grad.gh) != m:
-                raise ProtocolError(f"expected {m} encrypted gradients (the sampled rows) for tree {st.t}")
+            if not 1 <= grad.parts <= m or len(grad.gh) > m or (grad.parts == 1 and len(grad.gh) != m):
+                raise ProtocolError(f"expected {m} encrypted gradients (the sampled rows) for tree {st.t}, in "
+                                    f"1 to {m} parts; got {len(grad.gh)} in part 0 of {grad.parts}")
             if grad.gh.packing is None or grad.gh.slots != 2 * K or grad.gh.public_key != self.setup.public_key:
                 raise ProtocolError(f"gradients are not packed {K} (g, h) pairs per row under the setup key")
-            st.spec, st.blob = grad.gh.packing, grad.gh.to_bytes()
+            st.spec, st.blob, st.parts_due = grad.gh.packing, grad.gh.to_bytes(), grad.parts - 1
         st.sample = sample
-        st.depth, st.prev_plain, st.prev_enc = 0, [], []
-        st.partition = np.zeros(n, dtype=np.int64)
-        return then([], self.active, level_kind(self.setup.params), "on_level")
 
     def _node_rows(self) -> list[np.ndarray]:
         node_of_row = self.state.node_of_row
