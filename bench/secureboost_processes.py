@@ -40,11 +40,12 @@ requests 11.3 kB (360 kB as int32 before they were deflated), histograms 34 kB; 
 SecretFlow reports 4.4x for SGB at 10 Mb/50 ms). GOSS (0.2, 0.1): 2.36 MB per tree, 8.1 s on loopback and 17.4 s at
 10 Mbit/s + 50 ms (2.16x), 1.6x and 3.0x faster than without.
 
-Gradients in parts (``--schemes ou-2048 --modes online,precompute --links loopback,10 --part-rows 0,4096``, the
-same data and flags, one run, load average 0.4-1.7; the busier direction's bytes take 31.4 s at the measured
-9.8 Mbit/s): online, one message a tree 10.65 s on loopback and 43.03 s at 10 Mbit/s (8.49 s a tree), in parts
-9.77 s and 36.36 s (7.23 s a tree: 1.18x faster on the slow link); with precomputed obfuscators 8.38 s / 39.28 s
-in one message, 8.15 s / 36.06 s in parts. Every run grew the plaintext mode's trees.
+Gradients in parts (``--schemes ou-2048 --modes online --links loopback,10 --part-rows 0,4096``, the same data
+and flags, one run, load average below 2; the busier direction's bytes take 31.4 s at the measured 9.8 Mbit/s):
+one message a tree 11.53 s on loopback and 43.12 s at 10 Mbit/s (8.52 s a tree); in parts, the passive party
+summing each part into the root's histograms as it arrives, 8.58 s and 34.53 s (6.90 s a tree): 1.34x and 1.25x
+faster. (Parts alone, before the passive party's root sums: 9.77 s and 36.36 s against 10.65 s and 43.03 s; with
+precomputed obfuscators 8.15 s / 36.06 s against 8.38 s / 39.28 s.) Every run grew the plaintext mode's trees.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from vflcrypto.protocols import secureboost as sb
 from vflcrypto.protocols.secureboost import audit as sb_audit
-from vflcrypto.protocols.secureboost.parts import gradient_parts, gradients_by_tree
+from vflcrypto.protocols.secureboost import passive as passive_module
+from vflcrypto.protocols.secureboost.parts import add_root_part, gradient_parts, gradients_by_tree
 
 from vflcrypto.errors import ConfigurationError, ProtocolError
 from vflcrypto.he.paillier import PaillierPrivateKey
@@ -125,3 +126,28 @@ def test_a_passive_party_refuses_malformed_parts(small_paillier_keys, fault: str
     for msg in (part(20, 0, 3, sample), part(10, 1, 3), part(10, 2, 3)):
         nxt = ok.on_gradients(msg)
     assert nxt.wait.kind is sb.LevelRequest and len(ok.state.blob) == n * pk.ciphertext_bytes
+
+
+def test_the_root_histogram_is_summed_part_by_part_to_the_one_shot_sums(small_paillier_keys,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The passive party adds each part into the root's bin sums as it arrives: the same ciphertexts as summing
+    every row at once, and the first level's histograms are answered from them without summing again."""
+    n = 40
+    pk, sk = small_paillier_keys
+    spec = sb.tree.packing_spec(n, sb.tree.choose_frac_bits(2, n), 2)
+    gh = np.random.default_rng(3).uniform(-1, 1, size=(n, 2)) * [1, 0.25] + [0, 0.25]  # example (g, h)
+    whole = sk.encrypt_packed(gh, spec)
+    sample = np.packbits(np.ones(n, bool))
+    role = _passive_after_setup(small_paillier_keys, n)
+    for p, (lo, hi) in enumerate(gradient_parts(n, 15)):
+        role.on_gradients(sb.EncryptedGradients(0, sample if p == 0 else np.zeros(0, np.uint8), whole[lo:hi], p, 3))
+    bins, _, width = role._bins()
+    assert role.state.root == add_root_part(pk, b"", whole.to_bytes(), bins, width)
+
+    def no_second_sum(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise AssertionError("the root was summed again")
+
+    monkeypatch.setattr(passive_module, "encrypted_bin_sums", no_second_sum)
+    nxt = role.on_level(sb.LevelRequest(0, 0, False, np.zeros(n, np.int32), np.zeros(1, np.int32),
+                                        np.zeros((0, 3), np.int32)))
+    assert isinstance(nxt.sends[0][1], sb.EncryptedHistograms)

@@ -5,6 +5,11 @@ sampled rows and encrypts a part only when the runtime asks for its send, i.e. o
 has been handed to the links: on a slow link the encryption of one part overlaps the transfer of the
 one before (measured in bench/secureboost_processes.py, ``--part-rows``). The split is a public
 function of the sample's size, so it reveals nothing beyond the row count the message already carries.
+
+The passive party sums each part into the root's encrypted bin sums as it arrives
+(:func:`add_root_part`): every sampled row is at the root, so the first level's histograms are known
+before its request comes, and the product of the parts' sums is the same ciphertext the one-shot sum
+gives (multiplication modulo the ciphertext modulus does not depend on grouping).
 """
 
 from __future__ import annotations
@@ -17,11 +22,14 @@ from typing import Any
 import numpy as np
 
 from vflcrypto.he.encoding import PackingSpec
+from vflcrypto.he.paillier import ciphertexts_from_bytes, ciphertexts_to_bytes
+from vflcrypto.he.schemes import PublicKey
 from vflcrypto.runtime.steps import send
 
 from .messages import EncryptedGradients
+from .tree import encrypted_bin_sums
 
-__all__ = ["GRADIENT_PART_ROWS", "encrypted_parts", "gradient_parts", "gradients_by_tree"]
+__all__ = ["GRADIENT_PART_ROWS", "add_root_part", "encrypted_parts", "gradient_parts", "gradients_by_tree"]
 
 #: rows of encrypted gradients per message: about 1 MiB of OU-2048 ciphertexts (2 MiB of Paillier-2048), which
 #: the active party encrypts in a fraction of a second, so the first part is on the link almost at once
@@ -69,3 +77,16 @@ def gradients_by_tree(received: Sequence[EncryptedGradients]) -> list[EncryptedG
         joined.append(ms[0] if len(ms) == 1 else EncryptedGradients(ms[0].tree, ms[0].sample,
                                                                      concat([m.gh for m in ms])))
     return joined
+
+
+def add_root_part(pk: PublicKey, root: bytes, part: bytes, bins: np.ndarray, width: int) -> bytes:
+    """The root's encrypted bin sums (feature-major, ``width`` bins a feature, fixed-width bytes) with one more
+    part of the sampled rows added: ``part`` their ciphertexts, ``bins`` their bins (rows × features)."""
+    w, m = pk.ciphertext_bytes, pk.cmod
+    features = bins.shape[1]
+    keys = np.arange(features, dtype=np.int64)[None, :] * width + bins
+    sums = encrypted_bin_sums(pk, part, keys, features * width)
+    if root:
+        sums = [x if y == 1 else (y if x == 1 else x * y % m)
+                for x, y in zip(ciphertexts_from_bytes(root, w), sums, strict=True)]
+    return ciphertexts_to_bytes(sums, w)

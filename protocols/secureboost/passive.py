@@ -26,7 +26,7 @@ from gmpy2 import mpz
 from vflcrypto.data.tables import ids_digest
 from vflcrypto.errors import ConfigurationError, InputDataError, ProtocolError
 from vflcrypto.he.encoding import PackingSpec
-from vflcrypto.he.paillier import batch_invert, fold_ciphertexts
+from vflcrypto.he.paillier import batch_invert, ciphertexts_from_bytes, fold_ciphertexts
 from vflcrypto.he.schemes import PublicKey, family, scheme_of
 from vflcrypto.runtime import progress
 from vflcrypto.runtime.steps import Next, Role, done, send, then
@@ -49,6 +49,7 @@ from .messages import (
 )
 from .model import PassiveModel
 from .options import column_mask, validation_mask
+from .parts import add_root_part
 from .tree import (
     MAX_CLASSES,
     BoostParams,
@@ -80,6 +81,7 @@ class _PassiveState:
     hq: np.ndarray = field(default_factory=lambda: np.zeros((0, 1), np.int64))
     blob: bytes = b""  # encrypted mode: the sampled rows' packed (g, h) ciphertexts, fixed width
     parts_due: int = 0  # encrypted mode: parts of this tree's gradients still to come
+    root: bytes = b""  # encrypted mode: the root's bin sums over the parts received so far (.parts)
     sample: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # this tree's sampled rows
     spec: PackingSpec | None = None
     prev_plain: list[np.ndarray] = field(default_factory=list)  # per node: cumulative (G.., H.., n), (2K+1, F*width)
@@ -217,10 +219,21 @@ class PassiveRole(Role[_PassiveState]):
         if grad.gh.packing != st.spec or grad.gh.slots != 2 * self.setup.n_outputs \
                 or grad.gh.public_key != self.setup.public_key:
             raise ProtocolError("a later part of the gradients is packed otherwise or under another key")
+        before = self._rows_got(grad)
         st.blob += grad.gh.to_bytes()
         st.parts_due -= 1
         if self._rows_got(grad) > int(st.sample.sum()):
             raise ProtocolError(f"more encrypted gradients than sampled rows ({int(st.sample.sum())}) for tree {st.t}")
+        self._sum_root(before, grad)
+
+    def _sum_root(self, before: int, grad: EncryptedGradients) -> None:
+        """Add the part's rows to the root's bin sums now, while the next part is on its way."""
+        st, t0, pk = self.state, time.perf_counter(), self.setup.public_key
+        assert pk is not None  # an encrypted run's setup carries the key
+        bins, _, width = self._bins()
+        rows = np.flatnonzero(st.sample)[before : self._rows_got(grad)]
+        st.root = add_root_part(pk, st.root, grad.gh.to_bytes(), bins[rows], width)
+        self.timer.add("histogram", t0)
 
     def _rows_got(self, grad: EncryptedGradients) -> int:
         return len(self.state.blob) // grad.gh.public_key.ciphertext_bytes
@@ -249,8 +262,10 @@ class PassiveRole(Role[_PassiveState]):
                                     f"1 to {m} parts; got {len(grad.gh)} in part 0 of {grad.parts}")
             if grad.gh.packing is None or grad.gh.slots != 2 * K or grad.gh.public_key != self.setup.public_key:
                 raise ProtocolError(f"gradients are not packed {K} (g, h) pairs per row under the setup key")
-            st.spec, st.blob, st.parts_due = grad.gh.packing, grad.gh.to_bytes(), grad.parts - 1
+            st.spec, st.blob, st.parts_due, st.root = grad.gh.packing, grad.gh.to_bytes(), grad.parts - 1, b""
         st.sample = sample
+        if isinstance(grad, EncryptedGradients):
+            self._sum_root(0, grad)
 
     def _node_rows(self) -> list[np.ndarray]:
         node_of_row = self.state.node_of_row
@@ -316,7 +331,7 @@ class PassiveRole(Role[_PassiveState]):
             w = pk.ciphertext_bytes
             prev = [_from_bytes(b, w) for b in st.prev_enc]
             enc = _encrypted_level(pk, st.blob, np.cumsum(st.sample) - 1, bins, node_rows, compute, derive, prev,
-                                   width)
+                                   width, st.root if st.depth == 0 else b"")
             cand = [enc[i][j] for i, a in enumerate(st.anon) for j in a.tolist()]
             bits = 2 * setup.n_outputs * st.spec.slot_bits
             folded, per = fold_ciphertexts(pk, cand, bits)
@@ -430,10 +445,11 @@ def _plain_level(bins: np.ndarray, node_rows: list[np.ndarray], compute: np.ndar
 
 def _encrypted_level(pk: PublicKey, blob: bytes, position: np.ndarray, bins: np.ndarray, node_rows: list[np.ndarray],
                      compute: np.ndarray, derive: np.ndarray, prev: list[list[mpz]],
-                     width: int) -> list[list[mpz]]:
+                     width: int, root: bytes = b"") -> list[list[mpz]]:
     """Encrypted cumulative bin sums per node: row-by-row for ``compute``, else parent/sibling.
 
-    ``blob`` holds the sampled rows' ciphertexts; ``position[r]`` is row ``r``'s index in it."""
+    ``blob`` holds the sampled rows' ciphertexts; ``position[r]`` is row ``r``'s index in it. ``root``: the
+    root's sums, added up part by part as the gradients came (:func:`.parts.add_root_part`), for the first level."""
     F = bins.shape[1]
     w = pk.ciphertext_bytes
     nsq = pk.cmod
@@ -442,8 +458,11 @@ def _encrypted_level(pk: PublicKey, blob: bytes, position: np.ndarray, bins: np.
     slot = np.concatenate([np.full(len(node_rows[i]), s, np.int64) for s, i in enumerate(comp)]) \
         if comp else np.zeros(0, np.int64)
     keys = slot[:, None] * (F * width) + np.arange(F, dtype=np.int64)[None, :] * width + bins[rows]
-    row_blob = np.frombuffer(blob, dtype=np.uint8).reshape(-1, w)[position[rows]].tobytes()
-    sums = encrypted_bin_sums(pk, row_blob, keys, len(comp) * F * width)
+    if root and comp == [0] and not len(derive):
+        sums = ciphertexts_from_bytes(root, w)
+    else:
+        row_blob = np.frombuffer(blob, dtype=np.uint8).reshape(-1, w)[position[rows]].tobytes()
+        sums = encrypted_bin_sums(pk, row_blob, keys, len(comp) * F * width)
     cum: list[list[mpz]] = [[] for _ in range(len(compute) + len(derive))]
     one = mpz(1)
     for s, i in enumerate(comp):
