@@ -408,9 +408,11 @@ def test_linear_regression_three_processes_with_alignment(tmp_path: Path, pki: P
 def test_ckks_linear_regression_on_the_bundled_example_in_three_processes(
         tmp_path: Path, pki: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The README's bank/shop run with --scheme ckks as three network parties: the label
-    (credit scores ~700) is scaled inside the protocol, and the RMSE equals the in-process run's to 1e-3 (the
-    coordinator's returns are flooded afresh in each run: they move the RMSE by about 3e-5 relative). Ten
-    epochs: CKKS at N = 16384 costs ~1.3 s an epoch in each of the two runs (RMSE 28.6 measured)."""
+    (credit scores ~700) is scaled inside the protocol, and the RMSE equals the in-process run's within 0.1
+    points. The coordinator's returns are flooded afresh in each run and the noise carries through the ten
+    epochs: six in-process runs gave RMSEs of 28.555-28.572, and one CI run's network and in-process RMSEs
+    differed by 0.029 (1.03e-3 relative, beyond the 1e-3 this test used to ask). Ten epochs: CKKS at
+    N = 16384 costs ~1.3 s an epoch in each of the two runs."""
     from vflcrypto.cli import main
 
     assert main(["examples", str(tmp_path)]) == 0
@@ -428,7 +430,7 @@ def test_ckks_linear_regression_on_the_bundled_example_in_three_processes(
                  "--id-column", "id", "--label", "credit_score", *common, "--json"]) == 0
     local = json.loads(capsys.readouterr().out)
     assert net["rows"] == local["rows"] and 15 < net["test_rmse"] < 40
-    assert net["test_rmse"] == pytest.approx(local["test_rmse"], rel=1e-3)
+    assert net["test_rmse"] == pytest.approx(local["test_rmse"], abs=0.1)
 
 
 def test_a_party_with_different_training_flags_refuses_the_plan(tmp_path: Path, pki: Path) -> None:
