@@ -38,10 +38,10 @@ import numpy as np
 from vflcrypto.errors import ProtocolError
 from vflcrypto.psi import kkrt, ot
 from vflcrypto.psi import primitives as psi
-from vflcrypto.runtime.steps import Next, send, then
+from vflcrypto.runtime.steps import Next, prefixed, send, then
 
 from .messages import ACTIVE, PROTOCOL_VERSION, CommonValues, Hello, OprfMatrix, OprfValues, OtChoice, OtSetup
-from .session import _prefix, check_hello, chunk_lengths
+from .session import check_hello, chunk_lengths
 
 __all__ = ["MAX_STASH", "KkrtSession", "KkrtState", "matrix_rows_per_chunk", "values_per_chunk"]
 
@@ -225,8 +225,8 @@ class KkrtSession:
         st.k = 0
         last = then([], self.peer, OprfValues, "on_oprf_values")
         if st.peer_size == 0:
-            return _prefix(self._matrix_out(k0, k1), self._match())
-        return _prefix(self._matrix_out(k0, k1), last)
+            return prefixed(self._matrix_out(k0, k1), self._match())
+        return prefixed(self._matrix_out(k0, k1), last)
 
     def _matrix_out(self, k0: np.ndarray, k1: np.ndarray) -> Iterator[tuple[str, Any]]:
         st = self.state
@@ -280,8 +280,8 @@ class KkrtSession:
                  for c, s in enumerate(range(0, len(order), per)))
         st.k = 0
         if self.pair_mode != "both":
-            return _prefix(sends, self.finished(None, None, st.peer_size))
-        return _prefix(sends, then([], self.peer, CommonValues, "on_common_values"))
+            return prefixed(sends, self.finished(None, None, st.peer_size))
+        return prefixed(sends, then([], self.peer, CommonValues, "on_common_values"))
 
     # ----------------------------------------------------------------- 6 receiver: match
     def on_oprf_values(self, msg: OprfValues) -> Next:
@@ -313,7 +313,7 @@ class KkrtSession:
         per = values_per_chunk(self.chunk_size)
         sends = [send(self.peer, CommonValues(c, len(pos), common[s : s + per].tobytes()))
                  for c, s in enumerate(range(0, len(pos), per))] or [send(self.peer, CommonValues(0, 0, b""))]
-        return _prefix(sends, self.finished(pos, len(pos), st.peer_size))
+        return prefixed(sends, self.finished(pos, len(pos), st.peer_size))
 
     # ----------------------------------------------------------------- 7 sender: its rows
     def on_common_values(self, msg: CommonValues) -> Next:

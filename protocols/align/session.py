@@ -11,6 +11,7 @@ keyed hash: ``on_hello`` → ``on_tags``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import numpy as np
 
 from vflcrypto.errors import ProtocolError
 from vflcrypto.psi import primitives as psi
-from vflcrypto.runtime.steps import Next, send, then
+from vflcrypto.runtime.steps import Next, prefixed, send, then
 from vflcrypto.runtime.wire import encode_value
 
 from .messages import (
@@ -155,8 +156,8 @@ class Session:
         self.hold("ecdh_secret", st.secret)
         self.hold("send_order", st.order)
         if st.peer_size == 0:
-            return _prefix(_chain(self._blinded_out(), self._after_blinded()), self._after_blinded_wait())
-        return _prefix(self._blinded_out(), then([], self.peer, BlindedChunk, "on_blinded"))
+            return prefixed(itertools.chain(self._blinded_out(), self._after_blinded()), self._after_blinded_wait())
+        return prefixed(self._blinded_out(), then([], self.peer, BlindedChunk, "on_blinded"))
 
     def _blinded_out(self) -> Iterator[tuple[str, Any]]:
         stream = psi.blind_stream(self.state.secret, self.canon.encoded, self.state.order, self.chunk_size)
@@ -183,9 +184,9 @@ class Session:
                      for k, s in enumerate(range(0, n, self.chunk_size))]
         self.tick(n)
         if not self.i_learn:
-            return _prefix(sends, self.finished(None, None, self.state.peer_size))
+            return prefixed(sends, self.finished(None, None, self.state.peer_size))
         if self.state.peer_size == 0:
-            return _prefix(sends, self._match_tags())
+            return prefixed(sends, self._match_tags())
         return then(sends, self.peer, TagChunk, "on_tags")
 
     def on_tags(self, msg: TagChunk) -> Next:
@@ -231,7 +232,7 @@ class Session:
             sends.append(send(self.peer, DoubledChunk(k, dig)))
         if st.k < len(chunk_lengths(st.peer_size, st.peer_chunk)):
             return then(sends, self.peer, BlindedChunk, "on_blinded")
-        return _prefix([*sends, *self._after_blinded()], self._after_blinded_wait())
+        return prefixed([*sends, *self._after_blinded()], self._after_blinded_wait())
 
     def _after_blinded(self) -> list[tuple[str, Any]]:
         """Cardinality mode, passive: one global reshuffle of the held digests, then send them."""
@@ -288,7 +289,7 @@ class Session:
     def _intersect_doubled(self) -> Next:
         own = psi.digests_to_array(b"".join(self.state.own))
         size = len(psi.match_digests(own, psi.digests_to_array(b"".join(self.state.peer_digests))))
-        return _prefix([send(self.peer, Cardinality(size))], self.finished(None, size, self.state.peer_size))
+        return prefixed([send(self.peer, Cardinality(size))], self.finished(None, size, self.state.peer_size))
 
     def on_cardinality(self, msg: Cardinality) -> Next:
         """Cardinality mode, passive: the size the active party found."""
@@ -296,12 +297,3 @@ class Session:
             raise ProtocolError("peer reported an impossible intersection size")
         return self.finished(None, msg.size, self.state.peer_size)
 
-
-def _chain(*parts: Any) -> Iterator[tuple[str, Any]]:
-    for part in parts:
-        yield from part
-
-
-def _prefix(sends: Any, nxt: Next) -> Next:
-    """``nxt`` with ``sends`` sent first (lazily, when ``sends`` is a generator)."""
-    return Next(_chain(sends, nxt.sends), nxt.wait, nxt.result)

@@ -12,7 +12,6 @@ memory: trees, nodes and keys need not be wire-encodable.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import secrets
 import time
@@ -29,7 +28,7 @@ from vflcrypto.he.obfuscators import ObfuscatorStock, StockStats
 from vflcrypto.he.paillier import DEFAULT_KEY_BITS
 from vflcrypto.he.schemes import PrivateKey, PublicKey, describe, generate_keypair
 from vflcrypto.runtime import progress
-from vflcrypto.runtime.steps import Next, Role, done, send, then
+from vflcrypto.runtime.steps import Next, Role, done, prefixed, send, then
 from vflcrypto.runtime.zarray import ZArray
 
 from .defence import clip_gradients, noise_multiplier, noised_base, noised_leaves, noised_node, privacy, sensitivity
@@ -284,7 +283,7 @@ class ActiveRole(Role[_ActiveState]):
 
     def start(self) -> Next:
         """Step 0: the setup (the training plan); binning on the training rows; then the first tree."""
-        return _prefix(self._setup(), self._begin_tree())
+        return prefixed(self._setup(), self._begin_tree())
 
     def _setup(self) -> list[tuple[str, Any]]:
         """Step 0 without the first tree: the setup to every passive party (a resumed run (.checkpoint) keeps
@@ -375,7 +374,7 @@ class ActiveRole(Role[_ActiveState]):
         st.leaves, st.depth = [], 0
         self.colmask = column_mask(self.X.shape[1], self.params.colsample_bytree, self.params.random_state,
                                    self.name, st.t)
-        return _prefix(sends, self._begin_level())
+        return prefixed(sends, self._begin_level())
 
     def _alone(self) -> bool:
         """Whether this tree is grown on our features alone (``--first-tree-active-only``, ``--active-only-trees``)."""
@@ -581,7 +580,7 @@ class ActiveRole(Role[_ActiveState]):
                                  np.zeros((0, 3), np.int32), kept)
         sends = [send(q, done_req) for q in self.names]
         if not last:
-            return _prefix(sends, self._begin_tree())
+            return prefixed(sends, self._begin_tree())
         margin = st.margin if kept * self.per_round == st.t else st.best_margin
         model = _assemble(st.trees[: kept * self.per_round], self.model_id, p, self.base, self.columns,
                           tuple(self.names), self.stopper, privacy(p, self.per_round))
@@ -593,8 +592,4 @@ class ActiveRole(Role[_ActiveState]):
         return done(ActiveResult(model, margin_out(margin), self.timer.phases, self.pk, stats, self.samples,
                                  history, model.privacy, goss_key=self.goss_key), sends)
 
-
-def _prefix(sends: Iterable[tuple[str, Any]], nxt: Next) -> Next:
-    """``nxt`` with ``sends`` first; a generator of sends stays lazy (the runtime drains it in order)."""
-    return Next(itertools.chain(sends, nxt.sends), nxt.wait, nxt.result)
 

@@ -42,9 +42,9 @@ import numpy as np
 from vflcrypto.data.files import PRIVATE, atomic_write_bytes, immediate_outputs, load_model
 from vflcrypto.errors import ConfigurationError, InputDataError, ModelFileError, ProtocolError
 from vflcrypto.runtime.channel import Channel
-from vflcrypto.runtime.steps import Next, drive, send, then
+from vflcrypto.runtime.steps import Next, drive, prefixed, send, then
 
-from .active import ActiveResult, ActiveRole, _assemble, _prefix, _TreeBuilder
+from .active import ActiveResult, ActiveRole, _assemble, _TreeBuilder
 from .messages import Resume, Setup
 from .passive import PassiveResult, PassiveRole, _PassiveState
 from .tree import BoostParams
@@ -186,7 +186,7 @@ class ResumableActive(ActiveRole):
         if agreed > 0:
             self._restore(meta, arrays)
         self._saved = self.resumed_from = agreed
-        return _prefix(sends, self._begin_tree())
+        return prefixed(sends, self._begin_tree())
 
     def _restore(self, meta: dict[str, Any], a: dict[str, np.ndarray]) -> None:
         st, trees = self.state, int(meta["trees"])

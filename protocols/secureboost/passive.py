@@ -204,9 +204,9 @@ class PassiveRole(Role[_PassiveState]):
             self._first_part(grad)
         if st.parts_due:
             return then([], self.active, EncryptedGradients, "on_gradients")
-        if isinstance(grad, EncryptedGradients) and self._rows_got(grad) != int(st.sample.sum()):
+        if isinstance(grad, EncryptedGradients) and self._rows_got() != int(st.sample.sum()):
             raise ProtocolError(f"expected {int(st.sample.sum())} encrypted gradients (the sampled rows) for "
-                                f"tree {st.t}, got {self._rows_got(grad)} in {grad.parts} parts")
+                                f"tree {st.t}, got {self._rows_got()} in {grad.parts} parts")
         st.depth, st.prev_plain, st.prev_enc = 0, [], []
         st.partition = np.zeros(self.X.shape[0], dtype=np.int64)
         return then([], self.active, level_kind(self.setup.params), "on_level")
@@ -219,24 +219,26 @@ class PassiveRole(Role[_PassiveState]):
         if grad.gh.packing != st.spec or grad.gh.slots != 2 * self.setup.n_outputs \
                 or grad.gh.public_key != self.setup.public_key:
             raise ProtocolError("a later part of the gradients is packed otherwise or under another key")
-        before = self._rows_got(grad)
-        st.blob += grad.gh.to_bytes()
+        before, part = self._rows_got(), grad.gh.to_bytes()
+        st.blob += part
         st.parts_due -= 1
-        if self._rows_got(grad) > int(st.sample.sum()):
+        if self._rows_got() > int(st.sample.sum()):
             raise ProtocolError(f"more encrypted gradients than sampled rows ({int(st.sample.sum())}) for tree {st.t}")
-        self._sum_root(before, grad)
+        self._sum_root(before, part)
 
-    def _sum_root(self, before: int, grad: EncryptedGradients) -> None:
-        """Add the part's rows to the root's bin sums now, while the next part is on its way."""
+    def _sum_root(self, before: int, part: bytes) -> None:
+        """Add the part's rows (the sampled rows from ``before`` on) to the root's bin sums now, while the next
+        part is on its way."""
         st, t0, pk = self.state, time.perf_counter(), self.setup.public_key
         assert pk is not None  # an encrypted run's setup carries the key
         bins, _, width = self._bins()
-        rows = np.flatnonzero(st.sample)[before : self._rows_got(grad)]
-        st.root = add_root_part(pk, st.root, grad.gh.to_bytes(), bins[rows], width)
+        rows = np.flatnonzero(st.sample)[before : self._rows_got()]
+        st.root = add_root_part(pk, st.root, part, bins[rows], width)
         self.timer.add("histogram", t0)
 
-    def _rows_got(self, grad: EncryptedGradients) -> int:
-        return len(self.state.blob) // grad.gh.public_key.ciphertext_bytes
+    def _rows_got(self) -> int:
+        pk = self.setup.public_key
+        return 0 if pk is None else len(self.state.blob) // pk.ciphertext_bytes
 
     def _first_part(self, grad: EncryptedGradients | PlainGradients) -> None:
         st, n, K = self.state, self.X.shape[0], self.setup.n_outputs
@@ -257,7 +259,7 @@ class PassiveRole(Role[_PassiveState]):
             st.gq, st.hq = np.zeros((n, K), np.int64), np.zeros((n, K), np.int64)
             st.gq[sample], st.hq[sample] = gq, hq
         else:
-            if not 1 <= grad.parts <= m or len(grad.gh) > m or (grad.parts == 1 and len(grad.gh) != m):
+            if not 1 <= grad.parts <= m or len(grad.gh) > m:  # the total is checked after the last part
                 raise ProtocolError(f"expected {m} encrypted gradients (the sampled rows) for tree {st.t}, in "
                                     f"1 to {m} parts; got {len(grad.gh)} in part 0 of {grad.parts}")
             if grad.gh.packing is None or grad.gh.slots != 2 * K or grad.gh.public_key != self.setup.public_key:
@@ -265,7 +267,7 @@ class PassiveRole(Role[_PassiveState]):
             st.spec, st.blob, st.parts_due, st.root = grad.gh.packing, grad.gh.to_bytes(), grad.parts - 1, b""
         st.sample = sample
         if isinstance(grad, EncryptedGradients):
-            self._sum_root(0, grad)
+            self._sum_root(0, st.blob)
 
     def _node_rows(self) -> list[np.ndarray]:
         node_of_row = self.state.node_of_row
@@ -454,13 +456,13 @@ def _encrypted_level(pk: PublicKey, blob: bytes, position: np.ndarray, bins: np.
     w = pk.ciphertext_bytes
     nsq = pk.cmod
     comp = compute.tolist()
-    rows = np.concatenate([node_rows[i] for i in comp]) if comp else np.zeros(0, np.int64)
-    slot = np.concatenate([np.full(len(node_rows[i]), s, np.int64) for s, i in enumerate(comp)]) \
-        if comp else np.zeros(0, np.int64)
-    keys = slot[:, None] * (F * width) + np.arange(F, dtype=np.int64)[None, :] * width + bins[rows]
     if root and comp == [0] and not len(derive):
         sums = ciphertexts_from_bytes(root, w)
     else:
+        rows = np.concatenate([node_rows[i] for i in comp]) if comp else np.zeros(0, np.int64)
+        slot = np.concatenate([np.full(len(node_rows[i]), s, np.int64) for s, i in enumerate(comp)]) \
+            if comp else np.zeros(0, np.int64)
+        keys = slot[:, None] * (F * width) + np.arange(F, dtype=np.int64)[None, :] * width + bins[rows]
         row_blob = np.frombuffer(blob, dtype=np.uint8).reshape(-1, w)[position[rows]].tobytes()
         sums = encrypted_bin_sums(pk, row_blob, keys, len(comp) * F * width)
     cum: list[list[mpz]] = [[] for _ in range(len(compute) + len(derive))]

@@ -23,6 +23,7 @@ Drivers run roles without knowing any protocol:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
@@ -31,7 +32,7 @@ from ..errors import PeerDisconnectedError, PeerTimeoutError, ProtocolError
 from . import codecs  # noqa: F401  (role states may hold keys and ciphertexts)
 from .wire import DecodeContext, KeyRing, decode_value, encode_value, message_kind
 
-__all__ = ["Next", "Recv", "Role", "done", "drive", "fields_of", "send", "state_field", "then"]
+__all__ = ["Next", "Recv", "Role", "done", "drive", "fields_of", "prefixed", "send", "state_field", "then"]
 
 S = TypeVar("S")
 
@@ -65,6 +66,12 @@ class Next:
     @property
     def done(self) -> bool:
         return self.wait is None
+
+
+def prefixed(sends: Iterable[tuple[str, Any]], nxt: Next) -> Next:
+    """``nxt`` with ``sends`` sent first; a generator of sends stays lazy (:func:`drive` drains it in order, so a
+    step can stream its sends: each is produced only when the one before has been handed to the channel)."""
+    return Next(itertools.chain(sends, nxt.sends), nxt.wait, nxt.result)
 
 
 def send(peer: str, msg: Any) -> tuple[str, Any]:
