@@ -126,11 +126,14 @@ Optimisations (and why)
       of a level in one pass. (``PaillierVector.sum_by_group`` pads every group to the same
       number of packed terms; cumulative sums would then multiply the terms past the
       packing's headroom, and packed vectors cannot be negated for the subtraction, so the
-      kernel here sums raw ciphertexts and keeps real row counts instead.) Overall,
-      encrypting every row's (g, h) once per tree dominates: see bench/secureboost_bench.py.
+      kernel here sums raw ciphertexts and keeps real row counts instead.) Each node's
+      features but one leave out the rows of their largest bin and recover its sum from the
+      node's total (:mod:`.kernels`): the same ciphertexts with fewer multiplications where a
+      feature has a dominant value. Overall, encrypting every row's (g, h) once per tree
+      dominates: see bench/secureboost_bench.py.
 
 Modules: :mod:`.messages` (declarations), :mod:`.tree` (parameters, binning, gain math,
-quantization, split selection, ciphertext kernels), :mod:`.model` (the party models),
+quantization, split selection, unfolding), :mod:`.kernels` (the encrypted bin sums), :mod:`.model` (the party models),
 :mod:`.active` and :mod:`.passive` (training as named steps), :mod:`.histograms` (reading a
 histogram message, the level's histogram plan), :mod:`.defence` (the label defences),
 :mod:`.local` (over Channels and in one process), :mod:`.predict` (joint prediction),

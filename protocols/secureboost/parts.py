@@ -26,8 +26,8 @@ from vflcrypto.he.paillier import ciphertexts_from_bytes, ciphertexts_to_bytes
 from vflcrypto.he.schemes import PublicKey
 from vflcrypto.runtime.steps import send
 
+from .kernels import encrypted_bin_sums
 from .messages import EncryptedGradients
-from .tree import encrypted_bin_sums
 
 __all__ = ["GRADIENT_PART_ROWS", "add_root_part", "encrypted_parts", "gradient_parts", "gradients_by_tree"]
 

@@ -33,6 +33,7 @@ from vflcrypto.runtime.steps import Next, Role, done, send, then
 
 from .active import Timer
 from .defence import privacy
+from .kernels import encrypted_bin_sums
 from .messages import (
     ACTIVE,
     PASSIVE,
@@ -56,7 +57,6 @@ from .tree import (
     as_matrix,
     bin_features,
     bin_histograms,
-    encrypted_bin_sums,
     valid_candidates,
 )
 
@@ -464,7 +464,7 @@ def _encrypted_level(pk: PublicKey, blob: bytes, position: np.ndarray, bins: np.
             if comp else np.zeros(0, np.int64)
         keys = slot[:, None] * (F * width) + np.arange(F, dtype=np.int64)[None, :] * width + bins[rows]
         row_blob = np.frombuffer(blob, dtype=np.uint8).reshape(-1, w)[position[rows]].tobytes()
-        sums = encrypted_bin_sums(pk, row_blob, keys, len(comp) * F * width)
+        sums = encrypted_bin_sums(pk, row_blob, keys, len(comp) * F * width, slot)
     cum: list[list[mpz]] = [[] for _ in range(len(compute) + len(derive))]
     one = mpz(1)
     for s, i in enumerate(comp):

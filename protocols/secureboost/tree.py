@@ -1,10 +1,8 @@
 """Pure helpers of SecureBoost (:mod:`vflcrypto.protocols.secureboost`): parameters, binning, the
 gain and leaf math, exact fixed-point quantization, the packing layout, split selection,
-and the ciphertext kernels (per-bin sums, folding, unfolding) that the process pool runs.
+and the unfolding of decrypted candidates (the per-bin sums of ciphertexts are in :mod:`.kernels`).
 
 Nothing here talks to a channel; roles and messages live in :mod:`vflcrypto.protocols.secureboost`.
-Worker functions (``_w_*``) are module-level and take only ints/bytes, as
-:mod:`vflcrypto.parallel` requires.
 """
 
 from __future__ import annotations
@@ -15,13 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gmpy2 import mpz
 
-from vflcrypto import parallel
 from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.he.encoding import PackingSpec
-from vflcrypto.he.paillier import ciphertexts_from_bytes, ciphertexts_to_bytes
-from vflcrypto.he.schemes import PublicKey
 from vflcrypto.spec import option
 
 __all__ = [
@@ -40,7 +34,6 @@ __all__ = [
     "bin_histograms",
     "check_labels",
     "choose_frac_bits",
-    "encrypted_bin_sums",
     "gradients",
     "leaf_weight",
     "n_outputs",
@@ -442,45 +435,7 @@ def select_split(blocks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return Choice(best[0], best[1], best[2], best[3], best[4], tuple(best_ids))
 
 
-# =========================================================================== ciphertext kernels
-# Module-level functions over plain ints/bytes so that vflcrypto.parallel's workers run them.
-
-
-def _w_bin_sums(nsq: int, width: int, blob: bytes, keys: bytes, n_cols: int, n_groups: int) -> bytes:
-    """Per-group products of row ciphertexts: ``keys`` (rows, n_cols) int64 group ids.
-
-    Empty groups give 1 (the neutral element; never sent on its own).
-    """
-    m = mpz(nsq)
-    cts = ciphertexts_from_bytes(blob, width)
-    k = np.frombuffer(keys, dtype=np.int64).reshape(len(cts), n_cols)
-    acc: list[Any] = [None] * n_groups
-    for j in range(n_cols):
-        for c, g in zip(cts, k[:, j].tolist(), strict=True):
-            a = acc[g]
-            acc[g] = c if a is None else a * c % m
-    return ciphertexts_to_bytes([1 if a is None else a for a in acc], width)
-
-
-def encrypted_bin_sums(pk: PublicKey, row_blob: bytes, keys: np.ndarray,
-                       n_groups: int) -> list[mpz]:
-    """Sum row ciphertexts into groups ``keys[r, f]`` (all features, all nodes) in parallel."""
-    w = pk.ciphertext_bytes
-    rows, cols = keys.shape
-    nsq = int(pk.cmod)
-    cost = int(rows * cols * (int(pk.cmod).bit_length() / 4096) ** 2)
-    workers = max(1, parallel.worker_count())
-    ranges = parallel.chunk_ranges(rows, workers) if rows else []
-    chunks = [(nsq, w, row_blob[a * w : b * w], np.ascontiguousarray(keys[a:b], dtype=np.int64).tobytes(),
-               cols, n_groups) for a, b in ranges]
-    parts = [ciphertexts_from_bytes(p, w) for p in parallel.parallel_map(_w_bin_sums, chunks, cost=cost)]
-    if not parts:
-        return [mpz(1)] * n_groups
-    m = pk.cmod
-    out = parts[0]
-    for part in parts[1:]:
-        out = [x if y == 1 else (y if x == 1 else x * y % m) for x, y in zip(out, part, strict=True)]
-    return out
+# =========================================================================== decrypted candidates
 
 
 def unfold_candidates(values: Sequence[int], count: int, per: int, bits: int) -> list[int]:

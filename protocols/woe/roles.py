@@ -28,7 +28,7 @@ from vflcrypto.runtime.channel import DEFAULT_TIMEOUT, AuditTap, Channel, Transc
 from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
 
 from .._train import run_star
-from ..secureboost.tree import encrypted_bin_sums
+from ..secureboost.kernels import encrypted_bin_sums
 from .math import COUNT_BITS, WoeParams, bin_matrix, plain_counts, select_features, woe_iv
 from .messages import ACTIVE, OU_REFUSAL, PASSIVE, EncryptedCounts, EncryptedLabels, Results, Setup
 
