@@ -18,8 +18,8 @@ so the phases of different parties overlap in wall time and do not add up to it)
 Uses ``../shared/data/fate/default_credit_hetero_{guest,host}.csv`` when present, else a
 synthetic split of the same shape. With ``--trees`` below 30 the 30-tree time is
 extrapolated linearly (every tree costs the same: one encryption of all rows and three
-levels of histograms). Per-tree times (from the transcript: one ``secureboost.gradients``
-message opens each tree) are reported as median and range, with the worker count and the
+levels of histograms). Per-tree times (from the transcript: the first of a tree's
+``secureboost.gradients`` parts opens it) are reported as median and range, with the worker count and the
 CPU seconds of every process that worked. The encrypted trees must equal the plaintext
 mode's, or no speed is reported. Full run: ``.venv/bin/python bench/secureboost_bench.py``.
 """
@@ -74,9 +74,13 @@ def phases(run: Any) -> dict[str, float]:
 
 
 def tree_seconds(run: Any) -> list[float]:
-    """Wall time of each tree: from one gradients message to the next (the last to the end)."""
-    starts = sorted(e.time for e in run.transcript.sent() if e.kind in ("secureboost.gradients",
-                                                                        "secureboost.plain_gradients"))
+    """Wall time of each tree: from its first gradients message to the next tree's (the last to the end).
+
+    A tree's gradients may go in several parts (consecutive gradients sends): a tree starts at a gradients
+    send that follows another kind of message."""
+    kinds = ("secureboost.gradients", "secureboost.plain_gradients")
+    sent = sorted(run.transcript.sent(), key=lambda e: e.time)
+    starts = [e.time for i, e in enumerate(sent) if e.kind in kinds and (i == 0 or sent[i - 1].kind not in kinds)]
     end = max(e.time for e in run.transcript.entries())
     return [b - a for a, b in zip(starts, [*starts[1:], end], strict=True)]
 

@@ -21,7 +21,7 @@ from .checkpoint import CheckpointDir, data_digest, plan_of
 from .checkpoint import run_active as checkpoint_run_active
 from .checkpoint import run_passive as checkpoint_run_passive
 from .messages import ACTIVE
-from .parts import GRADIENT_PART_ROWS
+from .parts import LOCAL_PART_ROWS
 from .passive import PassiveResult, PassiveRole
 from .predict import network
 from .tree import BoostParams
@@ -75,13 +75,14 @@ def run_local(X_active: np.ndarray, y: np.ndarray, X_passive: Sequence[np.ndarra
               passive_columns: Sequence[Sequence[str]] | None = None, timeout: float = DEFAULT_TIMEOUT,
               overrides: Mapping[str, Callable[[Mapping[str, Channel]], Any]] | None = None,
               tap: AuditTap | None = None, checkpoint: str | Path | None = None, resume: bool = False,
-              gradient_part_rows: int = GRADIENT_PART_ROWS) -> LocalRun:
+              gradient_part_rows: int = LOCAL_PART_ROWS) -> LocalRun:
     """Train with every party in this process (threads over in-memory channels).
 
     ``scheme``: ``paillier``, ``ou`` or ``ou-heu`` (:mod:`vflcrypto.he.schemes`; ignored with ``keys``);
     ``precompute``: the active party's obfuscators for the next tree in idle time (see :class:`ActiveRole`);
     ``weights``: the active party's sample weights (n,); ``goss_key``: the secret of its GOSS draws (default fresh);
-    ``gradient_part_rows``: rows per message of a tree's encrypted gradients (0: one message; see :class:`ActiveRole`).
+    ``gradient_part_rows``: rows per message of a tree's encrypted gradients (0: one message; see :class:`ActiveRole`;
+    the default here is larger than the party command's, :data:`.parts.LOCAL_PART_ROWS`).
     ``overrides`` maps a party name to a callable ``(channels) -> Any`` that replaces its
     role (tests: a stalling or hostile party); ``tap`` (audits) keeps what each party
     received and holds. ``checkpoint``: a directory where every party writes its own state after every
