@@ -25,28 +25,26 @@ Usage::
 SecretFlow-lite (1.13.0b0 here) has neither the simulation nor the Ray production mode
 (``secretflow_fl`` is needed for both); its production mode without Ray needs no other service.
 
-Measured here (2 cores shared with other work; the load average moved between 1.7 and 14 within
-each run, so wall times are only comparable within their own run; default_credit, 30,000 rows,
-30 trees, depth 3, 32 bins, learning rate 0.3, lambda 1; vflcrypto with 2 workers through
-``bench/secureboost_bench.py --schemes default,ou-heu``, whose trees equalled its plaintext mode's;
-CPU seconds: SGB's two party processes, vflcrypto's every process that worked; ratio: SGB-OU's
-time over vflcrypto's)::
+Measured here (2026-12-03; 2 cores, nothing else running, load average 1.2-2.5; default_credit, 30,000
+rows, 30 trees, depth 3, 32 bins, learning rate 0.3, lambda 1; SecretFlow-lite 1.13.0b0 in its production
+mode, one process per party; vflcrypto in one process with 2 workers through
+``bench/secureboost_bench.py --schemes default,ou-heu``, whose trees equalled its plaintext mode's; CPU
+seconds: SGB's two party processes, vflcrypto's every process that worked; ratio: SGB-OU's time over
+vflcrypto's; each pair ran back to back)::
 
-    run: order, load average            SGB OU-2048      vflcrypto default ou-2048   vflcrypto ou-heu (HEU's)
-    1: SGB first, 7.7 -> 14 -> 8.9      234.3 s          168.5 s  1.39x              133.7 s  1.75x
-    2: SGB first, 1.7 -> 6.4 -> 8.4     108.4 s          123.7 s  0.88x              102.1 s  1.06x
-    3: SGB last,  5.3 -> 8.4 -> 7.4     133.4 s          131.0 s  1.02x              100.0 s  1.33x
-    CPU s (runs 2 / 3)                  105.4 / 110.6    77.9 / 80.0  1.35x / 1.38x  58.3 / 59.0  1.81x / 1.88x
-    train AUC                           0.7954           0.7955                      0.7955
+    pair: order                     SGB OU-2048        vflcrypto default ou-2048   vflcrypto ou-heu (HEU's)
+    A: SGB first                    66.36 s            38.75 s  1.71x              26.12 s  2.54x
+    B: SGB last                     58.18 s            33.92 s  1.72x              25.52 s  2.28x
+    CPU s (A / B)                   119.1 / 105.0      66.2 / 58.4  1.80x / 1.80x  43.1 / 42.5  2.76x / 2.47x
+    train AUC                       0.7954             0.7955                      0.7955
 
-SGB under ZPaillier-2048, alone afterwards (load average 5.5 -> 9.6): 650.6 s, 712.9 CPU s (alice
-655.2, bob 57.7), train AUC 0.7954; not paired with a vflcrypto Paillier run.
+With the largest-bin skip of the histogram kernel but gradients still in parts of 4,096 rows in one
+process, two earlier pairs gave: SGB 71.34 / 59.98 s, the default 46.26 / 43.09 s (1.54x / 1.39x),
+ou-heu 32.12 / 30.97 s (2.22x / 1.94x). Before both changes (an earlier session, a busier machine) the
+default was 0.88-1.39x and ou-heu 1.06-1.75x in wall time, 1.37x and 1.85x in CPU.
 
-CPU seconds are the steadier measure on a shared box: the default needs about 1.37x less CPU than
-SGB-OU, HEU's parameters about 1.85x less. The goal of issue 34 item 6 is not shown by these runs:
-the default was at least as fast as SGB-OU in wall time in runs 1 and 3 but not in run 2 (where SGB
-ran while the machine was nearly idle), and at equal parameters the ratio is 1.06x-1.75x in wall
-time and 1.81x-1.88x in CPU, not 2x.
+SGB under ZPaillier-2048, alone (an earlier session, load average 5.5 -> 9.6): 650.6 s, 712.9 CPU s
+(alice 655.2, bob 57.7), train AUC 0.7954; not paired with a vflcrypto Paillier run.
 """
 
 from __future__ import annotations
