@@ -167,3 +167,36 @@ def test_a_spilled_line_is_the_csv_writers_line() -> None:
     fields = ["", "a", ",", '"', "\n", "\r", " ", "é", "a,b", 'x"y', " z "]
     rows = [r for k in (1, 2, 3) for r in itertools.product(fields, repeat=k)]
     assert [csv_line(r) for r in rows] == [writer(r) for r in rows]
+
+
+def test_a_block_of_lines_is_the_csv_writers_lines() -> None:
+    """``spill.csv_lines`` formats a block at once when no field needs quotes, else row by row: blocks of every
+    width up to three, all plain or with one field that needs quotes (or one empty one-field row), give
+    ``csv_line``'s bytes for every row."""
+    import itertools
+
+    from vflcrypto.protocols.align.spill import csv_line, csv_lines
+
+    fields = ["", "a", ",", '"', "\n", "\r", " ", "é", "a,b", 'x"y', " z "]
+    plain = ["a", " ", "é", " z ", "user-7"]
+    for width in (1, 2, 3):
+        base = [r for r in itertools.product(plain, repeat=width)]
+        assert csv_lines(base) == [csv_line(r) for r in base]
+        for odd in fields:
+            for at in (0, len(base) // 2, len(base) - 1):
+                block = [*base[:at], (odd,) * width, *base[at:]]
+                assert csv_lines(block) == [csv_line(r) for r in block], (width, odd, at)
+    assert csv_lines([]) == []
+
+
+def test_counting_a_bucket_reads_only_its_keys_and_refuses_duplicates_as_parsing_does() -> None:
+    from vflcrypto.protocols.align import spill
+
+    rows = [(f"id-{i % 5}", str(i)) for i in range(8)]  # id-0 .. id-2 twice
+    data = b"".join(spill.spill_block(rows, 0, 0, False, b"k" * 32, 1))
+    assert spill.count_bucket(data, "keep_first", "f.csv", "--keep-first") == 5 == \
+        len(spill.parse_bucket(data, "keep_first", "f.csv", "--keep-first")[0])
+    with pytest.raises(InputDataError, match=r"f.csv: line 7: duplicate ID \(first seen at line 2\)"):
+        spill.count_bucket(data, "refuse", "f.csv", "--keep-first")
+    assert spill.count_bucket(b"".join(spill.spill_block(rows[:5], 0, 0, False, b"k" * 32, 1)), "refuse", "f.csv",
+                              "--keep-first") == 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,8 +39,7 @@ class IdTable:
         _, header = next(stream)
         if header != self.header:
             raise InputDataError(f"{self.path} changed while it was being aligned (its header differs)")
-        for _, row in stream:
-            yield row
+        yield from map(operator.itemgetter(1), stream)
 
     def iter_ids(self) -> Iterator[str]:
         i = self.header.index(self.id_column)
