@@ -30,6 +30,11 @@ Measured on this 2-core machine, shared (load average 5-9), each party its own p
 * KKRT 10⁷ × 10⁷ again, one session, the same files: bucketed 1 GiB 147.5 s at 482 / 589 MiB,
   unbucketed 189.5 s at 3,158 / 3,639 MiB; SecretFlow spu 0.9.4 (``bench/spu_psi_compare.py``)
   RR22 40.0 s, KKRT 102.8 s (load ~1.8).
+* KKRT 10⁷ × 10⁷ bucketed 1 GiB, a later session on a quiet machine, the same files for all: 114.3 s
+  (482 / 589 MiB) before the block-wise spill and the key-only count, 104.1 and 94.9 s (497 / 599 and
+  471 / 586 MiB) after; spu RR22 26.6 s in the same session. The active party's phases in the 94.9 s
+  run: reading and checking the CSV 3.6 s, spilling and counting 17.0 s, the 12 buckets 66.7 s, the
+  merge 6.1 s.
 * KKRT 10⁸ × 10⁸ bucketed, ``--memory-budget 1GiB`` (111 buckets; half the IDs common): 1,583 s
   (26.4 min: ~9 min streaming each 1.6 GB CSV into its buckets, ~17 min for the buckets, then the
   merge), peak RSS 534 / 658 MiB, 10.4 GB sent by the active party and 3.6 GB by the passive
