@@ -15,7 +15,9 @@ It pays where features have a dominant value, as credit data's categorical and p
 columns do: on default_credit's host file (10 features in 32-quantile bins) the largest bins
 hold 5-60 % of the rows, and the root's sums multiply in 56 % of the row-feature pairs (44 %
 fewer multiplications); bench/secureboost_bench.py's histogram phase fell by 38 % with it. A bin
-is left out only when it saves more multiplications than its recovery costs.
+is left out only when it saves more multiplications than its recovery costs. The work, and so a
+level's response time, now falls with those bins' row counts: SECURITY.md (SecureBoost, *Response
+time*) states what that can tell the active party.
 
 Worker functions (``_w_*``) are module-level and take only ints and bytes, as
 :mod:`vflcrypto.parallel` requires.
