@@ -61,7 +61,7 @@ def test_left_out_bins_are_recovered_to_the_same_ciphertexts(scheme: str, nodes:
 def test_the_recovery_is_what_makes_them_equal(small_paillier_keys, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mutation: without the recovery the left-out bins stay empty, and the sums differ."""
     pk, sk = small_paillier_keys
-    keys, node, groups = _layout(300, 1, 8, [0.2, 0.8], seed=5)
+    keys, _, groups = _layout(300, 1, 8, [0.2, 0.8], seed=5)
     blob = sk.encrypt(_values(300)).to_bytes()
     full = encrypted_bin_sums(pk, blob, keys, groups, skip=False)
     monkeypatch.setattr(kernels, "fill_skipped", lambda sums, plan, mod: sums)
@@ -97,7 +97,7 @@ def test_nothing_is_left_out_where_it_would_not_pay_or_the_layout_has_no_total()
 
 def test_a_ciphertext_without_an_inverse_is_refused_in_one_line(small_paillier_keys) -> None:
     pk, sk = small_paillier_keys
-    keys, node, groups = _layout(100, 1, 4, [0.1, 0.9], seed=2)
+    keys, _, groups = _layout(100, 1, 4, [0.1, 0.9], seed=2)
     cts = [int(c) for c in sk.encrypt(_values(100)).ciphertexts()]
     w = pk.ciphertext_bytes
     plan = plan_skip(keys, groups)
