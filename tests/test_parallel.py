@@ -482,8 +482,9 @@ def test_ray_bucketed_run_equals_the_one_process_run(tmp_path: Path) -> None:
 def test_ray_party_process_writes_the_one_process_bytes(tmp_path: Path, pki: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """``vflcrypto party … align --memory-budget`` with ``--parallel ray`` ($VFLCRYPTO_BACKEND) at the active party:
-    its process starts its own local Ray instance (2 CPUs) and keeps its one mutually authenticated link; the
-    passive party runs in process (each party's choice is its own: the messages are the same); same bytes.
+    its process starts its own local Ray instance (2 CPUs), before it connects, and keeps its one mutually
+    authenticated link; the passive party runs in process (each party's choice is its own: the messages are the
+    same); same bytes.
     One Ray instance at a time on this machine (see :func:`test_ray_backend_bench_runs_tiny`)."""
     pytest.importorskip("ray")
     left, right = _data(tmp_path, n=6000)
@@ -492,7 +493,8 @@ def test_ray_party_process_writes_the_one_process_bytes(tmp_path: Path, pki: Pat
     monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
     monkeypatch.setenv("RAY_DEDUP_LOGS", "0")
     monkeypatch.delenv("VFLCRYPTO_RAY_ADDRESS", raising=False)
-    cfg = make_config(tmp_path, pki, list(files), timeout=60.0, connect_timeout=60.0)
+    # the active party starts Ray before it connects (up to 3 of Ray's 30 s windows under load): its peer waits
+    cfg = make_config(tmp_path, pki, list(files), timeout=60.0, connect_timeout=150.0)
     for _ in range(2):  # once more if Ray's own node start-up (a fixed 30 s in Ray) timed out on a loaded machine
         for d in ("out", "work-active", "work-passive-0"):
             shutil.rmtree(tmp_path / d, ignore_errors=True)
@@ -528,3 +530,46 @@ def test_psi_ray_bench_runs_tiny(tmp_path: Path) -> None:
     spec.loader.exec_module(mod)
     out = mod.main(["--rows", "3000", "--budget", "4MiB", "--cpus", "2", "--workdir", str(tmp_path), "--json"])
     assert out["identical"] is True and out["ray"]["buckets"] > 1 and out["cluster_bytes"]["to_workers"] > 0
+
+
+def test_a_party_starts_its_ray_backend_before_it_connects(tmp_path: Path, pki: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """``vflcrypto --parallel ray party …`` starts (or joins) its Ray cluster before it opens any link, so a slow
+    start-up never stalls a live link past its peers' timeouts; a cluster that cannot start fails in one line and
+    no peer was ever contacted. (Ray itself is replaced here: the order is what is tested.)"""
+    from vflcrypto.cli import main
+    from vflcrypto.errors import ClusterError, PeerTimeoutError
+    from vflcrypto.runtime import network
+
+    left, _ = _data(tmp_path, n=50)
+    cfg = make_config(tmp_path, pki, ["active", "passive-0"])
+    order: list[str] = []
+
+    class Started:
+        cpus = 2
+
+        def __init__(self, address: str | None, cpus: int | None) -> None:
+            order.append("ray")
+
+    class Refused:
+        def __init__(self, address: str | None, cpus: int | None) -> None:
+            order.append("ray")
+            raise ClusterError("could not start a local Ray instance (tried 3x): timed out")
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        order.append("connect")
+        raise PeerTimeoutError("stop here")
+
+    monkeypatch.setattr(network, "connect_party", connect)
+    monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
+    argv = ["--parallel", "ray", "party", "--config", str(cfg), "--as", "active", "align", "--data", str(left),
+            "--id-column", "id", "--out", str(tmp_path / "a.csv")]
+    try:
+        for fake, expected in ((Started, ["ray", "connect"]), (Refused, ["ray"])):
+            order.clear()
+            monkeypatch.setattr(parallel, "_RayExecutor", fake)
+            monkeypatch.setattr(parallel, "_ray", None)
+            assert main(argv) == 2
+            assert order == expected, fake.__name__
+    finally:
+        parallel.configure(None)

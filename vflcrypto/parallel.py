@@ -250,6 +250,19 @@ class _RayExecutor(Executor):
             self._ray.shutdown()
 
 
+def start_backend() -> None:
+    """Start (or join) the Ray backend's cluster now; nothing for the process backend.
+
+    Party processes call it before they connect: a slow local Ray start-up (up to
+    :data:`RAY_START_ATTEMPTS` of Ray's fixed 30 s windows on a loaded machine) then delays
+    the connection instead of stalling a live link past its peers' timeouts, and a cluster
+    that cannot start fails as one :class:`~vflcrypto.errors.ClusterError` before any peer
+    waits on this party.
+    """
+    if on_ray() and worker_count() > 1:
+        _ray_executor()
+
+
 def _ray_executor() -> _RayExecutor:
     global _ray
     with _lock:

@@ -109,6 +109,7 @@ def quiet_grpc(verbose: bool) -> None:
 def run_party(args: argparse.Namespace) -> int:
     """Connect, agree on the run, run the role, write output + sidecar; abort cleanly on error."""
     quiet_grpc(bool(getattr(args, "verbose", False)))
+    from .. import parallel
     from ..runtime.channel import AuditTap, Transcript
     from ..runtime.identity import PartyIdentity
     from ..runtime.network import connect_party
@@ -144,6 +145,7 @@ def run_party(args: argparse.Namespace) -> int:
     if _needs_identity(args, task, ctx):
         ctx.identity()  # a missing or wrong identity key fails here, before any peer waits on us
     registered.check(args, ctx)  # this party's own inputs (e.g. its model file), before any peer waits on us
+    parallel.start_backend()  # a Ray cluster starts (or fails) before any peer waits on us
     party = connect_party(config, identity, task, transcript=transcript,
                           allow_insecure=bool(getattr(args, "allow_insecure", False)), settings=shared_settings(args))
     ctx.channels = party.channels
