@@ -137,3 +137,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("slow") is not None:
             slow[module(item)] = slow.get(module(item), 0) + 1
     items.sort(key=lambda it: (-slow.get(module(it), 0), first[module(it)]))
+
+
+def use_native(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
+    """Switch the C group-product kernel (:mod:`vflcrypto.he.native`) on or off for one test.
+
+    On where it is not built skips the test, saying why (tests/test_native_groupprod.py fails
+    instead where a C compiler was at hand)."""
+    from vflcrypto.he import native
+
+    monkeypatch.setenv("VFLCRYPTO_NATIVE", "1" if on else "0")
+    monkeypatch.setattr(native, "_state", {})  # loaded afresh; the test's end restores the real one
+    if on and not native.available():
+        pytest.skip(f"the C kernel is not in use: {native.why_not()}")

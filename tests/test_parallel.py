@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import use_native
 from test_align_buckets import MIB, _data, _outputs
 from test_party_processes import finish, make_config, party, pki
 from vflcrypto.protocols.align import align_files
@@ -108,7 +109,9 @@ def test_each_chunk_goes_to_the_same_worker_on_every_call(monkeypatch: pytest.Mo
 
 def test_a_vector_summed_again_is_not_shipped_again(monkeypatch: pytest.MonkeyPatch,
                                                     small_paillier_keys: tuple[Any, Any]) -> None:
-    """The second histogram of one vector sends its token only: one round, no chunk missed and re-sent."""
+    """The second histogram of one vector sends its token only: one round, no chunk missed and re-sent (the
+    Python kernel's pool; the C kernel reads the bytes on this process's threads and ships nothing)."""
+    use_native(monkeypatch, False)
     monkeypatch.setenv("VFLCRYPTO_WORKERS", "2")
     monkeypatch.setattr(parallel, "PARALLEL_MIN_COST", 0)
     parallel.shutdown()

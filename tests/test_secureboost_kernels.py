@@ -11,12 +11,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import use_native
 from vflcrypto.protocols.secureboost import kernels
 from vflcrypto.protocols.secureboost.kernels import encrypted_bin_sums, plan_skip
 
 from vflcrypto import parallel
 from vflcrypto.errors import ProtocolError
-from vflcrypto.he import ou
+from vflcrypto.he import native, ou
 
 
 @pytest.fixture(scope="module")
@@ -68,22 +69,34 @@ def test_the_recovery_is_what_makes_them_equal(small_paillier_keys, monkeypatch:
     assert [int(c) for c in encrypted_bin_sums(pk, blob, keys, groups)] != [int(c) for c in full]
 
 
-def test_split_over_workers_the_sums_are_the_same(small_paillier_keys, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kernel", ["python", "native"])
+def test_split_over_workers_the_sums_are_the_same(kernel: str, small_paillier_keys,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three chunks: of the process pool (the Python kernel) or of this process's threads (the C kernel)."""
     pk, sk = small_paillier_keys
     keys, node, groups = _layout(400, 2, 6, [0.3, 0.7, 0.7], seed=9)
     blob = sk.encrypt(_values(400)).to_bytes()
+    use_native(monkeypatch, kernel == "native")
     full = encrypted_bin_sums(pk, blob, keys, groups, node, skip=False)
     chunks: list[int] = []
-    real = parallel.parallel_map
+    real_map, real_products = parallel.parallel_map, native.group_products
 
     def in_three(fn: Any, parts: Any, **kw: Any) -> Any:
         chunks.append(len(parts))
-        return real(fn, parts, **kw)
+        return real_map(fn, parts, **kw)
+
+    def counted(*args: Any) -> Any:
+        out = real_products(*args)
+        if out is not None:  # the kernel in use
+            chunks.append(1)
+        return out
 
     monkeypatch.setattr(parallel, "worker_count", lambda secret=False: 3)
     monkeypatch.setattr(parallel, "parallel_map", in_three)
+    monkeypatch.setattr(native, "group_products", counted)
+    monkeypatch.setattr(native, "_THREAD_MIN_ROWS", 100)
     assert [int(c) for c in encrypted_bin_sums(pk, blob, keys, groups, node)] == [int(c) for c in full]
-    assert chunks == [3]
+    assert chunks == ([3] if kernel == "python" else [1, 1, 1, 1])  # native: three shares and their merge
 
 
 def test_nothing_is_left_out_where_it_would_not_pay_or_the_layout_has_no_total() -> None:

@@ -19,8 +19,10 @@ is left out only when it saves more multiplications than its recovery costs. The
 level's response time, now falls with those bins' row counts: SECURITY.md (SecureBoost, *Response
 time*) states what that can tell the active party.
 
-Worker functions (``_w_*``) are module-level and take only ints and bytes, as
-:mod:`vflcrypto.parallel` requires.
+The products themselves run in the C kernel of :mod:`vflcrypto.he.native` where it is built
+(on this process's threads under the process backend; inside each Ray task under Ray), else in
+Python on the process pool. Worker functions (``_w_*``) are module-level and take only ints and
+bytes, as :mod:`vflcrypto.parallel` requires.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gmpy2 import mpz
 
 from vflcrypto import parallel
 from vflcrypto.errors import ProtocolError
+from vflcrypto.he import native
 from vflcrypto.he.paillier import batch_invert, ciphertexts_from_bytes, ciphertexts_to_bytes
 from vflcrypto.he.schemes import PublicKey
 
@@ -127,9 +130,12 @@ def _w_bin_sums(nsq: int, width: int, blob: bytes, keys: bytes, n_cols: int, n_g
 
     Empty groups give 1 (the neutral element; never sent on its own).
     """
+    k = np.frombuffer(keys, dtype=np.int64).reshape(len(blob) // width, n_cols)
+    raw = native.group_products(nsq, width, blob, k, n_groups)  # the C kernel where it is built
+    if raw is not None:
+        return raw
     m = mpz(nsq)
     cts = ciphertexts_from_bytes(blob, width)
-    k = np.frombuffer(keys, dtype=np.int64).reshape(len(cts), n_cols)
     acc: list[Any] = [None] * n_groups
     for j in range(n_cols):
         col = k[:, j]
@@ -154,6 +160,10 @@ def encrypted_bin_sums(pk: PublicKey, row_blob: bytes, keys: np.ndarray, n_group
     nsq = int(pk.cmod)
     cost = int(plan.multiplications * (int(pk.cmod).bit_length() / 4096) ** 2)
     workers = max(1, parallel.worker_count())
+    if rows and parallel.backend() == "process" and native.available():  # this process's threads, no shipping
+        raw = native.group_products_threaded(nsq, w, row_blob, plan.keys, n_groups, workers)
+        if raw is not None:
+            return fill_skipped(ciphertexts_from_bytes(raw, w), plan, pk.cmod)
     ranges = parallel.chunk_ranges(rows, workers) if rows else []
     chunks = [(nsq, w, row_blob[a * w : b * w], np.ascontiguousarray(plan.keys[a:b], dtype=np.int64).tobytes(),
                cols, n_groups) for a, b in ranges]

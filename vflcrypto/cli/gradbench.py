@@ -11,12 +11,13 @@ add          add two encrypted vectors of ``n`` values                          
 mul_plain    multiply ``n`` encrypted values by ``n`` plaintext floats            values
 dot          Xᵀ·[[d]] for X of shape (n, 8): ``8·n`` multiply-accumulates          MACs
 histogram    sum ``n`` encrypted (g, h) rows into 32 bins of one feature, on a    samples
-             vector the backend has not seen before (vflcrypto's pool must first
-             receive the ciphertexts: that shipping is inside the timer; bytes
-             already known, as for a vector received from the wire or made in
-             the pool, are not serialized again)
+             vector the backend has not seen before (with the Python kernel,
+             vflcrypto's pool must first receive the ciphertexts: that shipping
+             is inside the timer; bytes already known, as for a vector received
+             from the wire or made in the pool, are not serialized again; the C
+             kernel reads them on threads of this process)
 hist_again   the same on the same vector again (SecureBoost bins one [[g, h]]     samples
-             vector once per feature; vflcrypto's workers then hold it)
+             vector once per feature; the pool's workers then hold it)
 decrypt      decrypt ``n`` values                                                 values
 ============ ==================================================================== =========
 
@@ -248,7 +249,7 @@ def _bench_vfl(data: _Data, key_bits: int, packed: bool, repeats: int, allow_ins
             _Op("decrypt", lambda: sk.decrypt_fixed(ct), lambda v: _err(v[:n], data.g)),
         ]
         res.note = (f"{about}; {res.values_per_ciphertext} values per ciphertext (histogram: one (g, h) pair per "
-                    "ciphertext); mul_plain and dot need one value per ciphertext")
+                    f"ciphertext; {_kernel()}); mul_plain and dot need one value per ciphertext")
         _measure(res, ops, n, repeats, 1e-5, data.ops)
         return res
     cg, chh = pk.encrypt_fixed(data.g), pk.encrypt_fixed(data.h)
@@ -272,9 +273,19 @@ def _bench_vfl(data: _Data, key_bits: int, packed: bool, repeats: int, allow_ins
         _Op("hist_again", lambda: hist((cg, chh)), pair_check),
         _Op("decrypt", lambda: sk.decrypt_fixed(cg), lambda v: _err(v, data.g)),
     ]
-    res.note = f"{about}; one value per ciphertext; the histogram sums the g and the h vector"
+    res.note = f"{about}; one value per ciphertext; the histogram sums the g and the h vector ({_kernel()})"
     _measure(res, ops, n, repeats, 1e-6, data.ops)
     return res
+
+
+def _kernel() -> str:
+    """Which histogram kernel ran: the C one on this process's threads, or Python on the pool (and why)."""
+    from ..he import native
+
+    if native.available() and parallel.backend() == "process":
+        return f"C histogram kernel over GMP, {max(1, parallel.worker_count())} thread(s) of this process"
+    reason = native.why_not() or f"the {parallel.backend()} backend"
+    return f"Python histogram kernel on the pool ({reason})"
 
 
 def _bench_vfl_ckks(data: _Data, repeats: int) -> BackendResult:

@@ -35,6 +35,7 @@ from ...errors import (
     EncodingOverflowError,
     KeyMismatchError,
 )
+from .. import native
 from ..encoding import DEFAULT_FRAC_BITS, PackingSpec, to_fixed_ints
 from .blocks import _CHUNKS_PER_WORKER, batch_invert, ciphertexts_from_bytes, ciphertexts_to_bytes
 from .fixed_base import _ONE
@@ -64,6 +65,19 @@ class PublicKeyLike(Protocol):
 def _group_cost(pk: PublicKeyLike) -> float:
     """Relative cost of one multiplication in the key's ciphertext group (1.0: a 4096-bit modulus)."""
     return (int(pk.cmod).bit_length() / 4096) ** 2
+
+
+def _native_group_sums(v: CipherVector, groups: np.ndarray, n_groups: int, workers: int) -> list[mpz] | None:
+    """``sum_by_group``'s products by the C kernel (:mod:`vflcrypto.he.native`) on ``workers``
+    threads of this process, or ``None`` where it is not in use: the process backend only (a
+    Ray backend keeps its cluster's workers), and a vector of a few rows stays in Python."""
+    if len(v) < 64 or parallel.backend() != "process" or not native.available():
+        return None
+    pk = v._pk
+    w = pk.ciphertext_bytes
+    raw = native.group_products_threaded(int(pk.cmod), w, v._blob_bytes(), groups.reshape(-1, 1), n_groups,
+                                         max(1, workers))
+    return None if raw is None else ciphertexts_from_bytes(raw, w)
 
 
 def _plain_scalars(x: Any, frac_bits: int | None, length: int) -> tuple[list[int], int]:
@@ -461,10 +475,11 @@ class CipherVector:
     def sum_by_group(self, groups: np.ndarray | Sequence[int], n_groups: int) -> Self:
         """``out[g] = sum of self[i] with groups[i] == g`` (the SecureBoost histogram).
 
-        One modular multiplication per element. For packed vectors every output gets
-        exactly ``len(self) * terms`` terms (bins with fewer elements are padded with
-        encodings of zero), so the metadata does not reveal bin counts; this must stay
-        within the packing's headroom.
+        One modular multiplication per element (the C kernel of :mod:`vflcrypto.he.native` on
+        this process's threads where it is built; else Python, in the process pool). For packed
+        vectors every output gets exactly ``len(self) * terms`` terms (bins with fewer elements
+        are padded with encodings of zero), so the metadata does not reveal bin counts; this
+        must stay within the packing's headroom.
         """
         g = np.asarray(groups)
         if g.shape != (len(self),):
@@ -481,7 +496,8 @@ class CipherVector:
         count = len(self)
         cost = int(count * _group_cost(pk))
         workers = parallel.worker_count()
-        if workers > 1 and count > 1 and cost >= parallel.PARALLEL_MIN_COST:
+        out = _native_group_sums(self, g, n_groups, workers)
+        if out is None and workers > 1 and count > 1 and cost >= parallel.PARALLEL_MIN_COST:
             w = pk.ciphertext_bytes
             ranges = parallel.chunk_ranges(count, workers)
             parts = [ciphertexts_from_bytes(p, w) for p in self._map_chunks(
@@ -490,7 +506,7 @@ class CipherVector:
             for part in parts[1:]:
                 out = [x if y == 1 else (y if x == 1 else x * y % nsq)
                        for x, y in zip(out, part, strict=True)]
-        else:
+        elif out is None:
             out = _sum_by_group(self._c, g.tolist(), n_groups, nsq)
         if self.packing is not None:
             counts = np.bincount(g, minlength=n_groups).tolist()
