@@ -38,6 +38,19 @@ vflcrypto's; each pair ran back to back)::
     CPU s (A / B)                   119.1 / 105.0      66.2 / 58.4  1.80x / 1.80x  43.1 / 42.5  2.76x / 2.47x
     train AUC                       0.7954             0.7955                      0.7955
 
+With the histogram products in C (``vflcrypto.he.native``, on two threads of the passive party's
+process), two more pairs on 2026-12-04 (another CPU: SGB itself ran faster; load average 1.6-2.6)::
+
+    pair: order                     SGB OU-2048        vflcrypto default ou-2048   vflcrypto ou-heu (HEU's)
+    C: SGB first                    50.09 s            28.09 s  1.78x              21.07 s  2.38x
+    D: SGB last                     48.84 s            28.80 s  1.70x              22.14 s  2.21x
+    CPU s (C / D)                   91.3 / 89.1        47.9 / 49.9  1.91x / 1.79x  34.6 / 36.8  2.64x / 2.42x
+    train AUC                       0.7954             0.7955                      0.7955
+
+The passive party's histogram phase alone, 10 trees, the C kernel against the Python one in the same
+session: 2.33 s against 5.24 s (default), 2.26 s against 3.80 s (ou-heu); the active party's encryption
+(7.45 and 4.94 s) is now most of the run.
+
 With the largest-bin skip of the histogram kernel but gradients still in parts of 4,096 rows in one
 process, two earlier pairs gave: SGB 71.34 / 59.98 s, the default 46.26 / 43.09 s (1.54x / 1.39x),
 ou-heu 32.12 / 30.97 s (2.22x / 1.94x). Before both changes (an earlier session, a busier machine) the

@@ -20,6 +20,8 @@ import gmpy2
 import numpy as np
 import pytest
 from conftest import use_native
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vflcrypto.he import native, ou
 from vflcrypto.he.paillier import generate_keypair
@@ -78,6 +80,24 @@ def test_products_equal_the_python_kernel(bits: int) -> None:
     assert native.group_products_threaded(m, width, blob, keys, n_groups, 1) == raw
 
 
+@pytest.mark.parametrize("bits", [64, 65, 1023, 2048, 4096])
+def test_mpz_values_read_in_place_equal_their_bytes(bits: int) -> None:
+    """gmpy2's mpz objects read in place (no serialization) give the bytes path's products; anything that
+    is not an mpz below the modulus (an int, a negative, a value too large) is left to Python (``None``)."""
+    assert native.reads_mpz()
+    m, width = _odd(bits), (bits + 7) // 8
+    cts = [gmpy2.mpz(secrets.randbelow(m)) for _ in range(1200)] + [gmpy2.mpz(0), gmpy2.mpz(1)]
+    keys = np.random.default_rng(bits).integers(-1, 16, (len(cts), 2)).astype(np.int64)
+    blob = b"".join(int(c).to_bytes(width, "big") for c in cts)
+    want = native.group_products(m, width, blob, keys, 16)
+    assert want is not None and _ints(want, width) == _python(m, [int(c) for c in cts], keys, 16)
+    assert native.group_products(m, width, cts, keys, 16) == want
+    assert native.group_products_threaded(m, width, cts, keys, 16, 2) == want
+    one = np.zeros((1, 1), np.int64)
+    for bad in ([5], [gmpy2.mpz(-5)], [gmpy2.mpz(m)], [gmpy2.mpz(m) << 64], [gmpy2.xmpz(5)]):
+        assert native.group_products(m, width, bad, one, 1) is None, bad
+
+
 @pytest.mark.parametrize("k", [2, 15, 16, 17, 255, 256, 4097, 70_001])
 def test_a_group_of_k_copies_is_gmps_power(k: int) -> None:
     """Every digit of the Montgomery factor's removal (R^k from a table of hex digits) against gmpy2.powmod."""
@@ -134,10 +154,14 @@ def test_vector_histograms_are_the_same_bytes_either_way(scheme: str, monkeypatc
     x = rng.normal(size=2000)
     bins = rng.integers(0, 32, 2000)
     v = pk.encrypt_fixed(x)
-    fast = v.sum_by_group(bins, 32)
+    fast = v.sum_by_group(bins, 32)  # the mpz objects read in place
+    monkeypatch.setitem(native._state, "mpz", False)
+    from_bytes = pk.encrypt_fixed(x[:10]).sum_by_group(bins[:10], 32)  # below the kernel's rows: Python
+    assert v.sum_by_group(bins, 32).to_bytes() == fast.to_bytes()  # the serialized bytes
     use_native(monkeypatch, False)
     slow = v.sum_by_group(bins, 32)
     assert fast.to_bytes() == slow.to_bytes()
+    assert np.allclose(sk.decrypt_fixed(from_bytes), np.bincount(bins[:10], weights=x[:10], minlength=32))
     assert np.allclose(sk.decrypt_fixed(fast), np.bincount(bins, weights=x, minlength=32), atol=1e-6)
     cts = [int(c) for c in v.ciphertexts()]
     assert _sum_by_group(cts, bins.tolist(), 32, gmpy2.mpz(pk.cmod)) == [int(c) for c in slow.ciphertexts()]
@@ -148,3 +172,30 @@ def test_switched_off_it_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not native.available()
     assert "VFLCRYPTO_NATIVE=0" in native.why_not()
     assert native.group_products(_odd(64), 8, b"\x01" * 8, np.zeros((1, 1), np.int64), 1) is None
+
+
+@st.composite
+def _cases(draw: st.DrawFn) -> tuple[int, int, bytes, np.ndarray, int]:
+    bits = draw(st.integers(2, 300))
+    m = draw(st.integers(1 << (bits - 1), (1 << bits) - 1)) | 1
+    width = (bits + 7) // 8 + draw(st.integers(0, 3))
+    rows, cols, n_groups = draw(st.integers(0, 30)), draw(st.integers(1, 3)), draw(st.integers(1, 9))
+    blob = draw(st.binary(min_size=rows * width, max_size=rows * width))  # any bytes: often not below m
+    keys = np.array(draw(st.lists(st.integers(-1, n_groups - 1), min_size=rows * cols, max_size=rows * cols)),
+                    dtype=np.int64).reshape(rows, cols)
+    return m, width, blob, keys, n_groups
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_cases())
+def test_generated_inputs_match_python_or_are_left_to_it(case: tuple[int, int, bytes, np.ndarray, int]) -> None:
+    """Arbitrary bytes as ciphertexts (as a hostile peer may send): the products equal Python's where every used
+    row is below the modulus, and the kernel answers ``None`` (Python decides) where one is not."""
+    m, width, blob, keys, n_groups = case
+    cts = _ints(blob, width)
+    used = [c for c, row in zip(cts, keys.tolist(), strict=True) if any(g >= 0 for g in row)]
+    got = native.group_products(m, width, blob, keys, n_groups)
+    if all(c < m for c in used):
+        assert got is not None and _ints(got, width) == _python(m, cts, keys, n_groups)
+    else:
+        assert got is None

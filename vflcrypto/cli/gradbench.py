@@ -32,7 +32,9 @@ Honesty rules, each visible in the output:
   ``heu-ou`` (2048 bits, HEU's own parameters). The ratio columns compare each row with
   phe and with HEU's implementation of the same scheme.
 * **Workers and per-core rates.** vflcrypto's Paillier and OU run on its process pool
-  (``workers`` = :func:`vflcrypto.parallel.worker_count`); phe and the others run in one
+  (``workers`` = :func:`vflcrypto.parallel.worker_count`; the histograms, with the C kernel
+  of :mod:`vflcrypto.he.native`, on as many threads of this process: each row's note says
+  which kernel ran); phe and the others run in one
   process (TenSEAL and HEU may use threads inside it). Each row reports the wall rate and
   the **per-core rate** = items / CPU seconds of every process that worked (this process's
   threads plus the pool's workers, read from ``/proc``); the ratio to phe is per core.

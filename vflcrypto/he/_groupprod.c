@@ -134,9 +134,34 @@ static PyObject *init(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Where the rows come from: a blob of big-endian fields of `width` bytes, or the limbs of
+ * gmpy2 mpz objects (their GMP struct, read in place: no serialization). */
+typedef struct {
+    const unsigned char *blob;
+    long width;
+    limb_t *const *limbs;
+    const int *sizes;
+} rows_t;
+
+/* row i into `row` (s limbs); 0 if it is not a value below the modulus */
+static int fetch(const mont_t *c, const rows_t *src, long i, limb_t *row) {
+    long s = c->s;
+    if (src->blob) {
+        if (!load(row, src->blob + i * src->width, src->width, s))
+            return 0;
+    } else {
+        int n = src->sizes[i];
+        if (n < 0 || n > s)
+            return 0;
+        memcpy(row, src->limbs[i], (size_t)n * sizeof(limb_t));
+        memset(row + n, 0, (size_t)(s - n) * sizeof(limb_t));
+    }
+    return !geq(row, c->m, s);
+}
+
 /* The work of group_products without the GIL. Returns 0, or 1 if a ciphertext is not below
  * the modulus, -1 on a group index out of range, -2 when out of memory. */
-static int compute(mont_t *c, const unsigned char *blob, long width, long rows, const int64_t *keys,
+static int compute(mont_t *c, const rows_t *src, long width, long rows, const int64_t *keys,
                    long cols, long n_groups, unsigned char *out) {
     long s = c->s;
     int rc = -2;
@@ -162,7 +187,7 @@ static int compute(mont_t *c, const unsigned char *blob, long width, long rows, 
                 goto done;
             }
             if (!loaded) {
-                if (!load(row, blob + i * width, width, s) || geq(row, c->m, s)) {
+                if (!fetch(c, src, i, row)) {
                     rc = 1;
                     goto done;
                 }
@@ -233,30 +258,24 @@ done:
     return rc;
 }
 
-static PyObject *group_products(PyObject *self, PyObject *args) {
-    Py_buffer mod, blob, keys;
-    Py_ssize_t width, cols, n_groups;
-    if (!ready) {
-        PyErr_SetString(PyExc_RuntimeError, "call init(path of libgmp) first");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(args, "y*ny*y*nn", &mod, &width, &blob, &keys, &cols, &n_groups))
-        return NULL;
+/* Modulus, checks, the GIL-free computation and the result (bytes, or None when a row is not
+ * below the modulus) for both entry points. */
+static PyObject *run(Py_buffer *mod, Py_ssize_t width, const rows_t *src, Py_ssize_t rows, Py_buffer *keys,
+                     Py_ssize_t cols, Py_ssize_t n_groups) {
     PyObject *result = NULL;
     mont_t c = {0};
-    if (width <= 0 || cols <= 0 || n_groups < 0 || blob.len % width ||
-        keys.len != (blob.len / width) * cols * (Py_ssize_t)sizeof(int64_t)) {
+    if (width <= 0 || cols <= 0 || n_groups < 0 || keys->len != rows * cols * (Py_ssize_t)sizeof(int64_t)) {
         PyErr_SetString(PyExc_ValueError, "blob, keys, width and columns do not agree");
-        goto out;
+        return NULL;
     }
-    long mlen = (long)mod.len;
-    const unsigned char *mb = mod.buf;
+    long mlen = (long)mod->len;
+    const unsigned char *mb = mod->buf;
     while (mlen > 0 && *mb == 0)
         mb++, mlen--;
     c.s = (mlen + 7) / 8;
     if (c.s == 0 || !(mb[mlen - 1] & 1) || mlen > width) {
         PyErr_SetString(PyExc_ValueError, "the modulus must be odd, nonzero and fit the width");
-        goto out;
+        return NULL;
     }
     c.m = malloc((size_t)c.s * sizeof(limb_t));
     c.t = malloc((size_t)2 * c.s * sizeof(limb_t));
@@ -274,7 +293,7 @@ static PyObject *group_products(PyObject *self, PyObject *args) {
     int rc;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
     Py_BEGIN_ALLOW_THREADS
-    rc = compute(&c, blob.buf, width, blob.len / width, keys.buf, cols, n_groups, out);
+    rc = compute(&c, src, width, rows, keys->buf, cols, n_groups, out);
     Py_END_ALLOW_THREADS
     if (rc != 0) {
         Py_CLEAR(result);
@@ -289,12 +308,99 @@ static PyObject *group_products(PyObject *self, PyObject *args) {
     }
 out:
     free(c.m), free(c.t);
+    return result;
+}
+
+static PyObject *group_products(PyObject *self, PyObject *args) {
+    Py_buffer mod, blob, keys;
+    Py_ssize_t width, cols, n_groups;
+    if (!ready) {
+        PyErr_SetString(PyExc_RuntimeError, "call init(path of libgmp) first");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*ny*y*nn", &mod, &width, &blob, &keys, &cols, &n_groups))
+        return NULL;
+    PyObject *result = NULL;
+    if (width <= 0 || blob.len % width) {
+        PyErr_SetString(PyExc_ValueError, "blob, keys, width and columns do not agree");
+    } else {
+        rows_t src = {blob.buf, width, NULL, NULL};
+        result = run(&mod, width, &src, blob.len / width, &keys, cols, n_groups);
+    }
     PyBuffer_Release(&mod), PyBuffer_Release(&blob), PyBuffer_Release(&keys);
+    return result;
+}
+
+/* gmpy2's mpz object: PyObject_HEAD, then GMP's mpz_t (alloc, size, limb pointer). The layout
+ * is checked against the bytes path on a probe value by vflcrypto.he.native before use. */
+typedef struct {
+    PyObject_HEAD
+    int alloc;
+    int size;
+    limb_t *d;
+} mpz_view;
+
+static PyObject *mpz_type;
+
+static PyObject *set_mpz_type(PyObject *self, PyObject *type) {
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "expected gmpy2.mpz");
+        return NULL;
+    }
+    Py_XDECREF(mpz_type);
+    Py_INCREF(type);
+    mpz_type = type;
+    Py_RETURN_NONE;
+}
+
+static PyObject *group_products_mpz(PyObject *self, PyObject *args) {
+    Py_buffer mod, keys;
+    Py_ssize_t width, cols, n_groups;
+    PyObject *items;
+    if (!ready || !mpz_type) {
+        PyErr_SetString(PyExc_RuntimeError, "call init(path of libgmp) and set_mpz_type(gmpy2.mpz) first");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(args, "y*nO!y*nn", &mod, &width, &PyList_Type, &items, &keys, &cols, &n_groups))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t rows = PyList_GET_SIZE(items);
+    PyObject **held = PyMem_Malloc((size_t)(rows ? rows : 1) * sizeof(PyObject *));
+    limb_t **limbs = PyMem_Malloc((size_t)(rows ? rows : 1) * sizeof(limb_t *));
+    int *sizes = PyMem_Malloc((size_t)(rows ? rows : 1) * sizeof(int));
+    Py_ssize_t taken = 0;
+    if (!held || !limbs || !sizes) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (; taken < rows; taken++) { /* references held while the GIL is released */
+        PyObject *o = PyList_GET_ITEM(items, taken);
+        if (Py_TYPE(o) != (PyTypeObject *)mpz_type) {
+            result = Py_None; /* not an mpz: the caller's bytes or Python path */
+            Py_INCREF(result);
+            goto out;
+        }
+        Py_INCREF(o);
+        held[taken] = o;
+        limbs[taken] = ((mpz_view *)o)->d;
+        sizes[taken] = ((mpz_view *)o)->size;
+    }
+    rows_t src = {NULL, width, limbs, sizes};
+    result = run(&mod, width, &src, rows, &keys, cols, n_groups);
+out:
+    for (Py_ssize_t i = 0; i < taken; i++)
+        Py_DECREF(held[i]);
+    PyMem_Free(held), PyMem_Free(limbs), PyMem_Free(sizes);
+    PyBuffer_Release(&mod), PyBuffer_Release(&keys);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, "init(path): load GMP's mpn functions from the libgmp at path."},
+    {"set_mpz_type", set_mpz_type, METH_O, "set_mpz_type(gmpy2.mpz): the type group_products_mpz reads."},
+    {"group_products_mpz", group_products_mpz, METH_VARARGS,
+     "group_products_mpz(modulus_be, width, list_of_mpz, keys_int64, cols, n_groups) -> bytes | None\n\n"
+     "group_products on gmpy2 mpz values read in place; None also when an item is not an mpz."},
     {"group_products", group_products, METH_VARARGS,
      "group_products(modulus_be, width, blob, keys_int64, cols, n_groups) -> bytes | None\n\n"
      "Per-group products mod the odd modulus of the blob's big-endian width-byte values; keys\n"

@@ -75,8 +75,8 @@ def _native_group_sums(v: CipherVector, groups: np.ndarray, n_groups: int, worke
         return None
     pk = v._pk
     w = pk.ciphertext_bytes
-    raw = native.group_products_threaded(int(pk.cmod), w, v._blob_bytes(), groups.reshape(-1, 1), n_groups,
-                                         max(1, workers))
+    rows: native.Rows = v._c if native.reads_mpz() and isinstance(v._c, list) else v._blob_bytes()
+    raw = native.group_products_threaded(int(pk.cmod), w, rows, groups.reshape(-1, 1), n_groups, max(1, workers))
     return None if raw is None else ciphertexts_from_bytes(raw, w)
 
 
