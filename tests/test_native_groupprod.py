@@ -199,3 +199,32 @@ def test_generated_inputs_match_python_or_are_left_to_it(case: tuple[int, int, b
         assert got is not None and _ints(got, width) == _python(m, cts, keys, n_groups)
     else:
         assert got is None
+
+
+def test_a_forked_child_makes_its_own_threads() -> None:
+    """A child forked after the thread pool started inherits the pool object but none of its threads; its
+    histogram must not wait forever on them."""
+    import os
+
+    m, w, rows = _odd(256), 32, 2000
+    cts = [secrets.randbelow(m) for _ in range(rows)]
+    blob = b"".join(c.to_bytes(w, "big") for c in cts)
+    keys = np.random.default_rng(5).integers(0, 8, (rows, 1)).astype(np.int64)
+    want = native.group_products_threaded(m, w, blob, keys, 8, 2)
+    assert want is not None and native._pool is not None  # the parent's pool is up
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer within the parent's wait, or be killed
+        try:
+            got = native.group_products_threaded(m, w, blob, keys, 8, 2)
+            os.write(write, b"1" if got == want else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    import select
+
+    ready, _, _ = select.select([read], [], [], 30)
+    if not ready:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    assert ready and os.read(read, 1) == b"1", "the forked child hung on its parent's threads or got other bytes"

@@ -143,20 +143,22 @@ def group_products(modulus: int, width: int, rows: Rows, keys: np.ndarray, n_gro
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+_pool_pid = 0  # a forked child inherits the pool object but not its threads: it makes its own
 
 
 def group_products_threaded(modulus: int, width: int, rows: Rows, keys: np.ndarray,
                             n_groups: int, threads: int) -> bytes | None:
     """:func:`group_products` over ``threads`` threads of this process, each on a share of the
     rows; their partial products are multiplied by the same kernel."""
-    global _pool, _pool_size
+    global _pool, _pool_size, _pool_pid
     count = len(keys)
     threads = max(1, min(threads, count // _THREAD_MIN_ROWS))
     if threads == 1 or _load() is None:
         return group_products(modulus, width, rows, keys, n_groups)
     with _lock:
-        if _pool is None or _pool_size < threads:
-            _pool, _pool_size = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="vfl-groupprod"), threads
+        if _pool is None or _pool_size < threads or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="vfl-groupprod")
+            _pool_size, _pool_pid = threads, os.getpid()
         pool = _pool
     bounds = np.linspace(0, count, threads + 1).astype(int).tolist()
     if isinstance(rows, list):
