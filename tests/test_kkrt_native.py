@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from vflcrypto.protocols.align import spill
 
 from vflcrypto.psi import kkrt
 
@@ -46,30 +47,43 @@ def test_every_length_across_the_block_boundaries_is_hashlibs(blake, size: int, 
     assert got == b"".join(hashlib.blake2b(m, digest_size=size, person=person).digest() for m in msgs)
 
 
+@pytest.mark.parametrize("key", [b"k", bytes(range(32)), bytes(range(64))])
+def test_keyed_hashes_of_every_length_are_hashlibs(blake, key: bytes) -> None:
+    """Keyed (the bucket hash of the bucketed alignment): the key block first, the empty message included."""
+    msgs = [os.urandom(n) for n in range(301)]
+    for size, person in ((8, b""), (64, b"p")):
+        got = blake.blake2b_many(b"".join(msgs), _offsets(msgs), size, person, key)
+        assert got == b"".join(hashlib.blake2b(m, digest_size=size, person=person, key=key).digest() for m in msgs)
+
+
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.binary(max_size=400), max_size=20), st.integers(1, 64), st.binary(max_size=16))
-def test_generated_batches_are_hashlibs(msgs: list[bytes], size: int, person: bytes) -> None:
+@given(st.lists(st.binary(max_size=400), max_size=20), st.integers(1, 64), st.binary(max_size=16),
+       st.binary(max_size=64))
+def test_generated_batches_are_hashlibs(msgs: list[bytes], size: int, person: bytes, key: bytes) -> None:
     mod = kkrt._batched_blake2b()
     if mod is None:
         pytest.skip("the BLAKE2b extension is not built")
-    got = mod.blake2b_many(b"".join(msgs), _offsets(msgs), size, person)
-    assert got == b"".join(hashlib.blake2b(m, digest_size=size, person=person).digest() for m in msgs)
+    got = mod.blake2b_many(b"".join(msgs), _offsets(msgs), size, person, key)
+    assert got == b"".join(hashlib.blake2b(m, digest_size=size, person=person, key=key).digest() for m in msgs)
 
 
 def test_bad_batches_are_refused(blake) -> None:
     data = b"abcdef"
-    for offsets, size, person in ((np.array([0, 7], np.int64), 12, b""),  # past the data
-                                  (np.array([3, 2], np.int64), 12, b""),  # falling
-                                  (np.array([-1, 2], np.int64), 12, b""),
-                                  (np.array([0, 2], np.int64), 65, b""),  # digest too long
-                                  (np.array([0, 2], np.int64), 12, b"p" * 17),  # person too long
-                                  (np.zeros(0, np.int64), 12, b"")):  # not even one offset
+    two = np.array([0, 2], np.int64)
+    for offsets, size, person, key in ((np.array([0, 7], np.int64), 12, b"", b""),  # past the data
+                                       (np.array([3, 2], np.int64), 12, b"", b""),  # falling
+                                       (np.array([-1, 2], np.int64), 12, b"", b""),
+                                       (two, 65, b"", b""),  # digest too long
+                                       (two, 0, b"", b""),
+                                       (two, 12, b"p" * 17, b""),  # person too long
+                                       (two, 12, b"", b"k" * 65),  # key too long
+                                       (np.zeros(0, np.int64), 12, b"", b"")):  # not even one offset
         with pytest.raises(ValueError):
-            blake.blake2b_many(data, offsets, size, person)
+            blake.blake2b_many(data, offsets, size, person, key)
     assert blake.blake2b_many(data, np.array([0], np.int64), 12, b"") == b""
 
 
-def test_kkrt_rows_and_ids_hash_the_same_with_and_without_it(blake, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kkrt_rows_ids_and_buckets_hash_the_same_with_and_without_it(blake, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(4)
     rows = rng.integers(0, 256, (1000, kkrt.WIDTH_BYTES), dtype=np.uint8)  # example OPRF rows
     index = rng.integers(0, 2**32, 1000)
@@ -80,3 +94,8 @@ def test_kkrt_rows_and_ids_hash_the_same_with_and_without_it(blake, monkeypatch:
     assert np.array_equal(fast_rows, kkrt.hash_rows(rows, index))
     assert np.array_equal(fast_ids, kkrt.item_hashes(ids))
     assert kkrt.item_hashes([]).shape == (0, 16)
+    monkeypatch.delenv("VFLCRYPTO_NATIVE")
+    key = bytes(range(32))
+    fast_buckets = spill.bucket_index(key, ids, 12)
+    monkeypatch.setenv("VFLCRYPTO_NATIVE", "0")
+    assert np.array_equal(fast_buckets, spill.bucket_index(key, ids, 12))  # the bucketed alignment's spill

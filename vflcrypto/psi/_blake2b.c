@@ -2,8 +2,8 @@
  * BLAKE2b (RFC 7693) over many short messages in one call: KKRT's per-row OPRF hashes and
  * per-ID item hashes. hashlib computes the same digests one Python call at a time (~0.7 us
  * each, most of it the call); here one call hashes a whole batch with the GIL released.
- * Unkeyed, with a digest length and a personalization string, as hashlib.blake2b(
- * digest_size=..., person=...) computes; tests/test_kkrt_native.py checks the bytes against
+ * With a digest length, a personalization string and an optional key, as hashlib.blake2b(
+ * digest_size=..., person=..., key=...) computes; tests/test_kkrt_native.py checks the bytes against
  * hashlib on every message length from 0 to 300 and on generated batches.
  */
 #define PY_SSIZE_T_CLEAN
@@ -75,33 +75,36 @@ static void compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int la
         h[i] ^= v[i] ^ v[i + 8];
 }
 
-static void hash_one(const uint64_t h0[8], const uint8_t *msg, uint64_t len, uint8_t *out, int outlen) {
+/* h0: the state before the message (after the key block when keyed: `base` = 128 bytes counted) */
+static void hash_one(const uint64_t h0[8], uint64_t base, const uint8_t *msg, uint64_t len, uint8_t *out,
+                     int outlen) {
     uint64_t h[8];
     uint8_t block[128];
     memcpy(h, h0, sizeof h);
     uint64_t done = 0;
     while (len - done > 128) { /* every full block but the last */
-        compress(h, msg + done, done + 128, 0);
+        compress(h, msg + done, base + done + 128, 0);
         done += 128;
     }
     memset(block, 0, sizeof block);
     memcpy(block, msg + done, (size_t)(len - done));
-    compress(h, block, len, 1);
+    compress(h, block, base + len, 1);
     for (int i = 0; i < outlen; i++)
         out[i] = (uint8_t)(h[i / 8] >> (8 * (i % 8)));
 }
 
 static PyObject *blake2b_many(PyObject *self, PyObject *args) {
-    Py_buffer data, offsets, person;
+    Py_buffer data, offsets, person, key = {0};
     int outlen;
-    if (!PyArg_ParseTuple(args, "y*y*iy*", &data, &offsets, &outlen, &person))
+    if (!PyArg_ParseTuple(args, "y*y*iy*|y*", &data, &offsets, &outlen, &person, &key))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t n = offsets.len / (Py_ssize_t)sizeof(int64_t) - 1;
     const int64_t *off = offsets.buf;
-    if (outlen < 1 || outlen > 64 || person.len > 16 || n < 0 ||
+    if (outlen < 1 || outlen > 64 || person.len > 16 || key.len > 64 || n < 0 ||
         offsets.len % (Py_ssize_t)sizeof(int64_t)) {
-        PyErr_SetString(PyExc_ValueError, "digest size 1..64, person up to 16 bytes, n + 1 int64 offsets");
+        PyErr_SetString(PyExc_ValueError,
+                        "digest size 1..64, person up to 16 bytes, key up to 64, n + 1 int64 offsets");
         goto out;
     }
     for (Py_ssize_t i = 0; i < n; i++)
@@ -113,27 +116,46 @@ static PyObject *blake2b_many(PyObject *self, PyObject *args) {
     memcpy(p, person.buf, (size_t)person.len);
     uint64_t h0[8];
     memcpy(h0, IV, sizeof h0);
-    h0[0] ^= 0x01010000ULL | (uint64_t)outlen; /* fanout 1, depth 1, no key */
+    h0[0] ^= 0x01010000ULL | ((uint64_t)key.len << 8) | (uint64_t)outlen; /* fanout 1, depth 1 */
     h0[6] ^= load64(p);
     h0[7] ^= load64(p + 8);
+    uint8_t keyblock[128] = {0};
+    uint64_t keyed[8], final_empty[8];
+    if (key.len) { /* the key is a first block of its own: compressed once, as hashlib's copy() of a keyed state */
+        memcpy(keyblock, key.buf, (size_t)key.len);
+        memcpy(keyed, h0, sizeof keyed);
+        compress(keyed, keyblock, 128, 0);
+        memcpy(final_empty, h0, sizeof final_empty); /* an empty message: the key block is the last */
+        compress(final_empty, keyblock, 128, 1);
+    }
     result = PyBytes_FromStringAndSize(NULL, n * outlen);
     if (!result)
         goto out;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(result);
     const uint8_t *d = data.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++)
-        hash_one(h0, d + off[i], (uint64_t)(off[i + 1] - off[i]), o + i * outlen, outlen);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t len = (uint64_t)(off[i + 1] - off[i]);
+        if (!key.len)
+            hash_one(h0, 0, d + off[i], len, o + i * outlen, outlen);
+        else if (len)
+            hash_one(keyed, 128, d + off[i], len, o + i * outlen, outlen);
+        else
+            for (int j = 0; j < outlen; j++)
+                o[i * outlen + j] = (uint8_t)(final_empty[j / 8] >> (8 * (j % 8)));
+    }
     Py_END_ALLOW_THREADS
 out:
     PyBuffer_Release(&data), PyBuffer_Release(&offsets), PyBuffer_Release(&person);
+    if (key.obj)
+        PyBuffer_Release(&key);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"blake2b_many", blake2b_many, METH_VARARGS,
-     "blake2b_many(data, offsets_int64, digest_size, person) -> bytes\n\n"
-     "hashlib.blake2b(data[off[i]:off[i+1]], digest_size=..., person=...).digest() for each i,\n"
+     "blake2b_many(data, offsets_int64, digest_size, person, key=b'') -> bytes\n\n"
+     "hashlib.blake2b(data[off[i]:off[i+1]], digest_size=..., person=..., key=...).digest() for each i,\n"
      "concatenated. Releases the GIL."},
     {NULL, NULL, 0, NULL}};
 
