@@ -1,9 +1,12 @@
-"""The compiled parts: the ciphertext group-product kernel (``vflcrypto.he._groupprod``) and
-batched BLAKE2b for KKRT (``vflcrypto.psi._blake2b``).
+"""The compiled parts: the ciphertext group-product kernel (``vflcrypto.he._groupprod``),
+batched BLAKE2b for KKRT (``vflcrypto.psi._blake2b``), and the VOLE PSI's silent-VOLE
+arithmetic (``vflcrypto.psi._vole``) and random-band OKVS (``vflcrypto.psi._okvs``).
 
-Everything else is in pyproject.toml. Both extensions are optional: where they cannot be
+Everything else is in pyproject.toml. Every extension is optional: where they cannot be
 built (no C compiler, no Python headers) the install goes on and the same work runs in
-Python (:mod:`vflcrypto.he.native` says why). Neither needs a library at build time.
+Python (:mod:`vflcrypto.he.native` says why), except the VOLE PSI's two, without which that
+protocol is unavailable (:func:`vflcrypto.psi.rr22.why_not` says why). None needs a
+library at build time.
 """
 
 from setuptools import Extension, setup
@@ -11,4 +14,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("vflcrypto.he._groupprod", ["vflcrypto/he/_groupprod.c"], optional=True, extra_compile_args=["-O2"]),
     Extension("vflcrypto.psi._blake2b", ["vflcrypto/psi/_blake2b.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("vflcrypto.psi._vole", ["vflcrypto/psi/_vole.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("vflcrypto.psi._okvs", ["vflcrypto/psi/_okvs.c"], optional=True, extra_compile_args=["-O3"]),
 ])

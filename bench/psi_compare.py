@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTENDERS = ("kkrt", "ecdh", "hash", "openmined")
+CONTENDERS = ("rr22", "kkrt", "ecdh", "hash", "openmined")
 
 
 def make_ids(n: int, overlap: float) -> tuple[list[str], list[str]]:
@@ -51,7 +51,7 @@ def run_worker(contender: str, n: int, overlap: float) -> dict[str, Any]:
     """One contender in this process; returns its measurements."""
     left, right = make_ids(n, overlap)
     out: dict[str, Any] = {"contender": contender, "n": n}
-    if contender in ("kkrt", "ecdh", "hash"):
+    if contender in ("rr22", "kkrt", "ecdh", "hash"):
         sys.path.insert(0, str(ROOT))
         from vflcrypto.protocols.align import ACTIVE, PASSIVE, run_local
 
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                       f"learns: {r['learns']}{_runs(r)}", flush=True)
         by = {r["contender"]: r for r in results if r.get("n") == n and "wall_s" in r}
         if not args.json:
-            for a, b in (("openmined", "kkrt"), ("ecdh", "kkrt"), ("openmined", "ecdh"), ("ecdh", "hash"),
-                         ("kkrt", "hash")):
+            for a, b in (("kkrt", "rr22"), ("openmined", "kkrt"), ("ecdh", "kkrt"), ("openmined", "ecdh"),
+                         ("ecdh", "hash"), ("kkrt", "hash")):
                 if a in by and b in by:
                     print(f"  {a} / {b} wall: {by[a]['wall_s'] / by[b]['wall_s']:.2f}x")
     if args.json:

@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
     p.add_argument("--overlap", type=float, default=0.5)
-    p.add_argument("--protocols", nargs="+", default=["kkrt"], choices=("kkrt", "ecdh", "hash"))
+    p.add_argument("--protocols", nargs="+", default=["kkrt"], choices=("rr22", "kkrt", "ecdh", "hash"))
     p.add_argument("--memory-budget", help="bucketed PSI with this budget per party (e.g. 64MiB)")
     p.add_argument("--x25519", choices=("batched", "openssl"), default="batched",
                    help="ECDH: batched mbx_x25519_mb8 (default, when installed) or one cryptography call per ID")

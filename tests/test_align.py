@@ -235,7 +235,7 @@ def test_every_check_reports_when_its_messages_are_absent() -> None:
     bank, shop = al.audit.demo_ids()
     enc = {al.ACTIVE: [canon(x) for x in bank[:20]], al.PASSIVE: [canon(x) for x in shop[:20]]}
     universe = sorted(set(enc[al.ACTIVE]) | set(enc[al.PASSIVE]))
-    findings = session_findings([AuditTap() for _ in range(5)], enc, universe)
+    findings = session_findings([AuditTap() for _ in range(6)], enc, universe)
     assert sorted(f.name for f in findings if f.protection is not None) == sorted(c.name for c in CHECKS)
     assert not [f.name for f in findings if f.measured], "a check measured something on an empty tap"
     assert all(f.description.startswith("not measured") or "too few" in f.description

@@ -48,7 +48,8 @@ def _outputs(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.glob("*.aligned.csv"))}
 
 
-@pytest.mark.parametrize(("protocol", "reveal"), [("kkrt", "both"), ("ecdh", "left"), ("hash", "both")])
+@pytest.mark.parametrize(("protocol", "reveal"), [("kkrt", "both"), ("rr22", "both"), ("ecdh", "left"),
+                                                  ("hash", "both")])
 def test_bucketed_outputs_equal_the_unbucketed_bytes(tmp_path: Path, protocol: str, reveal: str) -> None:
     left, right = _data(tmp_path)
     whole = align_files(left, right, id_column="id", protocol=protocol, reveal=reveal, out_dir=tmp_path / "whole")

@@ -787,24 +787,25 @@ def test_hash_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None
     assert not (tmp_path / "active.x.csv").exists()
 
 
-@pytest.mark.parametrize("mode", ["both", "all"])
-def test_kkrt_alignment_in_separate_processes(tmp_path: Path, pki: Path, mode: str) -> None:
-    """--protocol kkrt over mutual TLS: two parties (both learn), or three (the all-party rows)."""
+@pytest.mark.parametrize(("protocol", "mode"), [("kkrt", "both"), ("kkrt", "all"), ("rr22", "both")])
+def test_ot_alignment_in_separate_processes(tmp_path: Path, pki: Path, protocol: str, mode: str) -> None:
+    """--protocol kkrt or rr22 over mutual TLS: two parties (both learn), or three (the all-party rows)."""
     rng = np.random.default_rng(13)
     names = ["active", "passive-0"] if mode == "both" else ["active", "passive-0", "passive-1"]
     sets = {n: [f"user{i}" for i in rng.choice(3000, 1500, replace=False)] for n in names}
     for n in names:
         write_ids(tmp_path / f"{n}.csv", sets[n])
     cfg = make_config(tmp_path, pki, names)
-    procs = {n: party(cfg, n, "align", "--protocol", "kkrt", "--chunk-size", "300", "--data",
+    procs = {n: party(cfg, n, "align", "--protocol", protocol, "--chunk-size", "300", "--data",
                       str(tmp_path / f"{n}.csv"), "--id-column", "id",
                       "--out", str(tmp_path / f"{n}.aligned.csv")) for n in names}
     recs = check_ok(finish(procs))
     common = set.intersection(*(set(v) for v in sets.values()))
     rows = [[r.split(",")[0] for r in (tmp_path / f"{n}.aligned.csv").read_text().splitlines()[1:]] for n in names]
     assert all(r == rows[0] for r in rows) and set(rows[0]) == common
-    assert recs["active"]["summary"]["protocol"] == "kkrt"
-    assert "align.oprf_values" in {e[2] for e in protocol_entries(recs["active"]["transcript"], "recv")}
+    assert recs["active"]["summary"]["protocol"] == protocol
+    received = {e[2] for e in protocol_entries(recs["active"]["transcript"], "recv")}
+    assert "align.oprf_values" in received and ("align.vole_trees" in received) == (protocol == "rr22")
 
 
 @pytest.mark.slow

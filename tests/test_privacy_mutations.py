@@ -227,6 +227,42 @@ def kkrt_base_ot_scalar_reused(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(ot, "_scalar", _only_in("passive", lambda: fixed, ot._scalar))
 
 
+def rr22_choices_unmasked(mp: pytest.MonkeyPatch) -> None:
+    """VOLE PSI receiver: the IKNP matrix is its choice bits themselves (no PRG masks)."""
+    from vflcrypto.psi import vole
+
+    honest = vole.VoleReceiver.extend
+
+    def bare(self: Any, points: bytes) -> bytes:
+        honest(self, points)
+        bits = np.packbits(self.choice, bitorder="little")
+        return np.broadcast_to(bits, (vole.BITS, len(bits))).tobytes()
+
+    mp.setattr(vole.VoleReceiver, "extend", bare)
+
+
+def rr22_one_key_per_level(mp: pytest.MonkeyPatch) -> None:
+    """VOLE PSI sender: both sums of each GGM level under the side-0 key H(q) (no Δ in the other key)."""
+    from vflcrypto.psi import vole
+
+    mp.setattr(vole, "level_keys", lambda q, delta, index: (vole._ot_hash(q, index),) * 2)
+
+
+def rr22_okvs_unmasked(mp: pytest.MonkeyPatch) -> None:
+    """VOLE PSI receiver: sends its OKVS P itself instead of P xor A."""
+    from vflcrypto.psi import rr22
+
+    mp.setattr(rr22, "mask", lambda p, a: p)
+
+
+def rr22_zero_delta(mp: pytest.MonkeyPatch) -> None:
+    """VOLE PSI sender: its key Δ is zero (a key the receiver can guess)."""
+    from vflcrypto.psi import vole
+
+    mp.setattr(vole, "random_delta_bits", _only_in("passive", lambda: np.zeros(vole.BITS, np.uint8),
+                                                   vole.random_delta_bits))
+
+
 def upsi_unkeyed_cache(mp: pytest.MonkeyPatch) -> None:
     """Unbalanced PSI: the large party's cache (and so its transfer) holds unkeyed hashes of its IDs."""
     from vflcrypto.psi import oprf
@@ -553,7 +589,8 @@ MUTATIONS = (
              (("align.blinded", P.SHUFFLED), ("align.doubled_shuffled", P.SHUFFLED),
               ("align.tags", P.SHUFFLED), ("align.oprf_values", P.SHUFFLED)), passive_skips_shuffle,
              checks=("order of the passive's blinded IDs", "which own rows are common (cardinality mode)",
-                     "order of the passive's keyed-hash tags", "order of the sender's OPRF values (sender's file)")),
+                     "order of the passive's keyed-hash tags", "order of the sender's OPRF values (sender's file)",
+                     "order of the sender's VOLE PSI values (sender's file)")),
     Mutation("PSI: active party skips its shuffles", "align",
              (("align.blinded", P.SHUFFLED), ("align.tags", P.SHUFFLED)), active_skips_shuffle,
              checks=("order of the active's blinded IDs", "order of the active's keyed-hash tags")),
@@ -566,9 +603,22 @@ MUTATIONS = (
     Mutation("KKRT: sender's OPRF key is all ones", "align",
              (("align.oprf_values", P.BLINDED),), kkrt_guessable_oprf_key,
              checks=("dictionary attack on the sender's OPRF values",)),
-    Mutation("KKRT: sender reuses one base-OT scalar", "align",
+    Mutation("KKRT and VOLE PSI: sender reuses one base-OT scalar", "align",
              (("align.ot_choice", P.BLINDED),), kkrt_base_ot_scalar_reused,
-             checks=("the sender's base-OT choice bits (its OPRF key)",)),
+             checks=("the sender's base-OT choice bits (its OPRF key)",
+                     "the sender's base-OT choice bits (its VOLE key Δ)")),
+    Mutation("VOLE PSI: receiver sends its correlated-OT choice bits unmasked", "align",
+             (("align.vole_matrix", P.MASKED),), rr22_choices_unmasked,
+             checks=("the receiver's VOLE noise choices in the IKNP matrix",)),
+    Mutation("VOLE PSI: sender puts both sums of a GGM level under one key", "align",
+             (("align.vole_trees", P.MASKED),), rr22_one_key_per_level,
+             checks=("the GGM level sums off the receiver's choices",)),
+    Mutation("VOLE PSI: receiver sends its OKVS unmasked", "align",
+             (("align.okvs_masked", P.MASKED),), rr22_okvs_unmasked,
+             checks=("the receiver's OKVS decoded at the sender's IDs",)),
+    Mutation("VOLE PSI: sender's key Δ is zero", "align",
+             (("align.oprf_values", P.BLINDED),), rr22_zero_delta,
+             checks=("dictionary attack on the sender's VOLE PSI values",)),
     # unbalanced PSI
     Mutation("upsi: transferred values are unkeyed hashes", "upsi", (("upsi.values", P.BLINDED),),
              upsi_unkeyed_cache, checks=(upsi_audit.DICTIONARY,)),

@@ -59,7 +59,7 @@ SCHEMA: dict[str, tuple[type, Check | None]] = {
     "epochs": (int, _at_least(1)),
     "lr": (float, _above(0)),
     "scheme": (str, _one_of("default", "paillier", "ckks", "ou", "ou-heu", "ou-2048")),
-    "psi": (str, _one_of("ecdh", "kkrt", "hash")),
+    "psi": (str, _one_of("ecdh", "kkrt", "rr22", "hash")),
     "mode": (str, _one_of("both", "left", "size")),
     "party-config": (str, None),
     "overlap": (int, _at_least(1)),

@@ -71,6 +71,15 @@ matrix, chunked by table rows); 5. passive → active ``align.oprf_values`` (its
 values at each ID's three bins, shuffled once); 6. mode both: active → passive
 ``align.common_values`` (the matched values, sorted: the common canonical order).
 
+Message flow (VOLE PSI, :mod:`.rr22`; the active party is the OPRF receiver): 1.
+``align.hello`` both ways; 2. active → passive ``align.vole_setup`` (OKVS size and band,
+base-OT point); 3. passive → active ``align.ot_choice`` (base-OT points of the bits of its
+secret Δ); 4. active → passive ``align.vole_matrix`` (the IKNP matrix of its correlated OTs);
+5. passive → active ``align.vole_trees`` (the silent VOLE's GGM level sums under the OT
+keys); 6. active → passive ``align.okvs_masked`` (its OKVS masked by the VOLE, chunked);
+7. passive → active ``align.oprf_values`` (one value per ID, shuffled once); 8. mode both:
+``align.common_values``, as KKRT's.
+
 Message flow (bucketed, ``--memory-budget``; :mod:`.buckets`): 1. ``align.bucket_hello`` both
 ways (proposed bucket count, a commitment to a nonce; on resume, the first unfinished bucket and
 the plan's digest); 2. ``align.bucket_nonce`` both ways (the bucket key is SHA-256 of both
@@ -81,7 +90,8 @@ Modules: :mod:`.messages` (declarations, results), :mod:`.session` (one pairwise
 keyed-hash session as named steps: start, on_hello, on_blinded, on_doubled,
 on_doubled_shuffled, on_cardinality, on_tags), :mod:`.kkrt` (one KKRT session: start,
 on_hello, on_ot_setup, on_ot_choice, on_oprf_matrix, on_oprf_values, on_common_values),
-:mod:`.kkrt_audit` (its attacks), :mod:`.roles` (the roles and local runs), :mod:`.idtable` (a
+:mod:`.kkrt_audit` (its attacks), :mod:`.rr22` and :mod:`.rr22_audit` (one VOLE PSI session and its
+attacks), :mod:`.roles` (the roles and local runs), :mod:`.idtable` (a
 party's CSV, streamed), :mod:`.files` (CSV alignment), :mod:`.buckets` and :mod:`.spill` (bucketed,
 streamed PSI in bounded memory, resumable; ``--memory-budget``), :mod:`.bucket_audit` (what its
 bucket sizes reveal), :mod:`.audit` (attacks and demo), :mod:`.membership_audit` (the published attacks on
@@ -115,11 +125,15 @@ from .messages import (
     DoubledShuffledChunk,
     GlobalOrder,
     Hello,
+    OkvsMasked,
     OprfMatrix,
     OprfValues,
     OtChoice,
     OtSetup,
     TagChunk,
+    VoleMatrix,
+    VoleSetup,
+    VoleTrees,
 )
 from .roles import (
     ActiveRole,
@@ -138,8 +152,8 @@ from .session import check_hello
 __all__ = [
     "ACTIVE", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "SPEC", "ActiveRole", "AlignmentResult",
     "BlindedChunk", "Cardinality", "CommonValues", "DoubledChunk", "DoubledShuffledChunk", "GlobalOrder", "Hello",
-    "IdTable", "LocalRun", "MultipartyActiveRole", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "PassiveRole",
-    "TagChunk", "align_files", "audit_run", "canon_table",
+    "IdTable", "LocalRun", "MultipartyActiveRole", "OkvsMasked", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup",
+    "PassiveRole", "TagChunk", "VoleMatrix", "VoleSetup", "VoleTrees", "align_files", "audit_run", "canon_table",
     "canonical", "check_hello", "demo_step", "read_id_table", "run_active", "run_active_multiparty", "run_local",
     "run_multiparty_local", "run_passive",
 ]
@@ -174,7 +188,7 @@ def _flower_identities(party: str, run_config: Mapping[str, Any]) -> dict[str, A
 
 
 def _flower_role(party: str, run_config: Mapping[str, Any]) -> Any:
-    """The bundled bank (active) and shop (passive) files; run config ``psi`` (ecdh, kkrt, hash) and ``mode``."""
+    """The bundled bank (active) and shop (passive) files; run config ``psi`` (ecdh, kkrt, rr22, hash) and ``mode``."""
     data = importlib.resources.files("vflcrypto") / "data"
     with importlib.resources.as_file(data / ("bank.csv" if party == ACTIVE else "shop.csv")) as path:
         canon = canon_table(read_id_table(path, "id"), "error", False)

@@ -24,6 +24,7 @@ from .kkrt_audit import KKRT_CHECKS, kkrt_findings
 from .membership_audit import membership_findings
 from .messages import ACTIVE, PASSIVE, BlindedChunk, DoubledChunk, DoubledShuffledChunk, TagChunk
 from .roles import LocalRun, run_local
+from .rr22_audit import RR22_CHECKS, rr22_findings
 
 __all__ = ["CHECKS", "audit_run", "demo_ids", "demo_step", "ecdh_findings", "session_findings", "unblinded_point"]
 
@@ -131,6 +132,7 @@ CHECKS = (
     *(Check(f"order of the {peer}'s keyed-hash tags", ("align.tags",), Protection.SHUFFLED,
             "tags sent in the sender's row order", RANK_FAILURE) for peer in (PASSIVE, ACTIVE)),
     *KKRT_CHECKS,
+    *RR22_CHECKS,
 )
 
 
@@ -222,7 +224,7 @@ def ecdh_findings(tap: AuditTap, second: AuditTap, me: str, enc: Mapping[str, Se
 
 def session_findings(taps: Sequence[AuditTap], enc: Mapping[str, Sequence[bytes]], universe: list[bytes]
                      ) -> list[EmpiricalFinding]:
-    """Every check on the audit's five sessions: ECDH both-learn twice, ECDH size-only, keyed hash, KKRT.
+    """Every check on the audit's six sessions: ECDH both-learn twice, ECDH size-only, keyed hash, KKRT, VOLE PSI.
 
     A check whose messages are absent from its session's tap says so in a finding that is
     not measured (never an empty list).
@@ -233,6 +235,7 @@ def session_findings(taps: Sequence[AuditTap], enc: Mapping[str, Sequence[bytes]
     findings += _cardinality_findings(taps[2], enc)
     findings += _keyed_hash_findings(taps[3], enc, universe)
     findings += kkrt_findings(taps[4], enc, universe)
+    findings += rr22_findings(taps[5], enc, universe)
     return findings
 
 
@@ -240,7 +243,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     """Align the demo data and attack what each party received.
 
     Sessions: ECDH both-learn twice (the second for cross-session linkage), ECDH
-    cardinality-only, keyed-hash both-learn, KKRT both-learn; every attack reads that
+    cardinality-only, keyed-hash both-learn, KKRT both-learn, VOLE PSI both-learn; every attack reads that
     session's tap. The published attacks on the outputs (:mod:`.membership_audit`) run their
     own small sessions: membership from intersection sizes (Guo et al. 2022, a few hundred
     runs of 17 against 64 IDs) and one 3-party run of mode ``all`` (its transcript joins the
@@ -250,12 +253,13 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     """
     bank, shop = demo_ids()
     enc = {ACTIVE: psi.canonicalize_ids(bank).encoded, PASSIVE: psi.canonicalize_ids(shop).encoded}
-    taps = [AuditTap() for _ in range(5)]
+    taps = [AuditTap() for _ in range(6)]
     run = run_local(bank, shop, protocol="ecdh", mode="both", tap=taps[0])
     run_local(bank, shop, protocol="ecdh", mode="both", tap=taps[1])
     size_run = run_local(bank, shop, protocol="ecdh", mode="size", tap=taps[2])
     hash_run = run_local(bank, shop, protocol="hash", mode="both", tap=taps[3])
     kkrt_run = run_local(bank, shop, protocol="kkrt", mode="both", tap=taps[4])
+    rr22_run = run_local(bank, shop, protocol="rr22", mode="both", tap=taps[5])
     universe = sorted(set(enc[ACTIVE]) | set(enc[PASSIVE]))
     findings = session_findings(taps, enc, universe)
     published, multi_run = membership_findings(bank, shop)
@@ -264,6 +268,7 @@ def audit_run(key_bits: int = 2048, *, allow_insecure: bool = False) -> AuditOut
     findings += bucketed
     runs = {"ECDH, both learn": run.transcript, "ECDH, size only": size_run.transcript,
             "keyed hash": hash_run.transcript, "KKRT (OT extension), both learn": kkrt_run.transcript,
+            "VOLE PSI (RR22), both learn": rr22_run.transcript,
             "ECDH, 3 parties (mode all)": multi_run.transcript,
             f"ECDH bucketed ({AUDIT_BUCKETS} buckets), both learn": bucket_transcript}
     report, sections = audit_runs(runs)

@@ -66,8 +66,9 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--right-id-column", help="ID column of the right file if it differs")
     p.add_argument("--protocol", choices=PROTOCOLS, default="ecdh",
                    help="ecdh: X25519 ECDH-PSI (default); kkrt: OT-extension PSI (much faster for "
-                        "large sets; no --reveal size); hash: HMAC under an agreed key (fastest, "
-                        "weaker: each side can dictionary-attack the other's IDs)")
+                        "large sets; no --reveal size); rr22: VOLE PSI, an OKVS and a silent VOLE "
+                        "(the fastest for large sets; no --reveal size); hash: HMAC under an agreed "
+                        "key (fastest, weaker: each side can dictionary-attack the other's IDs)")
     p.add_argument("--reveal", choices=("both", "left", "size"), default="both",
                    help="who learns what: both sides the rows (default), only left, only the count")
     p.add_argument("--out-dir", required=True, help="directory for <stem>.aligned.csv files")
@@ -84,8 +85,9 @@ def align(args: argparse.Namespace) -> int:
     right = read_id_table(args.right, args.right_id_column or args.id_column)
     n_left, n_right = left.n_rows, right.n_rows
     # ECDH: each party blinds its own IDs and re-blinds the peer's (keyed hash: hashes them);
-    # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them.
-    total = n_left + 6 * n_right if args.protocol == "kkrt" else 2 * (n_left + n_right)
+    # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them;
+    # the VOLE PSI: each side evaluates its own IDs once, the left reads the right's values.
+    total = {"kkrt": n_left + 6 * n_right, "rr22": n_left + 2 * n_right}.get(args.protocol, 2 * (n_left + n_right))
     if args.resume and args.memory_budget is None:
         raise InputDataError("--resume continues a bucketed run: pass the run's --memory-budget too")
     summary = align_files(left, right, id_column=args.id_column, right_id_column=args.right_id_column,
@@ -112,8 +114,8 @@ def add_party_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--out", required=True, help="aligned rows of this party's file (CSV)")
     a.add_argument("--protocol", choices=PROTOCOLS, default="ecdh",
                    help="ecdh: X25519 ECDH-PSI (default); kkrt: OT-extension PSI (faster for large "
-                        "sets; no mode size); hash: HMAC under a key agreed with pinned identity "
-                        "keys (fastest, weaker)")
+                        "sets; no mode size); rr22: VOLE PSI (the fastest for large sets; no mode "
+                        "size); hash: HMAC under a key agreed with pinned identity keys (fastest, weaker)")
     a.add_argument("--mode", default="both", choices=("both", "left", "size"),
                    help="who learns the intersection (two parties; 3+ parties use 'all')")
     a.add_argument("--duplicates", default="error", choices=("error", "first"),

@@ -101,11 +101,13 @@ class KkrtState:
 class KkrtSession:
     """One side of a pairwise KKRT session with ``peer`` (same interface as :class:`.session.Session`)."""
 
+    NAME = "KKRT"
+
     def __init__(self, role: str, peer: str, canon: psi.CanonicalIds, *, mode: str, chunk_size: int,
                  progress: ProgressFn | None, finished: Callable[[np.ndarray | None, int | None, int], Next],
                  hold: Callable[[str, Any], None], stash: int = 0, state: KkrtState | None = None) -> None:
         if mode == "size":
-            raise ProtocolError("cardinality-only mode is not offered for KKRT: the receiver matches the "
+            raise ProtocolError(f"cardinality-only mode is not offered for {self.NAME}: the receiver matches the "
                                 "sender's values against its own per-row outputs, so it always learns which "
                                 "rows are common (use protocol 'ecdh')")
         if not 0 <= stash <= MAX_STASH:
@@ -283,12 +285,20 @@ class KkrtSession:
             return prefixed(sends, self.finished(None, None, st.peer_size))
         return prefixed(sends, then([], self.peer, CommonValues, "on_common_values"))
 
+    def _peer_value_count(self) -> int:
+        """How many OPRF values the sender sends: one per cuckoo candidate bin and stash row of each ID."""
+        return self.state.peer_size * (kkrt.HASHES + self.state.stash)
+
+    def _value_items(self, hit: np.ndarray) -> np.ndarray:
+        """The sender's own rows (canonical positions) of its values at positions ``hit``."""
+        return self.state.pair_items[hit].astype(np.int64)
+
     # ----------------------------------------------------------------- 6 receiver: match
     def on_oprf_values(self, msg: OprfValues) -> Next:
         """Step 6 (receiver): collect the sender's values; after the last chunk, match them."""
         st = self.state
         assert st.peer_hello is not None
-        expected = st.peer_size * (kkrt.HASHES + st.stash)
+        expected = self._peer_value_count()
         lengths = chunk_lengths(expected, values_per_chunk(st.peer_hello.chunk_size))
         if st.k >= len(lengths) or msg.chunk != st.k or len(msg.values) != lengths[st.k] * kkrt.OUTPUT_BYTES:
             raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of OPRF values")
@@ -339,7 +349,7 @@ class KkrtSession:
         hit = psi.match_digests(mine, common)
         if len(hit) != len(common):
             raise ProtocolError(f"{self.peer} reported common values that are not among this party's own")
-        items = st.pair_items[hit].astype(np.int64)
+        items = self._value_items(hit)
         if len(np.unique(items)) != len(items):
             raise ProtocolError(f"{self.peer} reported two common values for one ID")
         return self.finished(items, len(items), st.peer_size)

@@ -29,7 +29,7 @@ from vflcrypto.runtime.declarations import Protection
 
 from .messages import ACTIVE, PASSIVE, OprfMatrix, OprfValues, OtChoice
 
-__all__ = ["KKRT_CHECKS", "kkrt_findings"]
+__all__ = ["KKRT_CHECKS", "bit_agreement_finding", "choice_finding", "kkrt_findings"]
 
 _Z = NormalDist().inv_cdf(1 - ALPHA / 2)  # two-sided critical value at the audit's level
 
@@ -72,34 +72,43 @@ def _matrix_finding(tap: AuditTap) -> EmpiricalFinding:
         u = np.frombuffer(msg.columns, np.uint8).reshape(kkrt.WIDTH, -1)
         same = np.unpackbits(~(u ^ ot.transpose_bits(c)))
         equal, total = equal + int(same.sum()), total + same.size
+    return bit_agreement_finding(
+        PASSIVE, MATRIX, "align.oprf_matrix", equal, total,
+        f"share of the {total:,} matrix bits the sender received that equal the receiver's secret code "
+        "bit in the same place (its IDs, cuckoo-placed): one half when every column is masked")
+
+
+def bit_agreement_finding(observer: str, name: str, kind: str, equal: int, total: int,
+                          description: str) -> EmpiricalFinding:
+    """A masked bit matrix against the secret bits under it: the share of equal bits is ½ when masked
+    (two-sided binomial test at the audit's level)."""
     p = min(1.0, 2 * min(binomial_sf(equal, total, 0.5), binomial_sf(total - equal, total, 0.5)))
     effect = _Z * 0.5 / math.sqrt(max(1, total))
     return EmpiricalFinding(
-        PASSIVE, MATRIX, equal / max(1, total), 0.5,
-        f"share of the {total:,} matrix bits the sender received that equal the receiver's secret code "
-        "bit in the same place (its IDs, cuckoo-placed): one half when every column is masked",
-        attacks=("align.oprf_matrix",), protection=Protection.MASKED, flagged=p < ALPHA, p_value=p,
+        observer, name, equal / max(1, total), 0.5, description,
+        attacks=(kind,), protection=Protection.MASKED, flagged=p < ALPHA, p_value=p,
         samples=total, detects=f"a share outside 0.5 ± {effect:.4f}", min_effect=0.5 + effect)
 
 
-def _choice_finding(tap: AuditTap) -> EmpiricalFinding:
-    """The receiver guesses s_j = 1 where B_j − A is another of the sender's points."""
+def choice_finding(tap: AuditTap, name: str = CHOICE, point_label: str = "kkrt_ot_point",
+                   truth_label: str = "kkrt_choice") -> EmpiricalFinding:
+    """The receiver guesses s_j = 1 where B_j − A is another of the sender's points (KKRT's s or the VOLE's Δ)."""
     msgs = tap.received(ACTIVE, OtChoice)
     try:
-        a_point = tap.held_one(ACTIVE, "kkrt_ot_point")
-        truth = np.asarray(tap.held_one(PASSIVE, "kkrt_choice"), np.uint8)
+        a_point = tap.held_one(ACTIVE, point_label)
+        truth = np.asarray(tap.held_one(PASSIVE, truth_label), np.uint8)
     except AuditError as exc:
         msgs, why = [], str(exc)
     else:
         why = f"{len(msgs)} base-OT choice messages received, expected one"
     if len(msgs) != 1 or not msgs[0].points:
-        return not_measured(ACTIVE, CHOICE, ("align.ot_choice",), Protection.BLINDED, why)
+        return not_measured(ACTIVE, name, ("align.ot_choice",), Protection.BLINDED, why)
     (msg,) = msgs
     points = [msg.points[i : i + ot.POINT_BYTES] for i in range(0, len(msg.points), ot.POINT_BYTES)]
     known = set(points)
     guess = np.asarray([bytes(sodium.crypto_core_ed25519_sub(b, a_point)) in known for b in points], np.uint8)
     return accuracy_finding(
-        ACTIVE, CHOICE, guess, truth, 0.5,
+        ACTIVE, name, guess, truth, 0.5,
         attacks=("align.ot_choice",), protection=Protection.BLINDED,
         description="marks s_j = 1 where B_j − A equals another received point (a base-OT scalar "
                     "used twice); baseline = a coin flip per bit")
@@ -177,5 +186,5 @@ def _order_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]]) -> list[E
 def kkrt_findings(tap: AuditTap, enc: Mapping[str, Sequence[bytes]], universe: Sequence[bytes]
                   ) -> list[EmpiricalFinding]:
     """Every KKRT attack on the session recorded in ``tap`` (active = receiver)."""
-    return [_matrix_finding(tap), _choice_finding(tap), _dictionary_finding(tap, universe, enc[ACTIVE]),
+    return [_matrix_finding(tap), choice_finding(tap), _dictionary_finding(tap, universe, enc[ACTIVE]),
             *_order_findings(tap, enc)]

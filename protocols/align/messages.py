@@ -12,12 +12,13 @@ from vflcrypto.runtime.declarations import Protection, declare
 __all__ = ["ACTIVE", "MAX_CHUNK", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "AlignmentResult",
            "BlindedChunk", "BucketHello", "BucketNonce", "BucketSizes", "Cardinality", "CommonValues", "DoubledChunk",
            "DoubledShuffledChunk", "GlobalOrder",
-           "Hello", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "TagChunk"]
+           "Hello", "OkvsMasked", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "TagChunk", "VoleMatrix",
+           "VoleSetup", "VoleTrees"]
 
 PROTOCOL_VERSION = 1
 ACTIVE = "active"
 PASSIVE = "passive"
-PROTOCOLS = ("ecdh", "hash", "kkrt")
+PROTOCOLS = ("ecdh", "hash", "kkrt", "rr22")
 MODES = ("both", "left", "size", "all")
 MAX_CHUNK = 1 << 20
 #: roles that align as the active party: the active party, and the label-holding server of the
@@ -148,12 +149,13 @@ class OtSetup:
     "align.ot_choice",
     sender=PASSIVE_ROLES, receiver=ACTIVE_ROLES,
     protection=Protection.BLINDED,
-    reveals="the base-OT points B_j = b_j·G + s_j·A, one per code bit: uniform in the group "
-            "whatever the sender's secret choice bits s_j are (fresh b_j each), so nothing",
+    reveals="the base-OT points B_j = b_j·G + s_j·A, one per bit of the sender's secret (KKRT's "
+            "code bits s; the VOLE PSI's Δ): uniform in the group whatever the secret bits s_j are "
+            "(fresh b_j each), so nothing",
 )
 @dataclass(frozen=True)
 class OtChoice:
-    """KKRT, sender → receiver: its base-OT points (32 bytes each, concatenated)."""
+    """KKRT and the VOLE PSI, sender → receiver: its base-OT points (32 bytes each, concatenated)."""
 
     points: bytes
 
@@ -179,14 +181,79 @@ class OprfMatrix:
     "align.oprf_values",
     sender=PASSIVE_ROLES, receiver=ACTIVE_ROLES,
     protection=(Protection.BLINDED, Protection.SHUFFLED),
-    reveals="the OPRF values of each of the sender's IDs at its three cuckoo bins and the "
-            "stash rows, in one random order: those of common IDs equal the receiver's own "
-            "outputs (it learns which of its rows are common); the others are pseudorandom "
-            "without the sender's OPRF key s; the count reveals the sender's set size (public)",
+    reveals="the OPRF values of each of the sender's IDs (KKRT: at its three cuckoo bins and the "
+            "stash rows; the VOLE PSI: one per ID), in one random order: those of common IDs equal "
+            "the receiver's own outputs (it learns which of its rows are common); the others are "
+            "pseudorandom without the sender's OPRF key (KKRT's s, the VOLE's Δ); the count "
+            "reveals the sender's set size (public)",
 )
 @dataclass(frozen=True)
 class OprfValues:
-    """KKRT, sender → receiver: one chunk of its shuffled OPRF values (``OUTPUT_BYTES`` each)."""
+    """KKRT and the VOLE PSI, sender → receiver: one chunk of its shuffled OPRF values (``OUTPUT_BYTES`` each)."""
+
+    chunk: int
+    values: bytes
+
+
+@declare(
+    "align.vole_setup",
+    sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
+    protection=Protection.PUBLIC,
+    reveals="VOLE PSI parameters (the OKVS size m and band width: functions of the public set "
+            "size and configuration) and the base-OT point A = a·G of a fresh scalar",
+)
+@dataclass(frozen=True)
+class VoleSetup:
+    """VOLE PSI, receiver → sender: the OKVS's shape (= the VOLE's length) and the Chou–Orlandi point ``A``."""
+
+    columns: int
+    band: int
+    point: bytes
+
+
+@declare(
+    "align.vole_matrix",
+    sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
+    protection=Protection.MASKED, hiding_bits=128,
+    reveals="the IKNP matrix u = PRG(k0) xor PRG(k1) xor r of the receiver's correlated OTs, "
+            "column by column: each column is masked by an AES-CTR stream under a base-OT key the "
+            "sender does not hold, so it says nothing of the choice bits r (the silent VOLE's "
+            "secret noise positions and values)",
+)
+@dataclass(frozen=True)
+class VoleMatrix:
+    """VOLE PSI, receiver → sender: the IKNP matrix (128 columns of ``M`` bits, concatenated)."""
+
+    columns: bytes
+
+
+@declare(
+    "align.vole_trees",
+    sender=PASSIVE_ROLES, receiver=ACTIVE_ROLES,
+    protection=Protection.MASKED, hiding_bits=128,
+    reveals="for each GGM tree of the silent VOLE, each level's two sums encrypted under the "
+            "two keys H(q) and H(q xor Δ) of one correlated OT (the receiver holds only the key of "
+            "the side off its punctured path), and one correction δ xor (sum of the leaves): the "
+            "receiver learns every leaf but its punctured one, which stays masked by Δ",
+)
+@dataclass(frozen=True)
+class VoleTrees:
+    """VOLE PSI, sender → receiver: the encrypted level sums (instances × 128 × depth × 2 blocks) and corrections."""
+
+    sums: bytes
+    corrections: bytes
+
+
+@declare(
+    "align.okvs_masked",
+    sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
+    protection=Protection.MASKED, hiding_bits=128,
+    reveals="the receiver's OKVS P of its IDs masked by the VOLE's A (pseudorandom under dual "
+            "LPN): uniform to the sender, which can decode nothing from it without A",
+)
+@dataclass(frozen=True)
+class OkvsMasked:
+    """VOLE PSI, receiver → sender: one chunk of ``P ⊕ A`` (16 bytes per OKVS element)."""
 
     chunk: int
     values: bytes

@@ -33,6 +33,7 @@ from vflcrypto.runtime.steps import Next, Role, done, drive, send, then
 
 from .kkrt import KkrtSession, KkrtState
 from .messages import ACTIVE, PASSIVE, AlignmentResult, GlobalOrder
+from .rr22 import Rr22Session, Rr22State
 from .session import ProgressFn, Session, SessionState, validate_config
 
 __all__ = ["ActiveRole", "LocalRun", "MultipartyActiveRole", "PassiveRole", "ProgressFn", "canonical",
@@ -57,6 +58,7 @@ def _result(name: str, role: str, protocol: str, mode: str, canon: psi.Canonical
 class _PairState:
     session: SessionState = field(default_factory=SessionState)
     kkrt: KkrtState = field(default_factory=KkrtState)
+    rr22: Rr22State = field(default_factory=Rr22State)
     positions: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # passive, mode "all"
     peer_size: int = 0
 
@@ -75,9 +77,13 @@ class _SessionRole(Role[Any]):
 
     def _session(self, peer: str, state: SessionState, *, mode: str, identity: psi.IdentityKey | None,
                  peer_identity: bytes | None, finished: Callable[..., Next],
-                 kkrt_state: KkrtState | None = None) -> Session | KkrtSession:
+                 kkrt_state: KkrtState | None = None, rr22_state: Rr22State | None = None
+                 ) -> Session | KkrtSession:
         # without a callback of the caller's, the IDs processed go to the command's progress reporter
         tick = self.progress or progress.counter(f"aligning ({self.protocol})", unit="id")
+        if self.protocol == "rr22":
+            return Rr22Session(self.role, peer, self.canon, mode=mode, chunk_size=self.chunk_size,
+                               progress=tick, finished=finished, hold=self.hold, state=rr22_state)
         if self.protocol == "kkrt":
             return KkrtSession(self.role, peer, self.canon, mode=mode, chunk_size=self.chunk_size,
                                progress=tick, finished=finished, hold=self.hold,
@@ -138,6 +144,22 @@ class _SessionRole(Role[Any]):
         """KKRT step 7: the matched values (:meth:`KkrtSession.on_common_values`)."""
         return self._step("on_common_values", msg)
 
+    def on_vole_setup(self, msg: Any) -> Next:
+        """VOLE PSI step 3: the OKVS shape and base-OT point (:meth:`.rr22.Rr22Session.on_vole_setup`)."""
+        return self._step("on_vole_setup", msg)
+
+    def on_vole_matrix(self, msg: Any) -> Next:
+        """VOLE PSI step 5: the correlated OTs' matrix (:meth:`.rr22.Rr22Session.on_vole_matrix`)."""
+        return self._step("on_vole_matrix", msg)
+
+    def on_vole_trees(self, msg: Any) -> Next:
+        """VOLE PSI step 6: the GGM level sums (:meth:`.rr22.Rr22Session.on_vole_trees`)."""
+        return self._step("on_vole_trees", msg)
+
+    def on_okvs_masked(self, msg: Any) -> Next:
+        """VOLE PSI step 7: a chunk of the masked OKVS (:meth:`.rr22.Rr22Session.on_okvs_masked`)."""
+        return self._step("on_okvs_masked", msg)
+
 
 class _PairRole(_SessionRole):
     State = _PairState
@@ -157,7 +179,8 @@ class _PairRole(_SessionRole):
 
     def _pair_session(self) -> Session | KkrtSession:
         return self._session(self.peer, self.state.session, mode=self.mode, identity=self._identity,
-                             peer_identity=self._peer_identity, finished=self._finished, kkrt_state=self.state.kkrt)
+                             peer_identity=self._peer_identity, finished=self._finished, kkrt_state=self.state.kkrt,
+                             rr22_state=self.state.rr22)
 
     def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
         super().load_state(data, allow_insecure=allow_insecure)
@@ -206,6 +229,7 @@ class _MultiState:
     j: int = 0  # the passive party the current session is with
     session: SessionState = field(default_factory=SessionState)
     kkrt: KkrtState = field(default_factory=KkrtState)
+    rr22: Rr22State = field(default_factory=Rr22State)
     pair_rows: dict[str, np.ndarray] = field(default_factory=dict)
     peer_sizes: dict[str, int] = field(default_factory=dict)
 
@@ -238,7 +262,8 @@ class MultipartyActiveRole(_SessionRole):
         peer = self.passives[self.state.j]
         ident, pin = (self.identities[0], self.identities[1][peer]) if self.identities else (None, None)
         return self._session(peer, self.state.session, mode="all", identity=ident, peer_identity=pin,
-                             finished=self._finished, kkrt_state=self.state.kkrt)
+                             finished=self._finished, kkrt_state=self.state.kkrt,
+                             rr22_state=self.state.rr22)
 
     def load_state(self, data: bytes, *, allow_insecure: bool = False) -> None:
         super().load_state(data, allow_insecure=allow_insecure)
@@ -255,7 +280,7 @@ class MultipartyActiveRole(_SessionRole):
         st.pair_rows[peer], st.peer_sizes[peer] = np.asarray(pos, np.int64), peer_size
         st.j += 1
         if st.j < len(self.passives):
-            st.session, st.kkrt = SessionState(), KkrtState()
+            st.session, st.kkrt, st.rr22 = SessionState(), KkrtState(), Rr22State()
             self.session = self._new_session()
             return self.session.start()
         common = set(st.pair_rows[self.passives[0]].tolist())

@@ -75,8 +75,8 @@ def validate_config(protocol: str, mode: str) -> None:
     if protocol == "hash" and mode == "size":
         raise ProtocolError("cardinality-only mode needs protocol 'ecdh': with keyed-hash PSI "
                             "the key holder always learns which rows are common")
-    if protocol == "kkrt" and mode == "size":
-        raise ProtocolError("cardinality-only mode needs protocol 'ecdh': with KKRT the receiver matches "
+    if protocol in ("kkrt", "rr22") and mode == "size":
+        raise ProtocolError(f"cardinality-only mode needs protocol 'ecdh': with {protocol} the receiver matches "
                             "the sender's values against its own per-row outputs, so it always learns "
                             "which rows are common")
 
