@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,14 +17,14 @@ import nacl.bindings as sodium
 import numpy as np
 import pytest
 import vflcrypto.protocols.align as al
-from conftest import tamper_sends
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_ot_psi import check_alignment, tampered_run
 from vflcrypto.protocols.align import kkrt as session
 
-from vflcrypto.errors import InputDataError, PeerTimeoutError, ProtocolError
+from vflcrypto.errors import InputDataError, ProtocolError
 from vflcrypto.psi import kkrt, ot
-from vflcrypto.runtime.channel import AuditTap, Endpoint, LocalNetwork, run_parties
+from vflcrypto.runtime.channel import AuditTap
 
 # --------------------------------------------------------------------------- base OTs
 
@@ -174,35 +173,7 @@ def test_cuckoo_overflow_goes_to_the_stash_or_fails_clearly() -> None:
 
 
 def _check(a: list[str], b: list[str], mode: str = "both", **kw: Any) -> al.LocalRun:
-    run = al.run_local(a, b, protocol="kkrt", mode=mode, **kw)
-    ra, rp = run.results[al.ACTIVE], run.results[al.PASSIVE]
-    assert ra.rows is not None
-    common = set(a) & set(b)
-    assert {a[i] for i in ra.rows} == common and ra.size == len(common)
-    if mode == "both":
-        assert rp.rows is not None and [a[i] for i in ra.rows] == [b[i] for i in rp.rows]
-    else:
-        assert rp.rows is None and rp.size is None
-    return run
-
-
-ids = st.lists(st.text(min_size=1, max_size=6).filter(lambda s: s.strip() == s and s), unique=True, max_size=40)
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(a=ids, b=ids)
-def test_equals_set_intersection_on_random_sets(a: list[str], b: list[str]) -> None:
-    _check(a, b)
-
-
-@pytest.mark.parametrize(("a", "b"), [
-    ([], []), ([], ["x"]), (["x"], []), (["x"], ["x"]), (["x"], ["y"]),
-    ([f"u{i}" for i in range(50)], [f"u{i}" for i in range(50)]),  # identical
-    ([f"u{i}" for i in range(50)], [f"v{i}" for i in range(50)]),  # disjoint
-])
-@pytest.mark.parametrize("mode", ["both", "left"])
-def test_edge_sets(a: list[str], b: list[str], mode: str) -> None:
-    _check(a, b, mode)
+    return check_alignment(a, b, "kkrt", mode, **kw)
 
 
 def test_equals_ecdh_psi_in_the_same_canonical_order_per_party() -> None:
@@ -223,15 +194,6 @@ def test_every_id_in_the_stash(monkeypatch: pytest.MonkeyPatch) -> None:
     assert setup.bins == 0 and setup.stash == 12
 
 
-def test_three_parties_all_mode() -> None:
-    sets = [[f"u{i}" for i in range(0, 400)], [f"u{i}" for i in range(100, 500)], [f"u{i}" for i in range(200, 600)]]
-    run = al.run_multiparty_local(sets, protocol="kkrt")
-    common = set(sets[0]) & set(sets[1]) & set(sets[2])
-    rows = [[s[i] for i in run.results[name].rows] for s, name in zip(sets, [al.ACTIVE, "passive-0", "passive-1"],
-                                                                      strict=True)]
-    assert set(rows[0]) == common and rows[0] == rows[1] == rows[2]
-
-
 def test_duplicate_ids_are_refused_as_for_ecdh() -> None:
     with pytest.raises(InputDataError, match="duplicate ID"):
         al.run_local(["a", "b", "a"], ["a"], protocol="kkrt")
@@ -239,38 +201,7 @@ def test_duplicate_ids_are_refused_as_for_ecdh() -> None:
     assert run.results[al.ACTIVE].rows.tolist() == [0]  # type: ignore[union-attr]
 
 
-def test_cardinality_mode_is_refused_with_the_reason() -> None:
-    with pytest.raises(ProtocolError, match="always learns which rows are common"):
-        al.run_local(["a"], ["a"], protocol="kkrt", mode="size")
-
-
-def test_equals_openmined_psi_on_the_same_ids() -> None:
-    om = pytest.importorskip("private_set_intersection.python")
-    a = [f"id{i}" for i in range(0, 1500)]
-    b = [f"id{i}" for i in range(900, 2600)]
-    server = om.server.CreateWithNewKey(True)
-    client = om.client.CreateWithNewKey(True)
-    setup = server.CreateSetupMessage(1e-9, len(a), b, om.DataStructure.RAW)
-    response = server.ProcessRequest(client.CreateRequest(a))
-    theirs = {a[i] for i in client.GetIntersection(setup, response)}
-    run = al.run_local(a, b, protocol="kkrt", mode="left")
-    assert {a[i] for i in run.results[al.ACTIVE].rows} == theirs  # type: ignore[union-attr]
-
-
 # --------------------------------------------------------------------------- hostile peers
-
-
-def _tampered_run(who: str, kind: type, fn: Callable[[Any], Any], a: list[str], b: list[str],
-                  timeout: float = 5.0) -> None:
-    """Run KKRT with ``who``'s outgoing ``kind`` messages replaced by ``fn(msg)``."""
-    net = LocalNetwork([Endpoint(al.ACTIVE, al.ACTIVE), Endpoint(al.PASSIVE, al.PASSIVE)], timeout=timeout)
-    chans = net.channels(who)
-    tamper_sends(chans, kind, fn)
-    tasks = {al.ACTIVE: lambda: al.run_active(chans if who == al.ACTIVE else net.channels(al.ACTIVE), a,
-                                              protocol="kkrt"),
-             al.PASSIVE: lambda: al.run_passive(chans if who == al.PASSIVE else net.channels(al.PASSIVE), b,
-                                                protocol="kkrt")}
-    run_parties(tasks, network=net)
 
 
 A, B = [f"u{i}" for i in range(300)], [f"u{i}" for i in range(150, 450)]
@@ -292,30 +223,7 @@ A, B = [f"u{i}" for i in range(300)], [f"u{i}" for i in range(150, 450)]
 ])
 def test_tampered_messages_get_specific_errors(who: str, kind: type, fn: Callable[[Any], Any], match: str) -> None:
     with pytest.raises(ProtocolError, match=match):
-        _tampered_run(who, kind, fn, A, B)
-
-
-def test_peer_stalling_after_the_setup_times_out() -> None:
-    net = LocalNetwork([Endpoint(al.ACTIVE, al.ACTIVE), Endpoint(al.PASSIVE, al.PASSIVE)], timeout=0.3)
-
-    def stalling_sender() -> None:
-        ch = net.channels(al.PASSIVE)[al.ACTIVE]
-        ch.send(al.Hello("kkrt", "both", al.PROTOCOL_VERSION, al.PASSIVE, 3, 4096, os.urandom(16), b"", b""))
-        ch.recv(al.Hello)
-        ch.recv(al.OtSetup)
-        time.sleep(1.0)  # never sends its base-OT points
-
-    t0 = time.monotonic()
-    with pytest.raises(PeerTimeoutError, match=r"align\.ot_choice"):
-        run_parties({al.ACTIVE: lambda: al.run_active(net.channels(al.ACTIVE), ["a"], protocol="kkrt"),
-                     al.PASSIVE: stalling_sender}, network=net)
-    assert time.monotonic() - t0 < 5
-
-
-def test_a_message_of_another_protocol_is_refused() -> None:
-    role = al.ActiveRole(["a"], peer=al.PASSIVE, protocol="kkrt")
-    with pytest.raises(ProtocolError, match="not a message of PSI protocol 'kkrt'"):
-        role.on_tags(al.TagChunk(0, b""))
+        tampered_run(who, kind, fn, A, B, "kkrt")
 
 
 def test_chunk_sizes_stay_under_the_frame_limit() -> None:

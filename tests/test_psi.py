@@ -123,6 +123,16 @@ def test_random_permutation() -> None:
     assert len(psi.random_permutation(0)) == 0
 
 
+def test_match_digests_orders_by_the_whole_digest_when_prefixes_tie() -> None:
+    """The order is the digests' byte order: by their first 8 bytes, and past them where those tie."""
+    head = bytes(8)
+    own = np.array([head + b"\x02\x00\x00\x00", b"\x01" * 12, head + b"\x01\x00\x00\x00", b"\x00" * 12],
+                   dtype=psi.DIGEST_DTYPE)
+    assert psi.match_digests(own, own[::-1].copy()).tolist() == [3, 2, 0, 1]
+    distinct = np.array([b"\x09" + bytes(11), b"\x01" + bytes(11), b"\x05" + bytes(11)], dtype=psi.DIGEST_DTYPE)
+    assert psi.match_digests(distinct, distinct).tolist() == [1, 2, 0]
+
+
 def test_match_digests_orders_by_digest() -> None:
     own = psi.digests_to_array(b"".join(bytes([b]) * 12 for b in (5, 1, 9, 3)))
     peer = psi.digests_to_array(b"".join(bytes([b]) * 12 for b in (3, 9, 7)))

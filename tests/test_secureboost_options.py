@@ -315,18 +315,22 @@ def test_the_audit_measures_what_goss_samples_reveal_to_a_passive_party() -> Non
     for name in ("rows with the largest |g| from the GOSS samples", "label inference from the GOSS samples"):
         f = found[name]
         assert f.measured and f.by_design and f.attacks == ("secureboost.gradients",), f
-        if not f.flagged and name.startswith("label"):
+        if name.startswith("label"):
             # the sample's random part (keyed from os.urandom) can outvote the few known labels that fall among
-            # the top rows: measured 1 run in 40 scores the majority rate (0.519); then two fresh draws must flag
+            # the top rows: measured 3 runs in 60 score the majority rate (0.519) instead of >= 0.611. The
+            # attack's power is a rate: of 40 fresh draws at least 30 must flag (fails by chance with
+            # probability about 2e-6 at the measured 5 %; a single honest run failed 1 CI run in ~200)
             from vflcrypto.protocols.secureboost.audit import example, goss_findings
 
             Xa, y, _, Xp, _ = example()
             params = sb.BoostParams(n_trees=1, max_depth=2, max_bin=16, top_rate=0.2, other_rate=0.1)
-            for _ in range(2):
+            draws = []
+            for _ in range(40):
                 tap = AuditTap()
                 sb.run_local(Xa, y, [Xp], params=params, plaintext=True, tap=tap)
-                f = goss_findings(tap, "passive-0", y)[1]
-                assert f.flagged, f
+                draws.append(goss_findings(tap, "passive-0", y)[1])
+            assert sum(d.flagged and d.value > d.baseline for d in draws) >= 30, [d.value for d in draws]
+            continue
         assert f.flagged and f.value > f.baseline, f
 
 

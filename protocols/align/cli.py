@@ -81,8 +81,9 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def align(args: argparse.Namespace) -> int:
-    left = read_id_table(args.left, args.id_column)
-    right = read_id_table(args.right, args.right_id_column or args.id_column)
+    load = args.memory_budget is None  # a simple CSV is read into memory once (the bucketed path streams)
+    left = read_id_table(args.left, args.id_column, load=load)
+    right = read_id_table(args.right, args.right_id_column or args.id_column, load=load)
     n_left, n_right = left.n_rows, right.n_rows
     # ECDH: each party blinds its own IDs and re-blinds the peer's (keyed hash: hashes them);
     # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them;
@@ -131,7 +132,7 @@ def needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:
 
 
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
-    table = read_id_table(args.data, args.id_column)
+    table = read_id_table(args.data, args.id_column, load=args.memory_budget is None)
     if args.memory_budget is not None:
         return _bucketed_party(args, ctx, table)
     if args.resume:

@@ -60,8 +60,9 @@ def align_files(
         if key not in learns and path.exists():
             raise InputDataError(f"{path} is an output of an earlier run; this run (--reveal {reveal}) writes no "
                                  f"{key} output, so the two would mix: remove it or choose another --out-dir")
-    lt = left if isinstance(left, IdTable) else read_id_table(left, id_column)
-    rt = right if isinstance(right, IdTable) else read_id_table(right, right_id_column or id_column)
+    load = memory_budget is None  # a simple CSV is read into memory once (the bucketed path streams)
+    lt = left if isinstance(left, IdTable) else read_id_table(left, id_column, load=load)
+    rt = right if isinstance(right, IdTable) else read_id_table(right, right_id_column or id_column, load=load)
     if memory_budget is not None:
         work = Path(work_dir) if work_dir is not None else out / ".align-buckets"
         part = align_files_bucketed(lt, rt, protocol=protocol, reveal=reveal, paths=paths, work_dir=work,

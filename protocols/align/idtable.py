@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,8 @@ from vflcrypto.data.tables import iter_csv_strings
 from vflcrypto.data.validate import missing_column
 from vflcrypto.errors import InputDataError
 from vflcrypto.psi import primitives as psi
+
+from . import fastcsv
 
 __all__ = ["IdTable", "canon_table", "read_id_table", "write_aligned"]
 
@@ -33,6 +35,8 @@ class IdTable:
     header: tuple[str, ...]
     id_column: str
     n_rows: int
+    #: the whole file in memory when it is a simple CSV and the caller asked to load it (:mod:`.fastcsv`)
+    loaded: fastcsv.Loaded | None = field(default=None, compare=False, repr=False)
 
     def _rows(self) -> Iterator[tuple[str, ...]]:
         stream = iter_csv_strings(self.path)
@@ -42,6 +46,9 @@ class IdTable:
         yield from map(operator.itemgetter(1), stream)
 
     def iter_ids(self) -> Iterator[str]:
+        if self.loaded is not None:
+            yield from (x.decode("ascii") for x in self.loaded.ids)
+            return
         i = self.header.index(self.id_column)
         count = 0
         for row in self._rows():
@@ -55,13 +62,18 @@ class IdTable:
         return list(self.iter_ids())
 
 
-def read_id_table(path: str | os.PathLike[str], id_column: str) -> IdTable:
+def read_id_table(path: str | os.PathLike[str], id_column: str, *, load: bool = False) -> IdTable:
     """Check a party's CSV in one streaming pass (every cell kept as its exact string when read).
 
     Non-UTF-8 bytes raise :class:`InputDataError` naming the line; so do a missing ID
-    column and rows whose field count differs from the header's.
+    column and rows whose field count differs from the header's. With ``load`` a simple CSV
+    is read into memory once instead (:mod:`.fastcsv`: the same IDs, errors and output bytes).
     """
     path = Path(path)
+    if load:
+        loaded = fastcsv.load(path, id_column)
+        if loaded is not None:
+            return IdTable(path, loaded.header, id_column, len(loaded.starts), loaded)
     stream = iter_csv_strings(path)
     _, header = next(stream)
     if id_column not in header:
@@ -76,6 +88,9 @@ def write_aligned(table: IdTable, out: str | os.PathLike[str], rows: np.ndarray)
     One streaming pass over the input keeps just the selected rows (the output itself),
     then they are written atomically in the common order.
     """
+    if table.loaded is not None:
+        fastcsv.write_rows(table.loaded, out, rows)
+        return
     rank = np.full(table.n_rows, -1, np.int64)
     rank[np.asarray(rows, np.int64)] = np.arange(len(rows))
     selected: list[tuple[str, ...]] = [()] * len(rows)
@@ -92,6 +107,10 @@ def write_aligned(table: IdTable, out: str | os.PathLike[str], rows: np.ndarray)
 def canon_table(t: IdTable, duplicates: str, strip: bool, *, keep_first_flag: str = "--keep-first"
                 ) -> psi.CanonicalIds:
     """The file's IDs in canonical form; a duplicate names its lines and the command's flag that keeps the first."""
+    if t.loaded is not None and not strip:
+        fast = fastcsv.canonical(t.loaded)
+        if fast is not None:
+            return fast
     try:
         return psi.canonicalize_ids(t.iter_ids(), duplicates=duplicates, strip=strip,
                                     row_label="line", first_row=2)

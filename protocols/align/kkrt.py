@@ -102,6 +102,7 @@ class KkrtSession:
     """One side of a pairwise KKRT session with ``peer`` (same interface as :class:`.session.Session`)."""
 
     NAME = "KKRT"
+    PROTOCOL = "kkrt"
 
     def __init__(self, role: str, peer: str, canon: psi.CanonicalIds, *, mode: str, chunk_size: int,
                  progress: ProgressFn | None, finished: Callable[[np.ndarray | None, int | None, int], Next],
@@ -126,20 +127,24 @@ class KkrtSession:
     # ----------------------------------------------------------------- 1 hello
     def start(self) -> Next:
         """Step 1: the hello (protocol, mode, version, role, set size, chunk size, nonce)."""
-        hello = Hello("kkrt", self.mode, PROTOCOL_VERSION, self.role, len(self.canon), self.chunk_size,
+        hello = Hello(self.PROTOCOL, self.mode, PROTOCOL_VERSION, self.role, len(self.canon), self.chunk_size,
                       os.urandom(16), b"", b"")
         self.state.hello = hello
         return then([send(self.peer, hello)], self.peer, Hello, "on_hello")
 
     def on_hello(self, peer: Hello) -> Next:
         """Check the peer's hello; step 2: the receiver hashes its IDs and sends the OT setup."""
+        self._greet(peer)
+        if not self.receiver:
+            return then([], self.peer, OtSetup, "on_ot_setup")
+        return self._setup()
+
+    def _greet(self, peer: Hello) -> None:
+        """Check the peer's hello against this side's and keep its set size."""
         st, mine = self.state, self.state.hello
         assert mine is not None  # set by start
         check_hello(mine, peer)
         st.peer_hello, st.peer_size = peer, peer.set_size
-        if not self.receiver:
-            return then([], self.peer, OtSetup, "on_ot_setup")
-        return self._setup()
 
     def _keys(self) -> tuple[bytes, list[bytes]]:
         st = self.state
@@ -343,14 +348,16 @@ class KkrtSession:
         if st.k < len(lengths):
             return then([], self.peer, CommonValues, "on_common_values")
         common = psi.digests_to_array(b"".join(st.common))
-        if len(np.unique(common)) != len(common) or (len(common) and np.any(common[1:] < common[:-1])):
+        if len(common) and np.any(common[1:] <= common[:-1]):  # strictly increasing: sorted and distinct
             raise ProtocolError(f"{self.peer}'s common values are not sorted and distinct")
         mine = np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel()
         hit = psi.match_digests(mine, common)
         if len(hit) != len(common):
             raise ProtocolError(f"{self.peer} reported common values that are not among this party's own")
         items = self._value_items(hit)
-        if len(np.unique(items)) != len(items):
+        seen = np.zeros(len(self.canon), bool)
+        seen[items] = True
+        if int(seen.sum()) != len(items):
             raise ProtocolError(f"{self.peer} reported two common values for one ID")
         return self.finished(items, len(items), st.peer_size)
 

@@ -12,9 +12,11 @@ and :mod:`vflcrypto.psi.okvs`. Steps:
 4. ``on_ot_choice`` (receiver): sends ``align.vole_matrix``, the IKNP matrix of its
    correlated OTs (noise positions and values of the silent VOLE as choice bits).
 5. ``on_vole_matrix`` (sender): expands its GGM trees and sends ``align.vole_trees`` (each
-   level's two sums under the OT keys, and one correction per tree); keeps ``B``.
-6. ``on_vole_trees`` (receiver): finishes ``(A, C)``, encodes its OKVS ``P`` and streams
-   ``align.okvs_masked`` = ``P ⊕ A``; keeps its own OPRF outputs ``H'(Decode(C, y))``.
+   level's two sums under the OT keys, and one correction per tree); keeps ``B``. Meanwhile
+   the receiver encodes its OKVS ``P`` (it needs no VOLE), and after sending, the sender
+   places its own IDs in the OKVS's rows.
+6. ``on_vole_trees`` (receiver): finishes ``(A, C)`` and streams ``align.okvs_masked`` =
+   ``P ⊕ A``; keeps its own OPRF outputs ``H'(Decode(C, y))``.
 7. ``on_okvs_masked`` (sender): after the last chunk, evaluates its IDs, shuffles the
    values once and sends ``align.oprf_values`` (one value per ID).
 8. ``on_oprf_values`` / ``on_common_values``: as in KKRT (:class:`.kkrt.KkrtSession`): the
@@ -26,7 +28,6 @@ against its own per-ID outputs.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,8 +39,8 @@ from vflcrypto.psi import kkrt, okvs, rr22, vole
 from vflcrypto.runtime.steps import Next, prefixed, send, then
 
 from .kkrt import KkrtSession, KkrtState
-from .messages import PROTOCOL_VERSION, Hello, OkvsMasked, OprfValues, OtChoice, VoleMatrix, VoleSetup, VoleTrees
-from .session import check_hello, chunk_lengths
+from .messages import Hello, OkvsMasked, OprfValues, OtChoice, VoleMatrix, VoleSetup, VoleTrees
+from .session import chunk_lengths
 
 __all__ = ["Rr22Session", "Rr22State", "okvs_rows_per_chunk"]
 
@@ -67,12 +68,18 @@ class Rr22State(KkrtState):
     delta_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     b: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
     masked: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
+    # both: this side's items' OKVS rows (start, band, H(x)), made while the peer computes; the receiver's OKVS
+    starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    bands: np.ndarray = field(default_factory=lambda: np.zeros((0, okvs.BAND // 64), np.uint64))
+    hx: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
+    p: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
 
 
 class Rr22Session(KkrtSession):
     """One side of a pairwise VOLE PSI session with ``peer`` (same interface as :class:`.session.Session`)."""
 
     NAME = "the VOLE PSI"
+    PROTOCOL = "rr22"
     state: Rr22State
 
     def __init__(self, role: str, peer: str, canon: Any, *, mode: str, chunk_size: int, progress: Any,
@@ -83,20 +90,11 @@ class Rr22Session(KkrtSession):
         if reason is not None:
             raise ProtocolError(f"the VOLE PSI (protocol 'rr22') cannot run on this machine: {reason}")
 
-    # ----------------------------------------------------------------- 1 hello
-    def start(self) -> Next:
-        """Step 1: the hello (protocol, mode, version, role, set size, chunk size, nonce)."""
-        hello = Hello("rr22", self.mode, PROTOCOL_VERSION, self.role, len(self.canon), self.chunk_size,
-                      os.urandom(16), b"", b"")
-        self.state.hello = hello
-        return then([send(self.peer, hello)], self.peer, Hello, "on_hello")
-
+    # ----------------------------------------------------------------- 1 hello (KKRT's start)
     def on_hello(self, peer: Hello) -> Next:
         """Check the peer's hello; step 2: the receiver sends the VOLE setup."""
-        st, mine = self.state, self.state.hello
-        assert mine is not None  # set by start
-        check_hello(mine, peer)
-        st.peer_hello, st.peer_size = peer, peer.set_size
+        self._greet(peer)
+        st = self.state
         if not self.receiver:
             return then([], self.peer, VoleSetup, "on_vole_setup")
         st.columns = okvs.columns(len(self.canon))
@@ -141,7 +139,14 @@ class Rr22Session(KkrtSession):
         st.alpha, st.beta, st.cot_choice, st.t_rows = receiver.alpha, receiver.beta, receiver.choice, receiver.t_rows
         self.hold("rr22_cot_choice", receiver.choice)
         self.hold("rr22_t_rows", receiver.t_rows)
-        return then([send(self.peer, VoleMatrix(matrix))], self.peer, VoleTrees, "on_vole_trees")
+        return prefixed(self._matrix_then_encode(matrix), then([], self.peer, VoleTrees, "on_vole_trees"))
+
+    def _matrix_then_encode(self, matrix: bytes) -> Iterator[tuple[str, Any]]:
+        """Send the matrix; then, while the sender expands its trees, encode the OKVS (it needs no VOLE)."""
+        yield send(self.peer, VoleMatrix(matrix))
+        st = self.state
+        okvs_key, _ = self._keys()
+        st.p, st.starts, st.bands = rr22.receiver_encode(kkrt.item_hashes(self.canon.encoded), okvs_key)
 
     # ----------------------------------------------------------------- 5 sender: the GGM trees
     def on_vole_matrix(self, msg: VoleMatrix) -> Next:
@@ -151,7 +156,16 @@ class Rr22Session(KkrtSession):
         sums, corrections, st.b = sender.expand(msg.columns)
         self.hold("rr22_level_sums", sender.level_sums)
         st.k = 0
-        return then([send(self.peer, VoleTrees(sums, corrections))], self.peer, OkvsMasked, "on_okvs_masked")
+        return prefixed(self._trees_then_rows(VoleTrees(sums, corrections)),
+                        then([], self.peer, OkvsMasked, "on_okvs_masked"))
+
+    def _trees_then_rows(self, trees: VoleTrees) -> Iterator[tuple[str, Any]]:
+        """Send the trees; then, while the receiver finishes, place its own items in the OKVS's rows."""
+        yield send(self.peer, trees)
+        st = self.state
+        okvs_key, (hash_key,) = self._keys()
+        self.hold("rr22_public_keys", (okvs_key, hash_key))
+        st.starts, st.bands, st.hx = okvs.rows(kkrt.item_hashes(self.canon.encoded), okvs_key, st.columns)
 
     # ----------------------------------------------------------------- 6 receiver: the masked OKVS
     def on_vole_trees(self, msg: VoleTrees) -> Next:
@@ -163,13 +177,13 @@ class Rr22Session(KkrtSession):
         st.alpha, st.beta, st.cot_choice, st.t_rows = (np.zeros(0, np.int64), np.zeros((0, 16), np.uint8),
                                                         np.zeros(0, np.uint8), np.zeros((0, 16), np.uint8))
         okvs_key, (hash_key,) = self._keys()
-        st.h0 = kkrt.item_hashes(self.canon.encoded)
-        p, starts, bands = rr22.receiver_encode(st.h0, okvs_key)
-        st.own_values = rr22.receiver_values(c, starts, bands, hash_key)
+        st.own_values = rr22.receiver_values(c, st.starts, st.bands, hash_key)
         self.hold("rr22_public_keys", (okvs_key, hash_key))
         self.hold("rr22_vole_c", c)
         self.hold("rr22_own_values", st.own_values)
-        masked = rr22.mask(p, a)
+        masked = rr22.mask(st.p, a)
+        st.p, st.starts, st.bands = (np.zeros((0, 16), np.uint8), np.zeros(0, np.int64),
+                                     np.zeros((0, okvs.BAND // 64), np.uint64))
         self.tick(len(self.canon))
         st.k = 0
         last = then([], self.peer, OprfValues, "on_oprf_values")
@@ -196,12 +210,11 @@ class Rr22Session(KkrtSession):
         st.k += 1
         if st.k < len(lengths):
             return then([], self.peer, OkvsMasked, "on_okvs_masked")
-        okvs_key, (hash_key,) = self._keys()
-        self.hold("rr22_public_keys", (okvs_key, hash_key))
-        st.h0 = kkrt.item_hashes(self.canon.encoded)
+        _, (hash_key,) = self._keys()
         delta = np.packbits(st.delta_bits, bitorder="little")
-        st.values = rr22.sender_values(st.b, delta, st.masked, st.h0, okvs_key, hash_key)
-        st.b, st.masked = np.zeros((0, 16), np.uint8), np.zeros((0, 16), np.uint8)
+        st.values = rr22.sender_values(st.b, delta, st.masked, (st.starts, st.bands, st.hx), hash_key)
+        st.b, st.masked, st.hx = np.zeros((0, 16), np.uint8), np.zeros((0, 16), np.uint8), np.zeros((0, 16), np.uint8)
+        st.starts, st.bands = np.zeros(0, np.int64), np.zeros((0, okvs.BAND // 64), np.uint64)
         self.tick(len(self.canon))
         return self._values_out()
 

@@ -9,9 +9,10 @@ import numpy as np
 
 from vflcrypto.data.tables import PartyTable, require_same_ids
 from vflcrypto.errors import InputDataError
-from vflcrypto.psi.primitives import IdentityKey
+from vflcrypto.psi.primitives import IdentityKey, PackedIds
 from vflcrypto.spec import TaskContext
 
+from . import fastcsv
 from .messages import ACTIVE, PASSIVE
 from .roles import run_active, run_active_multiparty, run_local, run_multiparty_local, run_passive
 
@@ -44,9 +45,16 @@ def canonical_order(canon: Any, rows: Any) -> np.ndarray:
     rows = np.asarray(rows, np.int64)
     if not len(rows):
         return rows
-    pos = np.searchsorted(canon.rows, rows)
-    if np.any(pos >= len(canon.rows)) or np.any(canon.rows[np.minimum(pos, len(canon.rows) - 1)] != rows):
-        raise InputDataError("aligned rows that are not among the party's canonical IDs")
+    if len(canon.rows) == canon.n_input:  # no row dropped: canon.rows is 0 … n-1, a row is its own position
+        pos = rows
+        if rows.min() < 0 or rows.max() >= len(canon.rows):
+            raise InputDataError("aligned rows that are not among the party's canonical IDs")
+    else:
+        pos = np.searchsorted(canon.rows, rows)
+        if np.any(pos >= len(canon.rows)) or np.any(canon.rows[np.minimum(pos, len(canon.rows) - 1)] != rows):
+            raise InputDataError("aligned rows that are not among the party's canonical IDs")
+    if isinstance(canon.encoded, PackedIds):  # a simple CSV's IDs (:mod:`.fastcsv`): sorted in numpy
+        return rows[fastcsv.canonical_order(canon.encoded, pos)]
     # numpy's fixed-width bytes drop trailing NULs: a constant end byte keeps every key distinct
     keys = np.asarray([canon.encoded[i] + b"\x01" for i in pos.tolist()], dtype=bytes)
     return rows[np.argsort(keys, kind="stable")]

@@ -38,6 +38,7 @@ Parameters
 from __future__ import annotations
 
 import hashlib
+import importlib
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -100,18 +101,41 @@ def _batched_blake2b() -> Any:
     """The C extension ``_blake2b`` (one call hashes a batch, ~3.5x hashlib's per-call loop
     here), or ``None`` where it was not built or ``VFLCRYPTO_NATIVE=0``: then hashlib. The
     digests are the same bytes either way (``tests/test_kkrt_native.py``)."""
-    if os.environ.get("VFLCRYPTO_NATIVE", "").strip().lower() in ("0", "off", "no", "false"):
+    return native_module("_blake2b")
+
+
+def native_off() -> bool:
+    """``VFLCRYPTO_NATIVE=0`` (or off/no/false): the compiled extensions are switched off."""
+    return os.environ.get("VFLCRYPTO_NATIVE", "").strip().lower() in ("0", "off", "no", "false")
+
+
+def native_module(name: str) -> Any:
+    """The compiled extension ``vflcrypto.psi.<name>``, or ``None`` (not built, or switched off)."""
+    if native_off():
         return None
     try:
-        from . import _blake2b  # type: ignore[attr-defined]
+        return importlib.import_module(f"{__package__}.{name}")
     except ImportError:
         return None
-    return _blake2b
 
 
 def item_hashes(ids: Sequence[bytes]) -> np.ndarray:
-    """``H₀(x)``: a 16-byte BLAKE2b digest per canonical ID (``n × 16`` uint8)."""
+    """``H₀(x)``: a 16-byte BLAKE2b digest per canonical ID (``n × 16`` uint8).
+
+    Packed IDs (:class:`~vflcrypto.psi.primitives.PackedIds`) are hashed from their buffer in
+    one call and keep the result (hygiene hashes them once to find duplicates).
+    """
+    from .primitives import PackedIds
+
     native = _batched_blake2b()
+    if isinstance(ids, PackedIds):
+        if ids.h0 is None:
+            if native is None or not len(ids):
+                ids.h0 = item_hashes(list(ids))
+            else:
+                out = native.blake2b_many(ids.data, ids.offsets, 16, b"vflcrypto-kkrt0")
+                ids.h0 = np.frombuffer(out, np.uint8).reshape(len(ids), 16)
+        return ids.h0
     if native is not None and ids:
         offsets = np.zeros(len(ids) + 1, np.int64)
         np.cumsum(np.fromiter(map(len, ids), np.int64, len(ids)), out=offsets[1:])

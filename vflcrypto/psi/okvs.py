@@ -48,7 +48,7 @@ raise :class:`~vflcrypto.errors.ProtocolError`.
 from __future__ import annotations
 
 import math
-import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -66,19 +66,23 @@ _MAX_WORDS = 8  # the C code takes bands of 64..512 bits
 _CHUNK = 1 << 16  # items per PRF call in rows(): 4 MiB of AES input at the default width
 
 
+_SPLIT = 1 << 17  # rows from which decode runs on two threads
+
+
 class OkvsFailure(ProtocolError):
     """The band system is singular: no encoding exists (≈ 2⁻⁵³ for distinct keys at the default width)."""
 
 
 def _native() -> tuple[Any, str | None]:
     """The extension module and ``None``, or ``None`` and the reason it is unusable here."""
-    if os.environ.get("VFLCRYPTO_NATIVE", "").strip().lower() in ("0", "off", "no", "false"):
+    from .kkrt import native_module, native_off
+
+    if native_off():
         return None, "switched off by VFLCRYPTO_NATIVE=0"
-    try:
-        from . import _okvs  # type: ignore[attr-defined]
-    except ImportError as exc:
-        return None, f"the C extension vflcrypto.psi._okvs is not built (no C compiler at install?): {exc}"
-    return _okvs, None
+    mod = native_module("_okvs")
+    if mod is None:
+        return None, "the C extension vflcrypto.psi._okvs is not built (no C compiler at install?)"
+    return mod, None
 
 
 def available() -> bool:
@@ -198,8 +202,16 @@ def decode(P: np.ndarray, starts: np.ndarray, bands: np.ndarray) -> np.ndarray:
     if not isinstance(P, np.ndarray) or P.dtype != np.uint8 or P.ndim != 2 or P.shape[1] != VALUE_BYTES:
         raise ProtocolError(f"the OKVS must be an m × 16 uint8 array, got {_describe(P)}")
     native = _require()
+    P = np.ascontiguousarray(P)
+    half = len(starts) // 2 if len(starts) >= _SPLIT else 0
     try:
-        out = native.decode(np.ascontiguousarray(P), starts, bands, w)
+        if not half:
+            out = native.decode(P, starts, bands, w)
+        else:  # two halves on two threads (the C code releases the GIL): a receiver decodes while its peer waits
+            with ThreadPoolExecutor(2) as pool:
+                first = pool.submit(native.decode, P, starts[:half], bands[:half], w)
+                second = native.decode(P, starts[half:], bands[half:], w)
+                out = first.result() + second
     except (ValueError, OverflowError) as exc:
         raise ProtocolError(f"OKVS decode: {exc}") from exc
     return np.frombuffer(out, np.uint8).reshape(len(starts), VALUE_BYTES)

@@ -76,11 +76,15 @@ def receiver_values(c: np.ndarray, starts: np.ndarray, bands: np.ndarray, hash_k
     return output_hash(hash_key, okvs.decode(c, starts, bands))
 
 
-def sender_values(b: np.ndarray, delta: np.ndarray, masked: np.ndarray, h0: np.ndarray, okvs_key: bytes,
-                  hash_key: bytes) -> np.ndarray:
-    """Step 3: S's outputs ``H'(Decode(B ⊕ Δ·(P ⊕ A), x) ⊕ Δ·H(x))`` (``n × OUTPUT_BYTES``)."""
+def sender_values(b: np.ndarray, delta: np.ndarray, masked: np.ndarray,
+                  rows: tuple[np.ndarray, np.ndarray, np.ndarray], hash_key: bytes) -> np.ndarray:
+    """Step 3: S's outputs ``H'(Decode(B ⊕ Δ·(P ⊕ A), x) ⊕ Δ·H(x))`` (``n × OUTPUT_BYTES``).
+
+    ``rows`` are S's items' :func:`okvs.rows` under the OKVS key at ``m = len(b)`` (S computes
+    them while R encodes).
+    """
     if masked.shape != b.shape:
         raise ProtocolError(f"the masked OKVS has {len(masked)} elements; the VOLE has {len(b)}")
+    starts, bands, values = rows
     k = b ^ vole.gf_mul(masked, delta)
-    starts, bands, values = okvs.rows(h0, okvs_key, len(k))
     return output_hash(hash_key, okvs.decode(k, starts, bands) ^ vole.gf_mul(values, delta))

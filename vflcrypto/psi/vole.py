@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -69,18 +70,16 @@ _GGM_KEYS = (hashlib.sha256(_DOMAIN + b"/ggm-left").digest()[:16],
 
 
 def _native() -> Any:
-    if os.environ.get("VFLCRYPTO_NATIVE", "").strip().lower() in ("0", "off", "no", "false"):
-        return None
-    try:
-        from . import _vole  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _vole
+    from .kkrt import native_module
+
+    return native_module("_vole")
 
 
 def why_not() -> str | None:
     """Why silent VOLE cannot run here (``None`` when it can): it needs the C extension ``_vole``."""
-    if os.environ.get("VFLCRYPTO_NATIVE", "").strip().lower() in ("0", "off", "no", "false"):
+    from .kkrt import native_off
+
+    if native_off():
         return "VFLCRYPTO_NATIVE=0 turns the compiled extensions off, and silent VOLE has no Python fallback"
     if _native() is None:
         return "the C extension vflcrypto.psi._vole was not built (a C compiler and Python's headers are needed)"
@@ -297,8 +296,10 @@ class VoleReceiver:
                                 f"expected {want_sums} + {sh.instances * TREES * 16}")
         sums_a = np.frombuffer(sums, np.uint8).reshape(sh.instances, TREES, h, 2, 16)
         corr = np.frombuffer(corrections, np.uint8).reshape(sh.instances, TREES, 16)
-        a_parts, c_parts = [], []
-        for inst in range(sh.instances):
+        a = np.empty((sh.instances * sh.per, 16), np.uint8)
+        c = np.empty_like(a)
+
+        def one(inst: int) -> None:
             base = inst * sh.cots_per_instance
             t_beta = self.t_rows[base : base + TREES * BITS]
             gamma = _pack(t_beta)  # γ_i = δ_i ⊕ Δ·β_i
@@ -313,9 +314,14 @@ class VoleReceiver:
             leaves[rows, alpha] = gamma ^ corr[inst] ^ known
             noise = np.zeros_like(leaves)
             noise[rows, alpha] = self.beta[inst * TREES : (inst + 1) * TREES]
-            a_parts.append(_encode(noise.reshape(-1, 16), sh.per))
-            c_parts.append(_encode(leaves.reshape(-1, 16), sh.per))
-        return np.concatenate(a_parts)[: sh.outputs], np.concatenate(c_parts)[: sh.outputs]
+            part = slice(inst * sh.per, (inst + 1) * sh.per)
+            a[part] = _encode(noise.reshape(-1, 16), sh.per)
+            c[part] = _encode(leaves.reshape(-1, 16), sh.per)
+
+        # instances on two threads (their C parts release the GIL): the receiver works alone at this step
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(one, range(sh.instances)))
+        return a[: sh.outputs], c[: sh.outputs]
 
 
 

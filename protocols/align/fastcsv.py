@@ -1,0 +1,162 @@
+"""The simple-CSV fast path of alignment: a party's file read once into memory and handled in numpy.
+
+Python's ``csv`` module costs about 0.5 µs a row for each of the three passes an unbucketed
+alignment makes (check, IDs, output); at 10⁷ rows that is most of a run. A file that needs
+none of CSV's quoting rules is a byte array in which commas and newlines are the whole
+structure, so one vectorised pass finds every line and field:
+
+* **When it applies** (:func:`load`): the file is ASCII without NUL, CR or double quote,
+  ends with a newline, has no blank line, and every data line has exactly as many commas as
+  the header. For such a file the ``csv`` path reads each cell as the bytes between commas,
+  canonical IDs are those bytes (NFC is the identity on ASCII), and the ``csv`` writer
+  writes each row back as the same bytes; so the fast path gives the same IDs, the same
+  errors and the same output bytes (``tests/test_align_fastcsv.py`` compares them). Any other
+  file, and any file with an empty or repeated ID, goes the ``csv`` way, which words the
+  exact error.
+* **IDs** are packed into one buffer (:class:`~vflcrypto.psi.primitives.PackedIds`); hygiene
+  hashes them once (the PSI reuses those hashes) and finds repeats by sorting 64 bits of
+  each hash (a repeat of those bits sends the file the exact way, which decides).
+* **Output** (:func:`write_rows`): the header as the ``csv`` writer formats it, then the
+  selected lines' bytes, written atomically.
+
+Only the unbucketed path loads the file (the bucketed path bounds memory and streams).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vflcrypto.data.atomic import atomic_open
+from vflcrypto.data.validate import check_header, missing_column
+from vflcrypto.psi import kkrt
+from vflcrypto.psi import primitives as psi
+
+__all__ = ["MAX_BYTES", "Loaded", "canonical", "canonical_order", "load", "write_rows"]
+
+MAX_BYTES = 8 << 30  # files above this stream through the csv path
+_CHUNK = 1 << 20  # rows gathered per numpy block
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A simple CSV in memory: its bytes, each data line's ``[start, end)`` (end at its newline), the IDs."""
+
+    data: bytes
+    header: tuple[str, ...]
+    header_line: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: psi.PackedIds
+
+
+def _gather(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
+    """The byte ranges ``[starts[i], starts[i] + lengths[i])`` of ``arr``, concatenated (in blocks)."""
+    parts = []
+    for a in range(0, len(starts), _CHUNK):
+        s, n = starts[a : a + _CHUNK], lengths[a : a + _CHUNK]
+        first = np.cumsum(n) - n  # where each range begins in this block's output
+        index = np.repeat(s - first, n) + np.arange(int(n.sum()), dtype=np.int64)
+        parts.append(arr[index].tobytes())
+    return b"".join(parts)
+
+
+def _in_order(arr: np.ndarray, first: np.ndarray, last: np.ndarray) -> bytes:
+    """The disjoint ranges ``[first[i], last[i])``, in increasing order, concatenated: one mask, one compress."""
+    edge = np.zeros(len(arr) + 1, np.int8)
+    edge[first] = 1
+    edge[last] = -1  # ranges never touch (a comma or newline separates them)
+    return arr[np.cumsum(edge[:-1], dtype=np.int8).view(bool)].tobytes()
+
+
+def load(path: str | os.PathLike[str], id_column: str) -> Loaded | None:
+    """The file's lines and IDs, or ``None`` when it is not a simple CSV (the ``csv`` path then reads it).
+
+    Raises the ``csv`` path's errors for a bad header or a missing ID column, which the
+    fast path reads the same way.
+    """
+    path = Path(path)
+    try:
+        if not 0 < path.stat().st_size <= MAX_BYTES:
+            return None
+        data = path.read_bytes()
+    except OSError:
+        return None  # the csv path reports it
+    if not data.endswith(b"\n") or not data.isascii() or any(c in data for c in (b"\0", b"\r", b'"')):
+        return None
+    arr = np.frombuffer(data, np.uint8)
+    newlines = np.flatnonzero(arr == ord("\n"))
+    header_line = data[: int(newlines[0])]
+    header = tuple(h.strip() for h in next(csv.reader([header_line.decode("ascii")])))
+    check_header(path, header)
+    if id_column not in header:
+        raise missing_column(path, "ID", id_column, header)
+    starts, ends = newlines[:-1] + 1, newlines[1:]
+    if not len(starts) or np.any(ends == starts):
+        return None  # no rows, or a blank line: the csv path's rules
+    per = len(header) - 1
+    commas = np.flatnonzero(arr[int(newlines[0]) :] == ord(",")) + int(newlines[0])
+    # every line has exactly `per` commas iff there are per·rows in all and each group of `per`, in order,
+    # lies inside its own line (a line with one too many pushes its last comma into the next group)
+    if len(commas) != per * len(starts):
+        return None  # a row with another field count: the csv path names its line
+    fields = commas.reshape(len(starts), per)
+    if per and (np.any(fields[:, 0] < starts) or np.any(fields[:, -1] >= ends)):
+        return None
+    k = header.index(id_column)
+    first = starts if k == 0 else fields[:, k - 1] + 1
+    last = ends if k == len(header) - 1 else fields[:, k]
+    lengths = last - first
+    if np.any(lengths == 0):
+        return None  # an empty ID: the csv path names its line
+    offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = psi.PackedIds(_in_order(arr, first, last), offsets)
+    return Loaded(data, header, header_line, starts, ends, ids)
+
+
+def canonical(loaded: Loaded) -> psi.CanonicalIds | None:
+    """The IDs as canonical IDs when all are distinct, else ``None`` (the csv path finds the repeat and words it)."""
+    ids = loaded.ids
+    h0 = kkrt.item_hashes(ids)
+    top = np.sort(np.ascontiguousarray(h0[:, :8]).view("<u8").ravel())
+    if np.any(top[1:] == top[:-1]):
+        return None
+    return psi.CanonicalIds(ids, np.arange(len(ids), dtype=np.int64), len(ids))
+
+
+def canonical_order(ids: psi.PackedIds, rows: np.ndarray) -> np.ndarray:
+    """The permutation that sorts IDs ``rows`` by their bytes (IDs have no NUL: zero padding keeps the byte order)."""
+    lengths = ids.offsets[rows + 1] - ids.offsets[rows]
+    words = -(-int(lengths.max()) // 8)
+    width = 8 * words
+    arr = np.frombuffer(ids.data, np.uint8)
+    keys = np.zeros((len(rows), width), np.uint8)
+    first = ids.offsets[rows]
+    for j in range(width):  # column by column: one gather of the rows' j-th bytes
+        has = lengths > j
+        keys[has, j] = arr[first[has] + j]
+    return np.argsort(keys.view(f"S{width}").ravel(), kind="stable")
+
+
+def write_rows(loaded: Loaded, out: str | os.PathLike[str], rows: np.ndarray) -> None:
+    """Write the header (as the csv writer formats it) and the lines ``rows``, in that order, atomically."""
+    text = _header_text(loaded.header)
+    arr = np.frombuffer(loaded.data, np.uint8)
+    rows = np.asarray(rows, np.int64)
+    body = _gather(arr, loaded.starts[rows], loaded.ends[rows] + 1 - loaded.starts[rows])  # each with its newline
+    with atomic_open(out, "wb") as fh:
+        fh.write(text)
+        fh.write(body)
+
+
+def _header_text(header: tuple[str, ...]) -> bytes:
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(header)
+    return buf.getvalue().encode("utf-8")
