@@ -57,13 +57,14 @@ def test_simple_files_read_as_the_csv_path_reads_them(tmp_path: Path, text: str)
     ('id,x\n"a",1\n', "a quote"), ("id,x\r\na,1\r\n", "CR"), ("id,x\né,1\n", "non-ASCII"),
     ("id,x\na,1\n\nb,2\n", "a blank line"), ("id,x\na,1", "no final newline"), ("id,x\na,1,2\nb,2\n", "3 fields"),
     ("id,x\na\nb,2,3\n", "1 field then 3"), ("id,x\n,1\n", "an empty ID"), ("id,x\n", "no rows"),
-    ("id,x\na,\x00\n", "NUL"),
+    ("id,x\na,\x00\n", "NUL"), ("id,x\na," + "y" * 200_000 + "\n", "a line past the csv field limit"),
 ])
 def test_other_files_go_the_csv_way(tmp_path: Path, text: str, why: str) -> None:
     assert fastcsv.load(_write(tmp_path / "t.csv", text), "id") is None, why
 
 
-@pytest.mark.parametrize("text", ["id,x\na,1\n\nb,2\n", "id,x\na,1,2\n", "id,x\n,1\n", "id,x\na,1\na,2\n"])
+@pytest.mark.parametrize("text", ["id,x\na,1\n\nb,2\n", "id,x\na,1,2\n", "id,x\n,1\n", "id,x\na,1\na,2\n",
+                                  "id,x\na," + "y" * 200_000 + "\n"])
 def test_errors_are_the_csv_paths(tmp_path: Path, text: str) -> None:
     path = _write(tmp_path / "t.csv", text)
     with pytest.raises(InputDataError) as slow:
@@ -89,6 +90,20 @@ def test_header_errors_are_raised_as_the_csv_path_raises_them(tmp_path: Path) ->
         with pytest.raises(InputDataError) as fast:
             read_id_table(path, "id", load=True)
         assert str(fast.value) == str(slow.value)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(min_size=1, max_size=40).filter(lambda b: b"\x00" not in b), unique=True, max_size=60),
+       st.sampled_from([b"", b"customer-0000-", b"x" * 8]))
+def test_canonical_order_is_the_byte_order_over_several_words(ids: list[bytes], prefix: bytes) -> None:
+    """IDs longer than 8 bytes and sharing long prefixes: the folded integer keys sort as the bytes do."""
+    ids = list(dict.fromkeys(prefix + i for i in ids))
+    offsets = np.zeros(len(ids) + 1, np.int64)
+    np.cumsum([len(i) for i in ids], out=offsets[1:])
+    packed = psi.PackedIds(b"".join(ids), offsets)
+    rows = np.arange(len(ids))[::-1].copy()
+    order = fastcsv.canonical_order(packed, rows)
+    assert [ids[r] for r in rows[order]] == sorted(ids)
 
 
 def test_the_packed_ids_are_a_sequence_of_bytes() -> None:

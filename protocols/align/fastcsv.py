@@ -6,8 +6,8 @@ none of CSV's quoting rules is a byte array in which commas and newlines are the
 structure, so one vectorised pass finds every line and field:
 
 * **When it applies** (:func:`load`): the file is ASCII without NUL, CR or double quote,
-  ends with a newline, has no blank line, and every data line has exactly as many commas as
-  the header. For such a file the ``csv`` path reads each cell as the bytes between commas,
+  ends with a newline, has no blank line and no line longer than the ``csv`` module's field
+  limit, and every data line has exactly as many commas as the header. For such a file the ``csv`` path reads each cell as the bytes between commas,
   canonical IDs are those bytes (NFC is the identity on ASCII), and the ``csv`` writer
   writes each row back as the same bytes; so the fast path gives the same IDs, the same
   errors and the same output bytes (``tests/test_align_fastcsv.py`` compares them). Any other
@@ -98,6 +98,8 @@ def load(path: str | os.PathLike[str], id_column: str) -> Loaded | None:
     starts, ends = newlines[:-1] + 1, newlines[1:]
     if not len(starts) or np.any(ends == starts):
         return None  # no rows, or a blank line: the csv path's rules
+    if int((ends - starts).max()) > csv.field_size_limit() or len(header_line) > csv.field_size_limit():
+        return None  # a line that could hold a field past the csv module's limit: its error, from the csv path
     per = len(header) - 1
     commas = np.flatnonzero(arr[int(newlines[0]) :] == ord(",")) + int(newlines[0])
     # every line has exactly `per` commas iff there are per·rows in all and each group of `per`, in order,
@@ -130,17 +132,34 @@ def canonical(loaded: Loaded) -> psi.CanonicalIds | None:
 
 
 def canonical_order(ids: psi.PackedIds, rows: np.ndarray) -> np.ndarray:
-    """The permutation that sorts IDs ``rows`` by their bytes (IDs have no NUL: zero padding keeps the byte order)."""
+    """The permutation that sorts IDs ``rows`` by their bytes.
+
+    The IDs, zero-padded (they hold no NUL, so padding keeps the byte order), are read as
+    big-endian 64-bit words; the words are folded left to right into one integer key per
+    ID, each step replacing ``(key so far, next word)`` by its rank among the distinct
+    pairs, so every sort is an integer sort (a string sort of the padded bytes costs
+    several times more).
+    """
+    if not len(rows):
+        return np.zeros(0, np.int64)
     lengths = ids.offsets[rows + 1] - ids.offsets[rows]
     words = -(-int(lengths.max()) // 8)
-    width = 8 * words
     arr = np.frombuffer(ids.data, np.uint8)
-    keys = np.zeros((len(rows), width), np.uint8)
     first = ids.offsets[rows]
-    for j in range(width):  # column by column: one gather of the rows' j-th bytes
-        has = lengths > j
-        keys[has, j] = arr[first[has] + j]
-    return np.argsort(keys.view(f"S{width}").ravel(), kind="stable")
+    key = np.zeros(len(rows), np.uint64)
+    for w in range(words):
+        chunk = np.zeros((len(rows), 8), np.uint8)
+        for j in range(8):  # byte 8w + j of every ID (zero past its end): one gather per byte
+            has = lengths > 8 * w + j
+            chunk[has, j] = arr[first[has] + 8 * w + j]
+        word = chunk.view(">u8").ravel().astype(np.uint64)
+        if w == 0:
+            key = word
+            continue
+        _, rank_key = np.unique(key, return_inverse=True)
+        _, rank_word = np.unique(word, return_inverse=True)
+        key = rank_key.astype(np.uint64) * np.uint64(int(rank_word.max()) + 1) + rank_word.astype(np.uint64)
+    return np.argsort(key)  # distinct IDs: distinct keys
 
 
 def write_rows(loaded: Loaded, out: str | os.PathLike[str], rows: np.ndarray) -> None:

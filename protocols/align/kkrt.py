@@ -94,6 +94,9 @@ class KkrtState:
     pair_tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     chunk_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))  # pairs of chunk c: [c, c+1)
     values: np.ndarray = field(default_factory=lambda: np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8))
+    #: argsorts of the digests' first 8 bytes (:func:`psi.digest_order`), made while the peer computes
+    own_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    values_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     common: list[bytes] = field(default_factory=list)
     common_total: int = 0
 
@@ -283,12 +286,19 @@ class KkrtSession:
         st = self.state
         order = psi.random_permutation(len(st.values))  # one global shuffle, sent chunk by chunk
         per = values_per_chunk(self.chunk_size)
-        sends = (send(self.peer, OprfValues(c, st.values[order[s : s + per]].tobytes()))
-                 for c, s in enumerate(range(0, len(order), per)))
         st.k = 0
         if self.pair_mode != "both":
-            return prefixed(sends, self.finished(None, None, st.peer_size))
-        return prefixed(sends, then([], self.peer, CommonValues, "on_common_values"))
+            return prefixed(self._values_sends(order, per), self.finished(None, None, st.peer_size))
+        return prefixed(self._values_sends(order, per, index=True),
+                        then([], self.peer, CommonValues, "on_common_values"))
+
+    def _values_sends(self, order: np.ndarray, per: int, *, index: bool = False) -> Iterator[tuple[str, Any]]:
+        """The shuffled values, chunk by chunk; then (mode both), while the receiver matches, index them."""
+        st = self.state
+        for c, s in enumerate(range(0, len(order), per)):
+            yield send(self.peer, OprfValues(c, st.values[order[s : s + per]].tobytes()))
+        if index:
+            st.values_order = psi.digest_order(np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel())
 
     def _peer_value_count(self) -> int:
         """How many OPRF values the sender sends: one per cuckoo candidate bin and stash row of each ID."""
@@ -320,7 +330,8 @@ class KkrtSession:
     def _match(self) -> Next:
         st = self.state
         own = np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel()
-        pos = psi.match_digests(own, np.ascontiguousarray(st.received).view(psi.DIGEST_DTYPE).ravel())
+        pos = psi.match_digests(own, np.ascontiguousarray(st.received).view(psi.DIGEST_DTYPE).ravel(),
+                                own_order=st.own_order if len(st.own_order) == len(own) else None)
         st.received = np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8)
         if self.pair_mode != "both":
             return self.finished(pos, len(pos), st.peer_size)
@@ -351,7 +362,7 @@ class KkrtSession:
         if len(common) and np.any(common[1:] <= common[:-1]):  # strictly increasing: sorted and distinct
             raise ProtocolError(f"{self.peer}'s common values are not sorted and distinct")
         mine = np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel()
-        hit = psi.match_digests(mine, common)
+        hit = psi.match_digests(mine, common, own_order=st.values_order if len(st.values_order) == len(mine) else None)
         if len(hit) != len(common):
             raise ProtocolError(f"{self.peer} reported common values that are not among this party's own")
         items = self._value_items(hit)

@@ -36,6 +36,7 @@ import numpy as np
 
 from vflcrypto.errors import ProtocolError
 from vflcrypto.psi import kkrt, okvs, rr22, vole
+from vflcrypto.psi import primitives as psi
 from vflcrypto.runtime.steps import Next, prefixed, send, then
 
 from .kkrt import KkrtSession, KkrtState
@@ -177,24 +178,26 @@ class Rr22Session(KkrtSession):
         st.alpha, st.beta, st.cot_choice, st.t_rows = (np.zeros(0, np.int64), np.zeros((0, 16), np.uint8),
                                                         np.zeros(0, np.uint8), np.zeros((0, 16), np.uint8))
         okvs_key, (hash_key,) = self._keys()
-        st.own_values = rr22.receiver_values(c, st.starts, st.bands, hash_key)
         self.hold("rr22_public_keys", (okvs_key, hash_key))
         self.hold("rr22_vole_c", c)
-        self.hold("rr22_own_values", st.own_values)
         masked = rr22.mask(st.p, a)
-        st.p, st.starts, st.bands = (np.zeros((0, 16), np.uint8), np.zeros(0, np.int64),
-                                     np.zeros((0, okvs.BAND // 64), np.uint64))
+        st.p = np.zeros((0, 16), np.uint8)
         self.tick(len(self.canon))
         st.k = 0
-        last = then([], self.peer, OprfValues, "on_oprf_values")
         if st.peer_size == 0:
-            return prefixed(self._masked_out(masked), self._match())
-        return prefixed(self._masked_out(masked), last)
+            return prefixed(self._masked_out(masked, c, hash_key), self._match())
+        return prefixed(self._masked_out(masked, c, hash_key), then([], self.peer, OprfValues, "on_oprf_values"))
 
-    def _masked_out(self, masked: np.ndarray) -> Iterator[tuple[str, Any]]:
+    def _masked_out(self, masked: np.ndarray, c: np.ndarray, hash_key: bytes) -> Iterator[tuple[str, Any]]:
+        """Send ``P ⊕ A``; then, while the sender evaluates its IDs, its own outputs and their index."""
         per = okvs_rows_per_chunk(self.chunk_size)
-        for c, start in enumerate(range(0, len(masked), per)):
-            yield send(self.peer, OkvsMasked(c, masked[start : start + per].tobytes()))
+        for i, start in enumerate(range(0, len(masked), per)):
+            yield send(self.peer, OkvsMasked(i, masked[start : start + per].tobytes()))
+        st = self.state
+        st.own_values = rr22.receiver_values(c, st.starts, st.bands, hash_key)
+        st.starts, st.bands = np.zeros(0, np.int64), np.zeros((0, okvs.BAND // 64), np.uint64)
+        self.hold("rr22_own_values", st.own_values)
+        st.own_order = psi.digest_order(np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel())
 
     # ----------------------------------------------------------------- 7 sender: its OPRF values
     def on_okvs_masked(self, msg: OkvsMasked) -> Next:

@@ -81,6 +81,7 @@ __all__ = [
     "canonicalize_ids",
     "collision_bound",
     "derive_psi_key",
+    "digest_order",
     "digests_to_array",
     "generate_secret",
     "hash_to_u",
@@ -401,20 +402,29 @@ def digests_to_array(data: bytes | bytearray | memoryview) -> np.ndarray:
     return np.frombuffer(bytes(data), dtype=DIGEST_DTYPE)
 
 
-def match_digests(own: np.ndarray, peer: np.ndarray) -> np.ndarray:
+def digest_order(digests: np.ndarray) -> np.ndarray:
+    """The argsort of the digests' first 8 bytes (little-endian integers): :func:`match_digests`'s index of them."""
+    return np.argsort(_prefix64(digests))
+
+
+def match_digests(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | None = None) -> np.ndarray:
     """Positions ``i`` with ``own[i]`` in ``peer``, ordered by the digest value.
 
     Both parties hold the same digests for the common IDs, so sorting by digest gives
-    both the *same* canonical order without either revealing anything new.
+    both the *same* canonical order without either revealing anything new. ``own_order``
+    is :func:`digest_order` of ``own`` when the caller made it earlier (while it waited).
     """
     if len(own) == 0 or len(peer) == 0:
         return np.zeros(0, dtype=np.int64)
     # Join on the first 8 bytes as integers (integer sorts), then compare the whole digests of each pair.
     own_p, peer_p = _prefix64(own), _prefix64(peer)
-    with ThreadPoolExecutor(2) as pool:  # numpy sorts without the GIL: both at once
-        sorting = pool.submit(np.argsort, own_p)
-        by_peer = np.argsort(peer_p)
-        by_own_sorted = sorting.result()
+    if own_order is not None:
+        by_peer, by_own_sorted = np.argsort(peer_p), own_order
+    else:
+        with ThreadPoolExecutor(2) as pool:  # numpy sorts without the GIL: both at once
+            sorting = pool.submit(np.argsort, own_p)
+            by_peer = np.argsort(peer_p)
+            by_own_sorted = sorting.result()
     sp = peer_p[by_peer]
     if np.any(sp[1:] == sp[:-1]):  # two peer digests share 8 bytes (≈ n²/2⁶⁵): join on the whole digests
         cand = np.nonzero(_members(own_p, peer_p))[0]
