@@ -7,12 +7,15 @@ structure, so one vectorised pass finds every line and field:
 
 * **When it applies** (:func:`load`): the file is ASCII without NUL, CR or double quote,
   ends with a newline, has no blank line and no line longer than the ``csv`` module's field
-  limit, and every data line has exactly as many commas as the header. For such a file the ``csv`` path reads each cell as the bytes between commas,
-  canonical IDs are those bytes (NFC is the identity on ASCII), and the ``csv`` writer
-  writes each row back as the same bytes; so the fast path gives the same IDs, the same
-  errors and the same output bytes (``tests/test_align_fastcsv.py`` compares them). Any other
-  file, and any file with an empty or repeated ID, goes the ``csv`` way, which words the
-  exact error.
+  limit, and every data line has exactly as many commas as the header. For such a file the
+  ``csv`` path reads each cell as the bytes between commas, canonical IDs are those bytes
+  (NFC is the identity on ASCII), and the ``csv`` writer writes each row back as the same
+  bytes; so the fast path gives the same IDs, the same errors and the same output bytes
+  (``tests/test_align_fastcsv.py`` compares them). Any other file, and any file with an
+  empty or repeated ID, goes the ``csv`` way, which words the exact error.
+* **Order**: the output's canonical order sorts the IDs' bytes as folded integer keys
+  (:meth:`~vflcrypto.psi.primitives.PackedIds.byte_order`); an OT PSI's sender sorts all its
+  IDs while the receiver matches, so its output order is then one pass.
 * **IDs** are packed into one buffer (:class:`~vflcrypto.psi.primitives.PackedIds`); hygiene
   hashes them once (the PSI reuses those hashes) and finds repeats by sorting 64 bits of
   each hash (a repeat of those bits sends the file the exact way, which decides).
@@ -132,34 +135,9 @@ def canonical(loaded: Loaded) -> psi.CanonicalIds | None:
 
 
 def canonical_order(ids: psi.PackedIds, rows: np.ndarray) -> np.ndarray:
-    """The permutation that sorts IDs ``rows`` by their bytes.
-
-    The IDs, zero-padded (they hold no NUL, so padding keeps the byte order), are read as
-    big-endian 64-bit words; the words are folded left to right into one integer key per
-    ID, each step replacing ``(key so far, next word)`` by its rank among the distinct
-    pairs, so every sort is an integer sort (a string sort of the padded bytes costs
-    several times more).
-    """
-    if not len(rows):
-        return np.zeros(0, np.int64)
-    lengths = ids.offsets[rows + 1] - ids.offsets[rows]
-    words = -(-int(lengths.max()) // 8)
-    arr = np.frombuffer(ids.data, np.uint8)
-    first = ids.offsets[rows]
-    key = np.zeros(len(rows), np.uint64)
-    for w in range(words):
-        chunk = np.zeros((len(rows), 8), np.uint8)
-        for j in range(8):  # byte 8w + j of every ID (zero past its end): one gather per byte
-            has = lengths > 8 * w + j
-            chunk[has, j] = arr[first[has] + 8 * w + j]
-        word = chunk.view(">u8").ravel().astype(np.uint64)
-        if w == 0:
-            key = word
-            continue
-        _, rank_key = np.unique(key, return_inverse=True)
-        _, rank_word = np.unique(word, return_inverse=True)
-        key = rank_key.astype(np.uint64) * np.uint64(int(rank_word.max()) + 1) + rank_word.astype(np.uint64)
-    return np.argsort(key)  # distinct IDs: distinct keys
+    """The permutation that sorts IDs ``rows`` by their bytes (:meth:`~vflcrypto.psi.primitives.PackedIds.order_of`:
+    one pass when the party sorted all its IDs while it waited for its peer)."""
+    return ids.order_of(np.asarray(rows, np.int64))
 
 
 def write_rows(loaded: Loaded, out: str | os.PathLike[str], rows: np.ndarray) -> None:

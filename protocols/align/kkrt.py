@@ -293,12 +293,15 @@ class KkrtSession:
                         then([], self.peer, CommonValues, "on_common_values"))
 
     def _values_sends(self, order: np.ndarray, per: int, *, index: bool = False) -> Iterator[tuple[str, Any]]:
-        """The shuffled values, chunk by chunk; then (mode both), while the receiver matches, index them."""
+        """The shuffled values, chunk by chunk; then (mode both), while the receiver matches, index them and sort
+        this party's IDs for its output."""
         st = self.state
         for c, s in enumerate(range(0, len(order), per)):
             yield send(self.peer, OprfValues(c, st.values[order[s : s + per]].tobytes()))
         if index:
             st.values_order = psi.digest_order(np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel())
+            if isinstance(self.canon.encoded, psi.PackedIds):
+                self.canon.encoded.byte_order()  # the output's order of all its IDs, cached
 
     def _peer_value_count(self) -> int:
         """How many OPRF values the sender sends: one per cuckoo candidate bin and stash row of each ID."""

@@ -149,6 +149,7 @@ class PackedIds(Sequence[bytes]):
         self.data = data
         self.offsets = np.ascontiguousarray(offsets, np.int64)
         self.h0: np.ndarray | None = None
+        self._order: np.ndarray | None = None  # byte order of all IDs, once made (:meth:`byte_order`)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -171,6 +172,50 @@ class PackedIds(Sequence[bytes]):
     def __iter__(self) -> Iterator[bytes]:
         data, off = self.data, self.offsets.tolist()
         return (data[a:b] for a, b in itertools.pairwise(off))
+
+    def byte_order(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """The permutation that sorts IDs ``rows`` (default: all, then cached) by their bytes.
+
+        The IDs, zero-padded (they must hold no NUL: padding then keeps the byte order), are
+        read as big-endian 64-bit words, folded left to right into one integer key per ID:
+        each step replaces ``(key so far, next word)`` by its rank among the distinct pairs,
+        so every sort is an integer sort (a string sort of the padded bytes costs several
+        times more). Distinct IDs give distinct keys.
+        """
+        if rows is None:
+            if self._order is None:
+                self._order = self.byte_order(np.arange(len(self), dtype=np.int64))
+            return self._order
+        if not len(rows):
+            return np.zeros(0, np.int64)
+        lengths = self.offsets[rows + 1] - self.offsets[rows]
+        words = -(-int(lengths.max()) // 8)
+        arr = np.frombuffer(self.data, np.uint8)
+        first = self.offsets[rows]
+        key = np.zeros(len(rows), np.uint64)
+        for w in range(words):
+            chunk = np.zeros((len(rows), 8), np.uint8)
+            for j in range(8):  # byte 8w + j of every ID (zero past its end): one gather per byte
+                has = lengths > 8 * w + j
+                chunk[has, j] = arr[first[has] + 8 * w + j]
+            word = chunk.view(">u8").ravel().astype(np.uint64)
+            if w == 0:
+                key = word
+                continue
+            _, rank_key = np.unique(key, return_inverse=True)
+            _, rank_word = np.unique(word, return_inverse=True)
+            key = rank_key.astype(np.uint64) * np.uint64(int(rank_word.max()) + 1) + rank_word.astype(np.uint64)
+        return np.argsort(key)  # distinct IDs: distinct keys
+
+    def order_of(self, rows: np.ndarray) -> np.ndarray:
+        """The permutation that sorts IDs ``rows`` by their bytes, from the cached order of all IDs when made
+        (one pass, no sort), else by :meth:`byte_order`."""
+        if self._order is None:
+            return self.byte_order(rows)
+        mark = np.full(len(self), -1, np.int64)
+        mark[rows] = np.arange(len(rows))
+        picked = mark[self._order]
+        return picked[picked >= 0]
 
 
 @dataclass(frozen=True)
