@@ -298,7 +298,8 @@ def test_version_mismatch() -> None:
         ch.send(al.Hello("ecdh", "both", al.PROTOCOL_VERSION + 1, al.PASSIVE, 1, 4096, b"n" * 16, b"", b""))
         ch.recv(al.Hello)
 
-    with pytest.raises(ProtocolError, match="align version mismatch: peer speaks 2, this side 1"):
+    want = f"align version mismatch: peer speaks {al.PROTOCOL_VERSION + 1}, this side {al.PROTOCOL_VERSION}"
+    with pytest.raises(ProtocolError, match=want):
         run_parties({al.ACTIVE: lambda: al.run_active(net.channels(al.ACTIVE), ["a"]),
                      al.PASSIVE: old_passive}, network=net)
 

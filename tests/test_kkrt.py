@@ -217,8 +217,10 @@ A, B = [f"u{i}" for i in range(300)], [f"u{i}" for i in range(150, 450)]
     (al.ACTIVE, al.OprfMatrix, lambda m: dataclasses.replace(m, columns=m.columns[:-64]), "OT-extension matrix"),
     (al.ACTIVE, al.OprfMatrix, lambda m: dataclasses.replace(m, chunk=m.chunk + 1), "OT-extension matrix"),
     (al.PASSIVE, al.OprfValues, lambda m: dataclasses.replace(m, values=m.values[:-1]), "OPRF values"),
-    (al.ACTIVE, al.CommonValues, lambda m: dataclasses.replace(m, values=os.urandom(len(m.values))),
-     "not sorted|not among"),
+    (al.ACTIVE, al.CommonValues, lambda m: dataclasses.replace(m, positions=(10**12).to_bytes(8, "little")
+                                                               + m.positions[8:]), "not among"),
+    (al.ACTIVE, al.CommonValues, lambda m: dataclasses.replace(m, positions=m.positions[:8] * (len(m.positions) // 8)),
+     "twice"),
     (al.ACTIVE, al.CommonValues, lambda m: dataclasses.replace(m, total=10**6), "impossible intersection size"),
 ])
 def test_tampered_messages_get_specific_errors(who: str, kind: type, fn: Callable[[Any], Any], match: str) -> None:

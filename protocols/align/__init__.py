@@ -69,7 +69,8 @@ bins, stash, base-OT point); 3. passive → active ``align.ot_choice`` (base-OT 
 its secret OPRF key); 4. active → passive ``align.oprf_matrix`` (the OT-extension
 matrix, chunked by table rows); 5. passive → active ``align.oprf_values`` (its OPRF
 values at each ID's three bins, shuffled once); 6. mode both: active → passive
-``align.common_values`` (the matched values, sorted: the common canonical order).
+``align.common_values`` (the matched values' places in the passive party's sending order, in the
+order of the values: the common order).
 
 Message flow (VOLE PSI, :mod:`.rr22`; the active party is the OPRF receiver): 1.
 ``align.hello`` both ways; 2. active → passive ``align.vole_setup`` (OKVS size and band,

@@ -17,8 +17,9 @@ Steps (numbered as in the package docstring):
    values once (a per-chunk order would tell the receiver the bin of each value) and
    sends ``align.oprf_values``.
 6. ``on_oprf_values`` (receiver): matches them against its own outputs; in mode both it
-   sends the matched values, sorted, as ``align.common_values``.
-7. ``on_common_values`` (sender, mode both): maps the values back to its own rows.
+   sends, as ``align.common_values``, the matched values' places in the sender's sending
+   order, listed in the order of the matched values.
+7. ``on_common_values`` (sender, mode both): maps the places back to its own rows.
 
 Both sides order the intersection by the common OPRF value, so the rows line up.
 Cardinality-only mode is refused for KKRT: the receiver matches values against its own
@@ -94,9 +95,9 @@ class KkrtState:
     pair_tags: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     chunk_starts: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int64))  # pairs of chunk c: [c, c+1)
     values: np.ndarray = field(default_factory=lambda: np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8))
-    #: argsorts of the digests' first 8 bytes (:func:`psi.digest_order`), made while the peer computes
+    #: the receiver's argsort of its digests' first 8 bytes (:func:`psi.digest_order`), made while the peer computes
     own_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    values_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    send_order: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sender: value sent k-th
     common: list[bytes] = field(default_factory=list)
     common_total: int = 0
 
@@ -285,6 +286,7 @@ class KkrtSession:
     def _values_out(self) -> Next:
         st = self.state
         order = psi.random_permutation(len(st.values))  # one global shuffle, sent chunk by chunk
+        st.send_order = order  # mode both: the receiver names the matched values by their place in it
         per = values_per_chunk(self.chunk_size)
         st.k = 0
         if self.pair_mode != "both":
@@ -293,15 +295,13 @@ class KkrtSession:
                         then([], self.peer, CommonValues, "on_common_values"))
 
     def _values_sends(self, order: np.ndarray, per: int, *, index: bool = False) -> Iterator[tuple[str, Any]]:
-        """The shuffled values, chunk by chunk; then (mode both), while the receiver matches, index them and sort
-        this party's IDs for its output."""
+        """The shuffled values, chunk by chunk; then (mode both), while the receiver matches, sort this party's
+        IDs for its output."""
         st = self.state
         for c, s in enumerate(range(0, len(order), per)):
             yield send(self.peer, OprfValues(c, st.values[order[s : s + per]].tobytes()))
-        if index:
-            st.values_order = psi.digest_order(np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel())
-            if isinstance(self.canon.encoded, psi.PackedIds):
-                self.canon.encoded.byte_order()  # the output's order of all its IDs, cached
+        if index and isinstance(self.canon.encoded, psi.PackedIds):
+            self.canon.encoded.byte_order()  # the output's order of all its IDs, cached
 
     def _peer_value_count(self) -> int:
         """How many OPRF values the sender sends: one per cuckoo candidate bin and stash row of each ID."""
@@ -333,20 +333,20 @@ class KkrtSession:
     def _match(self) -> Next:
         st = self.state
         own = np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel()
-        pos = psi.match_digests(own, np.ascontiguousarray(st.received).view(psi.DIGEST_DTYPE).ravel(),
-                                own_order=st.own_order if len(st.own_order) == len(own) else None)
+        pos, where = psi.match_pairs(own, np.ascontiguousarray(st.received).view(psi.DIGEST_DTYPE).ravel(),
+                                     own_order=st.own_order if len(st.own_order) == len(own) else None)
         st.received = np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8)
         if self.pair_mode != "both":
             return self.finished(pos, len(pos), st.peer_size)
-        common = np.ascontiguousarray(st.own_values[pos])
+        places = where.astype("<u8")  # each matched value's place in the sender's sending order
         per = values_per_chunk(self.chunk_size)
-        sends = [send(self.peer, CommonValues(c, len(pos), common[s : s + per].tobytes()))
+        sends = [send(self.peer, CommonValues(c, len(pos), places[s : s + per].tobytes()))
                  for c, s in enumerate(range(0, len(pos), per))] or [send(self.peer, CommonValues(0, 0, b""))]
         return prefixed(sends, self.finished(pos, len(pos), st.peer_size))
 
     # ----------------------------------------------------------------- 7 sender: its rows
     def on_common_values(self, msg: CommonValues) -> Next:
-        """Step 7 (sender, mode both): map the matched values to its own rows, in their sorted order."""
+        """Step 7 (sender, mode both): map the matched values' places to its own rows, in the values' order."""
         st = self.state
         assert st.peer_hello is not None
         if st.k == 0:
@@ -355,20 +355,21 @@ class KkrtSession:
             st.common_total = msg.total
         lengths = chunk_lengths(st.common_total, values_per_chunk(st.peer_hello.chunk_size)) or [0]
         if st.k >= len(lengths) or msg.chunk != st.k or msg.total != st.common_total \
-                or len(msg.values) != lengths[st.k] * kkrt.OUTPUT_BYTES:
+                or len(msg.positions) != lengths[st.k] * 8:
             raise ProtocolError(f"{self.peer} sent a malformed chunk {msg.chunk} of the common values")
         st.k += 1
-        st.common.append(bytes(msg.values))
+        st.common.append(bytes(msg.positions))
         if st.k < len(lengths):
             return then([], self.peer, CommonValues, "on_common_values")
-        common = psi.digests_to_array(b"".join(st.common))
-        if len(common) and np.any(common[1:] <= common[:-1]):  # strictly increasing: sorted and distinct
-            raise ProtocolError(f"{self.peer}'s common values are not sorted and distinct")
-        mine = np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel()
-        hit = psi.match_digests(mine, common, own_order=st.values_order if len(st.values_order) == len(mine) else None)
-        if len(hit) != len(common):
-            raise ProtocolError(f"{self.peer} reported common values that are not among this party's own")
-        items = self._value_items(hit)
+        places = np.frombuffer(b"".join(st.common), "<u8")
+        if len(places) and int(places.max()) >= len(st.send_order):
+            raise ProtocolError(f"{self.peer} reported common values that are not among this party's own "
+                                f"(a place past the {len(st.send_order)} values it sent)")
+        taken = np.zeros(len(st.send_order), bool)
+        taken[places.astype(np.int64)] = True
+        if int(taken.sum()) != len(places):
+            raise ProtocolError(f"{self.peer} reported one of this party's values twice")
+        items = self._value_items(st.send_order[places.astype(np.int64)])
         seen = np.zeros(len(self.canon), bool)
         seen[items] = True
         if int(seen.sum()) != len(items):

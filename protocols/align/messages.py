@@ -15,7 +15,7 @@ __all__ = ["ACTIVE", "MAX_CHUNK", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VER
            "Hello", "OkvsMasked", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "TagChunk", "VoleMatrix",
            "VoleSetup", "VoleTrees"]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: align.common_values holds positions, not values
 ACTIVE = "active"
 PASSIVE = "passive"
 PROTOCOLS = ("ecdh", "hash", "kkrt", "rr22")
@@ -263,17 +263,19 @@ class OkvsMasked:
     "align.common_values",
     sender=ACTIVE_ROLES, receiver=PASSIVE_ROLES,
     protection=Protection.PLAINTEXT,
-    reveals="the OPRF values the receiver matched, sorted: which of the sender's IDs are "
-            "common (the declared output of mode both); the sender already holds every "
-            "one of its own values, so nothing else",
+    reveals="which of the sender's OPRF values the receiver matched, as their places in the "
+            "sender's own sending order, listed in the order of the matched values: which of the "
+            "sender's IDs are common (the declared output of mode both), and nothing else (the "
+            "sender chose that order and holds every value)",
 )
 @dataclass(frozen=True)
 class CommonValues:
-    """KKRT, mode both: one chunk of the matched OPRF values, sorted; ``total`` values in all."""
+    """KKRT and the VOLE PSI, mode both: one chunk of the matched values' places in the sender's
+    sending order (little-endian uint64 each), in the order of the matched values; ``total`` in all."""
 
     chunk: int
     total: int
-    values: bytes
+    positions: bytes
 
 
 @declare(

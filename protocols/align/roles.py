@@ -141,7 +141,7 @@ class _SessionRole(Role[Any]):
         return self._step("on_oprf_values", msg)
 
     def on_common_values(self, msg: Any) -> Next:
-        """KKRT step 7: the matched values (:meth:`KkrtSession.on_common_values`)."""
+        """KKRT step 7: the matched values' places (:meth:`KkrtSession.on_common_values`)."""
         return self._step("on_common_values", msg)
 
     def on_vole_setup(self, msg: Any) -> Next:

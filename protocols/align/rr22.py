@@ -20,7 +20,7 @@ and :mod:`vflcrypto.psi.okvs`. Steps:
 7. ``on_okvs_masked`` (sender): after the last chunk, evaluates its IDs, shuffles the
    values once and sends ``align.oprf_values`` (one value per ID).
 8. ``on_oprf_values`` / ``on_common_values``: as in KKRT (:class:`.kkrt.KkrtSession`): the
-   receiver matches, and in mode both sends the matched values, sorted.
+   receiver matches, and in mode both sends the matched values' places in the sender's order.
 
 Cardinality-only mode is refused, as for KKRT: the receiver matches the sender's values
 against its own per-ID outputs.

@@ -87,6 +87,7 @@ __all__ = [
     "hash_to_u",
     "keyed_digests",
     "match_digests",
+    "match_pairs",
     "point_digest",
     "random_permutation",
     "reblind_chunk",
@@ -459,31 +460,39 @@ def match_digests(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | Non
     both the *same* canonical order without either revealing anything new. ``own_order``
     is :func:`digest_order` of ``own`` when the caller made it earlier (while it waited).
     """
+    return match_pairs(own, peer, own_order)[0]
+
+
+def match_pairs(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(i, j)`` for every ``own[i] == peer[j]``, both ordered by the digest value (see :func:`match_digests`)."""
+    empty = np.zeros(0, dtype=np.int64)
     if len(own) == 0 or len(peer) == 0:
-        return np.zeros(0, dtype=np.int64)
-    # Join on the first 8 bytes as integers (integer sorts), then compare the whole digests of each pair.
+        return empty, empty
+    # Join on the first 8 bytes as integers (integer sorts), then compare the last 4 bytes of each pair.
     own_p, peer_p = _prefix64(own), _prefix64(peer)
     if own_order is not None:
-        by_peer, by_own_sorted = np.argsort(peer_p), own_order
+        by_peer, by_own = np.argsort(peer_p), own_order
     else:
         with ThreadPoolExecutor(2) as pool:  # numpy sorts without the GIL: both at once
             sorting = pool.submit(np.argsort, own_p)
             by_peer = np.argsort(peer_p)
-            by_own_sorted = sorting.result()
+            by_own = sorting.result()
     sp = peer_p[by_peer]
     if np.any(sp[1:] == sp[:-1]):  # two peer digests share 8 bytes (≈ n²/2⁶⁵): join on the whole digests
         cand = np.nonzero(_members(own_p, peer_p))[0]
         pos = cand[_members(own[cand], peer[_members(peer_p, own_p[cand])])]
+        where = {bytes(d): j for j, d in enumerate(_raw(peer)) if bytes(d) in {bytes(x) for x in _raw(own[pos])}}
+        theirs = np.asarray([where[bytes(d)] for d in _raw(own[pos])], np.int64)
     else:
-        by_own = by_own_sorted
         so = own_p[by_own]
         at = np.minimum(np.searchsorted(sp, so), len(sp) - 1)
         hit = sp[at] == so
-        mine, theirs = by_own[hit], by_peer[at[hit]]
-        same = _suffix(own)[mine] == _suffix(peer)[theirs]  # the first 8 bytes are equal already
-        pos = np.sort(mine[same])
+        mine, their = by_own[hit], by_peer[at[hit]]
+        same = _suffix(own)[mine] == _suffix(peer)[their]  # the first 8 bytes are equal already
+        pos, theirs = mine[same], their[same]
     if len(pos) < 2:
-        return pos.astype(np.int64)
+        return pos.astype(np.int64), theirs.astype(np.int64)
     # the digest order: by the first 8 bytes read big-endian (one integer sort) when those are distinct,
     # which is the byte order itself; else by the whole digests
     raw = np.ascontiguousarray(own[pos]).view(np.uint8).reshape(len(pos), DIGEST_BYTES)
@@ -492,7 +501,7 @@ def match_digests(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | Non
     ordered = head[order]
     if np.any(ordered[1:] == ordered[:-1]):
         order = np.argsort(own[pos], kind="stable")
-    return pos[order].astype(np.int64)
+    return pos[order].astype(np.int64), theirs[order].astype(np.int64)
 
 
 def _members(a: np.ndarray, b: np.ndarray) -> np.ndarray:
