@@ -53,7 +53,9 @@ Measured on this 2-core machine, shared (load average 5-9), each party its own p
   overlapped steps, took 69.8 s (3.0 GiB); its transcript put 15.6 s in reading the CSVs before
   the first message and 13-25 s in writing them. KKRT, unbucketed, same session, with the fast
   path: 39.9 s (2.86 / 2.89 GiB; 1,042 MB + 360 MB sent). 10⁶ × 10⁶: rr22 2.02 and 2.13 s, KKRT
-  3.76 s; spu RR22 2.14 s, spu KKRT 5.30 s.
+  3.76 s; spu RR22 2.14 s, spu KKRT 5.30 s. With the receiver also sorting its IDs while the sender
+  evaluates: 16.29 and 18.02 s, spu RR22 20.52 s between them. Bucketed, ``--memory-budget 1GiB``
+  (12 buckets): rr22 48.4 s at 705 / 740 MiB (KKRT's was 70.9 s in the previous session).
 * ECDH 10⁵ × 10⁵: batched X25519 5.3 s (job 3.3 s) against 20.9 s (job 18.4 s) with one
   ``cryptography`` call per ID, same run; per 10⁵ IDs on one core: X25519 0.47 s batched,
   ~3.7 s per-call; hashing to u 0.06 s, digests 0.10 s, matching 0.05 s.

@@ -189,7 +189,8 @@ class Rr22Session(KkrtSession):
         return prefixed(self._masked_out(masked, c, hash_key), then([], self.peer, OprfValues, "on_oprf_values"))
 
     def _masked_out(self, masked: np.ndarray, c: np.ndarray, hash_key: bytes) -> Iterator[tuple[str, Any]]:
-        """Send ``P ⊕ A``; then, while the sender evaluates its IDs, its own outputs and their index."""
+        """Send ``P ⊕ A``; then, while the sender evaluates its IDs, its own outputs, their index and the
+        byte order of its IDs (for its output)."""
         per = okvs_rows_per_chunk(self.chunk_size)
         for i, start in enumerate(range(0, len(masked), per)):
             yield send(self.peer, OkvsMasked(i, masked[start : start + per].tobytes()))
@@ -198,6 +199,8 @@ class Rr22Session(KkrtSession):
         st.starts, st.bands = np.zeros(0, np.int64), np.zeros((0, okvs.BAND // 64), np.uint64)
         self.hold("rr22_own_values", st.own_values)
         st.own_order = psi.digest_order(np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel())
+        if isinstance(self.canon.encoded, psi.PackedIds):
+            self.canon.encoded.byte_order()  # the output's order of all its IDs, cached while the sender works
 
     # ----------------------------------------------------------------- 7 sender: its OPRF values
     def on_okvs_masked(self, msg: OkvsMasked) -> Next:
