@@ -102,7 +102,7 @@ def test_canonical_order_is_the_byte_order_over_several_words(ids: list[bytes], 
     np.cumsum([len(i) for i in ids], out=offsets[1:])
     packed = psi.PackedIds(b"".join(ids), offsets)
     rows = np.arange(len(ids))[::-1].copy()
-    order = fastcsv.canonical_order(packed, rows)
+    order = packed.order_of(rows)
     assert [ids[r] for r in rows[order]] == sorted(ids)
 
 

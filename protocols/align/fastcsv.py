@@ -14,9 +14,10 @@ structure, so one vectorised pass finds every line and field:
   (``tests/test_align_fastcsv.py`` compares them). Any other file, and any file with an
   empty or repeated ID, goes the ``csv`` way, which words the exact error.
 * **Order**: the output's canonical order sorts the IDs' bytes as folded integer keys
-  (:meth:`~vflcrypto.psi.primitives.PackedIds.byte_order`); an OT PSI's sender sorts all its
-  IDs while the receiver matches, so its output order is then one pass.
-* **IDs** are packed into one buffer (:class:`~vflcrypto.psi.primitives.PackedIds`); hygiene
+  (:meth:`~vflcrypto.psi.packed.PackedIds.byte_order`); an OT PSI's party sorts all its
+  IDs while its peer computes (KKRT's sender; both sides of the VOLE PSI), so its output order is then
+  one pass.
+* **IDs** are packed into one buffer (:class:`~vflcrypto.psi.packed.PackedIds`); hygiene
   hashes them once (the PSI reuses those hashes) and finds repeats by sorting 64 bits of
   each hash (a repeat of those bits sends the file the exact way, which decides).
 * **Output** (:func:`write_rows`): the header as the ``csv`` writer formats it, then the
@@ -39,7 +40,7 @@ from vflcrypto.data.validate import check_header, missing_column
 from vflcrypto.psi import kkrt
 from vflcrypto.psi import primitives as psi
 
-__all__ = ["MAX_BYTES", "Loaded", "canonical", "canonical_order", "load", "write_rows"]
+__all__ = ["MAX_BYTES", "Loaded", "canonical", "load", "write_rows"]
 
 MAX_BYTES = 8 << 30  # files above this stream through the csv path
 _CHUNK = 1 << 20  # rows gathered per numpy block
@@ -132,12 +133,6 @@ def canonical(loaded: Loaded) -> psi.CanonicalIds | None:
     if np.any(top[1:] == top[:-1]):
         return None
     return psi.CanonicalIds(ids, np.arange(len(ids), dtype=np.int64), len(ids))
-
-
-def canonical_order(ids: psi.PackedIds, rows: np.ndarray) -> np.ndarray:
-    """The permutation that sorts IDs ``rows`` by their bytes (:meth:`~vflcrypto.psi.primitives.PackedIds.order_of`:
-    one pass when the party sorted all its IDs while it waited for its peer)."""
-    return ids.order_of(np.asarray(rows, np.int64))
 
 
 def write_rows(loaded: Loaded, out: str | os.PathLike[str], rows: np.ndarray) -> None:

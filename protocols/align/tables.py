@@ -12,7 +12,6 @@ from vflcrypto.errors import InputDataError
 from vflcrypto.psi.primitives import IdentityKey, PackedIds
 from vflcrypto.spec import TaskContext
 
-from . import fastcsv
 from .messages import ACTIVE, PASSIVE
 from .roles import run_active, run_active_multiparty, run_local, run_multiparty_local, run_passive
 
@@ -53,8 +52,8 @@ def canonical_order(canon: Any, rows: Any) -> np.ndarray:
         pos = np.searchsorted(canon.rows, rows)
         if np.any(pos >= len(canon.rows)) or np.any(canon.rows[np.minimum(pos, len(canon.rows) - 1)] != rows):
             raise InputDataError("aligned rows that are not among the party's canonical IDs")
-    if isinstance(canon.encoded, PackedIds):  # a simple CSV's IDs (:mod:`.fastcsv`): sorted in numpy
-        return rows[fastcsv.canonical_order(canon.encoded, pos)]
+    if isinstance(canon.encoded, PackedIds):  # a simple CSV's IDs (:mod:`.fastcsv`): an integer sort, or one pass
+        return rows[canon.encoded.order_of(pos)]
     # numpy's fixed-width bytes drop trailing NULs: a constant end byte keeps every key distinct
     keys = np.asarray([canon.encoded[i] + b"\x01" for i in pos.tolist()], dtype=bytes)
     return rows[np.argsort(keys, kind="stable")]

@@ -122,7 +122,7 @@ def native_module(name: str) -> Any:
 def item_hashes(ids: Sequence[bytes]) -> np.ndarray:
     """``H₀(x)``: a 16-byte BLAKE2b digest per canonical ID (``n × 16`` uint8).
 
-    Packed IDs (:class:`~vflcrypto.psi.primitives.PackedIds`) are hashed from their buffer in
+    Packed IDs (:class:`~vflcrypto.psi.packed.PackedIds`) are hashed from their buffer in
     one call and keep the result (hygiene hashes them once to find duplicates).
     """
     from .primitives import PackedIds
@@ -152,8 +152,10 @@ def _digest(fresh: Callable[[], hashlib.blake2b], data: bytes | memoryview) -> b
     return h.digest()
 
 
-def _ecb(key: bytes, blocks: np.ndarray) -> np.ndarray:
-    """AES as a keyed permutation on independent 16-byte blocks (a PRF, not an encryption mode)."""
+def aes_prf(key: bytes, blocks: np.ndarray) -> np.ndarray:
+    """AES as a keyed permutation on independent 16-byte blocks (a PRF, not an encryption mode).
+
+    Also the OKVS's row PRF, the GGM trees' numpy path and the VOLE PSI's output hash."""
     enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305  (PRF evaluation, see docstring)
     return np.frombuffer(enc.update(np.ascontiguousarray(blocks).tobytes()), np.uint8).reshape(blocks.shape)
 
@@ -162,7 +164,7 @@ def locations(h0: np.ndarray, hash_key: bytes, bins: int) -> np.ndarray:
     """The three candidate bins of each item (``n × 3`` int64), from AES_{hash_key}(H₀(x))."""
     if bins <= 0:
         return np.zeros((len(h0), HASHES), np.int64)
-    words = _ecb(hash_key, h0).view("<u4").astype(np.int64)
+    words = aes_prf(hash_key, h0).view("<u4").astype(np.int64)
     return words[:, :HASHES] % bins
 
 
@@ -218,11 +220,10 @@ def code_words(h0: np.ndarray, tags: np.ndarray, code_keys: Sequence[bytes]) -> 
     """``C(H₀(x)[0:15] ‖ tag)`` for each row (``n × 64`` uint8): four AES blocks under the code keys."""
     blocks = np.array(h0, np.uint8, copy=True)
     blocks[:, 15] = tags.astype(np.uint8)
-    return np.concatenate([_ecb(k, blocks) for k in code_keys], axis=1)
+    return np.concatenate([aes_prf(k, blocks) for k in code_keys], axis=1)
 
 
 _RECORD = WIDTH_BYTES + 4  # a row and its uint32 index
-_ROW_HASH = hashlib.blake2b(digest_size=OUTPUT_BYTES, person=b"vflcrypto-kkrt")  # copied, never updated
 
 
 def hash_rows(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -231,19 +232,27 @@ def hash_rows(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     In-process: spreading these per-row hashes over the process pool was measured slower
     (pickling the rows costs more than the hashing saves).
     """
-    n = len(rows)
-    buf = np.empty((n, _RECORD), np.uint8)
+    buf = np.empty((len(rows), _RECORD), np.uint8)
     buf[:, :WIDTH_BYTES] = rows
     buf[:, WIDTH_BYTES:] = index.astype("<u4").reshape(-1, 1).view(np.uint8)
+    return hash_records(buf, OUTPUT_BYTES, b"vflcrypto-kkrt")
+
+
+def hash_records(records: np.ndarray, digest_size: int, person: bytes) -> np.ndarray:
+    """BLAKE2b of each row of ``records`` (``n × r`` bytes), ``digest_size`` bytes each, personalised.
+
+    One C call for the batch where built, else hashlib's copied state per record (the same digests).
+    """
+    n, width = records.shape
     native = _batched_blake2b()
-    if native is not None:
-        offsets = np.arange(0, n * _RECORD + 1, _RECORD, dtype=np.int64)
-        return np.frombuffer(native.blake2b_many(buf, offsets, OUTPUT_BYTES, b"vflcrypto-kkrt"),
-                             np.uint8).reshape(n, OUTPUT_BYTES)
-    mv = buf.reshape(-1).data  # the records, byte by byte, without a copy
-    fresh = _ROW_HASH.copy
-    out = b"".join([_digest(fresh, mv[i : i + _RECORD]) for i in range(0, len(mv), _RECORD)])
-    return np.frombuffer(out, np.uint8).reshape(n, OUTPUT_BYTES)
+    if native is not None and n:
+        offsets = np.arange(0, n * width + 1, width, dtype=np.int64)
+        return np.frombuffer(native.blake2b_many(np.ascontiguousarray(records), offsets, digest_size, person),
+                             np.uint8).reshape(n, digest_size)
+    mv = np.ascontiguousarray(records).reshape(-1).data  # the records, byte by byte, without a copy
+    fresh = hashlib.blake2b(digest_size=digest_size, person=person).copy
+    out = b"".join([_digest(fresh, mv[i : i + width]) for i in range(0, len(mv), width)])
+    return np.frombuffer(out, np.uint8).reshape(n, digest_size)
 
 
 def _columns(keys: np.ndarray, start_row: int, rows: int) -> np.ndarray:

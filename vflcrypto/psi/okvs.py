@@ -52,9 +52,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import ProtocolError
+from .kkrt import aes_prf, native_module, native_off
 
 __all__ = ["BAND", "EPSILON", "VALUE_BYTES", "OkvsFailure", "available", "columns", "decode", "encode", "rows",
            "why_not"]
@@ -75,8 +75,6 @@ class OkvsFailure(ProtocolError):
 
 def _native() -> tuple[Any, str | None]:
     """The extension module and ``None``, or ``None`` and the reason it is unusable here."""
-    from .kkrt import native_module, native_off
-
     if native_off():
         return None, "switched off by VFLCRYPTO_NATIVE=0"
     mod = native_module("_okvs")
@@ -109,12 +107,6 @@ def columns(n: int) -> int:
     return math.ceil((1 + EPSILON) * n) + BAND
 
 
-def _aes_prf(key: bytes, blocks: np.ndarray) -> np.ndarray:
-    """AES-128 on independent 16-byte blocks, as a PRF (not an encryption mode)."""
-    enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305  (PRF evaluation, see docstring)
-    return np.frombuffer(enc.update(np.ascontiguousarray(blocks).tobytes()), np.uint8).reshape(blocks.shape)
-
-
 def rows(h0: np.ndarray, key: bytes, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each key's row from its 16-byte hash: ``(starts, bands, values)``.
 
@@ -142,7 +134,7 @@ def rows(h0: np.ndarray, key: bytes, m: int) -> tuple[np.ndarray, np.ndarray, np
         inputs = np.empty((len(part), blocks, 16), np.uint8)  # each item's blocks side by side
         inputs[:] = part[:, np.newaxis, :]
         inputs[:, :, 0] ^= tweak
-        out = _aes_prf(key, inputs)
+        out = aes_prf(key, inputs)
         first = np.ascontiguousarray(out[:, 0, :8]).view("<u8").reshape(-1)
         starts[lo : lo + len(part)] = first % np.uint64(m - BAND + 1)
         bands[lo : lo + len(part)] = out[:, 1 : blocks - 1].reshape(len(part), BAND // 8).view("<u8")

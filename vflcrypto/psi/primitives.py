@@ -402,8 +402,13 @@ def match_pairs(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | None 
     if np.any(sp[1:] == sp[:-1]):  # two peer digests share 8 bytes (≈ n²/2⁶⁵): join on the whole digests
         cand = np.nonzero(_members(own_p, peer_p))[0]
         pos = cand[_members(own[cand], peer[_members(peer_p, own_p[cand])])]
-        where = {bytes(d): j for j, d in enumerate(_raw(peer)) if bytes(d) in {bytes(x) for x in _raw(own[pos])}}
-        theirs = np.asarray([where[bytes(d)] for d in _raw(own[pos])], np.int64)
+        wanted = [bytes(d) for d in _raw(own[pos])]
+        where = dict.fromkeys(wanted, -1)
+        for j, d in enumerate(_raw(peer)):
+            key = bytes(d)
+            if key in where:
+                where[key] = j
+        theirs = np.asarray([where[k] for k in wanted], np.int64)
     else:
         so = own_p[by_own]
         at = np.minimum(np.searchsorted(sp, so), len(sp) - 1)

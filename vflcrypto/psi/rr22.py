@@ -27,10 +27,10 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import ProtocolError
 from . import okvs, vole
+from .kkrt import aes_prf
 
 __all__ = ["OUTPUT_BYTES", "mask", "output_hash", "public_keys", "receiver_encode", "receiver_values", "sender_values",
            "why_not"]
@@ -53,9 +53,8 @@ def public_keys(receiver_nonce: bytes, sender_nonce: bytes) -> tuple[bytes, byte
 
 def output_hash(key: bytes, z: np.ndarray) -> np.ndarray:
     """``AES_key(z) ⊕ z`` per 16-byte row, truncated to :data:`OUTPUT_BYTES`."""
-    enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305  (a fixed-key hash, not encryption)
-    z = np.ascontiguousarray(z, np.uint8)
-    out = np.frombuffer(enc.update(z.tobytes()), np.uint8).reshape(-1, 16) ^ z
+    z = np.ascontiguousarray(z, np.uint8).reshape(-1, 16)
+    out = aes_prf(key, z) ^ z
     return np.ascontiguousarray(out[:, :OUTPUT_BYTES])
 
 

@@ -55,6 +55,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..errors import ProtocolError
 from . import ot
+from .kkrt import ROW_ALIGN, aes_prf, hash_records, native_module, native_off
 
 __all__ = ["MAX_OUTPUTS", "MIN_OUTPUTS", "TREES", "VoleReceiver", "VoleSender", "VoleShape", "available",
            "gf_mul", "level_keys", "random_delta_bits", "shape", "why_not"]
@@ -70,15 +71,11 @@ _GGM_KEYS = (hashlib.sha256(_DOMAIN + b"/ggm-left").digest()[:16],
 
 
 def _native() -> Any:
-    from .kkrt import native_module
-
     return native_module("_vole")
 
 
 def why_not() -> str | None:
     """Why silent VOLE cannot run here (``None`` when it can): it needs the C extension ``_vole``."""
-    from .kkrt import native_off
-
     if native_off():
         return "VFLCRYPTO_NATIVE=0 turns the compiled extensions off, and silent VOLE has no Python fallback"
     if _native() is None:
@@ -142,11 +139,7 @@ class VoleShape:
     def cots(self) -> int:
         """Correlated OTs for all instances, padded to the IKNP matrix's 128-row blocks."""
         total = self.instances * self.cots_per_instance
-        return -(-total // ot_rows_align()) * ot_rows_align()
-
-
-def ot_rows_align() -> int:
-    return 128
+        return -(-total // ROW_ALIGN) * ROW_ALIGN
 
 
 def shape(outputs: int) -> VoleShape:
@@ -194,16 +187,11 @@ def _encode(e: np.ndarray, per: int) -> np.ndarray:
     return x[:per]
 
 
-def _ecb(key: bytes, blocks: np.ndarray) -> np.ndarray:
-    enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305  (a fixed-key PRG, not encryption)
-    return np.frombuffer(enc.update(np.ascontiguousarray(blocks).tobytes()), np.uint8).reshape(blocks.shape)
-
-
 def _children(level: np.ndarray) -> np.ndarray:
     """One GGM level down: ``(T, k, 16)`` → ``(T, 2k, 16)``, children ``AES_{k_b}(s) ⊕ s``."""
     out = np.empty((level.shape[0], 2 * level.shape[1], 16), np.uint8)
-    out[:, 0::2] = _ecb(_GGM_KEYS[0], level) ^ level
-    out[:, 1::2] = _ecb(_GGM_KEYS[1], level) ^ level
+    out[:, 0::2] = aes_prf(_GGM_KEYS[0], level) ^ level
+    out[:, 1::2] = aes_prf(_GGM_KEYS[1], level) ^ level
     return out
 
 
@@ -216,18 +204,10 @@ def _xor_sides(level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _ot_hash(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``H(g, row)``: BLAKE2b-128 of each 16-byte row with its global OT index (a correlation-robust hash)."""
-    from .kkrt import _batched_blake2b
-
-    n = len(rows)
-    buf = np.empty((n, 24), np.uint8)
+    buf = np.empty((len(rows), 24), np.uint8)
     buf[:, :16] = rows
     buf[:, 16:] = index.astype("<u8").reshape(-1, 1).view(np.uint8)
-    native = _batched_blake2b()
-    if native is not None and n:
-        offsets = np.arange(0, n * 24 + 1, 24, dtype=np.int64)
-        return np.frombuffer(native.blake2b_many(buf, offsets, 16, b"vflcrypto-vole"), np.uint8).reshape(n, 16)
-    return np.frombuffer(b"".join(hashlib.blake2b(r.tobytes(), digest_size=16, person=b"vflcrypto-vole").digest()
-                                  for r in buf), np.uint8).reshape(n, 16)
+    return hash_records(buf, 16, b"vflcrypto-vole")
 
 
 def random_delta_bits() -> np.ndarray:
@@ -273,12 +253,9 @@ class VoleReceiver:
         self.beta = np.packbits(beta_bits.reshape(total, BITS), axis=1, bitorder="little")
         path = (self.alpha.reshape(-1, 1) >> np.arange(sh.depth - 1, -1, -1)) & 1  # level 1..h, MSB first
         ggm_choice = (1 - path).astype(np.uint8)  # the side off the path
-        per_inst = [np.concatenate([beta_bits.reshape(sh.instances, TREES * BITS)[i],
-                                    ggm_choice.reshape(sh.instances, TREES * sh.depth)[i]])
-                    for i in range(sh.instances)]
-        choice = np.zeros(sh.cots, np.uint8)
-        used = sh.instances * sh.cots_per_instance
-        choice[:used] = np.concatenate(per_inst)
+        choice = np.zeros(sh.cots, np.uint8)  # per instance: the bits of its β's, then its GGM choices
+        choice[: sh.instances * sh.cots_per_instance] = np.concatenate(
+            [beta_bits.reshape(sh.instances, -1), ggm_choice.reshape(sh.instances, -1)], axis=1).ravel()
         self.choice = choice
         t_cols = _columns(k0, sh.cots)
         bits = np.packbits(choice, bitorder="little")
@@ -322,7 +299,6 @@ class VoleReceiver:
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(one, range(sh.instances)))
         return a[: sh.outputs], c[: sh.outputs]
-
 
 
 def _expand(seeds: np.ndarray, h: int) -> tuple[np.ndarray, np.ndarray]:
