@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import spawn_connected_then_hanging
+from vflcrypto.protocols.align import choice
 
 from vflcrypto.runtime.certs import identity_pin, load_identity_key, write_dev_pki
 from vflcrypto.runtime.channel import Transcript
@@ -787,12 +788,15 @@ def test_hash_alignment_in_separate_processes(tmp_path: Path, pki: Path) -> None
     assert not (tmp_path / "active.x.csv").exists()
 
 
-@pytest.mark.parametrize(("protocol", "mode"), [("kkrt", "both"), ("kkrt", "all"), ("rr22", "both")])
+@pytest.mark.parametrize(("protocol", "mode"), [("kkrt", "both"), ("kkrt", "all"), ("rr22", "both"),
+                                               ("auto", "both")])
 def test_ot_alignment_in_separate_processes(tmp_path: Path, pki: Path, protocol: str, mode: str) -> None:
-    """--protocol kkrt or rr22 over mutual TLS: two parties (both learn), or three (the all-party rows)."""
+    """--protocol kkrt or rr22 over mutual TLS: two parties (both learn), or three (the all-party rows);
+    auto (the default) on 2 × 6,000 IDs: both offer their sizes and run the VOLE PSI."""
     rng = np.random.default_rng(13)
     names = ["active", "passive-0"] if mode == "both" else ["active", "passive-0", "passive-1"]
-    sets = {n: [f"user{i}" for i in rng.choice(3000, 1500, replace=False)] for n in names}
+    size = 6000 if protocol == "auto" else 1500
+    sets = {name: [f"user{i}" for i in rng.choice(2 * size, size, replace=False)] for name in names}
     for n in names:
         write_ids(tmp_path / f"{n}.csv", sets[n])
     cfg = make_config(tmp_path, pki, names)
@@ -803,8 +807,11 @@ def test_ot_alignment_in_separate_processes(tmp_path: Path, pki: Path, protocol:
     common = set.intersection(*(set(v) for v in sets.values()))
     rows = [[r.split(",")[0] for r in (tmp_path / f"{n}.aligned.csv").read_text().splitlines()[1:]] for n in names]
     assert all(r == rows[0] for r in rows) and set(rows[0]) == common
-    assert recs["active"]["summary"]["protocol"] == protocol
     received = {e[2] for e in protocol_entries(recs["active"]["transcript"], "recv")}
+    assert ("align.offer" in received) == (protocol == "auto")
+    if protocol == "auto":
+        protocol = choice.resolve_local((size, size), mode)  # rr22 where its C extensions are built
+    assert recs["active"]["summary"]["protocol"] == protocol == recs["passive-0"]["summary"]["protocol"]
     assert "align.oprf_values" in received and ("align.vole_trees" in received) == (protocol == "rr22")
 
 

@@ -48,6 +48,11 @@ Citation
     oblivious transfer", LATINCRYPT 2015 (its base OTs); SecretFlow/OpenMined PSI for
     the mode vocabulary.
 
+Choice of protocol (``--protocol auto``, the commands' default; :mod:`.choice`)
+    0. both → peer   ``align.offer``  version, role, mode, set size, the protocols this
+       build can run; both pick the VOLE PSI from 10,000 IDs in all, else ECDH (ECDH for
+       mode size and 3+ parties, which exchange no offer). Then the chosen protocol's flow.
+
 Message flow (two parties, ECDH; chunks of ``chunk_size`` IDs)
     1. both → peer   ``align.hello``  protocol, mode, version, role, set size (mismatch → ProtocolError)
     2. both → peer   ``align.blinded``  k·H(x) for each own ID, shuffled

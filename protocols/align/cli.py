@@ -21,6 +21,7 @@ from vflcrypto.errors import InputDataError
 from vflcrypto.runtime import progress
 from vflcrypto.spec import PartyOutcome, TaskContext, number
 
+from .choice import AUTO, available, choose, negotiate, resolve_local
 from .files import IdTable, align_files, canon_table, read_id_table, write_aligned
 from .messages import PROTOCOLS
 from .tables import align_rows, canonical_order
@@ -64,11 +65,12 @@ def add_align_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--right", required=True, help="passive party's CSV")
     p.add_argument("--id-column", required=True, help="ID column of the left file (and right)")
     p.add_argument("--right-id-column", help="ID column of the right file if it differs")
-    p.add_argument("--protocol", choices=PROTOCOLS, default="ecdh",
-                   help="ecdh: X25519 ECDH-PSI (default); kkrt: OT-extension PSI (much faster for "
+    p.add_argument("--protocol", choices=(AUTO, *PROTOCOLS), default=AUTO,
+                   help="auto (default): rr22 from 10,000 IDs in all, else ecdh (ecdh for --reveal size); "
+                        "ecdh: X25519 ECDH-PSI; kkrt: OT-extension PSI (much faster than ecdh for "
                         "large sets; no --reveal size); rr22: VOLE PSI, an OKVS and a silent VOLE "
                         "(the fastest for large sets; no --reveal size); hash: HMAC under an agreed "
-                        "key (fastest, weaker: each side can dictionary-attack the other's IDs)")
+                        "key (fast, weaker: each side can dictionary-attack the other's IDs)")
     p.add_argument("--reveal", choices=("both", "left", "size"), default="both",
                    help="who learns what: both sides the rows (default), only left, only the count")
     p.add_argument("--out-dir", required=True, help="directory for <stem>.aligned.csv files")
@@ -85,6 +87,8 @@ def align(args: argparse.Namespace) -> int:
     left = read_id_table(args.left, args.id_column, load=load)
     right = read_id_table(args.right, args.right_id_column or args.id_column, load=load)
     n_left, n_right = left.n_rows, right.n_rows
+    if args.protocol == AUTO:
+        args.protocol = resolve_local((n_left, n_right), "size" if args.reveal == "size" else "both")
     # ECDH: each party blinds its own IDs and re-blinds the peer's (keyed hash: hashes them);
     # KKRT: the left side fills its table rows, the right evaluates 3 bins per ID, the left reads them;
     # the VOLE PSI: each side evaluates its own IDs once, the left reads the right's values.
@@ -113,10 +117,12 @@ def add_party_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--data", required=True, help="this party's CSV file")
     a.add_argument("--id-column", required=True)
     a.add_argument("--out", required=True, help="aligned rows of this party's file (CSV)")
-    a.add_argument("--protocol", choices=PROTOCOLS, default="ecdh",
-                   help="ecdh: X25519 ECDH-PSI (default); kkrt: OT-extension PSI (faster for large "
-                        "sets; no mode size); rr22: VOLE PSI (the fastest for large sets; no mode "
-                        "size); hash: HMAC under a key agreed with pinned identity keys (fastest, weaker)")
+    a.add_argument("--protocol", choices=(AUTO, *PROTOCOLS), default=AUTO,
+                   help="auto (default): both parties offer their set size and pick rr22 from 10,000 IDs "
+                        "in all, else ecdh (ecdh for mode size and 3+ parties); ecdh: X25519 ECDH-PSI; "
+                        "kkrt: OT-extension PSI (faster for large sets; no mode size); rr22: VOLE PSI (the "
+                        "fastest for large sets; no mode size); hash: HMAC under a key agreed with pinned "
+                        "identity keys (fast, weaker)")
     a.add_argument("--mode", default="both", choices=("both", "left", "size"),
                    help="who learns the intersection (two parties; 3+ parties use 'all')")
     a.add_argument("--duplicates", default="error", choices=("error", "first"),
@@ -134,11 +140,15 @@ def needs_identity(args: argparse.Namespace, ctx: TaskContext) -> bool:
 def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
     table = read_id_table(args.data, args.id_column, load=args.memory_budget is None)
     if args.memory_budget is not None:
+        if args.protocol == AUTO:
+            args.protocol = _negotiated(ctx, args.mode, table.n_rows)
         return _bucketed_party(args, ctx, table)
     if args.resume:
         raise InputDataError("--resume continues a bucketed run: pass the run's --memory-budget too")
     canon = canon_table(table, "keep_first" if args.duplicates == "first" else "error", False,
                         keep_first_flag="--duplicates first")
+    if args.protocol == AUTO:
+        args.protocol = _negotiated(ctx, args.mode, len(canon))
     # IDs processed go to the command's progress reporter (the roles' default)
     res = align_rows(ctx, canon, protocol=args.protocol, mode=args.mode, chunk_size=args.chunk_size)
     # the rows themselves are in the output file: the run record stays small at any scale
@@ -152,6 +162,17 @@ def party_task(args: argparse.Namespace, ctx: TaskContext) -> PartyOutcome:
             write_aligned(table, out, canonical_order(canon, res.rows))
 
     return PartyOutcome(summary, write)
+
+
+def _negotiated(ctx: TaskContext, mode: str, rows: int) -> str:
+    """``--protocol auto`` in a party process: ECDH for 3+ parties, else the protocol both offers choose."""
+    from .messages import ACTIVE, PASSIVE
+
+    passives, actives = ctx.names(PASSIVE), ctx.names(ACTIVE)
+    if len(passives) != 1 or len(actives) != 1 or ctx.role not in (ACTIVE, PASSIVE):
+        return choose((rows,), mode, available(), parties=len(passives) + len(actives))
+    peer = ctx.one(PASSIVE if ctx.role == ACTIVE else ACTIVE)
+    return negotiate(ctx.only([peer])[peer], role=ctx.role, rows=rows, mode=mode)
 
 
 def _bucketed_party(args: argparse.Namespace, ctx: TaskContext, table: IdTable) -> PartyOutcome:

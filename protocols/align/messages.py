@@ -12,7 +12,7 @@ from vflcrypto.runtime.declarations import Protection, declare
 __all__ = ["ACTIVE", "MAX_CHUNK", "MODES", "PASSIVE", "PROTOCOLS", "PROTOCOL_VERSION", "AlignmentResult",
            "BlindedChunk", "BucketHello", "BucketNonce", "BucketSizes", "Cardinality", "CommonValues", "DoubledChunk",
            "DoubledShuffledChunk", "GlobalOrder",
-           "Hello", "OkvsMasked", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "TagChunk", "VoleMatrix",
+           "Hello", "Offer", "OkvsMasked", "OprfMatrix", "OprfValues", "OtChoice", "OtSetup", "TagChunk", "VoleMatrix",
            "VoleSetup", "VoleTrees"]
 
 PROTOCOL_VERSION = 2  # 2: align.common_values holds positions, not values
@@ -290,6 +290,26 @@ class GlobalOrder:
     """3+ parties: positions into the receiver's pairwise-intersection list."""
 
     positions: np.ndarray
+
+
+@declare(
+    "align.offer",
+    sender=ANY_ROLE, receiver=ANY_ROLE,
+    protection=Protection.PUBLIC,
+    reveals="--protocol auto, both ways before the run: the sender's set size (its file's row count when "
+            "bucketed; every protocol's align.hello announces the set size too), its role and mode, and which "
+            "PSI protocols its build can run (rr22 needs the C extensions); both then pick the same protocol "
+            "from the two sizes",
+)
+@dataclass(frozen=True)
+class Offer:
+    """``--protocol auto``: what this party can run and how many rows it holds (the choice is :mod:`.choice`'s)."""
+
+    version: int
+    role: str
+    mode: str
+    rows: int
+    protocols: tuple[str, ...]
 
 
 @declare(
