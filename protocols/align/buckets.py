@@ -60,6 +60,7 @@ from .roles import run_active, run_passive
 from .spill import (
     BucketRows,
     count_bucket,
+    count_spilled,
     input_digest,
     load_bucket,
     merge_results,
@@ -232,9 +233,11 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
     seconds["setup"] = time.perf_counter() - t0
     if not plan.get("spilled"):
         spill_rows(table, work, key, buckets, strip=strip, executor=ex)
-        count_args = ((spill_bytes(work, b), duplicates, str(table.path), keep_first_flag) for b in range(buckets))
-        sizes = list(ordered_map(ex, count_bucket, count_args) if ex is not None else
-                     (count_bucket(*a) for a in count_args))
+        if ex is not None:
+            count_args = ((spill_bytes(work, b), duplicates, str(table.path), keep_first_flag) for b in range(buckets))
+            sizes = list(ordered_map(ex, count_bucket, count_args))
+        else:
+            sizes = [count_spilled(work, b, duplicates, str(table.path), keep_first_flag) for b in range(buckets)]
         _release_memory()
         plan.update(spilled=True, sizes=sizes)
         atomic_write_text(work / "plan.json", json.dumps(plan, indent=1), permissions=PRIVATE)

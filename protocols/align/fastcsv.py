@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,8 @@ from vflcrypto.data.validate import check_header, missing_column
 from vflcrypto.psi import kkrt
 from vflcrypto.psi import primitives as psi
 
-__all__ = ["MAX_BYTES", "Loaded", "canonical", "load", "write_rows"]
+__all__ = ["MAX_BYTES", "Block", "Loaded", "NotSimple", "blocks", "canonical", "count_rows", "gather", "load",
+           "write_rows"]
 
 MAX_BYTES = 8 << 30  # files above this stream through the csv path
 _CHUNK = 1 << 20  # rows gathered per numpy block
@@ -58,11 +60,12 @@ class Loaded:
     ids: psi.PackedIds
 
 
-def _gather(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
-    """The byte ranges ``[starts[i], starts[i] + lengths[i])`` of ``arr``, concatenated (in blocks)."""
+def gather(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray, chunk: int = _CHUNK) -> bytes:
+    """The byte ranges ``[starts[i], starts[i] + lengths[i])`` of ``arr``, concatenated (``chunk`` ranges at a
+    time: the index of one chunk's bytes is the transient memory)."""
     parts = []
-    for a in range(0, len(starts), _CHUNK):
-        s, n = starts[a : a + _CHUNK], lengths[a : a + _CHUNK]
+    for a in range(0, len(starts), chunk):
+        s, n = starts[a : a + chunk], lengths[a : a + chunk]
         first = np.cumsum(n) - n  # where each range begins in this block's output
         index = np.repeat(s - first, n) + np.arange(int(n.sum()), dtype=np.int64)
         parts.append(arr[index].tobytes())
@@ -75,6 +78,46 @@ def _in_order(arr: np.ndarray, first: np.ndarray, last: np.ndarray) -> bytes:
     edge[first] = 1
     edge[last] = -1  # ranges never touch (a comma or newline separates them)
     return arr[np.cumsum(edge[:-1], dtype=np.int8).view(bool)].tobytes()
+
+
+def _header(path: Path, line: bytes, id_column: str) -> tuple[str, ...]:
+    header = tuple(h.strip() for h in next(csv.reader([line.decode("ascii")])))
+    check_header(path, header)
+    if id_column not in header:
+        raise missing_column(path, "ID", id_column, header)
+    return header
+
+
+def _plain(data: bytes | memoryview) -> bool:
+    """ASCII without NUL, CR or double quote (the bytes in which commas and newlines are the whole structure)."""
+    raw = bytes(data)
+    return raw.isascii() and not any(c in raw for c in (b"\0", b"\r", b'"'))
+
+
+def _lines(arr: np.ndarray, newlines: np.ndarray, per: int, k: int, last_column: bool
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The data lines between consecutive ``newlines`` of ``arr``: each line's ``[start, end)`` and its ID's
+    ``[first, last)``; ``None`` unless every line is non-blank, within the csv field limit, has exactly ``per``
+    commas and a non-empty ID (field ``k``)."""
+    starts, ends = newlines[:-1] + 1, newlines[1:]
+    if not len(starts) or np.any(ends == starts):
+        return None  # no rows, or a blank line: the csv path's rules
+    if int((ends - starts).max()) > csv.field_size_limit():
+        return None  # a line that could hold a field past the csv module's limit: its error, from the csv path
+    lo = int(newlines[0]) + 1  # after the header's newline, or the block's start
+    commas = np.flatnonzero(arr[lo : int(newlines[-1])] == ord(",")) + lo
+    # every line has exactly `per` commas iff there are per·rows in all and each group of `per`, in order,
+    # lies inside its own line (a line with one too many pushes its last comma into the next group)
+    if len(commas) != per * len(starts):
+        return None  # a row with another field count: the csv path names its line
+    fields = commas.reshape(len(starts), per)
+    if per and (np.any(fields[:, 0] < starts) or np.any(fields[:, -1] >= ends)):
+        return None
+    first = starts if k == 0 else fields[:, k - 1] + 1
+    last = ends if last_column else fields[:, k]
+    if np.any(last == first):
+        return None  # an empty ID: the csv path names its line
+    return starts, ends, first, last
 
 
 def load(path: str | os.PathLike[str], id_column: str) -> Loaded | None:
@@ -90,39 +133,102 @@ def load(path: str | os.PathLike[str], id_column: str) -> Loaded | None:
         data = path.read_bytes()
     except OSError:
         return None  # the csv path reports it
-    if not data.endswith(b"\n") or not data.isascii() or any(c in data for c in (b"\0", b"\r", b'"')):
+    if not data.endswith(b"\n") or not _plain(data):
         return None
     arr = np.frombuffer(data, np.uint8)
     newlines = np.flatnonzero(arr == ord("\n"))
     header_line = data[: int(newlines[0])]
-    header = tuple(h.strip() for h in next(csv.reader([header_line.decode("ascii")])))
-    check_header(path, header)
-    if id_column not in header:
-        raise missing_column(path, "ID", id_column, header)
-    starts, ends = newlines[:-1] + 1, newlines[1:]
-    if not len(starts) or np.any(ends == starts):
-        return None  # no rows, or a blank line: the csv path's rules
-    if int((ends - starts).max()) > csv.field_size_limit() or len(header_line) > csv.field_size_limit():
-        return None  # a line that could hold a field past the csv module's limit: its error, from the csv path
-    per = len(header) - 1
-    commas = np.flatnonzero(arr[int(newlines[0]) :] == ord(",")) + int(newlines[0])
-    # every line has exactly `per` commas iff there are per·rows in all and each group of `per`, in order,
-    # lies inside its own line (a line with one too many pushes its last comma into the next group)
-    if len(commas) != per * len(starts):
-        return None  # a row with another field count: the csv path names its line
-    fields = commas.reshape(len(starts), per)
-    if per and (np.any(fields[:, 0] < starts) or np.any(fields[:, -1] >= ends)):
+    if len(header_line) > csv.field_size_limit():
         return None
+    header = _header(path, header_line, id_column)
     k = header.index(id_column)
-    first = starts if k == 0 else fields[:, k - 1] + 1
-    last = ends if k == len(header) - 1 else fields[:, k]
-    lengths = last - first
-    if np.any(lengths == 0):
-        return None  # an empty ID: the csv path names its line
+    found = _lines(arr, newlines, len(header) - 1, k, k == len(header) - 1)
+    if found is None:
+        return None
+    starts, ends, first, last = found
     offsets = np.zeros(len(starts) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    np.cumsum(last - first, out=offsets[1:])
     ids = psi.PackedIds(_in_order(arr, first, last), offsets)
     return Loaded(data, header, header_line, starts, ends, ids)
+
+
+@dataclass(frozen=True)
+class Block:
+    """A run of whole data lines of a streamed simple CSV: each line's ``[start, end)`` in ``arr`` (end at its
+    newline), its ID's ``[first, last)``, and ``row0``, the index of its first data row in the file."""
+
+    header: tuple[str, ...]
+    arr: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    row0: int
+
+
+class NotSimple(Exception):
+    """The streamed file is not a simple CSV (:func:`blocks`): the caller reads it the ``csv`` way."""
+
+
+def blocks(path: str | os.PathLike[str], id_column: str, block_bytes: int = 8 << 20) -> Iterator[Block]:
+    """A simple CSV streamed in blocks of about ``block_bytes`` (bounded memory: the bucketed path).
+
+    The same rules as :func:`load`, checked block by block; :class:`NotSimple` is raised at
+    the first block that breaks one (the caller then starts over the ``csv`` way, which
+    words the exact error). A bad header or missing ID column raises the ``csv`` path's error.
+    """
+    path = Path(path)
+    limit = csv.field_size_limit()
+    with path.open("rb") as fh:
+        carry = b""
+        header: tuple[str, ...] = ()
+        row0 = per = k = 0
+        last_column = False
+        while True:
+            more = fh.read(block_bytes)
+            data = carry + more
+            cut = data.rfind(b"\n") + 1
+            if not more:
+                if data or not row0:
+                    raise NotSimple  # no newline at the end, no data row: the csv path's words
+                return
+            if cut == 0:
+                if len(data) > limit:
+                    raise NotSimple
+                carry = data
+                continue
+            whole, carry = data[:cut], data[cut:]
+            if not _plain(whole):
+                raise NotSimple
+            arr = np.frombuffer(whole, np.uint8)
+            newlines = np.flatnonzero(arr == ord("\n"))
+            if not header:
+                if int(newlines[0]) > limit:
+                    raise NotSimple
+                header = _header(path, whole[: int(newlines[0])], id_column)
+                k = header.index(id_column)
+                per, last_column = len(header) - 1, k == len(header) - 1
+                if len(newlines) == 1:
+                    continue  # only the header in this block
+            else:
+                newlines = np.concatenate([[-1], newlines])  # the block starts at a line's start
+            found = _lines(arr, newlines, per, k, last_column)
+            if found is None:
+                raise NotSimple
+            yield Block(header, arr, *found, row0)
+            row0 += len(found[0])
+
+
+def count_rows(path: str | os.PathLike[str], id_column: str) -> tuple[tuple[str, ...], int] | None:
+    """A simple CSV's header and data-row count in one streamed pass, or ``None`` when it is not simple."""
+    rows = 0
+    header: tuple[str, ...] = ()
+    try:
+        for block in blocks(path, id_column):
+            rows, header = rows + len(block.starts), block.header
+    except (NotSimple, OSError):
+        return None  # the csv path reads it (and words any error)
+    return header, rows
 
 
 def canonical(loaded: Loaded) -> psi.CanonicalIds | None:
@@ -140,7 +246,7 @@ def write_rows(loaded: Loaded, out: str | os.PathLike[str], rows: np.ndarray) ->
     text = _header_text(loaded.header)
     arr = np.frombuffer(loaded.data, np.uint8)
     rows = np.asarray(rows, np.int64)
-    body = _gather(arr, loaded.starts[rows], loaded.ends[rows] + 1 - loaded.starts[rows])  # each with its newline
+    body = gather(arr, loaded.starts[rows], loaded.ends[rows] + 1 - loaded.starts[rows])  # each with its newline
     with atomic_open(out, "wb") as fh:
         fh.write(text)
         fh.write(body)

@@ -37,6 +37,8 @@ class IdTable:
     n_rows: int
     #: the whole file in memory when it is a simple CSV and the caller asked to load it (:mod:`.fastcsv`)
     loaded: fastcsv.Loaded | None = field(default=None, compare=False, repr=False)
+    #: a simple CSV (:mod:`.fastcsv`) checked by streaming, not loaded: the bucketed path spills it in numpy
+    simple: bool = field(default=False, compare=False)
 
     def _rows(self) -> Iterator[tuple[str, ...]]:
         stream = iter_csv_strings(self.path)
@@ -67,13 +69,18 @@ def read_id_table(path: str | os.PathLike[str], id_column: str, *, load: bool = 
 
     Non-UTF-8 bytes raise :class:`InputDataError` naming the line; so do a missing ID
     column and rows whose field count differs from the header's. With ``load`` a simple CSV
-    is read into memory once instead (:mod:`.fastcsv`: the same IDs, errors and output bytes).
+    is read into memory once instead (:mod:`.fastcsv`: the same IDs, errors and output bytes);
+    without it a simple CSV is checked by a streamed numpy pass (:func:`.fastcsv.count_rows`).
     """
     path = Path(path)
     if load:
         loaded = fastcsv.load(path, id_column)
         if loaded is not None:
             return IdTable(path, loaded.header, id_column, len(loaded.starts), loaded)
+    else:
+        counted = fastcsv.count_rows(path, id_column)
+        if counted is not None:
+            return IdTable(path, counted[0], id_column, counted[1], simple=True)
     stream = iter_csv_strings(path)
     _, header = next(stream)
     if id_column not in header:

@@ -39,14 +39,21 @@ from vflcrypto.parallel import ordered_map
 from vflcrypto.psi import kkrt
 from vflcrypto.psi import primitives as psi
 
+from . import fastcsv
 from .idtable import IdTable
 from .tables import canonical_order
 
-__all__ = ["BucketRows", "bucket_index", "count_bucket", "csv_line", "csv_lines", "input_digest", "load_bucket",
-           "merge_results", "parse_bucket", "result_path", "result_records", "spill_block", "spill_bytes", "spill_rows",
-           "write_result", "write_result_bytes"]
+__all__ = ["BucketRows", "IndexedBucket", "bucket_index", "count_bucket", "count_spilled", "csv_line", "csv_lines",
+           "input_digest", "load_bucket", "merge_results", "parse_bucket", "result_path", "result_records",
+           "spill_block", "spill_bytes", "spill_rows", "write_result", "write_result_bytes"]
 
 _SPILL = struct.Struct("<qII")
+_SPILL_DTYPE = np.dtype([("row", "<i8"), ("key", "<u4"), ("line", "<u4")])  # _SPILL as a numpy record
+#: a spill file's index, written beside it by the simple-CSV spill: each record's header and its ID's
+#: 64-bit keyed bucket hash (so a bucket is counted and loaded in numpy, without walking its records)
+_INDEX_DTYPE = np.dtype([("row", "<i8"), ("key", "<u4"), ("line", "<u4"), ("hash", "<u8")])
+_INDEX = ".idx"
+_INDEXED = "indexed"  # the mark that the simple-CSV spill finished, with every bucket's index
 _RESULT = struct.Struct("<II")
 _FLUSH_BYTES = 8 << 20  # spill buffers written out past 8 MiB in all (~2x that resident: one object per row)
 _BLOCK = 1 << 15  # rows hashed per block
@@ -168,8 +175,69 @@ def _blocks(table: IdTable) -> Iterator[tuple[list[tuple[str, ...]], int]]:
         start += len(block)
 
 
+def _spill_simple(table: IdTable, work: Path, key: bytes, buckets: int, block_bytes: int) -> int:
+    """:func:`spill_rows` for a simple CSV (:mod:`.fastcsv`), block by block in numpy: the same spill files.
+
+    For such a file the canonical ID is the ID's bytes (NFC is the identity on ASCII) and the
+    ``csv`` writer writes each row back as its line's bytes, so each record is the header, the
+    ID's bytes and the line's bytes with its newline. Returns the rows spilled; raises
+    :class:`.fastcsv.NotSimple` at a block that breaks the rules (the caller starts over).
+    """
+    batched = kkrt._batched_blake2b()
+    pending, rows = 0, 0
+    buffers: list[list[bytes]] = [[] for _ in range(buckets)]
+    indexes: list[list[bytes]] = [[] for _ in range(buckets)]
+    for block in fastcsv.blocks(table.path, table.id_column, block_bytes):
+        if block.header != table.header:
+            raise InputDataError(f"{table.path} changed while it was being aligned (its header differs)")
+        n = len(block.starts)
+        klen = block.last - block.first
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(klen, out=offsets[1:])
+        joined = fastcsv.gather(block.arr, block.first, klen)
+        hashed = np.frombuffer(batched.blake2b_many(joined, offsets, 8, b"", key), "<u8")
+        bucket = (hashed % np.uint64(buckets)).astype(np.int64)
+        order = np.argsort(bucket, kind="stable")  # each bucket's records in input order
+        llen = block.ends + 1 - block.starts  # with the newline
+        head = np.empty(n, _SPILL_DTYPE)
+        head["row"], head["key"], head["line"] = block.row0 + order, klen[order], llen[order]
+        side = np.empty(n, _INDEX_DTYPE)
+        side["row"], side["key"], side["line"], side["hash"] = head["row"], head["key"], head["line"], hashed[order]
+        src = np.concatenate([head.view(np.uint8), block.arr])
+        base = 16 * n  # the block's bytes follow the n headers in src
+        starts = np.stack([np.arange(0, base, 16), base + block.first[order], base + block.starts[order]], 1)
+        lengths = np.stack([np.full(n, 16), klen[order], llen[order]], 1)
+        body = fastcsv.gather(src, starts.ravel(), lengths.ravel(), chunk=3 << 14)
+        ends = np.concatenate([[0], np.cumsum(lengths.sum(1))])  # where each record ends, after a leading 0
+        counts = np.concatenate([[0], np.cumsum(np.bincount(bucket, minlength=buckets))])
+        cuts, side_bytes = ends[counts], side.tobytes()
+        for b in np.flatnonzero(np.diff(cuts)).tolist():
+            buffers[b].append(body[int(cuts[b]) : int(cuts[b + 1])])
+            indexes[b].append(side_bytes[int(counts[b]) * _INDEX_DTYPE.itemsize : int(counts[b + 1]) *
+                                         _INDEX_DTYPE.itemsize])
+        pending, rows = pending + len(body), rows + n
+        if pending >= _FLUSH_BYTES:
+            _flush(work, buffers)
+            _flush(work, indexes, _INDEX)
+            pending = 0
+    _flush(work, buffers)
+    _flush(work, indexes, _INDEX)
+    return rows
+
+
+def _flush(work: Path, buffers: list[list[bytes]], suffix: str = ".bin") -> None:
+    """Append each bucket's buffered records to its spill file (or index, ``suffix``; owner-only) and empty
+    the buffers."""
+    for b, parts in enumerate(buffers):
+        if parts:
+            fd = os.open(_spill_path(work, b).with_suffix(suffix), os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE)
+            with os.fdopen(fd, "ab") as fh:
+                fh.write(b"".join(parts))
+            parts.clear()
+
+
 def spill_rows(table: IdTable, work: Path, key: bytes, buckets: int, *, strip: bool,
-               executor: Executor | None = None) -> None:
+               executor: Executor | None = None, block_bytes: int = 2 << 20) -> None:
     """Stream ``table`` into one spill file per bucket (memory: the write buffers, ~16 MiB).
 
     With an ``executor`` (a Ray cluster's, :mod:`.bucket_parallel`) the blocks are
@@ -178,18 +246,28 @@ def spill_rows(table: IdTable, work: Path, key: bytes, buckets: int, *, strip: b
     """
     spill = _spill_dir(work)
     spill.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for old in spill.glob("*.bin"):  # a run killed while spilling starts its spill again
-        old.unlink()
+
+    def clear() -> None:
+        for old in (*spill.glob("*.bin"), *spill.glob(f"*{_INDEX}"), *spill.glob(_INDEXED)):
+            old.unlink()  # a run killed while spilling starts its spill again
+
+    clear()
+    if table.simple and not strip and executor is None and kkrt._batched_blake2b() is not None:
+        try:
+            rows = _spill_simple(table, work, key, buckets, block_bytes)
+        except fastcsv.NotSimple:
+            clear()  # the file changed since it was checked: the csv way words what is wrong
+        else:
+            if rows != table.n_rows:
+                raise InputDataError(f"{table.path} changed while it was being aligned ({rows} rows, was "
+                                     f"{table.n_rows})")
+            (spill / _INDEXED).touch(mode=PRIVATE)  # every bucket's index is complete
+            return
     buffers: list[list[bytes]] = [[] for _ in range(buckets)]
     col = table.header.index(table.id_column)
 
     def flush() -> None:
-        for b, parts in enumerate(buffers):
-            if parts:
-                fd = os.open(_spill_path(work, b), os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE)
-                with os.fdopen(fd, "ab") as fh:
-                    fh.write(b"".join(parts))
-                parts.clear()
+        _flush(work, buffers)
 
     read = [0]
 
@@ -276,13 +354,82 @@ def count_bucket(data: bytes, duplicates: str, path: str, keep_first_flag: str) 
     return len(seen)
 
 
-def load_bucket(work: Path, b: int, *, duplicates: str, path: Path, keep_first_flag: str) -> BucketRows:
+class IndexedBucket:
+    """One bucket's rows from its spill file and index (the simple-CSV spill): IDs packed, lines in place.
+
+    Used only when the index shows no repeated bucket hash, so every ID is distinct (a
+    repeat goes :class:`BucketRows`' way, which keeps the first or names both lines).
+    """
+
+    def __init__(self, data: bytes, index: np.ndarray, path: Path) -> None:
+        self.arr = np.frombuffer(data, np.uint8)
+        self.klen, self.llen = index["key"].astype(np.int64), index["line"].astype(np.int64)
+        size = _SPILL.size + self.klen + self.llen
+        if int(size.sum()) != len(data):
+            raise InputDataError(f"{path}: its spill file and index disagree (a damaged work directory): run "
+                                 "again without --resume")
+        self.key_at = np.cumsum(size) - size + _SPILL.size  # the ID, then its line, after each record's header
+        offsets = np.zeros(len(index) + 1, np.int64)
+        np.cumsum(self.klen, out=offsets[1:])
+        self.keys = psi.PackedIds(fastcsv.gather(self.arr, self.key_at, self.klen), offsets)
+        self.rows = index["row"]
+
+    def canon(self) -> psi.CanonicalIds:
+        return psi.CanonicalIds(self.keys, np.arange(len(self.keys), dtype=np.int64), len(self.keys))
+
+    def result(self, positions: np.ndarray | None) -> bytes:
+        """:func:`result_records` of these rows: the same bytes, built in numpy."""
+        if positions is None:
+            return b""
+        order = canonical_order(self.canon(), positions)
+        head = np.empty(len(order), [("key", "<u4"), ("line", "<u4")])
+        head["key"], head["line"] = self.klen[order], self.llen[order]
+        base = _RESULT.size * len(order)
+        src = np.concatenate([head.view(np.uint8), self.arr])
+        starts = np.stack([np.arange(0, base, _RESULT.size), base + self.key_at[order]], 1)
+        lengths = np.stack([np.full(len(order), _RESULT.size), self.klen[order] + self.llen[order]], 1)
+        return fastcsv.gather(src, starts.ravel(), lengths.ravel(), chunk=1 << 15)
+
+
+def _indexed(work: Path) -> bool:
+    return (_spill_dir(work) / _INDEXED).exists()
+
+
+def _index(work: Path, b: int) -> np.ndarray:
+    f = _spill_path(work, b).with_suffix(_INDEX)
+    return np.fromfile(f, _INDEX_DTYPE) if f.exists() else np.zeros(0, _INDEX_DTYPE)
+
+
+def _distinct(index: np.ndarray) -> bool:
+    """No two records of the index share their 64-bit bucket hash (so no ID repeats; a shared hash goes
+    the exact way, whether it is a repeat or a collision)."""
+    h = np.sort(index["hash"])
+    return not np.any(h[1:] == h[:-1])
+
+
+def count_spilled(work: Path, b: int, duplicates: str, path: str, keep_first_flag: str) -> int:
+    """:func:`count_bucket` of bucket ``b``: from its index when the simple-CSV spill wrote one."""
+    if _indexed(work):
+        index = _index(work, b)
+        if _distinct(index):
+            return len(index)
+    return count_bucket(spill_bytes(work, b), duplicates, path, keep_first_flag)
+
+
+def load_bucket(work: Path, b: int, *, duplicates: str, path: Path,
+                keep_first_flag: str) -> BucketRows | IndexedBucket:
     """Bucket ``b``'s rows; a duplicate ID is refused (naming both lines) unless ``duplicates == 'keep_first'``.
 
     A repeated ID always falls in the bucket of its first occurrence, and rows are
     appended in input order, so the first row of each ID is kept, as without buckets.
+    With the simple-CSV spill's index and no repeat, the rows load in numpy (:class:`IndexedBucket`).
     """
-    return BucketRows(*parse_bucket(spill_bytes(work, b), duplicates, str(path), keep_first_flag))
+    data = spill_bytes(work, b)
+    if _indexed(work):
+        index = _index(work, b)
+        if _distinct(index):
+            return IndexedBucket(data, index, path)
+    return BucketRows(*parse_bucket(data, duplicates, str(path), keep_first_flag))
 
 
 def result_records(keys: list[bytes], lines: list[bytes], positions: np.ndarray | None) -> bytes:
@@ -302,10 +449,13 @@ def write_result_bytes(work: Path, b: int, data: bytes) -> None:
         fh.write(data)
 
 
-def write_result(work: Path, b: int, bucket: BucketRows, positions: np.ndarray | None) -> None:
+def write_result(work: Path, b: int, bucket: BucketRows | IndexedBucket, positions: np.ndarray | None) -> None:
     """Bucket ``b``'s aligned rows (``positions`` into the bucket; ``None``: this party learns none),
     sorted by canonical ID, atomically: the file is the mark that the bucket is finished."""
-    write_result_bytes(work, b, result_records(bucket.keys, bucket.lines, positions))
+    if isinstance(bucket, IndexedBucket):
+        write_result_bytes(work, b, bucket.result(positions))
+    else:
+        write_result_bytes(work, b, result_records(bucket.keys, bucket.lines, positions))
 
 
 def _results(path: Path) -> Iterator[tuple[bytes, bytes]]:
