@@ -99,22 +99,27 @@ def protocol_entries(transcript: list[dict], event: str) -> list[tuple[str, str,
 
 
 def assert_same_transcript(local, records: dict[str, dict], prefix: str = "",
-                           rel: float = 0.0) -> None:
+                           rel: float = 0.0, process_only: tuple[str, ...] = ()) -> None:
     """Same kinds in the same order per link and direction, sizes up to one constant.
 
     ``prefix`` restricts the comparison to one protocol's kinds (e.g. ``"linreg."`` when
     the process run aligned rows first). ``rel``: a frame whose encoding's length depends on its values
     may also differ from the local run's by up to ``rel`` of its size (Paillier ciphertexts are fixed
-    width; decrypted residues are not: :data:`RESIDUE_REL`)."""
+    width; decrypted residues are not: :data:`RESIDUE_REL`). ``process_only``: kinds only the process
+    run sends (``align.offer``: the processes chose their protocol, the local run was told it)."""
     local_sent = [(e.sender, e.receiver, e.kind, e.nbytes) for e in local.sent()
                   if e.kind.startswith(prefix)]
     pairs: list[tuple[tuple, tuple]] = []
+
+    def kept(entries: list) -> list:
+        return [e for e in entries if e[2].startswith(prefix) and e[2] not in process_only]
+
     for name, rec in records.items():
-        net_sent = [e for e in protocol_entries(rec["transcript"], "send") if e[2].startswith(prefix)]
+        net_sent = kept(protocol_entries(rec["transcript"], "send"))
         mine = [e for e in local_sent if e[0] == name]
         assert [e[:3] for e in net_sent] == [e[:3] for e in mine], name
         pairs.extend(zip(net_sent, mine, strict=True))
-        assert {e[2] for e in protocol_entries(rec["transcript"], "recv") if e[2].startswith(prefix)} == \
+        assert {e[2] for e in kept(protocol_entries(rec["transcript"], "recv"))} == \
             {e[2] for e in local_sent if e[1] == name}
     deltas = [n[3] - m[3] for n, m in pairs]
     if rel == 0:
@@ -164,6 +169,10 @@ def test_two_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) ->
     side = json.loads((tmp_path / "active.aligned.csv.run.json").read_text())
     assert side["run_id"] == recs["active"]["run_id"] and side["status"] == "complete"
 
+    # the default, --protocol auto: an align.offer each way, then ECDH for 800 + 900 IDs
+    for rec in recs.values():
+        assert rec["summary"]["protocol"] == "ecdh"
+        assert [e[2] for e in protocol_entries(rec["transcript"], "send")][:2] == ["align.offer", "align.hello"]
     local = al.run_local(a_ids, b_ids)
     expected = {"active": local.results["active"], "passive-0": local.results["passive"]}
     for n in recs:
@@ -179,7 +188,7 @@ def test_two_party_alignment_in_separate_processes(tmp_path: Path, pki: Path) ->
     for e in local_t.entries():
         renamed._entries.append(type(e)(*[("passive-0" if v == "passive" and k in ("sender", "receiver")
                                            else v) for k, v in e.__dict__.items()]))
-    assert_same_transcript(renamed, recs)
+    assert_same_transcript(renamed, recs, process_only=("align.offer",))
 
 
 def test_the_duplicates_choices_the_help_offers_work(tmp_path: Path, pki: Path) -> None:
