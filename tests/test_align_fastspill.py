@@ -155,3 +155,31 @@ def test_an_index_that_disagrees_with_its_spill_file_is_refused(tmp_path: Path) 
         fh.write(b"x")
     with pytest.raises(InputDataError, match="disagree"):
         spill.load_bucket(tmp_path / "w", 0, duplicates="error", path=path, keep_first_flag="--k")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ids=st.lists(st.text(alphabet="ab\x01~ 09", min_size=1, max_size=18), min_size=1, max_size=80, unique=True),
+       buckets=st.integers(1, 7), chunk=st.sampled_from([1, 2, 5, 1 << 14]), data=st.data())
+def test_the_numpy_merge_writes_the_heap_merges_bytes(tmp_path_factory: pytest.TempPathFactory, ids: list[str],
+                                                      buckets: int, chunk: int, data: st.DataObject) -> None:
+    """Results of indexed buckets (IDs sharing long prefixes, one a prefix of another, bytes below the
+    comma) merged in numpy, any chunk size, equal the heap merge of the same files, and count as they do."""
+    tmp = tmp_path_factory.mktemp("m")
+    path = tmp / "t.csv"
+    path.write_text("id,v\n" + "".join(f"{x},{i}\n" for i, x in enumerate(ids)))
+    work = tmp / "w"
+    _spilled(read_id_table(path, "id"), work, buckets)
+    for b in range(buckets):
+        got = spill.load_bucket(work, b, duplicates="error", path=path, keep_first_flag="--k")
+        n = len(got.canon())
+        picked = data.draw(st.lists(st.integers(0, max(n - 1, 0)), unique=True, max_size=n)) if n else []
+        spill.write_result(work, b, got, np.asarray(picked, np.int64))
+    with (tmp / "fast.csv").open("wb") as fh:
+        count = spill._merge_indexed(work, buckets, fh, chunk=chunk)
+    indexes = [spill.result_index(work, b) for b in range(buckets)]
+    for f in (work / "done").glob("*.idx"):
+        f.unlink()  # the walk's way: the heap merge, and each result's index from its records
+    assert [spill.result_index(work, b).tolist() for b in range(buckets)] == [i.tolist() for i in indexes]
+    (work / "spill" / "indexed").unlink()
+    assert spill.merge_results(work, buckets, tmp / "heap.csv", ("id", "v")) == count
+    assert (tmp / "heap.csv").read_bytes() == b"id,v\n" + (tmp / "fast.csv").read_bytes()

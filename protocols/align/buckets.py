@@ -65,6 +65,7 @@ from .spill import (
     load_bucket,
     merge_results,
     parse_bucket,
+    result_index,
     result_path,
     result_records,
     spill_bytes,
@@ -286,7 +287,7 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
     seconds["buckets"] = time.perf_counter() - t1
     intersection = None
     if learns:
-        intersection = sum(_count(result_path(work, b)) for b in range(buckets))
+        intersection = sum(len(result_index(work, b)) for b in range(buckets))
     return BucketedResult(sum(sizes), int(peer_sizes.sum()), intersection, buckets,
                           start if resume else None, work, learns, tuple(sizes), tuple(peer_sizes.tolist()), seconds,
                           getattr(ex, "tasks", 0))
@@ -345,16 +346,6 @@ def _release_memory(ids: int | None = None) -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-def _count(path: Path) -> int:
-    data = path.read_bytes()
-    off = n = 0
-    while off < len(data):
-        klen, llen = int.from_bytes(data[off : off + 4], "little"), int.from_bytes(data[off + 4 : off + 8], "little")
-        off += 8 + klen + llen
-        n += 1
-    return n
 
 
 def finish_output(res: BucketedResult, table: IdTable, out: Path) -> int | None:

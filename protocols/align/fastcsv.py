@@ -33,6 +33,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ __all__ = ["MAX_BYTES", "Block", "Loaded", "NotSimple", "blocks", "canonical", "
            "write_rows"]
 
 MAX_BYTES = 8 << 30  # files above this stream through the csv path
-_CHUNK = 1 << 20  # rows gathered per numpy block
+_CHUNK = 1 << 16  # ranges gathered per numpy block (a block's index stays in cache-friendly MiBs)
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,12 @@ def gather(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray, chunk: int 
     """The byte ranges ``[starts[i], starts[i] + lengths[i])`` of ``arr``, concatenated (``chunk`` ranges at a
     time: the index of one chunk's bytes is the transient memory)."""
     parts = []
+    kind: type[np.signedinteger[Any]] = np.int32 if len(arr) < 1 << 31 else np.int64  # half the traffic
     for a in range(0, len(starts), chunk):
         s, n = starts[a : a + chunk], lengths[a : a + chunk]
         first = np.cumsum(n) - n  # where each range begins in this block's output
-        index = np.repeat(s - first, n) + np.arange(int(n.sum()), dtype=np.int64)
+        index = np.arange(int(n.sum()), dtype=kind)
+        index += np.repeat((s - first).astype(kind), n)
         parts.append(arr[index].tobytes())
     return b"".join(parts)
 

@@ -44,8 +44,8 @@ from .idtable import IdTable
 from .tables import canonical_order
 
 __all__ = ["BucketRows", "IndexedBucket", "bucket_index", "count_bucket", "count_spilled", "csv_line", "csv_lines",
-           "input_digest", "load_bucket", "merge_results", "parse_bucket", "result_path", "result_records",
-           "spill_block", "spill_bytes", "spill_rows", "write_result", "write_result_bytes"]
+           "input_digest", "load_bucket", "merge_results", "parse_bucket", "result_index", "result_path",
+           "result_records", "spill_block", "spill_bytes", "spill_rows", "write_result", "write_result_bytes"]
 
 _SPILL = struct.Struct("<qII")
 _SPILL_DTYPE = np.dtype([("row", "<i8"), ("key", "<u4"), ("line", "<u4")])  # _SPILL as a numpy record
@@ -53,6 +53,7 @@ _SPILL_DTYPE = np.dtype([("row", "<i8"), ("key", "<u4"), ("line", "<u4")])  # _S
 #: 64-bit keyed bucket hash (so a bucket is counted and loaded in numpy, without walking its records)
 _INDEX_DTYPE = np.dtype([("row", "<i8"), ("key", "<u4"), ("line", "<u4"), ("hash", "<u8")])
 _INDEX = ".idx"
+_RESULT_DTYPE = np.dtype([("key", "<u4"), ("line", "<u4")])  # _RESULT as a numpy record
 _INDEXED = "indexed"  # the mark that the simple-CSV spill finished, with every bucket's index
 _RESULT = struct.Struct("<II")
 _FLUSH_BYTES = 8 << 20  # spill buffers written out past 8 MiB in all (~2x that resident: one object per row)
@@ -379,16 +380,21 @@ class IndexedBucket:
 
     def result(self, positions: np.ndarray | None) -> bytes:
         """:func:`result_records` of these rows: the same bytes, built in numpy."""
+        return self.result_and_index(positions)[0]
+
+    def result_and_index(self, positions: np.ndarray | None) -> tuple[bytes, bytes | None]:
+        """:meth:`result` and the records' headers (the result file's index; ``None`` when this party learns no
+        rows)."""
         if positions is None:
-            return b""
+            return b"", None
         order = canonical_order(self.canon(), positions)
-        head = np.empty(len(order), [("key", "<u4"), ("line", "<u4")])
+        head = np.empty(len(order), _RESULT_DTYPE)
         head["key"], head["line"] = self.klen[order], self.llen[order]
         base = _RESULT.size * len(order)
         src = np.concatenate([head.view(np.uint8), self.arr])
         starts = np.stack([np.arange(0, base, _RESULT.size), base + self.key_at[order]], 1)
         lengths = np.stack([np.full(len(order), _RESULT.size), self.klen[order] + self.llen[order]], 1)
-        return fastcsv.gather(src, starts.ravel(), lengths.ravel(), chunk=1 << 15)
+        return fastcsv.gather(src, starts.ravel(), lengths.ravel(), chunk=1 << 15), head.tobytes()
 
 
 def _indexed(work: Path) -> bool:
@@ -441,10 +447,17 @@ def result_records(keys: list[bytes], lines: list[bytes], positions: np.ndarray 
     return b"".join(_RESULT.pack(len(keys[i]), len(lines[i])) + keys[i] + lines[i] for i in order.tolist())
 
 
-def write_result_bytes(work: Path, b: int, data: bytes) -> None:
-    """Bucket ``b``'s result file, atomically: the file is the mark that the bucket is finished."""
+def write_result_bytes(work: Path, b: int, data: bytes, index: bytes | None = None) -> None:
+    """Bucket ``b``'s result file, atomically: the file is the mark that the bucket is finished.
+
+    ``index`` (the records' ``<II>`` headers, from :meth:`IndexedBucket.result`) is written
+    first, beside it, for the numpy merge (:func:`merge_results`).
+    """
     out = result_path(work, b)
     out.parent.mkdir(mode=0o700, exist_ok=True)
+    if index is not None:
+        with atomic_open(out.with_suffix(_INDEX), "wb", permissions=PRIVATE) as fh:
+            fh.write(index)
     with atomic_open(out, "wb", permissions=PRIVATE) as fh:
         fh.write(data)
 
@@ -453,7 +466,7 @@ def write_result(work: Path, b: int, bucket: BucketRows | IndexedBucket, positio
     """Bucket ``b``'s aligned rows (``positions`` into the bucket; ``None``: this party learns none),
     sorted by canonical ID, atomically: the file is the mark that the bucket is finished."""
     if isinstance(bucket, IndexedBucket):
-        write_result_bytes(work, b, bucket.result(positions))
+        write_result_bytes(work, b, *bucket.result_and_index(positions))
     else:
         write_result_bytes(work, b, result_records(bucket.keys, bucket.lines, positions))
 
@@ -481,18 +494,113 @@ def _results(path: Path) -> Iterator[tuple[bytes, bytes]]:
                 return
 
 
+def result_index(work: Path, b: int) -> np.ndarray:
+    """Bucket ``b``'s result records' headers: from the index beside the file, else by walking the records."""
+    path = result_path(work, b)
+    side = path.with_suffix(_INDEX)
+    if side.exists():
+        return np.fromfile(side, _RESULT_DTYPE)
+    heads = [(len(k) - 1, len(line)) for k, line in _results(path)]  # _results' keys carry the 0x01 end byte
+    return np.asarray(heads, _RESULT_DTYPE) if heads else np.zeros(0, _RESULT_DTYPE)
+
+
+class _Run:
+    """One bucket's sorted result file, read ``chunk`` records at a time (its index says where each ends)."""
+
+    def __init__(self, work: Path, b: int) -> None:
+        self.index = result_index(work, b)
+        size = _RESULT.size + self.index["key"].astype(np.int64) + self.index["line"].astype(np.int64)
+        self.ends = np.cumsum(size)
+        self.fh = result_path(work, b).open("rb")
+        self.next = 0  # the first record not yet read
+
+    def read(self, chunk: int) -> tuple[bytes, np.ndarray] | None:
+        """The next up-to-``chunk`` records' bytes and headers, or ``None`` at the end."""
+        if self.next >= len(self.index):
+            self.fh.close()
+            return None
+        stop = min(self.next + chunk, len(self.index))
+        begin = int(self.ends[self.next - 1]) if self.next else 0
+        data = self.fh.read(int(self.ends[stop - 1]) - begin)
+        heads = self.index[self.next : stop]
+        self.next = stop
+        return data, heads
+
+    @property
+    def done(self) -> bool:
+        return self.next >= len(self.index)
+
+
+def _merge_indexed(work: Path, buckets: int, fh: Any, chunk: int = 1 << 14) -> int:
+    """The merge of :func:`merge_results` in numpy, for a simple CSV's results (NUL-free ASCII IDs).
+
+    A pool holds the records read and not yet written; each round reads the next ``chunk``
+    records of every bucket whose pooled records are running out, sorts the pool by canonical
+    ID (:meth:`~vflcrypto.psi.packed.PackedIds.order_of`: the byte order, which for NUL-free
+    IDs is :func:`.tables.canonical_order`'s) and writes every record up to the least of the
+    buckets' last-read IDs: no record still unread can come before it. Memory: about
+    ``buckets × 2 chunk`` records.
+    """
+    runs = [_Run(work, b) for b in range(buckets)]
+    pool_data: list[bytes] = []
+    pool_heads: list[np.ndarray] = []
+    pool_run: list[np.ndarray] = []
+    pooled = np.zeros(buckets, np.int64)
+    count = 0
+    while True:
+        for b, run in enumerate(runs):
+            if pooled[b] < chunk:
+                got = run.read(chunk)
+                if got is not None:
+                    pool_data.append(got[0])
+                    pool_heads.append(got[1])
+                    pool_run.append(np.full(len(got[1]), b, np.int32))
+                    pooled[b] += len(got[1])
+        if not sum(map(len, pool_heads)):
+            return count  # every run read and every record written
+        data = np.frombuffer(b"".join(pool_data), np.uint8)
+        heads = np.concatenate(pool_heads)
+        owner = np.concatenate(pool_run)
+        klen, llen = heads["key"].astype(np.int64), heads["line"].astype(np.int64)
+        size = _RESULT.size + klen + llen
+        begin = np.cumsum(size) - size
+        offsets = np.zeros(len(heads) + 1, np.int64)
+        np.cumsum(klen, out=offsets[1:])
+        keys = psi.PackedIds(fastcsv.gather(data, begin + _RESULT.size, klen), offsets)
+        order = keys.byte_order(np.arange(len(heads), dtype=np.int64))
+        # the bound: the last pooled record of each bucket with records still unread (a bucket's records
+        # come sorted, so its last pooled one is its largest); nothing unread is below the least of them
+        unread = [b for b, run in enumerate(runs) if not run.done]
+        cut = len(order)
+        if unread:
+            last_of = np.full(buckets, -1, np.int64)
+            last_of[owner] = np.arange(len(owner))  # a later record of a bucket overwrites an earlier one
+            rank = np.empty(len(order), np.int64)
+            rank[order] = np.arange(len(order))
+            cut = int(rank[last_of[unread]].min()) + 1
+        emit, keep = order[:cut], np.sort(order[cut:])  # the kept records stay in pool (read) order
+        fh.write(fastcsv.gather(data, begin[emit] + _RESULT.size + klen[emit], llen[emit]))
+        count += len(emit)
+        pooled -= np.bincount(owner[emit], minlength=buckets)
+        pool_data = [fastcsv.gather(data, begin[keep], size[keep])]
+        pool_heads, pool_run = [heads[keep]], [owner[keep]]
+
+
 def merge_results(work: Path, buckets: int, out: Path, header: tuple[str, ...]) -> int:
     """Write the output CSV: the header, then every bucket's aligned rows merged by canonical ID.
 
     The sort key is the canonical ID followed by one byte 0x01, as in
     :func:`.tables.canonical_order`, so the order is the unbucketed run's; the merge
-    keeps one record (and one read buffer) per bucket in memory. Returns the rows written.
+    keeps one record (and one read buffer) per bucket in memory, or, after a simple CSV's
+    spill, a few thousand per bucket merged in numpy (:func:`_merge_indexed`). Returns the rows written.
     """
     head = io.StringIO()
     csv.writer(head, lineterminator="\n").writerow(header)
     count = 0
     with atomic_open(out, "wb") as fh:
         fh.write(head.getvalue().encode("utf-8"))
+        if _indexed(work):
+            return _merge_indexed(work, buckets, fh)
         for _, line in heapq.merge(*(_results(result_path(work, b)) for b in range(buckets))):
             fh.write(line)
             count += 1
