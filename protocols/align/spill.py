@@ -12,6 +12,13 @@ records (no pickle):
   :func:`.files.write_aligned` writes);
 * result record: ``<I key length><I line length>``, the canonical ID, the CSV line.
 
+A simple CSV (:mod:`.fastcsv`: no quoting, ASCII) is spilled in numpy, block by block, to
+the same spill files, plus an index beside each (``.idx``: each record's header and its ID's
+64-bit bucket hash) and an ``indexed`` mark once all are written; its buckets are then
+counted and loaded from the indexes (:class:`IndexedBucket`), its result files get an index
+of their headers too, and the output is merged in numpy (:func:`_merge_indexed`). The csv
+path, the Ray tasks and a bucket with a repeated hash keep walking the records.
+
 Every file is written under the party's work directory, owner-only; a result file
 appears atomically (it is the mark that its bucket is finished).
 """
