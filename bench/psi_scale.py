@@ -56,6 +56,16 @@ Measured on this 2-core machine, shared (load average 5-9), each party its own p
   3.76 s; spu RR22 2.14 s, spu KKRT 5.30 s. With the receiver also sorting its IDs while the sender
   evaluates: 16.29 and 18.02 s, spu RR22 20.52 s between them. Bucketed, ``--memory-budget 1GiB``
   (12 buckets): rr22 48.4 s at 705 / 740 MiB (KKRT's was 70.9 s in the previous session).
+* Bucketed rr22 with the simple-CSV path (a streamed numpy check instead of a csv-module pass, the
+  spill in numpy, buckets counted and loaded from the spill files' indexes, the output merged in
+  numpy: ``protocols/align/spill.py``), 2026-12-04, quiet, the same files, one session: 10⁷ × 10⁷
+  ``--memory-budget 1GiB`` (12 buckets) 21.9 s at 724 / 620 MiB, against 47.9 s (739 / 697 MiB) for
+  the code before it (7cddd54, run from a worktree); unbucketed rr22 16.75 s (2.52 / 2.64 GiB); spu
+  0.9.4 RR22 20.71 s. 10⁸ × 10⁸ ``--memory-budget 1GiB`` (111 buckets, half the IDs common), the
+  same session: 207.8 s (3.5 min) at 792 / 734 MiB, 2.19 GB sent by the active party and 1.21 GB by the
+  passive one; both outputs hold the same 5·10⁷ IDs in the same order (KKRT on the csv path took
+  1,583 s, 26.4 min, in an earlier session). A first run, whose merge read every bucket's whole result
+  index at once and pooled 2¹⁴ records per bucket, took 212.2 s at 1,581 / 1,628 MiB.
 * ECDH 10⁵ × 10⁵: batched X25519 5.3 s (job 3.3 s) against 20.9 s (job 18.4 s) with one
   ``cryptography`` call per ID, same run; per 10⁵ IDs on one core: X25519 0.47 s batched,
   ~3.7 s per-call; hashing to u 0.06 s, digests 0.10 s, matching 0.05 s.

@@ -183,3 +183,18 @@ def test_the_numpy_merge_writes_the_heap_merges_bytes(tmp_path_factory: pytest.T
     (work / "spill" / "indexed").unlink()
     assert spill.merge_results(work, buckets, tmp / "heap.csv", ("id", "v")) == count
     assert (tmp / "heap.csv").read_bytes() == b"id,v\n" + (tmp / "fast.csv").read_bytes()
+
+
+def test_a_truncated_result_file_is_refused_by_the_numpy_merge(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("id,v\n" + "".join(f"u{i},{i}\n" for i in range(50)))
+    work = tmp_path / "w"
+    _spilled(read_id_table(path, "id"), work, 2)
+    for b in range(2):
+        got = spill.load_bucket(work, b, duplicates="error", path=path, keep_first_flag="--k")
+        spill.write_result(work, b, got, np.arange(len(got.canon()), dtype=np.int64))
+    result = spill.result_path(work, 1)
+    result.write_bytes(result.read_bytes()[:-1])
+    with pytest.raises(InputDataError, match="truncated"):
+        spill.merge_results(work, 2, tmp_path / "out.csv", ("id", "v"))
+    assert not (tmp_path / "out.csv").exists()  # all or nothing

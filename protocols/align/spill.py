@@ -512,33 +512,54 @@ def result_index(work: Path, b: int) -> np.ndarray:
 
 
 class _Run:
-    """One bucket's sorted result file, read ``chunk`` records at a time (its index says where each ends)."""
+    """One bucket's sorted result file, read ``chunk`` records at a time, its index read alongside (so a
+    merge holds no bucket's whole index)."""
 
     def __init__(self, work: Path, b: int) -> None:
-        self.index = result_index(work, b)
-        size = _RESULT.size + self.index["key"].astype(np.int64) + self.index["line"].astype(np.int64)
-        self.ends = np.cumsum(size)
-        self.fh = result_path(work, b).open("rb")
+        path = result_path(work, b)
+        side = path.with_suffix(_INDEX)
+        self.walked: np.ndarray | None = None
+        self.heads: Any = None
+        if side.exists():
+            self.heads = side.open("rb")
+            self.count = side.stat().st_size // _RESULT_DTYPE.itemsize
+        else:  # a bucket loaded the walk's way (a repeated hash): its index from its records
+            self.walked = result_index(work, b)
+            self.count = len(self.walked)
+        self.fh = path.open("rb")
         self.next = 0  # the first record not yet read
 
     def read(self, chunk: int) -> tuple[bytes, np.ndarray] | None:
         """The next up-to-``chunk`` records' bytes and headers, or ``None`` at the end."""
-        if self.next >= len(self.index):
-            self.fh.close()
+        if self.next >= self.count:
+            self.close()
             return None
-        stop = min(self.next + chunk, len(self.index))
-        begin = int(self.ends[self.next - 1]) if self.next else 0
-        data = self.fh.read(int(self.ends[stop - 1]) - begin)
-        heads = self.index[self.next : stop]
-        self.next = stop
+        n = min(chunk, self.count - self.next)
+        if self.walked is not None:
+            heads = self.walked[self.next : self.next + n]
+        else:
+            heads = np.frombuffer(self.heads.read(n * _RESULT_DTYPE.itemsize), _RESULT_DTYPE)
+        size = n * _RESULT.size + int(heads["key"].sum(dtype=np.int64)) + int(heads["line"].sum(dtype=np.int64))
+        data = self.fh.read(size)
+        if len(heads) != n or len(data) != size:
+            raise InputDataError(f"{self.fh.name} is truncated")
+        self.next += n
         return data, heads
+
+    def close(self) -> None:
+        self.fh.close()
+        if self.heads is not None:
+            self.heads.close()
 
     @property
     def done(self) -> bool:
-        return self.next >= len(self.index)
+        return self.next >= self.count
 
 
-def _merge_indexed(work: Path, buckets: int, fh: Any, chunk: int = 1 << 14) -> int:
+_MERGE_POOL = 1 << 19  # records the numpy merge reads per round, over all buckets (~100 MiB of pool and sort)
+
+
+def _merge_indexed(work: Path, buckets: int, fh: Any, chunk: int | None = None) -> int:
     """The merge of :func:`merge_results` in numpy, for a simple CSV's results (NUL-free ASCII IDs).
 
     A pool holds the records read and not yet written; each round reads the next ``chunk``
@@ -546,51 +567,57 @@ def _merge_indexed(work: Path, buckets: int, fh: Any, chunk: int = 1 << 14) -> i
     ID (:meth:`~vflcrypto.psi.packed.PackedIds.order_of`: the byte order, which for NUL-free
     IDs is :func:`.tables.canonical_order`'s) and writes every record up to the least of the
     buckets' last-read IDs: no record still unread can come before it. Memory: about
-    ``buckets × 2 chunk`` records.
+    ``buckets × 2 chunk`` records (``chunk`` defaults to :data:`_MERGE_POOL` over the buckets, so
+    the pool stays near a million records whatever the bucket count: ~200 MiB with its sort).
     """
+    chunk = chunk or max(256, _MERGE_POOL // buckets)
     runs = [_Run(work, b) for b in range(buckets)]
-    pool_data: list[bytes] = []
-    pool_heads: list[np.ndarray] = []
-    pool_run: list[np.ndarray] = []
-    pooled = np.zeros(buckets, np.int64)
-    count = 0
-    while True:
-        for b, run in enumerate(runs):
-            if pooled[b] < chunk:
-                got = run.read(chunk)
-                if got is not None:
-                    pool_data.append(got[0])
-                    pool_heads.append(got[1])
-                    pool_run.append(np.full(len(got[1]), b, np.int32))
-                    pooled[b] += len(got[1])
-        if not sum(map(len, pool_heads)):
-            return count  # every run read and every record written
-        data = np.frombuffer(b"".join(pool_data), np.uint8)
-        heads = np.concatenate(pool_heads)
-        owner = np.concatenate(pool_run)
-        klen, llen = heads["key"].astype(np.int64), heads["line"].astype(np.int64)
-        size = _RESULT.size + klen + llen
-        begin = np.cumsum(size) - size
-        offsets = np.zeros(len(heads) + 1, np.int64)
-        np.cumsum(klen, out=offsets[1:])
-        keys = psi.PackedIds(fastcsv.gather(data, begin + _RESULT.size, klen), offsets)
-        order = keys.byte_order(np.arange(len(heads), dtype=np.int64))
-        # the bound: the last pooled record of each bucket with records still unread (a bucket's records
-        # come sorted, so its last pooled one is its largest); nothing unread is below the least of them
-        unread = [b for b, run in enumerate(runs) if not run.done]
-        cut = len(order)
-        if unread:
-            last_of = np.full(buckets, -1, np.int64)
-            last_of[owner] = np.arange(len(owner))  # a later record of a bucket overwrites an earlier one
-            rank = np.empty(len(order), np.int64)
-            rank[order] = np.arange(len(order))
-            cut = int(rank[last_of[unread]].min()) + 1
-        emit, keep = order[:cut], np.sort(order[cut:])  # the kept records stay in pool (read) order
-        fh.write(fastcsv.gather(data, begin[emit] + _RESULT.size + klen[emit], llen[emit]))
-        count += len(emit)
-        pooled -= np.bincount(owner[emit], minlength=buckets)
-        pool_data = [fastcsv.gather(data, begin[keep], size[keep])]
-        pool_heads, pool_run = [heads[keep]], [owner[keep]]
+    try:
+        pool_data: list[bytes] = []
+        pool_heads: list[np.ndarray] = []
+        pool_run: list[np.ndarray] = []
+        pooled = np.zeros(buckets, np.int64)
+        count = 0
+        while True:
+            for b, run in enumerate(runs):
+                if pooled[b] < chunk:
+                    got = run.read(chunk)
+                    if got is not None:
+                        pool_data.append(got[0])
+                        pool_heads.append(got[1])
+                        pool_run.append(np.full(len(got[1]), b, np.int32))
+                        pooled[b] += len(got[1])
+            if not sum(map(len, pool_heads)):
+                return count  # every run read and every record written
+            data = np.frombuffer(b"".join(pool_data), np.uint8)
+            heads = np.concatenate(pool_heads)
+            owner = np.concatenate(pool_run)
+            klen, llen = heads["key"].astype(np.int64), heads["line"].astype(np.int64)
+            size = _RESULT.size + klen + llen
+            begin = np.cumsum(size) - size
+            offsets = np.zeros(len(heads) + 1, np.int64)
+            np.cumsum(klen, out=offsets[1:])
+            keys = psi.PackedIds(fastcsv.gather(data, begin + _RESULT.size, klen), offsets)
+            order = keys.byte_order(np.arange(len(heads), dtype=np.int64))
+            # the bound: the last pooled record of each bucket with records still unread (a bucket's records
+            # come sorted, so its last pooled one is its largest); nothing unread is below the least of them
+            unread = [b for b, run in enumerate(runs) if not run.done]
+            cut = len(order)
+            if unread:
+                last_of = np.full(buckets, -1, np.int64)
+                last_of[owner] = np.arange(len(owner))  # a later record of a bucket overwrites an earlier one
+                rank = np.empty(len(order), np.int64)
+                rank[order] = np.arange(len(order))
+                cut = int(rank[last_of[unread]].min()) + 1
+            emit, keep = order[:cut], np.sort(order[cut:])  # the kept records stay in pool (read) order
+            fh.write(fastcsv.gather(data, begin[emit] + _RESULT.size + klen[emit], llen[emit]))
+            count += len(emit)
+            pooled -= np.bincount(owner[emit], minlength=buckets)
+            pool_data = [fastcsv.gather(data, begin[keep], size[keep])]
+            pool_heads, pool_run = [heads[keep]], [owner[keep]]
+    finally:
+        for run in runs:
+            run.close()
 
 
 def merge_results(work: Path, buckets: int, out: Path, header: tuple[str, ...]) -> int:
