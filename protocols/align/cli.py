@@ -60,17 +60,21 @@ def _add_bucket_arguments(p: argparse.ArgumentParser, default_work: str) -> None
                    help="bucketed PSI: continue a killed run at its first unfinished bucket (same inputs)")
 
 
+def _add_protocol_argument(p: argparse.ArgumentParser, size_flag: str, offer: str) -> None:
+    p.add_argument("--protocol", choices=(AUTO, *PROTOCOLS), default=AUTO,
+                   help=f"auto (default{offer}): rr22 from 10,000 IDs in all, else ecdh (ecdh for {size_flag} "
+                        "and 3+ parties); ecdh: X25519 ECDH-PSI; kkrt: OT-extension PSI (much faster than ecdh "
+                        f"for large sets; no {size_flag}); rr22: VOLE PSI, an OKVS and a silent VOLE (the "
+                        f"fastest for large sets; no {size_flag}); hash: HMAC under a key agreed with pinned "
+                        "identity keys (fast, weaker: each side can dictionary-attack the other's IDs)")
+
+
 def add_align_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--left", required=True, help="active party's CSV (learns in every mode)")
     p.add_argument("--right", required=True, help="passive party's CSV")
     p.add_argument("--id-column", required=True, help="ID column of the left file (and right)")
     p.add_argument("--right-id-column", help="ID column of the right file if it differs")
-    p.add_argument("--protocol", choices=(AUTO, *PROTOCOLS), default=AUTO,
-                   help="auto (default): rr22 from 10,000 IDs in all, else ecdh (ecdh for --reveal size); "
-                        "ecdh: X25519 ECDH-PSI; kkrt: OT-extension PSI (much faster than ecdh for "
-                        "large sets; no --reveal size); rr22: VOLE PSI, an OKVS and a silent VOLE "
-                        "(the fastest for large sets; no --reveal size); hash: HMAC under an agreed "
-                        "key (fast, weaker: each side can dictionary-attack the other's IDs)")
+    _add_protocol_argument(p, "--reveal size", "")
     p.add_argument("--reveal", choices=("both", "left", "size"), default="both",
                    help="who learns what: both sides the rows (default), only left, only the count")
     p.add_argument("--out-dir", required=True, help="directory for <stem>.aligned.csv files")
@@ -117,12 +121,7 @@ def add_party_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--data", required=True, help="this party's CSV file")
     a.add_argument("--id-column", required=True)
     a.add_argument("--out", required=True, help="aligned rows of this party's file (CSV)")
-    a.add_argument("--protocol", choices=(AUTO, *PROTOCOLS), default=AUTO,
-                   help="auto (default): both parties offer their set size and pick rr22 from 10,000 IDs "
-                        "in all, else ecdh (ecdh for mode size and 3+ parties); ecdh: X25519 ECDH-PSI; "
-                        "kkrt: OT-extension PSI (faster for large sets; no mode size); rr22: VOLE PSI (the "
-                        "fastest for large sets; no mode size); hash: HMAC under a key agreed with pinned "
-                        "identity keys (fast, weaker)")
+    _add_protocol_argument(a, "mode size", "; both parties offer their set size")
     a.add_argument("--mode", default="both", choices=("both", "left", "size"),
                    help="who learns the intersection (two parties; 3+ parties use 'all')")
     a.add_argument("--duplicates", default="error", choices=("error", "first"),
