@@ -140,6 +140,18 @@ def test_match_digests_orders_by_digest() -> None:
     assert psi.match_digests(own[:0], peer).tolist() == []
 
 
+def test_match_pairs_unordered_gives_the_same_pairs() -> None:
+    """ordered=False (the OT PSIs, which send their pairs' order) finds exactly the ordered pairs."""
+    rng = np.random.default_rng(5)
+    own = psi.digests_to_array(rng.bytes(12 * 500))
+    peer = np.concatenate([own[rng.permutation(500)[:200]], psi.digests_to_array(rng.bytes(12 * 300))])
+    i, j = psi.match_pairs(own, peer)
+    ui, uj = psi.match_pairs(own, peer, ordered=False)
+    pairs = sorted(zip(ui.tolist(), uj.tolist(), strict=True))
+    assert len(i) == 200 and pairs == sorted(zip(i.tolist(), j.tolist(), strict=True))
+    assert all(own[a] == peer[b] for a, b in pairs)
+
+
 def test_digests_with_trailing_zero_bytes_compare_exactly() -> None:
     a = psi.digests_to_array(b"\x01" + bytes(11))
     b = psi.digests_to_array(b"\x01" + bytes(10) + b"\x02")

@@ -285,7 +285,9 @@ class KkrtSession:
 
     def _values_out(self) -> Next:
         st = self.state
-        order = psi.random_permutation(len(st.values))  # one global shuffle, sent chunk by chunk
+        order = st.send_order  # one global shuffle, sent chunk by chunk: drawn while waiting when it could be
+        if len(order) != len(st.values):
+            order = psi.random_permutation(len(st.values))
         st.send_order = order  # mode both: the receiver names the matched values by their place in it
         per = values_per_chunk(self.chunk_size)
         st.k = 0
@@ -333,8 +335,11 @@ class KkrtSession:
     def _match(self) -> Next:
         st = self.state
         own = np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel()
+        # the pairs' order goes to the sender in align.common_values (mode both) and both sides then sort their
+        # rows by canonical ID, so the digest order's sort is not needed
         pos, where = psi.match_pairs(own, np.ascontiguousarray(st.received).view(psi.DIGEST_DTYPE).ravel(),
-                                     own_order=st.own_order if len(st.own_order) == len(own) else None)
+                                     own_order=st.own_order if len(st.own_order) == len(own) else None,
+                                     ordered=False)
         st.received = np.zeros((0, kkrt.OUTPUT_BYTES), np.uint8)
         if self.pair_mode != "both":
             return self.finished(pos, len(pos), st.peer_size)

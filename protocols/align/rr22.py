@@ -29,6 +29,7 @@ against its own per-ID outputs.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,11 +70,10 @@ class Rr22State(KkrtState):
     delta_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     b: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
     masked: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
-    # both: this side's items' OKVS rows (start, band, H(x)), made while the peer computes; the receiver's OKVS
+    # both: this side's items' OKVS rows (start, band, H(x)), made while the peer computes
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     bands: np.ndarray = field(default_factory=lambda: np.zeros((0, okvs.BAND // 64), np.uint64))
     hx: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
-    p: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
 
 
 class Rr22Session(KkrtSession):
@@ -143,11 +143,23 @@ class Rr22Session(KkrtSession):
         return prefixed(self._matrix_then_encode(matrix), then([], self.peer, VoleTrees, "on_vole_trees"))
 
     def _matrix_then_encode(self, matrix: bytes) -> Iterator[tuple[str, Any]]:
-        """Send the matrix; then, while the sender expands its trees, encode the OKVS (it needs no VOLE)."""
+        """Send the matrix; then start encoding the OKVS (it needs no VOLE) on a thread of its own (the C code
+        releases the GIL): it runs while the sender expands its trees and, once they arrive, beside the
+        receiver's VOLE (:meth:`on_vole_trees`), on the core the waiting sender leaves free."""
         yield send(self.peer, VoleMatrix(matrix))
-        st = self.state
         okvs_key, _ = self._keys()
-        st.p, st.starts, st.bands = rr22.receiver_encode(kkrt.item_hashes(self.canon.encoded), okvs_key)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="okvs-encode")
+        self._encoding = pool.submit(rr22.receiver_encode, kkrt.item_hashes(self.canon.encoded), okvs_key)
+        pool.shutdown(wait=False)
+
+    def _encoded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The OKVS ``P`` with its items' rows: the encoding thread's, or encoded now when this session was
+        restored from its state (one step per process: no thread outlives a step)."""
+        encoding: Future[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = self.__dict__.pop("_encoding", None)
+        if encoding is not None:
+            return encoding.result()
+        okvs_key, _ = self._keys()
+        return rr22.receiver_encode(kkrt.item_hashes(self.canon.encoded), okvs_key)
 
     # ----------------------------------------------------------------- 5 sender: the GGM trees
     def on_vole_matrix(self, msg: VoleMatrix) -> Next:
@@ -161,12 +173,14 @@ class Rr22Session(KkrtSession):
                         then([], self.peer, OkvsMasked, "on_okvs_masked"))
 
     def _trees_then_rows(self, trees: VoleTrees) -> Iterator[tuple[str, Any]]:
-        """Send the trees; then, while the receiver finishes, place its own items in the OKVS's rows."""
+        """Send the trees; then, while the receiver finishes, place its own items in the OKVS's rows and draw
+        the shuffle of its values."""
         yield send(self.peer, trees)
         st = self.state
         okvs_key, (hash_key,) = self._keys()
         self.hold("rr22_public_keys", (okvs_key, hash_key))
         st.starts, st.bands, st.hx = okvs.rows(kkrt.item_hashes(self.canon.encoded), okvs_key, st.columns)
+        st.send_order = psi.random_permutation(len(self.canon))  # the values' shuffle, drawn while waiting
 
     # ----------------------------------------------------------------- 6 receiver: the masked OKVS
     def on_vole_trees(self, msg: VoleTrees) -> Next:
@@ -180,8 +194,9 @@ class Rr22Session(KkrtSession):
         okvs_key, (hash_key,) = self._keys()
         self.hold("rr22_public_keys", (okvs_key, hash_key))
         self.hold("rr22_vole_c", c)
-        masked = rr22.mask(st.p, a)
-        st.p = np.zeros((0, 16), np.uint8)
+        p, st.starts, st.bands = self._encoded()
+        masked = rr22.mask(p, a)
+        del p
         self.tick(len(self.canon))
         st.k = 0
         if st.peer_size == 0:

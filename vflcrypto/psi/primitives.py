@@ -383,9 +383,13 @@ def match_digests(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | Non
     return match_pairs(own, peer, own_order)[0]
 
 
-def match_pairs(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | None = None
+def match_pairs(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | None = None, *, ordered: bool = True
                 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(i, j)`` for every ``own[i] == peer[j]``, both ordered by the digest value (see :func:`match_digests`)."""
+    """``(i, j)`` for every ``own[i] == peer[j]``, both ordered by the digest value (see :func:`match_digests`).
+
+    ``ordered=False`` skips that last sort: for a caller that sends the pairs' order to its peer
+    (the OT PSIs' ``align.common_values``) rather than relying on both sides sorting alike.
+    """
     empty = np.zeros(0, dtype=np.int64)
     if len(own) == 0 or len(peer) == 0:
         return empty, empty
@@ -416,15 +420,15 @@ def match_pairs(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | None 
         mine, their = by_own[hit], by_peer[at[hit]]
         same = _suffix(own)[mine] == _suffix(peer)[their]  # the first 8 bytes are equal already
         pos, theirs = mine[same], their[same]
-    if len(pos) < 2:
+    if len(pos) < 2 or not ordered:
         return pos.astype(np.int64), theirs.astype(np.int64)
     # the digest order: by the first 8 bytes read big-endian (one integer sort) when those are distinct,
     # which is the byte order itself; else by the whole digests
     raw = np.ascontiguousarray(own[pos]).view(np.uint8).reshape(len(pos), DIGEST_BYTES)
     head = np.ascontiguousarray(raw[:, :8]).view(">u8").ravel()
     order = np.argsort(head)
-    ordered = head[order]
-    if np.any(ordered[1:] == ordered[:-1]):
+    heads = head[order]
+    if np.any(heads[1:] == heads[:-1]):
         order = np.argsort(own[pos], kind="stable")
     return pos[order].astype(np.int64), theirs[order].astype(np.int64)
 
