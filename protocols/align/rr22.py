@@ -13,12 +13,12 @@ and :mod:`vflcrypto.psi.okvs`. Steps:
    correlated OTs (noise positions and values of the silent VOLE as choice bits).
 5. ``on_vole_matrix`` (sender): expands its GGM trees and sends ``align.vole_trees`` (each
    level's two sums under the OT keys, and one correction per tree); keeps ``B``. Meanwhile
-   the receiver encodes its OKVS ``P`` (it needs no VOLE), and after sending, the sender
-   places its own IDs in the OKVS's rows.
-6. ``on_vole_trees`` (receiver): finishes ``(A, C)`` and streams ``align.okvs_masked`` =
-   ``P ⊕ A``; keeps its own OPRF outputs ``H'(Decode(C, y))``.
-7. ``on_okvs_masked`` (sender): after the last chunk, evaluates its IDs, shuffles the
-   values once and sends ``align.oprf_values`` (one value per ID).
+   the receiver encodes its OKVS ``P`` (it needs no VOLE) on a thread of its own, and after
+   sending, the sender places its own IDs in the OKVS's rows and draws its values' shuffle.
+6. ``on_vole_trees`` (receiver): finishes ``(A, C)`` beside the encoding thread, then streams
+   ``align.okvs_masked`` = ``P ⊕ A``; keeps its own OPRF outputs ``H'(Decode(C, y))``.
+7. ``on_okvs_masked`` (sender): after the last chunk, evaluates its IDs and sends
+   ``align.oprf_values`` (one value per ID) in the shuffled order.
 8. ``on_oprf_values`` / ``on_common_values``: as in KKRT (:class:`.kkrt.KkrtSession`): the
    receiver matches, and in mode both sends the matched values' places in the sender's order.
 
