@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from vflcrypto.protocols.align import fastcsv, spill
+from vflcrypto.protocols.align import fastcsv, results, spill
 from vflcrypto.protocols.align.idtable import IdTable, read_id_table
 
 from vflcrypto.errors import InputDataError
@@ -175,7 +175,7 @@ def test_the_numpy_merge_writes_the_heap_merges_bytes(tmp_path_factory: pytest.T
         picked = data.draw(st.lists(st.integers(0, max(n - 1, 0)), unique=True, max_size=n)) if n else []
         spill.write_result(work, b, got, np.asarray(picked, np.int64))
     with (tmp / "fast.csv").open("wb") as fh:
-        count = spill._merge_indexed(work, buckets, fh, chunk=chunk)
+        count = results._merge_indexed(work, buckets, fh, chunk=chunk)
     indexes = [spill.result_index(work, b) for b in range(buckets)]
     for f in (work / "done").glob("*.idx"):
         f.unlink()  # the walk's way: the heap merge, and each result's index from its records
