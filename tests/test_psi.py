@@ -150,6 +150,10 @@ def test_match_pairs_unordered_gives_the_same_pairs() -> None:
     pairs = sorted(zip(ui.tolist(), uj.tolist(), strict=True))
     assert len(i) == 200 and pairs == sorted(zip(i.tolist(), j.tolist(), strict=True))
     assert all(own[a] == peer[b] for a, b in pairs)
+    # a peer that sends its values in value_order is joined without sorting them: the same pairs
+    sent = psi.value_order(peer)
+    si, sj = psi.match_pairs(own, peer[sent], own_order=psi.digest_order(own), ordered=False)
+    assert sorted(zip(si.tolist(), sent[sj].tolist(), strict=True)) == pairs
 
 
 def test_digests_with_trailing_zero_bytes_compare_exactly() -> None:

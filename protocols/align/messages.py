@@ -182,8 +182,9 @@ class OprfMatrix:
     sender=PASSIVE_ROLES, receiver=ACTIVE_ROLES,
     protection=(Protection.BLINDED, Protection.SHUFFLED),
     reveals="the OPRF values of each of the sender's IDs (KKRT: at its three cuckoo bins and the "
-            "stash rows; the VOLE PSI: one per ID), in one random order: those of common IDs equal "
-            "the receiver's own outputs (it learns which of its rows are common); the others are "
+            "stash rows; the VOLE PSI: one per ID), in an order independent of the sender's file (KKRT: "
+            "one random order; the VOLE PSI: sorted by value, a function of the values alone): those of "
+            "common IDs equal the receiver's own outputs (it learns which of its rows are common); the others are "
             "pseudorandom without the sender's OPRF key (KKRT's s, the VOLE's Δ); the count "
             "reveals the sender's set size (public)",
 )

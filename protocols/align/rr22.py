@@ -14,11 +14,12 @@ and :mod:`vflcrypto.psi.okvs`. Steps:
 5. ``on_vole_matrix`` (sender): expands its GGM trees and sends ``align.vole_trees`` (each
    level's two sums under the OT keys, and one correction per tree); keeps ``B``. Meanwhile
    the receiver encodes its OKVS ``P`` (it needs no VOLE) on a thread of its own, and after
-   sending, the sender places its own IDs in the OKVS's rows and draws its values' shuffle.
+   sending, the sender places its own IDs in the OKVS's rows.
 6. ``on_vole_trees`` (receiver): finishes ``(A, C)`` beside the encoding thread, then streams
    ``align.okvs_masked`` = ``P ⊕ A``; keeps its own OPRF outputs ``H'(Decode(C, y))``.
 7. ``on_okvs_masked`` (sender): after the last chunk, evaluates its IDs and sends
-   ``align.oprf_values`` (one value per ID) in the shuffled order.
+   ``align.oprf_values`` (one value per ID) sorted by value (:func:`~vflcrypto.psi.primitives.value_order`:
+   independent of its file's order, as a shuffle is; the receiver then need not sort them).
 8. ``on_oprf_values`` / ``on_common_values``: as in KKRT (:class:`.kkrt.KkrtSession`): the
    receiver matches, and in mode both sends the matched values' places in the sender's order.
 
@@ -173,14 +174,12 @@ class Rr22Session(KkrtSession):
                         then([], self.peer, OkvsMasked, "on_okvs_masked"))
 
     def _trees_then_rows(self, trees: VoleTrees) -> Iterator[tuple[str, Any]]:
-        """Send the trees; then, while the receiver finishes, place its own items in the OKVS's rows and draw
-        the shuffle of its values."""
+        """Send the trees; then, while the receiver finishes, place its own items in the OKVS's rows."""
         yield send(self.peer, trees)
         st = self.state
         okvs_key, (hash_key,) = self._keys()
         self.hold("rr22_public_keys", (okvs_key, hash_key))
         st.starts, st.bands, st.hx = okvs.rows(kkrt.item_hashes(self.canon.encoded), okvs_key, st.columns)
-        st.send_order = psi.random_permutation(len(self.canon))  # the values' shuffle, drawn while waiting
 
     # ----------------------------------------------------------------- 6 receiver: the masked OKVS
     def on_vole_trees(self, msg: VoleTrees) -> Next:
@@ -234,6 +233,9 @@ class Rr22Session(KkrtSession):
         _, (hash_key,) = self._keys()
         delta = np.packbits(st.delta_bits, bitorder="little")
         st.values = rr22.sender_values(st.b, delta, st.masked, (st.starts, st.bands, st.hx), hash_key)
+        # sent sorted by value: as private as a shuffle (a function of the values alone), and the receiver,
+        # which waits on its own outputs meanwhile, then matches without sorting them
+        st.send_order = psi.value_order(np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel())
         st.b, st.masked, st.hx = np.zeros((0, 16), np.uint8), np.zeros((0, 16), np.uint8), np.zeros((0, 16), np.uint8)
         st.starts, st.bands = np.zeros(0, np.int64), np.zeros((0, okvs.BAND // 64), np.uint64)
         self.tick(len(self.canon))

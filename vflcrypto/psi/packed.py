@@ -57,10 +57,11 @@ class PackedIds(Sequence[bytes]):
         """The permutation that sorts IDs ``rows`` (default: all, then cached) by their bytes.
 
         The IDs, zero-padded (they must hold no NUL: padding then keeps the byte order), are
-        read as big-endian 64-bit words, folded left to right into one integer key per ID:
-        each step replaces ``(key so far, next word)`` by its rank among the distinct pairs,
-        so every sort is an integer sort (a string sort of the padded bytes costs several
-        times more). Distinct IDs give distinct keys.
+        read as big-endian bit strings and sorted by integer sorts only (a string sort of the
+        padded bytes costs several times more): first by their first 64 bits; then, while some
+        IDs tie, by one 64-bit key per ID made of its tie group's rank (in the high bits) and as
+        many of its next bits as fit below, each round consuming those bits. IDs that share
+        their first 8 bytes (a common prefix) are thus told apart in one more sort.
         """
         if rows is None:
             if self._order is None:
@@ -69,23 +70,27 @@ class PackedIds(Sequence[bytes]):
         if not len(rows):
             return np.zeros(0, np.int64)
         lengths = self.offsets[rows + 1] - self.offsets[rows]
-        words = -(-int(lengths.max()) // 8)
-        arr = np.frombuffer(self.data, np.uint8)
+        bits_in_all = 8 * int(lengths.max())
+        words = -(-bits_in_all // 64)
+        padded = np.concatenate([np.frombuffer(self.data, np.uint8), np.zeros(8 * words + 8, np.uint8)])
+        rows8 = np.lib.stride_tricks.as_strided(padded, (len(padded) - 7, 8), (1, 1), writeable=False)
         first = self.offsets[rows]
-        key = np.zeros(len(rows), np.uint64)
-        for w in range(words):
-            chunk = np.zeros((len(rows), 8), np.uint8)
-            for j in range(8):  # byte 8w + j of every ID (zero past its end): one gather per byte
-                has = lengths > 8 * w + j
-                chunk[has, j] = arr[first[has] + 8 * w + j]
-            word = chunk.view(">u8").ravel().astype(np.uint64)
-            if w == 0:
-                key = word
-                continue
-            _, rank_key = np.unique(key, return_inverse=True)
-            _, rank_word = np.unique(word, return_inverse=True)
-            key = rank_key.astype(np.uint64) * np.uint64(int(rank_word.max()) + 1) + rank_word.astype(np.uint64)
-        return np.argsort(key)  # distinct IDs: distinct keys
+        key = _word(rows8, first, lengths, 0)
+        order = np.argsort(key)
+        key = key[order]
+        pos = 64
+        while pos < bits_in_all:
+            tie = key[1:] == key[:-1]
+            if not tie.any():
+                break
+            group = np.concatenate([[0], np.cumsum(~tie)]).astype(np.uint64)  # nondecreasing along `order`
+            gbits = int(group[-1]).bit_length()
+            width = 64 - gbits
+            chunk = _bits(rows8, first[order], lengths[order], pos, width)
+            packed = (group << np.uint64(width)) | chunk if gbits else chunk
+            sub = np.argsort(packed)
+            order, key, pos = order[sub], packed[sub], pos + width
+        return order
 
     def order_of(self, rows: np.ndarray) -> np.ndarray:
         """The permutation that sorts IDs ``rows`` by their bytes, from the cached order of all IDs when made
@@ -96,3 +101,23 @@ class PackedIds(Sequence[bytes]):
         mark[rows] = np.arange(len(rows))
         picked = mark[self._order]
         return picked[picked >= 0]
+
+
+_TOP_BYTES = np.array([0] + [((1 << (8 * r)) - 1) << (8 * (8 - r)) for r in range(1, 9)], np.uint64)
+
+
+def _word(rows8: np.ndarray, first: np.ndarray, lengths: np.ndarray, w: int) -> np.ndarray:
+    """Bytes ``8w … 8w + 7`` of each ID (from byte ``first[i]``, ``lengths[i]`` long), zero past its end, as one
+    big-endian integer. ``rows8`` is the IDs' buffer seen as overlapping 8-byte rows (one per byte offset, the
+    buffer padded so every read stays inside): one 8-byte row gathered per ID."""
+    value = rows8[first + 8 * w].view(">u8").ravel().astype(np.uint64)
+    return value & _TOP_BYTES[np.clip(lengths - 8 * w, 0, 8)]
+
+
+def _bits(rows8: np.ndarray, first: np.ndarray, lengths: np.ndarray, pos: int, width: int) -> np.ndarray:
+    """The ``width`` bits (1 … 64) from bit ``pos`` of each zero-padded ID, as an integer below ``2**width``."""
+    w, r = divmod(pos, 64)
+    value = _word(rows8, first, lengths, w)
+    if r:
+        value = (value << np.uint64(r)) | (_word(rows8, first, lengths, w + 1) >> np.uint64(64 - r))
+    return value >> np.uint64(64 - width) if width < 64 else value

@@ -94,6 +94,7 @@ __all__ = [
     "reblind_chunk",
     "reblind_points",
     "reblind_stream",
+    "value_order",
     "verify_identity",
 ]
 
@@ -368,6 +369,15 @@ def digests_to_array(data: bytes | bytearray | memoryview) -> np.ndarray:
     return np.frombuffer(bytes(data), dtype=DIGEST_DTYPE)
 
 
+def value_order(digests: np.ndarray) -> np.ndarray:
+    """The order an OT PSI sender sends its values in: sorted by value (their first 8 bytes, as
+    :func:`match_pairs` sorts them), so the receiver need not sort them again.
+
+    As private as a random shuffle: the order is a function of the set of values alone, which
+    the receiver receives anyway (pseudorandom, independent of the sender's file order)."""
+    return digest_order(digests)
+
+
 def digest_order(digests: np.ndarray) -> np.ndarray:
     """The argsort of the digests' first 8 bytes (little-endian integers): :func:`match_digests`'s index of them."""
     return np.argsort(_prefix64(digests))
@@ -395,14 +405,18 @@ def match_pairs(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | None 
         return empty, empty
     # Join on the first 8 bytes as integers (integer sorts), then compare the last 4 bytes of each pair.
     own_p, peer_p = _prefix64(own), _prefix64(peer)
+    by_peer: np.ndarray | None = None  # None: the peer's values came sorted (:func:`value_order`)
     if own_order is not None:
-        by_peer, by_own = np.argsort(peer_p), own_order
+        # a peer that sent its values in value_order needs no sort (checked in one pass)
+        if not bool(np.all(peer_p[1:] >= peer_p[:-1])):
+            by_peer = np.argsort(peer_p)
+        by_own = own_order
     else:
         with ThreadPoolExecutor(2) as pool:  # numpy sorts without the GIL: both at once
             sorting = pool.submit(np.argsort, own_p)
             by_peer = np.argsort(peer_p)
             by_own = sorting.result()
-    sp = peer_p[by_peer]
+    sp = peer_p if by_peer is None else peer_p[by_peer]
     if np.any(sp[1:] == sp[:-1]):  # two peer digests share 8 bytes (≈ n²/2⁶⁵): join on the whole digests
         cand = np.nonzero(_members(own_p, peer_p))[0]
         pos = cand[_members(own[cand], peer[_members(peer_p, own_p[cand])])]
@@ -417,7 +431,7 @@ def match_pairs(own: np.ndarray, peer: np.ndarray, own_order: np.ndarray | None 
         so = own_p[by_own]
         at = np.minimum(np.searchsorted(sp, so), len(sp) - 1)
         hit = sp[at] == so
-        mine, their = by_own[hit], by_peer[at[hit]]
+        mine, their = by_own[hit], (at[hit] if by_peer is None else by_peer[at[hit]])
         same = _suffix(own)[mine] == _suffix(peer)[their]  # the first 8 bytes are equal already
         pos, theirs = mine[same], their[same]
     if len(pos) < 2 or not ordered:
