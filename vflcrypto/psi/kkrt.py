@@ -157,7 +157,10 @@ def aes_prf(key: bytes, blocks: np.ndarray) -> np.ndarray:
 
     Also the OKVS's row PRF, the GGM trees' numpy path and the VOLE PSI's output hash."""
     enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()  # noqa: S305  (PRF evaluation, see docstring)
-    return np.frombuffer(enc.update(np.ascontiguousarray(blocks).tobytes()), np.uint8).reshape(blocks.shape)
+    data = np.ascontiguousarray(blocks)
+    out = bytearray(data.nbytes + 15)  # update_into's room for a block it may hold back (ECB holds none)
+    enc.update_into(data.data.cast("B") if data.nbytes else b"", out)
+    return np.frombuffer(out, np.uint8, count=data.nbytes).reshape(blocks.shape)  # writable: callers XOR in place
 
 
 def locations(h0: np.ndarray, hash_key: bytes, bins: int) -> np.ndarray:

@@ -54,8 +54,10 @@ def public_keys(receiver_nonce: bytes, sender_nonce: bytes) -> tuple[bytes, byte
 def output_hash(key: bytes, z: np.ndarray) -> np.ndarray:
     """``AES_key(z) ⊕ z`` per 16-byte row, truncated to :data:`OUTPUT_BYTES`."""
     z = np.ascontiguousarray(z, np.uint8).reshape(-1, 16)
-    out = aes_prf(key, z) ^ z
-    return np.ascontiguousarray(out[:, :OUTPUT_BYTES])
+    out = aes_prf(key, z)
+    out ^= z
+    assert OUTPUT_BYTES % 4 == 0  # the truncation copies whole 32-bit words (several times faster than bytes)
+    return np.ascontiguousarray(out.view("<u4")[:, : OUTPUT_BYTES // 4]).view(np.uint8).reshape(-1, OUTPUT_BYTES)
 
 
 def receiver_encode(h0: np.ndarray, okvs_key: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
