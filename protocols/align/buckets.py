@@ -274,7 +274,8 @@ def run_bucketed(channels: Mapping[str, Channel], table: IdTable, work: Path, *,
                             report=report)
     else:
         for b in range(start, buckets):
-            rows = load_bucket(work, b, duplicates=duplicates, path=table.path, keep_first_flag=keep_first_flag)
+            rows = load_bucket(work, b, duplicates=duplicates, path=table.path, keep_first_flag=keep_first_flag,
+                               size=sizes[b])
             if sizes[b] and peer_sizes[b]:
                 res = run(channels, rows.canon(), timeout=timeout, **kw)
                 positions = res.rows

@@ -285,9 +285,7 @@ class KkrtSession:
 
     def _values_out(self) -> Next:
         st = self.state
-        order = st.send_order  # one global shuffle, sent chunk by chunk: drawn while waiting when it could be
-        if len(order) != len(st.values):
-            order = psi.random_permutation(len(st.values))
+        order = self._sending_order()
         st.send_order = order  # mode both: the receiver names the matched values by their place in it
         per = values_per_chunk(self.chunk_size)
         st.k = 0
@@ -295,6 +293,10 @@ class KkrtSession:
             return prefixed(self._values_sends(order, per), self.finished(None, None, st.peer_size))
         return prefixed(self._values_sends(order, per, index=True),
                         then([], self.peer, CommonValues, "on_common_values"))
+
+    def _sending_order(self) -> np.ndarray:
+        """The order the values go in, independent of this party's table and file: one global shuffle."""
+        return psi.random_permutation(len(self.state.values))
 
     def _values_sends(self, order: np.ndarray, per: int, *, index: bool = False) -> Iterator[tuple[str, Any]]:
         """The shuffled values, chunk by chunk; then (mode both), while the receiver matches, sort this party's

@@ -233,13 +233,15 @@ class Rr22Session(KkrtSession):
         _, (hash_key,) = self._keys()
         delta = np.packbits(st.delta_bits, bitorder="little")
         st.values = rr22.sender_values(st.b, delta, st.masked, (st.starts, st.bands, st.hx), hash_key)
-        # sent sorted by value: as private as a shuffle (a function of the values alone), and the receiver,
-        # which waits on its own outputs meanwhile, then matches without sorting them
-        st.send_order = psi.value_order(np.ascontiguousarray(st.values).view(psi.DIGEST_DTYPE).ravel())
         st.b, st.masked, st.hx = np.zeros((0, 16), np.uint8), np.zeros((0, 16), np.uint8), np.zeros((0, 16), np.uint8)
         st.starts, st.bands = np.zeros(0, np.int64), np.zeros((0, okvs.BAND // 64), np.uint64)
         self.tick(len(self.canon))
         return self._values_out()
+
+    def _sending_order(self) -> np.ndarray:
+        """Sorted by value: as private as a shuffle (a function of the values alone), and the receiver, which
+        waits on its own outputs meanwhile, then matches without sorting them."""
+        return psi.value_order(np.ascontiguousarray(self.state.values).view(psi.DIGEST_DTYPE).ravel())
 
     # ----------------------------------------------------------------- 8: matching, as KKRT's
     def _peer_value_count(self) -> int:

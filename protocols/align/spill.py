@@ -200,14 +200,15 @@ def _spill_simple(table: IdTable, work: Path, key: bytes, buckets: int, block_by
         bucket = (hashed % np.uint64(buckets)).astype(np.int64)
         order = np.argsort(bucket, kind="stable")  # each bucket's records in input order
         llen = block.ends + 1 - block.starts  # with the newline
+        klen, llen = klen[order], llen[order]  # from here on, in bucket order
         head = np.empty(n, _SPILL_DTYPE)
-        head["row"], head["key"], head["line"] = block.row0 + order, klen[order], llen[order]
+        head["row"], head["key"], head["line"] = block.row0 + order, klen, llen
         side = np.empty(n, _INDEX_DTYPE)
-        side["row"], side["key"], side["line"], side["hash"] = head["row"], head["key"], head["line"], hashed[order]
+        side["row"], side["key"], side["line"], side["hash"] = head["row"], klen, llen, hashed[order]
         src = np.concatenate([head.view(np.uint8), block.arr])
         base = 16 * n  # the block's bytes follow the n headers in src
         starts = np.stack([np.arange(0, base, 16), base + block.first[order], base + block.starts[order]], 1)
-        lengths = np.stack([np.full(n, 16), klen[order], llen[order]], 1)
+        lengths = np.stack([np.full(n, 16), klen, llen], 1)
         body = fastcsv.gather(src, starts.ravel(), lengths.ravel(), chunk=3 << 14)
         ends = np.concatenate([[0], np.cumsum(lengths.sum(1))])  # where each record ends, after a leading 0
         counts = np.concatenate([[0], np.cumsum(np.bincount(bucket, minlength=buckets))])
@@ -422,18 +423,20 @@ def count_spilled(work: Path, b: int, duplicates: str, path: str, keep_first_fla
     return count_bucket(spill_bytes(work, b), duplicates, path, keep_first_flag)
 
 
-def load_bucket(work: Path, b: int, *, duplicates: str, path: Path,
-                keep_first_flag: str) -> BucketRows | IndexedBucket:
+def load_bucket(work: Path, b: int, *, duplicates: str, path: Path, keep_first_flag: str,
+                size: int | None = None) -> BucketRows | IndexedBucket:
     """Bucket ``b``'s rows; a duplicate ID is refused (naming both lines) unless ``duplicates == 'keep_first'``.
 
     A repeated ID always falls in the bucket of its first occurrence, and rows are
     appended in input order, so the first row of each ID is kept, as without buckets.
     With the simple-CSV spill's index and no repeat, the rows load in numpy (:class:`IndexedBucket`).
+    ``size``, the bucket's distinct IDs as :func:`count_spilled` found them, saves checking the index again:
+    the bucket has no repeat exactly when it equals the index's length.
     """
     data = spill_bytes(work, b)
     if _indexed(work):
         index = _index(work, b)
-        if _distinct(index):
+        if (_distinct(index) if size is None else size == len(index)):
             return IndexedBucket(data, index, path)
     return BucketRows(*parse_bucket(data, duplicates, str(path), keep_first_flag))
 
