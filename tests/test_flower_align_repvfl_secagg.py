@@ -17,7 +17,7 @@ from vflcrypto.cli import main
 pytestmark = FLOWER_MARKS
 
 
-@pytest.mark.parametrize("psi", ["ecdh", "kkrt"])
+@pytest.mark.parametrize("psi", ["ecdh", "kkrt", "rr22"])
 def test_simulation_align_matches_run_local(tmp_path: Path, psi: str) -> None:
     from vflcrypto.protocols import align
 
