@@ -1,6 +1,7 @@
 """The compiled parts: the ciphertext group-product kernel (``vflcrypto.he._groupprod``),
 batched BLAKE2b for KKRT (``vflcrypto.psi._blake2b``), and the VOLE PSI's silent-VOLE
-arithmetic (``vflcrypto.psi._vole``) and random-band OKVS (``vflcrypto.psi._okvs``).
+arithmetic (``vflcrypto.psi._vole``) and random-band OKVS (``vflcrypto.psi._okvs``), and the
+one-pass scan of a simple CSV for alignment (``vflcrypto.data._csvscan``).
 
 Everything else is in pyproject.toml. Every extension is optional: where they cannot be
 built (no C compiler, no Python headers) the install goes on and the same work runs in
@@ -16,4 +17,5 @@ setup(ext_modules=[
     Extension("vflcrypto.psi._blake2b", ["vflcrypto/psi/_blake2b.c"], optional=True, extra_compile_args=["-O3"]),
     Extension("vflcrypto.psi._vole", ["vflcrypto/psi/_vole.c"], optional=True, extra_compile_args=["-O3"]),
     Extension("vflcrypto.psi._okvs", ["vflcrypto/psi/_okvs.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("vflcrypto.data._csvscan", ["vflcrypto/data/_csvscan.c"], optional=True, extra_compile_args=["-O3"]),
 ])

@@ -133,3 +133,64 @@ def test_aligned_outputs_are_the_csv_paths_bytes(tmp_path_factory: pytest.TempPa
     assert fast["intersection"] == slow["intersection"]
     for name in ("l.aligned.csv", "r.aligned.csv"):
         assert (d / "fast" / name).read_bytes() == (d / "slow" / name).read_bytes()
+
+
+_native_scan = pytest.mark.skipif(fastcsv._native() is None, reason="the compiled scan (vflcrypto.data._csvscan) "
+                                  "is not built here or VFLCRYPTO_NATIVE=0: only the numpy path runs")
+
+
+def _loads(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[fastcsv.Loaded | None, fastcsv.Loaded | None]:
+    """The file loaded by the compiled scan and by the numpy path."""
+    native = fastcsv.load(path, "id")
+    with monkeypatch.context() as m:
+        m.setattr(fastcsv, "_native", lambda: None)
+        return native, fastcsv.load(path, "id")
+
+
+def _same(a: fastcsv.Loaded | None, b: fastcsv.Loaded | None) -> None:
+    assert (a is None) == (b is None)
+    if a is not None and b is not None:
+        assert np.array_equal(a.starts, b.starts) and np.array_equal(a.ends, b.ends)
+        assert a.ids.data == b.ids.data and np.array_equal(a.ids.offsets, b.ids.offsets)
+        assert (a.header, a.header_line) == (b.header, b.header_line)
+
+
+@_native_scan
+@pytest.mark.parametrize("text", [
+    "id,x\nb,1\na,2\nab,3\n", "x,id\n1,b\n2,a\n", "x,id,y\n1,b,q\n", "id\nb\na\n", "id,x\n b,1\nb,\n",
+    'id,x\n"a",1\n', "id,x\r\na,1\r\n", "id,x\né,1\n", "id,x\na,1\n\nb,2\n", "id,x\na,1", "id,x\na,1,2\nb,2\n",
+    "id,x\na\nb,2,3\n", "id,x\n,1\n", "id,x\n", "id,x\na,\x00\n", "id,x\na," + "y" * 200_000 + "\n",
+    "x,id\n1,\n", "x,id,y\n1,,2\n", "id,x\na,1\nb,2,\n",
+])
+def test_the_compiled_scan_reads_what_the_numpy_path_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            text: str) -> None:
+    native, plain = _loads(_write(tmp_path / "t.csv", text), monkeypatch)
+    _same(native, plain)
+
+
+@_native_scan
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header=st.sampled_from(["id,x", "x,id", "x,id,y", "id"]),
+       body=st.text(st.sampled_from("ab,\n\r\"é\x00"), max_size=60))
+def test_the_compiled_scan_agrees_on_any_bytes(tmp_path_factory: pytest.TempPathFactory,
+                                               monkeypatch: pytest.MonkeyPatch, header: str, body: str) -> None:
+    path = _write(tmp_path_factory.mktemp("scan") / "t.csv", header + "\n" + body)
+    native, plain = _loads(path, monkeypatch)
+    _same(native, plain)
+
+
+@_native_scan
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=200), st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200)), max_size=30))
+def test_the_compiled_gather_is_the_numpy_gather(data: bytes, ranges: list[tuple[int, int]]) -> None:
+    arr = np.frombuffer(data, np.uint8)
+    ranges = [(s, min(n, len(data) - s)) for s, n in ranges if s <= len(data)]
+    starts = np.array([s for s, _ in ranges], np.int64)
+    lengths = np.array([n for _, n in ranges], np.int64)
+    expected = b"".join(data[s : s + n] for s, n in ranges)
+    assert fastcsv.gather(arr, starts, lengths) == expected
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(fastcsv, "_native", lambda: None)
+        assert fastcsv.gather(arr, starts, lengths, chunk=3) == expected
+    with pytest.raises(ValueError, match="outside"):
+        fastcsv.gather(arr, np.array([len(data)], np.int64), np.array([1], np.int64))
