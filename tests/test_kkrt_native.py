@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import shutil
+import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -99,3 +102,48 @@ def test_kkrt_rows_ids_and_buckets_hash_the_same_with_and_without_it(blake, monk
     fast_buckets = spill.bucket_index(key, ids, 12)
     monkeypatch.setenv("VFLCRYPTO_NATIVE", "0")
     assert np.array_equal(fast_buckets, spill.bucket_index(key, ids, 12))  # the bucketed alignment's spill
+
+
+def _mixed_batch(seed: int) -> list[bytes]:
+    """1003 messages (not a multiple of 4 or 8: a tail the lanes leave to the scalar path) of random
+    lengths 0..300: one-block messages of mixed lengths share lane groups, longer ones go one by one."""
+    rng = np.random.default_rng(seed)
+    return [rng.bytes(int(n)) for n in rng.integers(0, 301, 1003)]
+
+
+@pytest.mark.parametrize("key", [b"", bytes(range(32))], ids=["unkeyed", "keyed"])
+@pytest.mark.parametrize("size", [16, 64])
+def test_mixed_lengths_in_the_simd_lanes_are_hashlibs(blake, size: int, key: bytes) -> None:
+    """On x86-64 one-block messages are hashed 4 (AVX2) or 8 (AVX-512) at a time, each lane with its
+    own length; ``simd()`` names the path this process took."""
+    assert blake.simd() in ("avx512", "avx2", "scalar")
+    msgs = _mixed_batch(size + len(key))
+    person = b"vflcrypto-kkrt0"
+    got = blake.blake2b_many(b"".join(msgs), _offsets(msgs), size, person, key)
+    assert got == b"".join(hashlib.blake2b(m, digest_size=size, person=person, key=key).digest() for m in msgs)
+
+
+_OTHER_PROCESS = """
+import pickle, sys
+from vflcrypto.psi import _blake2b
+batches = pickle.load(sys.stdin.buffer)
+pickle.dump((_blake2b.simd(), [_blake2b.blake2b_many(*b) for b in batches]), sys.stdout.buffer)
+"""
+
+
+def test_the_scalar_and_avx2_paths_give_the_simd_paths_bytes(blake) -> None:
+    """``VFLCRYPTO_SIMD=0`` at import: the scalar path only; ``=avx2``: AVX2 at most (on an AVX-512
+    machine too). Each, in a fresh process, hashes the same batches to the same bytes as this one."""
+    msgs = _mixed_batch(7)
+    data, offsets = b"".join(msgs), _offsets(msgs).tobytes()
+    batches = [(data, offsets, size, b"vflcrypto-kkrt0", key) for size in (16, 64) for key in (b"", b"k" * 64)]
+    here = [blake.blake2b_many(*b) for b in batches]
+    for switch in ("0", "avx2"):
+        run = subprocess.run([sys.executable, "-c", _OTHER_PROCESS], input=pickle.dumps(batches), capture_output=True,
+                             env={**os.environ, "VFLCRYPTO_SIMD": switch}, check=True, timeout=60)
+        path, there = pickle.loads(run.stdout)
+        assert there == here
+        if switch == "0":
+            assert path == "scalar"
+        else:  # at most AVX2; a CPU with AVX-512 (this process's lanes) has AVX2 too
+            assert path == "avx2" if blake.simd() != "scalar" else path in ("avx2", "scalar")
