@@ -156,6 +156,20 @@ def test_match_pairs_unordered_gives_the_same_pairs() -> None:
     assert sorted(zip(si.tolist(), sent[sj].tolist(), strict=True)) == pairs
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3000), st.integers(1, 64), st.integers(0, 2**32))
+def test_prefix_order_sorts_like_argsort(n: int, spread: int, seed: int) -> None:
+    """The packed-key sort gives sorted keys whatever their spread: uniform, tied on the high bits that the
+    sort reads (mended run by run), or so tied that it falls back to one argsort."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 2**64, n, dtype=np.uint64) >> np.uint64(64 - spread)
+    keys <<= np.uint64(64 - spread)  # only the top `spread` bits vary: ties on the high bits when spread is small
+    keys |= rng.integers(0, 4, n, dtype=np.uint64)  # and low bits that the packed sort overwrites
+    order = psi.prefix_order(keys)
+    assert np.array_equal(np.sort(order), np.arange(n))
+    assert np.array_equal(keys[order], np.sort(keys))
+
+
 def test_digests_with_trailing_zero_bytes_compare_exactly() -> None:
     a = psi.digests_to_array(b"\x01" + bytes(11))
     b = psi.digests_to_array(b"\x01" + bytes(10) + b"\x02")
