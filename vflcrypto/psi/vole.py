@@ -379,7 +379,7 @@ class VoleSender:
         sums_out = np.empty((sh.instances, TREES, h, 2, 16), np.uint8)
         plain = np.empty_like(sums_out)
         corr_out = np.empty((sh.instances, TREES, 16), np.uint8)
-        b_parts = []
+        b = np.empty((sh.instances * sh.per, 16), np.uint8)  # filled in place: no concatenation of the parts
         for inst in range(sh.instances):
             base = inst * sh.cots_per_instance
             delta_i = _pack(q[base : base + TREES * BITS])
@@ -392,6 +392,7 @@ class VoleSender:
             sums_out[inst] = sums
             total = np.bitwise_xor.reduce(level[:, : sh.block].view(np.uint64), axis=1).view(np.uint8)
             corr_out[inst] = delta_i ^ total
-            b_parts.append(_encode(np.ascontiguousarray(level[:, : sh.block]).reshape(-1, 16), sh.per))
+            b[inst * sh.per : (inst + 1) * sh.per] = _encode(np.ascontiguousarray(level[:, : sh.block]).reshape(-1, 16),
+                                                             sh.per)
         self.level_sums = plain
-        return sums_out.tobytes(), corr_out.tobytes(), np.concatenate(b_parts)[: sh.outputs]
+        return sums_out.tobytes(), corr_out.tobytes(), b[: sh.outputs]
