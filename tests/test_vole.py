@@ -2,13 +2,18 @@
 
 GF(2^128) products are checked against Python integers (carry-less schoolbook product and
 reduction by X^128 + X^7 + X^2 + X + 1), with and without the CPU's carry-less multiply;
-the code against a dense numpy product built from the same public parameters; the VOLE
-relation C = B xor Delta*A end to end through the messages both sides really exchange.
+the code against a dense numpy product built from the same public parameters, and the C
+encoding on every SIMD path (AVX-512, AVX2, row by row) against the same bytes and against the
+convolutions and expander written out on Python integers; the VOLE relation C = B xor Delta*A
+end to end through the messages both sides really exchange.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -124,6 +129,90 @@ def test_the_code_refuses_bad_parameters() -> None:
         _vole.exconv_encode(buf, 64, bad, c1, c2, 7)
     with pytest.raises(ValueError, match="0 < m < N"):
         _vole.exconv_encode(buf, 128, idx, c1, c2, 7)
+
+
+def _ref_exconv(e: bytes, m: int, idx: np.ndarray, c1: bytes, c2: bytes) -> bytes:
+    """exconv_encode written out on Python integers: the whole buffer after it (the parity part convolved too)."""
+    rows = _ints(e)
+    x, d = rows[:m], rows[m:]
+    size = len(d)
+    for coeff in (c1, c2):
+        for i in range(size):
+            xi = d[i]  # row i's value before it adds itself anywhere (with size <= 25 it reaches itself)
+            bits = int.from_bytes(coeff[3 * i : 3 * i + 3], "little") | 1 << 24  # bit 24: always row i + 25
+            for k in range(25):
+                if bits >> k & 1:
+                    d[(i + 1 + k) % size] ^= xi
+    for i, targets in enumerate(idx.tolist()):
+        for j in targets:
+            x[i] ^= d[j]
+    return b"".join(v.to_bytes(16, "little") for v in x + d)
+
+
+# parity sizes: below the convolution's reach (< 26, every row wraps around), around the SIMD kernels'
+# thresholds and group boundaries (AVX2: 2 rows, from 32; AVX-512: 4 rows, from 64, 32 at a time), odd
+_REF_SIZES = (1, 2, 7, 24, 25, 26, 27, 31, 32, 33, 50, 63, 64, 65, 66, 95, 96, 97, 127, 128, 129, 131, 255, 1001)
+
+
+def _exconv_case(size: int, m: int, weight: int, seed: int) -> tuple[bytes, int, bytes, bytes, bytes, int]:
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, size, (m, weight), dtype=np.uint32)
+    return rng.bytes((m + size) * 16), m, idx.tobytes(), rng.bytes(3 * size), rng.bytes(3 * size), weight
+
+
+def _exconv(case: tuple[bytes, int, bytes, bytes, bytes, int]) -> bytes:
+    from vflcrypto.psi import _vole  # type: ignore[attr-defined]
+
+    e, m, idx, c1, c2, weight = case
+    buf = bytearray(e)
+    _vole.exconv_encode(buf, m, idx, c1, c2, weight)
+    return bytes(buf)
+
+
+def test_the_encoding_is_the_convolutions_and_expander_it_describes() -> None:
+    """On this process's path (``_vole.simd()``): the bytes of the code written out on Python integers."""
+    from vflcrypto.psi import _vole  # type: ignore[attr-defined]
+
+    assert _vole.simd() in ("avx512", "avx2", "scalar")
+    for n, size in enumerate(_REF_SIZES):
+        for m, weight in ((1, 7), (37, 7), (size + 3, 3)):
+            case = _exconv_case(size, m, weight, 1000 * n + m)
+            e, _, idx, c1, c2, _ = case
+            want = _ref_exconv(e, m, np.frombuffer(idx, np.uint32).reshape(m, weight), c1, c2)
+            assert _exconv(case) == want, (size, m, weight)
+
+
+_OTHER_PROCESS = """
+import pickle, sys
+from vflcrypto.psi import _vole
+cases = pickle.load(sys.stdin.buffer)
+out = []
+for e, m, idx, c1, c2, weight in cases:
+    buf = bytearray(e)
+    _vole.exconv_encode(buf, m, idx, c1, c2, weight)
+    out.append(bytes(buf))
+pickle.dump((_vole.simd(), out), sys.stdout.buffer)
+"""
+
+
+def test_the_scalar_and_avx2_paths_give_the_simd_paths_bytes() -> None:
+    """``VFLCRYPTO_SIMD=0`` at import: the row-by-row convolution only; ``=avx2``: AVX2 at most (on an AVX-512
+    machine too). Each, in a fresh process, encodes the same inputs to the same bytes as this one: the
+    reference sizes and long vectors (many passes of the kernels, then the wrapped-around tail)."""
+    from vflcrypto.psi import _vole  # type: ignore[attr-defined]
+
+    cases = [_exconv_case(size, 29, 7, size) for size in _REF_SIZES]
+    cases += [_exconv_case(size, m, 7, size) for size, m in ((20_011, 9_000), (65_536, 40_000), (70_001, 70_000))]
+    here = [_exconv(case) for case in cases]
+    for switch in ("0", "avx2"):
+        run = subprocess.run([sys.executable, "-c", _OTHER_PROCESS], input=pickle.dumps(cases), capture_output=True,
+                             env={**os.environ, "VFLCRYPTO_SIMD": switch}, check=True, timeout=60)
+        path, there = pickle.loads(run.stdout)
+        assert there == here
+        if switch == "0":
+            assert path == "scalar"
+        else:  # at most AVX2; a CPU with AVX-512 (this process's path) has AVX2 too
+            assert path == "avx2" if _vole.simd() != "scalar" else path in ("avx2", "scalar")
 
 
 def _run(outputs: int) -> tuple[vole.VoleReceiver, vole.VoleSender, np.ndarray, np.ndarray, np.ndarray]:
