@@ -11,6 +11,9 @@ leave the caller's arrays untouched.
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +25,7 @@ from hypothesis import strategies as st
 
 from vflcrypto.errors import ProtocolError
 from vflcrypto.psi import okvs
+from vflcrypto.psi.kkrt import native_module
 
 Rows = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -65,6 +69,14 @@ def _rank(dense: np.ndarray) -> int:
         if x:
             pivots[top] = x
     return len(pivots)
+
+
+def _xor_of_windows(P: np.ndarray, starts: np.ndarray, bands: np.ndarray) -> np.ndarray:
+    """Each row's value from numpy alone: the XOR of ``P[s + k]`` over the set bits ``k`` of its band."""
+    n, words = bands.shape
+    bits = np.unpackbits(bands.astype("<u8").view(np.uint8).reshape(n, 8 * words), axis=1, bitorder="little")
+    windows = P[starts[:, None] + np.arange(64 * words)]  # n × w × 16: every row's whole window
+    return np.bitwise_xor.reduce(np.where(bits[:, :, None].astype(bool), windows, 0), axis=1)
 
 
 def test_the_extension_is_built_here() -> None:
@@ -270,3 +282,64 @@ def test_switched_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
         okvs.encode(starts, bands, values, m)
     with pytest.raises(ProtocolError, match="needs the compiled OKVS extension"):
         okvs.decode(np.zeros((m, 16), np.uint8), starts, bands)
+
+
+@pytest.fixture
+def native() -> Any:
+    mod = native_module("_okvs")
+    if mod is None:
+        pytest.skip("the OKVS extension is not built here (or VFLCRYPTO_NATIVE=0)")
+    return mod
+
+
+def _decode_cases() -> list[tuple[bytes, bytes, bytes, int]]:
+    """(P, starts, bands, w) for w = 64..512 and odd row counts, dense, sparse, full and empty bands,
+    rows at both ends of P; the last case per width has P over 1 MiB (the bucket-ordered decode)."""
+    rng = np.random.default_rng(20240607)
+    cases = []
+    for w in (64, 128, 256, 512):
+        for n, m in ((1, w), (7, w + 3), (333, 3 * w + 101), (1001, 70_001 + w)):
+            starts, bands, _ = _random_rows(rng, n, m, w, density=float(rng.choice([0.5, 0.05, 0.95])))
+            starts[0] = m - w  # the window reaching P's last element
+            bands[-1] = np.uint64(2**64 - 1)  # every bit
+            if n > 2:
+                starts[1] = 0
+                bands[1] = 0
+            P = rng.integers(0, 256, (m, 16), dtype=np.uint8)
+            cases.append((P.tobytes(), starts.tobytes(), bands.tobytes(), w))
+    return cases
+
+
+def test_simd_names_the_decode_kernel(native: Any) -> None:
+    assert native.simd() in ("avx512", "avx2", "scalar")
+
+
+def test_decode_gives_the_xor_of_each_window_on_this_kernel(native: Any) -> None:
+    for P, starts, bands, w in _decode_cases():
+        p, s = np.frombuffer(P, np.uint8).reshape(-1, 16), np.frombuffer(starts, np.int64)
+        b = np.frombuffer(bands, np.uint64).reshape(len(s), w // 64)
+        assert native.decode(P, starts, bands, w) == _xor_of_windows(p, s, b).tobytes(), (w, len(s))
+
+
+_OTHER_PROCESS = """
+import pickle, sys
+from vflcrypto.psi import _okvs
+cases = pickle.load(sys.stdin.buffer)
+pickle.dump((_okvs.simd(), [_okvs.decode(*c) for c in cases]), sys.stdout.buffer)
+"""
+
+
+def test_the_scalar_and_avx2_kernels_give_this_kernels_bytes(native: Any) -> None:
+    """``VFLCRYPTO_SIMD=0`` at import: the scalar kernel only; ``=avx2``: AVX2 at most (on an AVX-512
+    machine too). Each, in a fresh process, decodes the same rows to the same bytes as this one."""
+    cases = _decode_cases()
+    here = [native.decode(*c) for c in cases]
+    for switch in ("0", "avx2"):
+        run = subprocess.run([sys.executable, "-c", _OTHER_PROCESS], input=pickle.dumps(cases), capture_output=True,
+                             env={**os.environ, "VFLCRYPTO_SIMD": switch}, check=True, timeout=60)
+        path, there = pickle.loads(run.stdout)
+        assert there == here
+        if switch == "0":
+            assert path == "scalar"
+        else:  # at most AVX2; a CPU with AVX-512 has AVX2 too
+            assert path == "avx2" if native.simd() != "scalar" else path in ("avx2", "scalar")

@@ -36,8 +36,9 @@ Caveats
     shows which columns the keys' bands left free: protocols that send ``P`` mask it (the
     VOLE PSI adds a one-time pad from the VOLE) or pass random ``fill``. Duplicate keys give
     identical rows and fail: the caller deduplicates. Decoding at a key that was not encoded
-    gives an unrelated value. The C code is not constant-time in the band bits (it skips
-    zero bits) and memory is not wiped.
+    gives an unrelated value. The C code is not constant-time in the band bits (encoding and
+    the portable decoding skip zero bits; the AVX2 and AVX-512 decodings do not branch on
+    them, but every path visits rows in the order of their starts) and memory is not wiped.
 
 Needs the compiled extension ``vflcrypto.psi._okvs``: :func:`available` and
 :func:`why_not` say whether it is usable here (it is not built without a C compiler, and
