@@ -15,7 +15,9 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("vflcrypto.he._groupprod", ["vflcrypto/he/_groupprod.c"], optional=True, extra_compile_args=["-O2"]),
     Extension("vflcrypto.psi._blake2b", ["vflcrypto/psi/_blake2b.c"], optional=True, extra_compile_args=["-O3"]),
-    Extension("vflcrypto.psi._vole", ["vflcrypto/psi/_vole.c"], optional=True, extra_compile_args=["-O3"]),
-    Extension("vflcrypto.psi._okvs", ["vflcrypto/psi/_okvs.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("vflcrypto.psi._vole", ["vflcrypto/psi/_vole.c"], depends=["vflcrypto/psi/_aesni.h"], optional=True,
+              extra_compile_args=["-O3"]),
+    Extension("vflcrypto.psi._okvs", ["vflcrypto/psi/_okvs.c"], depends=["vflcrypto/psi/_aesni.h"], optional=True,
+              extra_compile_args=["-O3"]),
     Extension("vflcrypto.data._csvscan", ["vflcrypto/data/_csvscan.c"], optional=True, extra_compile_args=["-O3"]),
 ])

@@ -121,6 +121,26 @@ def test_rows_follow_the_documented_prf() -> None:
     assert okvs.rows(h0, os.urandom(16), m)[0].tolist() != starts.tolist()
 
 
+@pytest.mark.parametrize(("n", "m"), [(0, 256), (1, 256), (7, 300), (1000, 1357), (70_001, 77_357)])
+def test_the_compiled_rows_are_the_numpy_rows(monkeypatch: pytest.MonkeyPatch, n: int, m: int) -> None:
+    """The AES-NI rows (where this CPU has them) equal the numpy rows over OpenSSL's AES, which the test above
+    checks against the documented PRF block by block."""
+    h0 = np.frombuffer(os.urandom(16 * n), np.uint8).reshape(n, 16)
+    key = os.urandom(16)
+    made = okvs.rows(h0, key, m)
+    monkeypatch.setenv("VFLCRYPTO_NATIVE", "0")
+    plain = okvs.rows(h0, key, m)
+    for a, b in zip(made, plain, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    monkeypatch.delenv("VFLCRYPTO_NATIVE")
+    native = native_module("_okvs")
+    if native is not None:
+        with pytest.raises(ValueError, match="rows"):
+            native.rows(bytes(15), key, m, okvs.BAND)  # not whole hashes
+        with pytest.raises(ValueError, match="rows"):
+            native.rows(h0.tobytes(), key, m, 192)  # a band of 1.5 AES blocks
+
+
 def test_the_encoding_solves_the_dense_system_whatever_the_row_order() -> None:
     (starts, bands, values), m = _keyed_rows(300)
     dense = _dense(starts, bands, m)

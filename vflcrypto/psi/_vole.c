@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_aesni.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define HAVE_X86 1
@@ -399,26 +401,7 @@ done:
 /* ------------------------------------------------------------------ GGM trees (AES-NI) */
 
 #ifdef HAVE_X86
-typedef struct {
-    __m128i k[11];
-} aes_key;
-
-__attribute__((target("aes,sse2"))) static __m128i expand_step(__m128i key, __m128i gen) {
-    gen = _mm_shuffle_epi32(gen, 0xff);
-    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
-    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
-    key = _mm_xor_si128(key, _mm_slli_si128(key, 4));
-    return _mm_xor_si128(key, gen);
-}
-
-__attribute__((target("aes,sse2"))) static void aes_schedule(const uint8_t *raw, aes_key *ks) {
-    __m128i k = _mm_loadu_si128((const __m128i *)raw);
-    ks->k[0] = k;
-#define STEP(i, rcon) k = expand_step(k, _mm_aeskeygenassist_si128(k, rcon)); ks->k[i] = k;
-    STEP(1, 0x01) STEP(2, 0x02) STEP(3, 0x04) STEP(4, 0x08) STEP(5, 0x10)
-    STEP(6, 0x20) STEP(7, 0x40) STEP(8, 0x80) STEP(9, 0x1b) STEP(10, 0x36)
-#undef STEP
-}
+/* aes_key and aes_schedule: _aesni.h */
 
 /* children of `count` nodes read from src[j] into dst[2j], dst[2j+1]: AES_k0(s) ^ s, AES_k1(s) ^ s.
  * Walks j downwards, so src and dst may be the same buffer (dst[2j] >= src[j]). */
