@@ -15,8 +15,9 @@ and :mod:`vflcrypto.psi.okvs`. Steps:
    level's two sums under the OT keys, and one correction per tree); keeps ``B``. Meanwhile
    the receiver encodes its OKVS ``P`` (it needs no VOLE) on a thread of its own, and after
    sending, the sender places its own IDs in the OKVS's rows.
-6. ``on_vole_trees`` (receiver): finishes ``(A, C)`` beside the encoding thread, then streams
-   ``align.okvs_masked`` = ``P ⊕ A``; keeps its own OPRF outputs ``H'(Decode(C, y))``.
+6. ``on_vole_trees`` (receiver): finishes ``(A, C)`` and its own OPRF outputs ``H'(Decode(C, y))``
+   (and, while the thread still encodes, the byte order of its IDs) beside the encoding thread, then
+   streams ``align.okvs_masked`` = ``P ⊕ A``.
 7. ``on_okvs_masked`` (sender): after the last chunk, evaluates its IDs and sends
    ``align.oprf_values`` (one value per ID) sorted by value (:func:`~vflcrypto.psi.primitives.value_order`:
    independent of its file's order, as a shuffle is; the receiver then need not sort them).
@@ -71,7 +72,7 @@ class Rr22State(KkrtState):
     delta_bits: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint8))
     b: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
     masked: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
-    # both: this side's items' OKVS rows (start, band, H(x)), made while the peer computes
+    # sender: its items' OKVS rows (start, band, H(x)), made while the peer computes
     starts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     bands: np.ndarray = field(default_factory=lambda: np.zeros((0, okvs.BAND // 64), np.uint64))
     hx: np.ndarray = field(default_factory=lambda: np.zeros((0, 16), np.uint8))
@@ -144,23 +145,34 @@ class Rr22Session(KkrtSession):
         return prefixed(self._matrix_then_encode(matrix), then([], self.peer, VoleTrees, "on_vole_trees"))
 
     def _matrix_then_encode(self, matrix: bytes) -> Iterator[tuple[str, Any]]:
-        """Send the matrix; then start encoding the OKVS (it needs no VOLE) on a thread of its own (the C code
-        releases the GIL): it runs while the sender expands its trees and, once they arrive, beside the
-        receiver's VOLE (:meth:`on_vole_trees`), on the core the waiting sender leaves free."""
+        """Send the matrix; then place its items in the OKVS's rows and encode it (it needs no VOLE) on a thread
+        of its own (numpy's AES and the C code release the GIL): it runs while the sender expands its trees and,
+        once they arrive, beside the receiver's VOLE and own outputs (:meth:`on_vole_trees`), on the core the
+        waiting sender leaves free."""
         yield send(self.peer, VoleMatrix(matrix))
         okvs_key, _ = self._keys()
-        pool = ThreadPoolExecutor(1, thread_name_prefix="okvs-encode")
-        self._encoding = pool.submit(rr22.receiver_encode, kkrt.item_hashes(self.canon.encoded), okvs_key)
+        h0 = kkrt.item_hashes(self.canon.encoded)
+        pool = ThreadPoolExecutor(1, thread_name_prefix="okvs-encode")  # one thread: the encoding follows the rows
+        rows = self._rows = pool.submit(rr22.receiver_rows, h0, okvs_key)
+        self._encoding = pool.submit(lambda: rr22.receiver_encode(h0, okvs_key, rows.result())[0])
         pool.shutdown(wait=False)
 
-    def _encoded(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The OKVS ``P`` with its items' rows: the encoding thread's, or encoded now when this session was
-        restored from its state (one step per process: no thread outlives a step)."""
-        encoding: Future[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = self.__dict__.pop("_encoding", None)
+    def _own_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Its items' OKVS rows: the thread's, or made now when this session was restored from its state (one step
+        per process: no thread outlives a step)."""
+        rows: Future[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = self.__dict__.pop("_rows", None)
+        if rows is not None:
+            return rows.result()
+        okvs_key, _ = self._keys()
+        return rr22.receiver_rows(kkrt.item_hashes(self.canon.encoded), okvs_key)
+
+    def _encoded(self, rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        """The OKVS ``P``: the encoding thread's, or encoded now from ``rows`` when restored from its state."""
+        encoding: Future[np.ndarray] | None = self.__dict__.pop("_encoding", None)
         if encoding is not None:
             return encoding.result()
         okvs_key, _ = self._keys()
-        return rr22.receiver_encode(kkrt.item_hashes(self.canon.encoded), okvs_key)
+        return rr22.receiver_encode(kkrt.item_hashes(self.canon.encoded), okvs_key, rows)[0]
 
     # ----------------------------------------------------------------- 5 sender: the GGM trees
     def on_vole_matrix(self, msg: VoleMatrix) -> Next:
@@ -174,7 +186,8 @@ class Rr22Session(KkrtSession):
                         then([], self.peer, OkvsMasked, "on_okvs_masked"))
 
     def _trees_then_rows(self, trees: VoleTrees) -> Iterator[tuple[str, Any]]:
-        """Send the trees; then, while the receiver finishes, place its own items in the OKVS's rows."""
+        """Send the trees; then, while the receiver finishes, place its own items in the OKVS's rows (its IDs' byte
+        order waits until its values are sent: here it would take a core from the receiver's critical path)."""
         yield send(self.peer, trees)
         st = self.state
         okvs_key, (hash_key,) = self._keys()
@@ -193,28 +206,35 @@ class Rr22Session(KkrtSession):
         okvs_key, (hash_key,) = self._keys()
         self.hold("rr22_public_keys", (okvs_key, hash_key))
         self.hold("rr22_vole_c", c)
-        p, st.starts, st.bands = self._encoded()
-        masked = rr22.mask(p, a)
-        del p
+        # its own outputs and their index while the thread still encodes (the sender waits: a core is free)
+        rows = self._own_rows()
+        st.own_values = rr22.receiver_values(c, rows[0], rows[1], hash_key)
+        self.hold("rr22_own_values", st.own_values)
+        st.own_order = psi.digest_order(np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel())
+        encoding: Future[np.ndarray] | None = self.__dict__.get("_encoding")
+        early = encoding is not None and not encoding.done()
+        if early:
+            self._order_ids()  # the thread is still encoding: the byte order of its IDs on the free core now
+        masked = rr22.mask(self._encoded(rows), a)
+        del rows
         self.tick(len(self.canon))
         st.k = 0
         if st.peer_size == 0:
-            return prefixed(self._masked_out(masked, c, hash_key), self._match())
-        return prefixed(self._masked_out(masked, c, hash_key), then([], self.peer, OprfValues, "on_oprf_values"))
+            return prefixed(self._masked_out(masked, not early), self._match())
+        return prefixed(self._masked_out(masked, not early), then([], self.peer, OprfValues, "on_oprf_values"))
 
-    def _masked_out(self, masked: np.ndarray, c: np.ndarray, hash_key: bytes) -> Iterator[tuple[str, Any]]:
-        """Send ``P ⊕ A``; then, while the sender evaluates its IDs, its own outputs, their index and the
-        byte order of its IDs (for its output)."""
+    def _order_ids(self) -> None:
+        """The output's order of all its IDs, cached (one sort; the output then needs none)."""
+        if isinstance(self.canon.encoded, psi.PackedIds):
+            self.canon.encoded.byte_order()
+
+    def _masked_out(self, masked: np.ndarray, order_after: bool) -> Iterator[tuple[str, Any]]:
+        """Send ``P ⊕ A``; then, while the sender evaluates its IDs, the byte order of its IDs if not made yet."""
         per = okvs_rows_per_chunk(self.chunk_size)
         for i, start in enumerate(range(0, len(masked), per)):
             yield send(self.peer, OkvsMasked(i, masked[start : start + per].tobytes()))
-        st = self.state
-        st.own_values = rr22.receiver_values(c, st.starts, st.bands, hash_key)
-        st.starts, st.bands = np.zeros(0, np.int64), np.zeros((0, okvs.BAND // 64), np.uint64)
-        self.hold("rr22_own_values", st.own_values)
-        st.own_order = psi.digest_order(np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel())
-        if isinstance(self.canon.encoded, psi.PackedIds):
-            self.canon.encoded.byte_order()  # the output's order of all its IDs, cached while the sender works
+        if order_after:
+            self._order_ids()
 
     # ----------------------------------------------------------------- 7 sender: its OPRF values
     def on_okvs_masked(self, msg: OkvsMasked) -> Next:

@@ -32,8 +32,8 @@ from ..errors import ProtocolError
 from . import okvs, vole
 from .kkrt import aes_prf
 
-__all__ = ["OUTPUT_BYTES", "mask", "output_hash", "public_keys", "receiver_encode", "receiver_values", "sender_values",
-           "why_not"]
+__all__ = ["OUTPUT_BYTES", "mask", "output_hash", "public_keys", "receiver_encode", "receiver_rows", "receiver_values",
+           "sender_values", "why_not"]
 
 OUTPUT_BYTES = 12
 _KEY_DOMAIN = b"vflcrypto/rr22/public-keys/v1"
@@ -60,11 +60,18 @@ def output_hash(key: bytes, z: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(out.view("<u4")[:, : OUTPUT_BYTES // 4]).view(np.uint8).reshape(-1, OUTPUT_BYTES)
 
 
-def receiver_encode(h0: np.ndarray, okvs_key: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Step 1: R's OKVS ``P`` of its items' ``H(y)`` (``m × 16``), with its items' band rows."""
-    m = okvs.columns(len(h0))
-    starts, bands, values = okvs.rows(h0, okvs_key, m)
-    return okvs.encode(starts, bands, values, m), starts, bands
+def receiver_rows(h0: np.ndarray, okvs_key: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """R's items' OKVS rows ``(starts, bands, H(y))`` at ``m = okvs.columns(|Y|)``."""
+    return okvs.rows(h0, okvs_key, okvs.columns(len(h0)))
+
+
+def receiver_encode(h0: np.ndarray, okvs_key: bytes,
+                    rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 1: R's OKVS ``P`` of its items' ``H(y)`` (``m × 16``), with its items' band rows (``rows``: those
+    of :func:`receiver_rows` when made already)."""
+    starts, bands, values = rows if rows is not None else receiver_rows(h0, okvs_key)
+    return okvs.encode(starts, bands, values, okvs.columns(len(h0))), starts, bands
 
 
 def mask(p: np.ndarray, a: np.ndarray) -> np.ndarray:
