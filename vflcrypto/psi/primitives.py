@@ -499,12 +499,23 @@ def _raw(digests: np.ndarray) -> np.ndarray:
 
 def _suffix(digests: np.ndarray) -> np.ndarray:
     """Bytes 8..11 of each digest as one integer (the digests are 12 bytes)."""
-    return np.ascontiguousarray(_raw(digests)[:, 8:12]).view("<u4").ravel()
+    return _field(digests, "<u4", 8)
 
 
 def _prefix64(digests: np.ndarray) -> np.ndarray:
-    raw = np.ascontiguousarray(digests).view(np.uint8).reshape(len(digests), DIGEST_BYTES)
-    return np.ascontiguousarray(raw[:, :8]).view("<u8").ravel()
+    """Bytes 0..7 of each digest as one little-endian integer."""
+    return _field(digests, "<u8", 0)
+
+
+def _field(digests: np.ndarray, dtype: str, offset: int) -> np.ndarray:
+    """The integer at byte ``offset`` of each digest, copied through a strided view of that dtype (one unaligned
+    load per digest: several times faster than copying a ``[:, a:b]`` slice of the bytes)."""
+    if not len(digests):
+        return np.zeros(0, dtype)
+    raw = np.ascontiguousarray(digests).view(np.uint8).reshape(-1)
+    if len(raw) != len(digests) * DIGEST_BYTES:
+        raise ValueError(f"digests must be {DIGEST_BYTES} bytes each")
+    return np.ndarray((len(digests),), dtype=dtype, buffer=raw, offset=offset, strides=(DIGEST_BYTES,)).copy()
 
 
 def collision_bound(n_a: int, n_b: int, digest_bytes: int = DIGEST_BYTES) -> float:
