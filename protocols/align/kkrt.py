@@ -303,7 +303,8 @@ class KkrtSession:
         IDs for its output."""
         st = self.state
         for c, s in enumerate(range(0, len(order), per)):
-            yield send(self.peer, OprfValues(c, st.values[order[s : s + per]].tobytes()))
+            # np.take of whole rows: about twice as fast as fancy indexing the 2-D array
+            yield send(self.peer, OprfValues(c, np.take(st.values, order[s : s + per], axis=0).tobytes()))
         if index and isinstance(self.canon.encoded, psi.PackedIds):
             self.canon.encoded.byte_order()  # the output's order of all its IDs, cached
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -202,6 +203,16 @@ def _xor_sides(level: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             np.bitwise_xor.reduce(w[:, 1::2], axis=1).view(np.uint8))
 
 
+def _tree_sums(leaves: np.ndarray) -> np.ndarray:
+    """The XOR of each tree's leaves (``T × k × 16`` → ``T × 16``): each 64-bit half reduced along a contiguous
+    row with a stride of two words (five times faster than reducing the ``k`` axis of ``T × k × 2`` words)."""
+    w = np.ascontiguousarray(leaves).view(np.uint64).reshape(len(leaves), -1)
+    out = np.empty((len(leaves), 2), np.uint64)
+    np.bitwise_xor.reduce(w[:, 0::2], axis=1, out=out[:, 0])
+    np.bitwise_xor.reduce(w[:, 1::2], axis=1, out=out[:, 1])
+    return out.view(np.uint8)
+
+
 def _ot_hash(rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``H(g, row)``: BLAKE2b-128 of each 16-byte row with its global OT index (a correlation-robust hash)."""
     buf = np.empty((len(rows), 24), np.uint8)
@@ -276,6 +287,8 @@ class VoleReceiver:
         a = np.empty((sh.instances * sh.per, 16), np.uint8)
         c = np.empty_like(a)
 
+        scratch = threading.local()
+
         def one(inst: int) -> None:
             base = inst * sh.cots_per_instance
             t_beta = self.t_rows[base : base + TREES * BITS]
@@ -287,9 +300,13 @@ class VoleReceiver:
             alpha = self.alpha[inst * TREES : (inst + 1) * TREES]
             leaves = np.ascontiguousarray(_punctured(got, alpha, h)[:, : sh.block])
             rows = np.arange(TREES)
-            known = np.bitwise_xor.reduce(leaves.view(np.uint64), axis=1).view(np.uint8)  # punctured slot is zero
+            known = _tree_sums(leaves)  # the punctured slot is zero
             leaves[rows, alpha] = gamma ^ corr[inst] ^ known
-            noise = np.zeros_like(leaves)
+            noise = getattr(scratch, "noise", None)  # one buffer per thread, zeroed again: no fresh pages to fault in
+            if noise is None:
+                noise = scratch.noise = np.zeros_like(leaves)
+            else:
+                noise.fill(0)
             noise[rows, alpha] = self.beta[inst * TREES : (inst + 1) * TREES]
             part = slice(inst * sh.per, (inst + 1) * sh.per)
             a[part] = _encode(noise.reshape(-1, 16), sh.per)
@@ -390,9 +407,8 @@ class VoleSender:
             sums[:, :, 0] ^= key0.reshape(TREES, h, 16)
             sums[:, :, 1] ^= key1.reshape(TREES, h, 16)
             sums_out[inst] = sums
-            total = np.bitwise_xor.reduce(level[:, : sh.block].view(np.uint64), axis=1).view(np.uint8)
-            corr_out[inst] = delta_i ^ total
-            b[inst * sh.per : (inst + 1) * sh.per] = _encode(np.ascontiguousarray(level[:, : sh.block]).reshape(-1, 16),
-                                                             sh.per)
+            leaves = np.ascontiguousarray(level[:, : sh.block])  # one copy: summed, then encoded in place
+            corr_out[inst] = delta_i ^ _tree_sums(leaves)
+            b[inst * sh.per : (inst + 1) * sh.per] = _encode(leaves.reshape(-1, 16), sh.per)
         self.level_sums = plain
         return sums_out.tobytes(), corr_out.tobytes(), b[: sh.outputs]
