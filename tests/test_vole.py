@@ -104,16 +104,28 @@ def _dense_code(per: int, size: int) -> np.ndarray:
     return g
 
 
+def test_a_warmed_code_is_the_code() -> None:
+    """vole.warm makes a shape's public code on a thread; the encodings then find that very code."""
+    sh = vole.shape(20_000)
+    vole._make_code.cache_clear()
+    vole.warm(20_000)
+    made = vole._code(sh.per, sh.leaves - sh.per)  # waits for the thread's code if it is still being made
+    assert vole._make_code.cache_info().misses == 1
+    vole._make_code.cache_clear()
+    again = vole._code(sh.per, sh.leaves - sh.per)
+    assert np.array_equal(made[0], again[0]) and made[1:] == again[1:]
+
+
 @pytest.mark.parametrize(("per", "size"), [(64, 64), (48, 83)])
 def test_the_code_is_the_linear_map_it_describes(per: int, size: int) -> None:
     """The C dual encoding equals e·G for G built densely in numpy from the same public parameters."""
-    vole._code.cache_clear()
+    vole._make_code.cache_clear()
     g = _dense_code(per, size)
     e = np.frombuffer(os.urandom((per + size) * 16), np.uint8).reshape(per + size, 16)
     bits = np.unpackbits(e, axis=1)  # each of the 128 bit planes is a GF(2) vector
     want = np.packbits((g.T.astype(np.int64) @ bits.astype(np.int64)) % 2, axis=1).astype(np.uint8)
     assert np.array_equal(vole._encode(e, per), want)
-    vole._code.cache_clear()
+    vole._make_code.cache_clear()
 
 
 def test_the_code_refuses_bad_parameters() -> None:

@@ -99,8 +99,10 @@ class Rr22Session(KkrtSession):
         self._greet(peer)
         st = self.state
         if not self.receiver:
+            vole.warm(max(1, okvs.columns(st.peer_size)))  # the VOLE's public code, made while the peer sets up
             return then([], self.peer, VoleSetup, "on_vole_setup")
         st.columns = okvs.columns(len(self.canon))
+        vole.warm(max(1, st.columns))
         base = ot_sender()
         st.ot_scalar, st.ot_point = base.scalar, base.point
         self.hold("rr22_ot_point", base.point)
