@@ -16,8 +16,7 @@ and :mod:`vflcrypto.psi.okvs`. Steps:
    the receiver encodes its OKVS ``P`` (it needs no VOLE) on a thread of its own, and after
    sending, the sender places its own IDs in the OKVS's rows.
 6. ``on_vole_trees`` (receiver): finishes ``(A, C)`` and its own OPRF outputs ``H'(Decode(C, y))``
-   (and, while the thread still encodes, the byte order of its IDs) beside the encoding thread, then
-   streams ``align.okvs_masked`` = ``P ⊕ A``.
+   beside the encoding thread, then streams ``align.okvs_masked`` = ``P ⊕ A``.
 7. ``on_okvs_masked`` (sender): after the last chunk, evaluates its IDs and sends
    ``align.oprf_values`` (one value per ID) sorted by value (:func:`~vflcrypto.psi.primitives.value_order`:
    independent of its file's order, as a shuffle is; the receiver then need not sort them).
@@ -213,30 +212,22 @@ class Rr22Session(KkrtSession):
         st.own_values = rr22.receiver_values(c, rows[0], rows[1], hash_key)
         self.hold("rr22_own_values", st.own_values)
         st.own_order = psi.digest_order(np.ascontiguousarray(st.own_values).view(psi.DIGEST_DTYPE).ravel())
-        encoding: Future[np.ndarray] | None = self.__dict__.get("_encoding")
-        early = encoding is not None and not encoding.done()
-        if early:
-            self._order_ids()  # the thread is still encoding: the byte order of its IDs on the free core now
         masked = rr22.mask(self._encoded(rows), a)
         del rows
         self.tick(len(self.canon))
         st.k = 0
         if st.peer_size == 0:
-            return prefixed(self._masked_out(masked, not early), self._match())
-        return prefixed(self._masked_out(masked, not early), then([], self.peer, OprfValues, "on_oprf_values"))
+            return prefixed(self._masked_out(masked), self._match())
+        return prefixed(self._masked_out(masked), then([], self.peer, OprfValues, "on_oprf_values"))
 
-    def _order_ids(self) -> None:
-        """The output's order of all its IDs, cached (one sort; the output then needs none)."""
-        if isinstance(self.canon.encoded, psi.PackedIds):
-            self.canon.encoded.byte_order()
-
-    def _masked_out(self, masked: np.ndarray, order_after: bool) -> Iterator[tuple[str, Any]]:
-        """Send ``P ⊕ A``; then, while the sender evaluates its IDs, the byte order of its IDs if not made yet."""
+    def _masked_out(self, masked: np.ndarray) -> Iterator[tuple[str, Any]]:
+        """Send ``P ⊕ A``; then, while the sender evaluates its IDs, the byte order of its IDs (for its output:
+        before the send it would hold up the sender, which waits for the masked OKVS)."""
         per = okvs_rows_per_chunk(self.chunk_size)
         for i, start in enumerate(range(0, len(masked), per)):
             yield send(self.peer, OkvsMasked(i, masked[start : start + per].tobytes()))
-        if order_after:
-            self._order_ids()
+        if isinstance(self.canon.encoded, psi.PackedIds):
+            self.canon.encoded.byte_order()  # the output's order of all its IDs, cached
 
     # ----------------------------------------------------------------- 7 sender: its OPRF values
     def on_okvs_masked(self, msg: OkvsMasked) -> Next:
