@@ -75,6 +75,18 @@ Measured on this 2-core machine, shared (load average 5-9), each party its own p
   after), then 14.70 and 14.95 s alternating with spu 21.02 and 21.94 s on a slower stretch (the
   start phase took 3.5 s instead of 2.2 s in every party). About 1.4-1.6× spu, not the 2× asked.
   Peak RSS 2.6-2.8 GiB per party; 219 MB and 121 MB sent.
+* The same, a later session on a slower machine (an AVX-512 Xeon whose first touch of fresh memory
+  costs about 0.8 s a GB), runs alternating with spu 0.9.4 RR22 on the same files. At the session's
+  start (1b4c18f): 21.7 and 21.7 s against spu 36.2 and 35.0 s. With the CSV scanned in C, BLAKE2b
+  in SIMD lanes, OKVS rows with AES-NI, SIMD decoding and convolution, a radix-sorted OKVS encoding,
+  packed-key value sorts and the receiver's own outputs made beside its encoding thread
+  (ae427f1): 15.39, 16.30, 15.76 s against spu 36.31, 36.10, 36.65 s (2.21-2.36×). At 24cf11a: 17.03,
+  16.60, 16.53 s against spu 38.56, 38.20, 37.08 s (2.24-2.30×, a slower stretch for both). Peak RSS
+  2.9-3.1 / 2.5 GiB (active / passive); 219 MB and 121 MB sent. The active party's phases in a
+  14.4 s run: reading and hashing to 1.1 s, the VOLE's trees to 2.2 s, its finish, own outputs and
+  the OKVS encoding to 7.1 s, the sender's evaluation to 10.6 s, matching to 12.4 s, then writing.
+  Bucketed ``--memory-budget 1GiB`` (12 buckets): 19.6 s at 690 / 604 MiB. 10⁶ × 10⁶: 2.15 s against
+  spu RR22 5.85 s.
 * ECDH 10⁵ × 10⁵: batched X25519 5.3 s (job 3.3 s) against 20.9 s (job 18.4 s) with one
   ``cryptography`` call per ID, same run; per 10⁵ IDs on one core: X25519 0.47 s batched,
   ~3.7 s per-call; hashing to u 0.06 s, digests 0.10 s, matching 0.05 s.
