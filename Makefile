@@ -15,7 +15,7 @@ TEST_WORKERS ?= 3
 .PHONY: demo test lint bench bench-compare clean
 
 $(STAMP): pyproject.toml setup.py vflcrypto/he/_groupprod.c vflcrypto/psi/_blake2b.c vflcrypto/psi/_vole.c \
-		vflcrypto/psi/_okvs.c vflcrypto/psi/_aesni.h vflcrypto/data/_csvscan.c
+		vflcrypto/psi/_okvs.c vflcrypto/psi/_aesni.h vflcrypto/psi/_simd.h vflcrypto/data/_csvscan.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0  # pinned CPU build (deep extra); unpinned pulls CUDA

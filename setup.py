@@ -12,12 +12,15 @@ library at build time.
 
 from setuptools import Extension, setup
 
+_HEADERS = ["vflcrypto/psi/_aesni.h", "vflcrypto/psi/_simd.h"]  # AES-NI's key schedule; the VFLCRYPTO_SIMD cap
+
 setup(ext_modules=[
     Extension("vflcrypto.he._groupprod", ["vflcrypto/he/_groupprod.c"], optional=True, extra_compile_args=["-O2"]),
-    Extension("vflcrypto.psi._blake2b", ["vflcrypto/psi/_blake2b.c"], optional=True, extra_compile_args=["-O3"]),
-    Extension("vflcrypto.psi._vole", ["vflcrypto/psi/_vole.c"], depends=["vflcrypto/psi/_aesni.h"], optional=True,
+    Extension("vflcrypto.psi._blake2b", ["vflcrypto/psi/_blake2b.c"], depends=["vflcrypto/psi/_simd.h"], optional=True,
               extra_compile_args=["-O3"]),
-    Extension("vflcrypto.psi._okvs", ["vflcrypto/psi/_okvs.c"], depends=["vflcrypto/psi/_aesni.h"], optional=True,
+    Extension("vflcrypto.psi._vole", ["vflcrypto/psi/_vole.c"], depends=_HEADERS, optional=True,
+              extra_compile_args=["-O3"]),
+    Extension("vflcrypto.psi._okvs", ["vflcrypto/psi/_okvs.c"], depends=_HEADERS, optional=True,
               extra_compile_args=["-O3"]),
     Extension("vflcrypto.data._csvscan", ["vflcrypto/data/_csvscan.c"], optional=True, extra_compile_args=["-O3"]),
 ])

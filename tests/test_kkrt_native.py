@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import shutil
-import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simd_paths import assert_capped_paths_agree
 from vflcrypto.protocols.align import spill
 
 from vflcrypto.psi import kkrt
@@ -123,27 +121,11 @@ def test_mixed_lengths_in_the_simd_lanes_are_hashlibs(blake, size: int, key: byt
     assert got == b"".join(hashlib.blake2b(m, digest_size=size, person=person, key=key).digest() for m in msgs)
 
 
-_OTHER_PROCESS = """
-import pickle, sys
-from vflcrypto.psi import _blake2b
-batches = pickle.load(sys.stdin.buffer)
-pickle.dump((_blake2b.simd(), [_blake2b.blake2b_many(*b) for b in batches]), sys.stdout.buffer)
-"""
-
-
 def test_the_scalar_and_avx2_paths_give_the_simd_paths_bytes(blake) -> None:
     """``VFLCRYPTO_SIMD=0`` at import: the scalar path only; ``=avx2``: AVX2 at most (on an AVX-512
     machine too). Each, in a fresh process, hashes the same batches to the same bytes as this one."""
     msgs = _mixed_batch(7)
     data, offsets = b"".join(msgs), _offsets(msgs).tobytes()
-    batches = [(data, offsets, size, b"vflcrypto-kkrt0", key) for size in (16, 64) for key in (b"", b"k" * 64)]
+    batches = [[data, offsets, size, b"vflcrypto-kkrt0", key] for size in (16, 64) for key in (b"", b"k" * 64)]
     here = [blake.blake2b_many(*b) for b in batches]
-    for switch in ("0", "avx2"):
-        run = subprocess.run([sys.executable, "-c", _OTHER_PROCESS], input=pickle.dumps(batches), capture_output=True,
-                             env={**os.environ, "VFLCRYPTO_SIMD": switch}, check=True, timeout=60)
-        path, there = pickle.loads(run.stdout)
-        assert there == here
-        if switch == "0":
-            assert path == "scalar"
-        else:  # at most AVX2; a CPU with AVX-512 (this process's lanes) has AVX2 too
-            assert path == "avx2" if blake.simd() != "scalar" else path in ("avx2", "scalar")
+    assert_capped_paths_agree(blake, "def run(mod, case):\n    return mod.blake2b_many(*case)", batches, here)

@@ -11,9 +11,6 @@ leave the caller's arrays untouched.
 from __future__ import annotations
 
 import os
-import pickle
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simd_paths import assert_capped_paths_agree
 
 from vflcrypto.errors import ProtocolError
 from vflcrypto.psi import okvs
@@ -341,25 +339,9 @@ def test_decode_gives_the_xor_of_each_window_on_this_kernel(native: Any) -> None
         assert native.decode(P, starts, bands, w) == _xor_of_windows(p, s, b).tobytes(), (w, len(s))
 
 
-_OTHER_PROCESS = """
-import pickle, sys
-from vflcrypto.psi import _okvs
-cases = pickle.load(sys.stdin.buffer)
-pickle.dump((_okvs.simd(), [_okvs.decode(*c) for c in cases]), sys.stdout.buffer)
-"""
-
-
 def test_the_scalar_and_avx2_kernels_give_this_kernels_bytes(native: Any) -> None:
     """``VFLCRYPTO_SIMD=0`` at import: the scalar kernel only; ``=avx2``: AVX2 at most (on an AVX-512
     machine too). Each, in a fresh process, decodes the same rows to the same bytes as this one."""
-    cases = _decode_cases()
+    cases = [list(c) for c in _decode_cases()]
     here = [native.decode(*c) for c in cases]
-    for switch in ("0", "avx2"):
-        run = subprocess.run([sys.executable, "-c", _OTHER_PROCESS], input=pickle.dumps(cases), capture_output=True,
-                             env={**os.environ, "VFLCRYPTO_SIMD": switch}, check=True, timeout=60)
-        path, there = pickle.loads(run.stdout)
-        assert there == here
-        if switch == "0":
-            assert path == "scalar"
-        else:  # at most AVX2; a CPU with AVX-512 has AVX2 too
-            assert path == "avx2" if native.simd() != "scalar" else path in ("avx2", "scalar")
+    assert_capped_paths_agree(native, "def run(mod, case):\n    return mod.decode(*case)", cases, here)

@@ -11,14 +11,12 @@ end to end through the messages both sides really exchange.
 from __future__ import annotations
 
 import os
-import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from simd_paths import assert_capped_paths_agree
 
 from vflcrypto.errors import ProtocolError
 from vflcrypto.psi import vole
@@ -194,16 +192,12 @@ def test_the_encoding_is_the_convolutions_and_expander_it_describes() -> None:
             assert _exconv(case) == want, (size, m, weight)
 
 
-_OTHER_PROCESS = """
-import pickle, sys
-from vflcrypto.psi import _vole
-cases = pickle.load(sys.stdin.buffer)
-out = []
-for e, m, idx, c1, c2, weight in cases:
+_RUN_EXCONV = """
+def run(mod, case):
+    e, m, idx, c1, c2, weight = case
     buf = bytearray(e)
-    _vole.exconv_encode(buf, m, idx, c1, c2, weight)
-    out.append(bytes(buf))
-pickle.dump((_vole.simd(), out), sys.stdout.buffer)
+    mod.exconv_encode(buf, m, idx, c1, c2, weight)
+    return bytes(buf)
 """
 
 
@@ -216,15 +210,7 @@ def test_the_scalar_and_avx2_paths_give_the_simd_paths_bytes() -> None:
     cases = [_exconv_case(size, 29, 7, size) for size in _REF_SIZES]
     cases += [_exconv_case(size, m, 7, size) for size, m in ((20_011, 9_000), (65_536, 40_000), (70_001, 70_000))]
     here = [_exconv(case) for case in cases]
-    for switch in ("0", "avx2"):
-        run = subprocess.run([sys.executable, "-c", _OTHER_PROCESS], input=pickle.dumps(cases), capture_output=True,
-                             env={**os.environ, "VFLCRYPTO_SIMD": switch}, check=True, timeout=60)
-        path, there = pickle.loads(run.stdout)
-        assert there == here
-        if switch == "0":
-            assert path == "scalar"
-        else:  # at most AVX2; a CPU with AVX-512 (this process's path) has AVX2 too
-            assert path == "avx2" if _vole.simd() != "scalar" else path in ("avx2", "scalar")
+    assert_capped_paths_agree(_vole, _RUN_EXCONV, [list(c) for c in cases], here)
 
 
 def _run(outputs: int) -> tuple[vole.VoleReceiver, vole.VoleSender, np.ndarray, np.ndarray, np.ndarray]:

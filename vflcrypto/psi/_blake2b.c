@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_simd.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define HAVE_X86_SIMD 1
 #include <immintrin.h>
@@ -357,19 +359,15 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_blake2b", "Batched 
                                     methods};
 
 PyMODINIT_FUNC PyInit__blake2b(void) {
-    /* VFLCRYPTO_SIMD=0 (or "scalar"): the scalar path only; "avx2": at most AVX2 (so the tests can
-     * check the AVX2 lanes on an AVX-512 machine too); unset or anything else: the best there is */
-    const char *env = getenv("VFLCRYPTO_SIMD");
-    int off = env && (strcmp(env, "0") == 0 || strcmp(env, "scalar") == 0);
-    int no512 = env && strcmp(env, "avx2") == 0;
+    int cap = simd_cap(); /* _simd.h: VFLCRYPTO_SIMD */
 #if HAVE_X86_SIMD
     __builtin_cpu_init();
     /* __builtin_cpu_supports also checks that the OS saves the vector registers (XCR0) */
-    if (!off && !no512 && __builtin_cpu_supports("avx512f"))
+    if (cap >= SIMD_AVX512 && __builtin_cpu_supports("avx512f"))
         lanes = lanes_avx512, lane_width = 8, simd_name = "avx512";
-    else if (!off && __builtin_cpu_supports("avx2"))
+    else if (cap >= SIMD_AVX2 && __builtin_cpu_supports("avx2"))
         lanes = lanes_avx2, lane_width = 4, simd_name = "avx2";
 #endif
-    (void)off, (void)no512;
+    (void)cap;
     return PyModule_Create(&module);
 }

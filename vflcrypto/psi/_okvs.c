@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_simd.h"
+
 #if defined(__SSE2__) || defined(_M_X64)
 #include <emmintrin.h>
 #define OKVS_SSE2 1
@@ -624,21 +626,17 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_okvs",
                                     methods};
 
 PyMODINIT_FUNC PyInit__okvs(void) {
-    /* VFLCRYPTO_SIMD=0 (or "scalar"): the scalar path only; "avx2": at most AVX2 (so the tests can
-     * check the AVX2 path on an AVX-512 machine too); unset or anything else: the best there is */
-    const char *env = getenv("VFLCRYPTO_SIMD");
-    int off = env && (strcmp(env, "0") == 0 || strcmp(env, "scalar") == 0);
-    int no512 = env && strcmp(env, "avx2") == 0;
+    int cap = simd_cap(); /* _simd.h: VFLCRYPTO_SIMD */
 #if HAVE_X86_SIMD
     __builtin_cpu_init();
     /* __builtin_cpu_supports also checks that the OS saves the vector registers (XCR0) */
-    if (!off && !no512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    if (cap >= SIMD_AVX512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("bmi2"))
         decode_rows = decode_rows_avx512, simd_name = "avx512";
-    else if (!off && __builtin_cpu_supports("avx2"))
+    else if (cap >= SIMD_AVX2 && __builtin_cpu_supports("avx2"))
         decode_rows = decode_rows_avx2, simd_name = "avx2";
 #endif
-    (void)off, (void)no512;
+    (void)cap;
     PyObject *mod = PyModule_Create(&module);
     if (!mod)
         return NULL;

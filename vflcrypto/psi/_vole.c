@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_simd.h"
+
 #include "_aesni.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -618,21 +620,17 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_vole", "GF(2^128) a
                                     -1, methods};
 
 PyMODINIT_FUNC PyInit__vole(void) {
-    /* VFLCRYPTO_SIMD=0 (or "scalar"): row by row only; "avx2": at most AVX2 (so the tests can check the AVX2
-     * kernel on an AVX-512 machine too); unset or anything else: the best there is (as in _blake2b.c) */
-    const char *env = getenv("VFLCRYPTO_SIMD");
-    int off = env && (strcmp(env, "0") == 0 || strcmp(env, "scalar") == 0);
-    int no512 = env && strcmp(env, "avx2") == 0;
+    int cap = simd_cap(); /* _simd.h: VFLCRYPTO_SIMD */
 #if HAVE_X86_SIMD
     __builtin_cpu_init();
     /* __builtin_cpu_supports also checks that the OS saves the vector registers (XCR0) */
-    if (!off && !no512 && __builtin_cpu_supports("avx512f"))
+    if (cap >= SIMD_AVX512 && __builtin_cpu_supports("avx512f"))
         convolve_simd = convolve_avx512, simd_name = "avx512";
-    else if (!off && __builtin_cpu_supports("avx2"))
+    else if (cap >= SIMD_AVX2 && __builtin_cpu_supports("avx2"))
         convolve_simd = convolve_avx2, simd_name = "avx2";
     if (convolve_simd)
         rowmask_init();
 #endif
-    (void)off, (void)no512;
+    (void)cap;
     return PyModule_Create(&module);
 }
